@@ -1,0 +1,40 @@
+"""Build the CostTable of a graph on a cluster: device models, a profile, or both."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hetsplit.cluster.types import Cluster
+from hetsplit.costs.models.base import device_model
+from hetsplit.costs.problem import SplitProblem
+from hetsplit.costs.table import CostTable
+from hetsplit.errors import ProfileError
+from hetsplit.graph.types import Graph
+
+
+def build_cost_table(graph: Graph, cluster: Cluster, profile: CostTable | None = None) -> CostTable:
+    """One column per cluster device type: from ``profile`` where it has the type, else the model.
+
+    A graph read from a profile has no MACs or shapes, so every type must then be in the profile.
+    """
+    columns: list[CostTable] = []
+    for type_name in cluster.types:
+        if profile is not None and type_name in profile.types:
+            columns.append(profile.select([type_name]))
+            continue
+        if graph.meta.get("from_profile"):
+            have = profile.types if profile is not None else []
+            raise ProfileError(
+                f"the profile of {graph.name!r} has no costs for device type {type_name!r} "
+                f"(device {cluster.representative(type_name).name!r}); it has {have}. Profile that device "
+                "type, or name a device of a profiled type in the cluster")
+        lc = device_model(cluster.representative(type_name)).layer_costs(graph)
+        columns.append(CostTable(graph.names, [type_name], np.asarray(lc.time_s)[:, None],
+                                 np.asarray(lc.energy_j)[:, None], np.asarray(lc.mem_bytes)[:, None],
+                                 {type_name: lc.source}))
+    return CostTable.concat(columns)
+
+
+def build_problem(graph: Graph, cluster: Cluster, profile: CostTable | None = None) -> SplitProblem:
+    """The SplitProblem of ``graph`` on ``cluster`` (costs from models and/or a profile)."""
+    return SplitProblem(graph, cluster, build_cost_table(graph, cluster, profile))

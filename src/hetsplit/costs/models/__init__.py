@@ -1,0 +1,6 @@
+"""Built-in device models; importing this package registers them."""
+
+from hetsplit.costs.models.base import DeviceModel, LayerCosts, device_model, model_names, register_model
+from hetsplit.costs.models import roofline  # noqa: F401  (registers "roofline")
+
+__all__ = ["DeviceModel", "LayerCosts", "device_model", "model_names", "register_model"]

@@ -1,0 +1,73 @@
+"""The seam for device models: anything that turns (graph, device) into per-layer costs.
+
+A device model is a class registered under a name (``roofline``, ``cim``, ``mcu``, ``imc``,
+``dpu``, ``calibrated``...). A device's ``model`` field picks it, its ``params`` configure it.
+Register a new one with ``@register_model("name")``; every planner sees it through the CostTable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+import numpy as np
+
+from hetsplit.cluster.types import Device
+from hetsplit.errors import ClusterError
+from hetsplit.graph.types import Graph
+
+
+@dataclass
+class LayerCosts:
+    """One device type's costs for every layer of a graph (inf where it cannot run a layer)."""
+
+    time_s: np.ndarray
+    energy_j: np.ndarray
+    mem_bytes: np.ndarray
+    source: str = ""  # e.g. "roofline model, preset xeon-w3323"
+
+
+class DeviceModel(Protocol):
+    """Estimates per-layer costs of a graph on one device (type)."""
+
+    def layer_costs(self, graph: Graph) -> LayerCosts: ...
+
+
+ModelFactory = Callable[[Device], DeviceModel]
+_REGISTRY: dict[str, ModelFactory] = {}
+
+
+def register_model(name: str) -> Callable[[ModelFactory], ModelFactory]:
+    """Class decorator: make a device model available under ``name``."""
+
+    def wrap(factory: ModelFactory) -> ModelFactory:
+        _REGISTRY[name] = factory
+        return factory
+
+    return wrap
+
+
+def model_names() -> list[str]:
+    _load_builtin_models()
+    return sorted(_REGISTRY)
+
+
+def device_model(device: Device) -> DeviceModel:
+    """The device model a device asks for, configured by its params."""
+    _load_builtin_models()
+    try:
+        factory = _REGISTRY[device.model]
+    except KeyError:
+        raise ClusterError(
+            f"device {device.name!r}: unknown device model {device.model!r}; available: {sorted(_REGISTRY)}") from None
+    return factory(device)
+
+
+def default_mem_bytes(graph: Graph) -> np.ndarray:
+    """What a layer keeps resident by default: its weights and its output buffer."""
+    return graph.param_bytes + graph.out_bytes
+
+
+def _load_builtin_models() -> None:
+    # Importing the package registers every built-in model exactly once.
+    import hetsplit.costs.models  # noqa: F401

@@ -1,0 +1,85 @@
+"""SplitProblem: everything numeric a partitioner or evaluator needs, in one place.
+
+It joins the graph's cut sizes, the cost table (one column per device type) and the cluster's link
+matrices. Stage and cut costs are defined here once, with the pipeline semantics of DESIGN.md, so
+every solver and the evaluator agree to the last bit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from hetsplit.cluster.types import Cluster
+from hetsplit.costs.table import CostTable
+from hetsplit.errors import ProfileError
+from hetsplit.graph.types import Graph
+
+
+@dataclass
+class SplitProblem:
+    """A model's costs on a cluster. Layers 0..L-1, devices 0..D-1, cuts 0..L."""
+
+    graph: Graph
+    cluster: Cluster
+    costs: CostTable
+
+    def __post_init__(self) -> None:
+        if self.costs.layer_names != self.graph.names:
+            raise ProfileError(f"cost table layers do not match model {self.graph.name!r}")
+        missing = [t for t in self.cluster.types if t not in self.costs.types]
+        if missing:
+            raise ProfileError(f"no costs for device types {missing}; the table has {self.costs.types}")
+        if self.costs.types != self.cluster.types:
+            self.costs = self.costs.select(self.cluster.types)
+
+    # ---- sizes ----------------------------------------------------------------------------------
+    @property
+    def num_layers(self) -> int:
+        return self.graph.num_layers
+
+    @property
+    def num_devices(self) -> int:
+        return self.cluster.num_devices
+
+    @cached_property
+    def cut_bytes(self) -> np.ndarray:
+        return self.graph.cut_bytes
+
+    @cached_property
+    def device_type(self) -> np.ndarray:
+        """Cost-table column of each device."""
+        return self.cluster.type_index
+
+    @cached_property
+    def memory_bytes(self) -> np.ndarray:
+        return self.cluster.memory_bytes
+
+    # ---- stage costs (vectorized: i, j, d broadcast) --------------------------------------------
+    def stage_time(self, i, j, d):
+        """Compute seconds of layers i..j-1 on device d."""
+        return self.costs.range_time(i, j, self.device_type[d])
+
+    def stage_energy(self, i, j, d):
+        return self.costs.range_energy(i, j, self.device_type[d])
+
+    def stage_mem(self, i, j, d):
+        """Bytes a stage needs: its layers' memory plus what it receives (cut i) and sends (cut j)."""
+        return self.costs.range_mem(i, j, self.device_type[d]) + self.cut_bytes[i] + self.cut_bytes[j]
+
+    # ---- communication -------------------------------------------------------------------------
+    def cut_time(self, k, u, v):
+        """Seconds to move the tensors live across cut k from device u to v (0 if u == v)."""
+        nb = self.cut_bytes[k]
+        same = np.asarray(u) == np.asarray(v)
+        t = np.where(same | (nb <= 0), 0.0, self.cluster.latency_s[u, v] + nb / self.cluster.bandwidth[u, v])
+        return t if np.ndim(t) else float(t)
+
+    def cut_energy(self, k, u, v):
+        e = self.cut_bytes[k] * self.cluster.energy_per_byte[u, v]
+        return e if np.ndim(e) else float(e)
+
+    def fits(self, i, j, d):
+        return self.stage_mem(i, j, d) <= self.memory_bytes[d]

@@ -1,0 +1,152 @@
+"""The ``hetsplit.profile/1`` format: per-layer measurements, enough to plan without the model.
+
+Import and export. A profile carries a graph-lite (layer names, output and parameter bytes, which
+layers read which) and a cost column per device type (time, energy, optional memory).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hetsplit.costs.table import CostTable
+from hetsplit.errors import ProfileError
+from hetsplit.graph.types import INPUT, LAYER_KINDS, OTHER, Graph, Layer, Tensor
+
+FORMAT = "hetsplit.profile/1"
+INPUT_NAME = "input"
+
+
+@dataclass
+class Profile:
+    """A graph and its measured or modelled costs per device type."""
+
+    graph: Graph
+    costs: CostTable
+    meta: dict[str, Any] = field(default_factory=dict)  # source, device, repeats, whole-model times...
+
+
+def _fail(path: str, msg: str) -> ProfileError:
+    return ProfileError(f"{path}: {msg}")
+
+
+def _graph_from_layers(model: str, input_bytes: int, layers: list[dict], where: str) -> Graph:
+    names = [str(layer.get("name", "")) for layer in layers]
+    index: dict[str, int] = {}
+    for i, name in enumerate(names):
+        if not name:
+            raise _fail(where, f"layers[{i}] has no 'name'")
+        if name in index or name == INPUT_NAME:
+            raise _fail(where, f"layers[{i}]: duplicate or reserved layer name {name!r}")
+        index[name] = i
+    consumers: dict[int, list[int]] = {i: [] for i in range(INPUT, len(layers))}
+    built: list[Layer] = []
+    for i, entry in enumerate(layers):
+        for key in ("out_bytes",):
+            if key not in entry:
+                raise _fail(where, f"layer {names[i]!r} has no {key!r}")
+        inputs = entry.get("inputs", [names[i - 1]] if i > 0 else [INPUT_NAME])
+        for src in inputs:
+            if src == INPUT_NAME:
+                consumers[INPUT].append(i)
+            elif src not in index:
+                raise _fail(where, f"layer {names[i]!r} reads {src!r}, which is not a layer; names: input or an earlier layer")
+            elif index[src] >= i:
+                raise _fail(where, f"layer {names[i]!r} reads {src!r}, which comes after it; list layers in topological order")
+            else:
+                consumers[index[src]].append(i)
+        op = entry.get("op", OTHER)
+        if op not in LAYER_KINDS:
+            raise _fail(where, f"layer {names[i]!r}: unknown op {op!r}; expected one of {LAYER_KINDS}")
+        try:
+            built.append(Layer(name=names[i], op=op, macs=int(entry.get("macs", 0)),
+                               param_bytes=int(entry.get("param_bytes", 0)), out_bytes=int(entry["out_bytes"]),
+                               in_bytes=int(entry.get("in_bytes", 0)), attrs=dict(entry.get("attrs", {}))))
+        except (TypeError, ValueError) as exc:
+            raise _fail(where, f"layer {names[i]!r}: {exc}") from None
+    tensors = [Tensor(INPUT_NAME, INPUT, int(input_bytes), tuple(consumers[INPUT]))]
+    for i, layer in enumerate(built):
+        cons = tuple(sorted(set(consumers[i])))
+        tensors.append(Tensor(layer.name, i, layer.out_bytes, cons, is_output=not cons))
+    return Graph(name=model, layers=built, tensors=tensors, source=where, meta={"from_profile": True})
+
+
+def profile_from_dict(data: dict, where: str = "<profile>") -> Profile:
+    """Parse a profile document (already loaded JSON) with errors naming the key."""
+    if not isinstance(data, dict):
+        raise _fail(where, "a profile is a JSON object")
+    if data.get("format") != FORMAT:
+        raise _fail(where, f"'format' is {data.get('format')!r}; expected {FORMAT!r}")
+    layers = data.get("layers")
+    if not isinstance(layers, list) or not layers:
+        raise _fail(where, "'layers' must be a non-empty list")
+    graph = _graph_from_layers(str(data.get("model", Path(where).stem)), int(data.get("input_bytes", 0)), layers, where)
+    device_types = data.get("device_types")
+    if not isinstance(device_types, dict) or not device_types:
+        raise _fail(where, "'device_types' must map a device type to its per-layer time_s and energy_j")
+    n = len(layers)
+    types, times, energies, mems, sources = [], [], [], [], {}
+    default_mem = np.array([float(layer.get("mem_bytes", layer.get("param_bytes", 0) + layer["out_bytes"]))
+                            for layer in layers])
+    for tname, col in device_types.items():
+        for key in ("time_s", "energy_j"):
+            values = col.get(key) if isinstance(col, dict) else None
+            if not isinstance(values, list) or len(values) != n:
+                got = len(values) if isinstance(values, list) else type(values).__name__
+                raise _fail(where, f"device_types.{tname}.{key} must list {n} numbers (one per layer), got {got}")
+        types.append(tname)
+        times.append([float("inf") if v is None else float(v) for v in col["time_s"]])
+        energies.append([float("inf") if v is None else float(v) for v in col["energy_j"]])
+        mem = col.get("mem_bytes")
+        mems.append(default_mem if mem is None else np.asarray(mem, dtype=np.float64))
+        sources[tname] = str(col.get("source", data.get("source", where)))
+    table = CostTable(graph.names, types, np.array(times).T, np.array(energies).T, np.array(mems).T, sources)
+    meta = {k: v for k, v in data.items() if k not in ("layers", "device_types", "format")}
+    return Profile(graph, table, meta)
+
+
+def load_profile(path: str | Path) -> Profile:
+    """Read a ``hetsplit.profile/1`` JSON file."""
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise ProfileError(f"{p}: no such profile file") from None
+    except json.JSONDecodeError as exc:
+        raise ProfileError(f"{p}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    return profile_from_dict(data, str(p))
+
+
+def profile_to_dict(profile: Profile) -> dict:
+    """The JSON document of a profile (inf costs are written as null)."""
+    g, c = profile.graph, profile.costs
+    preds = g.predecessors
+    layers = []
+    for i, layer in enumerate(g.layers):
+        entry: dict[str, Any] = {"name": layer.name, "op": layer.op, "macs": layer.macs,
+                                 "out_bytes": layer.out_bytes, "param_bytes": layer.param_bytes,
+                                 "mem_bytes": float(c.mem_bytes[i].max()),
+                                 "inputs": [INPUT_NAME if p == INPUT else g.layers[p].name for p in preds[i]]}
+        layers.append(entry)
+
+    def col(values: np.ndarray) -> list:
+        return [None if not np.isfinite(v) else float(v) for v in values]
+
+    types = {}
+    for t, name in enumerate(c.types):
+        types[name] = {"time_s": col(c.time_s[:, t]), "energy_j": col(c.energy_j[:, t]),
+                       "mem_bytes": [float(v) for v in c.mem_bytes[:, t]], "source": c.sources.get(name, "")}
+    doc = {"format": FORMAT, "model": g.name, "input_bytes": g.input_bytes, "layers": layers, "device_types": types}
+    doc.update({k: v for k, v in profile.meta.items() if k not in doc})
+    return doc
+
+
+def save_profile(profile: Profile, path: str | Path) -> Path:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(profile_to_dict(profile), indent=1))
+    return p

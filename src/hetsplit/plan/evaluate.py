@@ -1,0 +1,217 @@
+"""The analytic pipeline evaluator, vectorized over many plans at once.
+
+Pipeline semantics (DESIGN.md): each stage runs consecutive layers on one device; every cut between
+two stages moves ``cut_bytes[k]`` (all tensors live across it) over the link between their devices;
+compute and communication overlap, so the bottleneck is the largest per-device compute time or cut
+transfer time and throughput is its inverse; latency is the sum of every stage and transfer; energy
+is the sum of compute and transfer energy. With a cluster ``source`` the model input first moves
+from the source to the first stage (``cut_bytes[0]``); with a ``sink`` the outputs move from the
+last stage to the sink (``cut_bytes[L]``). A device that runs several stages adds up their compute.
+Transfer energy is charged to the sending device.
+
+A batch of N plans with at most S stages is two integer arrays: ``bounds`` (N x S+1, stage s runs
+layers ``bounds[n, s] .. bounds[n, s+1]-1``) and ``devices`` (N x S). Unused stages come last, with
+device -1 and zero length (their bounds equal L).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hetsplit.costs.problem import SplitProblem
+from hetsplit.errors import PlanError
+from hetsplit.plan.types import Metrics, Plan, Stage
+
+
+@dataclass
+class BatchMetrics:
+    """Metrics of N plans as arrays (per-device arrays are N x D)."""
+
+    throughput: np.ndarray
+    bottleneck_s: np.ndarray
+    latency_s: np.ndarray
+    energy_j: np.ndarray
+    comm_energy_j: np.ndarray
+    comm_time_s: np.ndarray
+    energy_per_device_j: np.ndarray
+    compute_s_per_device: np.ndarray
+    memory_per_device_bytes: np.ndarray
+    participates: np.ndarray
+    fits: np.ndarray
+    edp: np.ndarray
+    max_transfer_s: np.ndarray          # largest single transfer (for naming the bottleneck)
+    max_transfer_link: np.ndarray       # N x 2 (u, v) of that transfer, -1 if none
+
+    def __len__(self) -> int:
+        return len(self.throughput)
+
+
+def check_batch(problem: SplitProblem, bounds: np.ndarray, devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Validate shapes and values of a plan batch; return them as int64 arrays."""
+    b = np.atleast_2d(np.asarray(bounds, dtype=np.int64))
+    d = np.atleast_2d(np.asarray(devices, dtype=np.int64))
+    n_layers, n_dev = problem.num_layers, problem.num_devices
+    if b.shape[0] != d.shape[0] or b.shape[1] != d.shape[1] + 1:
+        raise PlanError(f"bounds {b.shape} and devices {d.shape} do not describe the same plans (need N x S+1, N x S)")
+    if (b[:, 0] != 0).any() or (b[:, -1] != n_layers).any():
+        raise PlanError(f"stage bounds must start at 0 and end at {n_layers} (the number of layers)")
+    if (np.diff(b, axis=1) < 0).any():
+        raise PlanError("stage bounds must not decrease")
+    if ((d < -1) | (d >= n_dev)).any():
+        raise PlanError(f"device indices must be in 0..{n_dev - 1} (or -1 for an unused stage)")
+    used = d >= 0
+    length = np.diff(b, axis=1)
+    if (used & (length == 0)).any() or (~used & (length > 0)).any():
+        raise PlanError("a stage has a device but no layers, or layers but no device")
+    if (used[:, 1:] & ~used[:, :-1]).any():
+        raise PlanError("unused stages (device -1) must come after all used stages")
+    return b, d
+
+
+def evaluate_pipelines(problem: SplitProblem, bounds: np.ndarray, devices: np.ndarray) -> BatchMetrics:
+    """Metrics of every plan in a batch, with array operations only (no loop over plans)."""
+    b, d = check_batch(problem, bounds, devices)
+    n, s_max = d.shape
+    n_dev = problem.num_devices
+    rows = np.arange(n)
+    active = d >= 0
+    dev = np.where(active, d, 0)
+    starts, ends = b[:, :-1], b[:, 1:]
+    types = problem.device_type[dev]
+    comp_t = np.where(active, problem.costs.range_time(starts, ends, types), 0.0)
+    comp_e = np.where(active, problem.costs.range_energy(starts, ends, types), 0.0)
+    mem = np.where(active, problem.costs.range_mem(starts, ends, types)
+                   + problem.cut_bytes[starts] + problem.cut_bytes[ends], 0.0)
+
+    compute_dev = np.zeros((n, n_dev))
+    energy_dev = np.zeros((n, n_dev))
+    mem_dev = np.zeros((n, n_dev))
+    participates = np.zeros((n, n_dev), dtype=bool)
+    for s in range(s_max):
+        a = active[:, s]
+        compute_dev[rows, dev[:, s]] += comp_t[:, s]
+        energy_dev[rows, dev[:, s]] += comp_e[:, s]
+        mem_dev[rows, dev[:, s]] += mem[:, s]
+        participates[rows[a], dev[a, s]] = True
+
+    # transfers: between consecutive used stages, plus source -> first and last -> sink
+    transfers_t: list[np.ndarray] = []
+    transfers_e: list[np.ndarray] = []
+    links: list[tuple[np.ndarray, np.ndarray]] = []
+    for s in range(s_max - 1):
+        has = active[:, s + 1]
+        u, v, k = dev[:, s], dev[:, s + 1], ends[:, s]
+        t = np.where(has, problem.cut_time(k, u, v), 0.0)
+        e = np.where(has, problem.cut_energy(k, u, v), 0.0)
+        energy_dev[rows, u] += e
+        transfers_t.append(t), transfers_e.append(e), links.append((u, v))
+    src, snk = problem.cluster.source_index, problem.cluster.sink_index
+    if src is not None:
+        first = dev[:, 0]
+        t = problem.cut_time(np.zeros(n, dtype=np.int64), np.full(n, src), first)
+        e = problem.cut_energy(np.zeros(n, dtype=np.int64), np.full(n, src), first)
+        energy_dev[:, src] += e
+        transfers_t.append(t), transfers_e.append(e), links.append((np.full(n, src), first))
+    if snk is not None:
+        last = dev[rows, active.sum(axis=1) - 1]
+        k_end = np.full(n, problem.num_layers)
+        t = problem.cut_time(k_end, last, np.full(n, snk))
+        e = problem.cut_energy(k_end, last, np.full(n, snk))
+        energy_dev[rows, last] += e
+        transfers_t.append(t), transfers_e.append(e), links.append((last, np.full(n, snk)))
+
+    if transfers_t:
+        tt = np.stack(transfers_t, axis=1)
+        te = np.stack(transfers_e, axis=1)
+        arg = np.argmax(tt, axis=1)
+        max_tr = tt[rows, arg]
+        lu = np.stack([lk[0] for lk in links], axis=1)[rows, arg]
+        lv = np.stack([lk[1] for lk in links], axis=1)[rows, arg]
+        link = np.where(max_tr[:, None] > 0, np.stack([lu, lv], axis=1), -1)
+        comm_t, comm_e = tt.sum(axis=1), te.sum(axis=1)
+    else:
+        max_tr = np.zeros(n)
+        link = np.full((n, 2), -1)
+        comm_t = comm_e = np.zeros(n)
+
+    bottleneck = np.maximum(compute_dev.max(axis=1), max_tr)
+    latency = comp_t.sum(axis=1) + comm_t
+    energy = comp_e.sum(axis=1) + comm_e
+    with np.errstate(divide="ignore"):
+        throughput = np.where(bottleneck > 0, 1.0 / bottleneck, np.inf)
+    fits = (mem_dev <= problem.memory_bytes[None, :]).all(axis=1)
+    return BatchMetrics(throughput, bottleneck, latency, energy, comm_e, comm_t, energy_dev, compute_dev,
+                        mem_dev, participates, fits, energy * latency, max_tr, link)
+
+
+# ---- single plans -------------------------------------------------------------------------------
+
+def plan_to_arrays(problem: SplitProblem, plan: Plan) -> tuple[np.ndarray, np.ndarray]:
+    """Bounds and device indices of a whole-layer pipeline plan, validated against the problem."""
+    g, cl = problem.graph, problem.cluster
+    if plan.model and plan.model != g.name:
+        raise PlanError(f"the plan is for model {plan.model!r}, not {g.name!r}")
+    if not plan.stages:
+        raise PlanError("the plan has no stages")
+    bounds, devs, pos = [0], [], 0
+    for s, stage in enumerate(plan.stages):
+        if stage.shard is not None:
+            raise PlanError(f"stage {s} ({stage.device}) is a shard; the pipeline evaluator takes whole layers only")
+        if stage.device not in cl.names:
+            raise PlanError(f"stage {s}: device {stage.device!r} is not in cluster {cl.name!r}; devices are {cl.names}")
+        if not stage.layers:
+            raise PlanError(f"stage {s} ({stage.device}) has no layers")
+        for name in stage.layers:
+            idx = g.index(name)
+            if idx != pos:
+                expected = g.layers[pos].name if pos < len(g.layers) else "(none: all layers are placed)"
+                raise PlanError(
+                    f"stage {s} ({stage.device}): layer {name!r} is out of order; a pipeline plan lists every "
+                    f"layer once in topological order, and the next layer is {expected!r}")
+            pos += 1
+        bounds.append(pos)
+        devs.append(cl.index(stage.device))
+    if pos != g.num_layers:
+        raise PlanError(f"the plan places {pos} of {g.num_layers} layers; missing from {g.layers[pos].name!r} on")
+    return np.array([bounds]), np.array([devs])
+
+
+def metrics_at(problem: SplitProblem, batch: BatchMetrics, i: int) -> Metrics:
+    """The Metrics of plan i of an evaluated batch."""
+    names = problem.cluster.names
+    part = batch.participates[i]
+    comp = batch.compute_s_per_device[i]
+    if batch.max_transfer_s[i] > comp.max():
+        u, v = batch.max_transfer_link[i]
+        what = f"link {names[u]}->{names[v]}"
+    else:
+        what = f"stage {names[int(np.argmax(comp))]}"
+    charged = part | (batch.energy_per_device_j[i] > 0)
+    return Metrics(
+        throughput=float(batch.throughput[i]), bottleneck_s=float(batch.bottleneck_s[i]), bottleneck=what,
+        latency_s=float(batch.latency_s[i]), energy_j=float(batch.energy_j[i]),
+        energy_per_device_j={names[k]: float(batch.energy_per_device_j[i, k]) for k in np.flatnonzero(charged)},
+        compute_s_per_device={names[k]: float(comp[k]) for k in np.flatnonzero(part)},
+        memory_per_device_bytes={names[k]: float(batch.memory_per_device_bytes[i, k]) for k in np.flatnonzero(part)},
+        fits=bool(batch.fits[i]), edp=float(batch.edp[i]), comm_energy_j=float(batch.comm_energy_j[i]),
+        comm_time_s=float(batch.comm_time_s[i]))
+
+
+def evaluate(problem: SplitProblem, plan: Plan) -> Metrics:
+    """Metrics of one pipeline plan (raises PlanError naming what is wrong with it)."""
+    bounds, devs = plan_to_arrays(problem, plan)
+    return metrics_at(problem, evaluate_pipelines(problem, bounds, devs), 0)
+
+
+def make_plan(problem: SplitProblem, bounds, devices, algorithm: str, params: dict | None = None) -> Plan:
+    """A Plan (with its metrics) from one row of stage bounds and device indices."""
+    b = [int(x) for x in np.asarray(bounds).ravel()]
+    d = [int(x) for x in np.asarray(devices).ravel()]
+    used = [s for s in range(len(d)) if d[s] >= 0]
+    names = problem.graph.names
+    stages = [Stage(problem.cluster.names[d[s]], names[b[s]:b[s + 1]]) for s in used]
+    plan = Plan(problem.graph.name, problem.cluster.name, algorithm, stages, dict(params or {}))
+    plan.metrics = evaluate(problem, plan)
+    return plan

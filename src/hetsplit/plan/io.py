@@ -1,0 +1,56 @@
+"""Plan and plan-set files (JSON)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hetsplit.errors import PlanError
+from hetsplit.plan.types import SET_FORMAT, Plan
+
+
+def save_plans(plans: list[Plan], path: str | Path, **extra) -> Path:
+    """Write a plan set: ``{"format": "hetsplit.planset/1", "plans": [...], ...extra}``."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"format": SET_FORMAT, **extra, "plans": [pl.to_dict() for pl in plans]}
+    p.write_text(json.dumps(doc, indent=1))
+    return p
+
+
+def save_plan(plan: Plan, path: str | Path) -> Path:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(plan.to_dict(), indent=1))
+    return p
+
+
+def load_plans(path: str | Path) -> list[Plan]:
+    """Read a plan file or a plan-set file; always returns a list."""
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise PlanError(f"{p}: no such plan file") from None
+    except json.JSONDecodeError as exc:
+        raise PlanError(f"{p}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    if isinstance(doc, dict) and doc.get("format") == SET_FORMAT:
+        return [Plan.from_dict(d, f"{p}: plans[{i}]") for i, d in enumerate(doc.get("plans", []))]
+    if isinstance(doc, list):
+        return [Plan.from_dict(d, f"{p}[{i}]") for i, d in enumerate(doc)]
+    return [Plan.from_dict(doc, str(p))]
+
+
+def load_plan(path: str | Path, index: int | None = None) -> Plan:
+    """One plan from a file: the only one, the one at ``index``, or the first Pareto-optimal one."""
+    plans = load_plans(path)
+    if not plans:
+        raise PlanError(f"{path}: the plan set is empty")
+    if index is not None:
+        if not 0 <= index < len(plans):
+            raise PlanError(f"{path}: no plan #{index}; the file has {len(plans)} plans (0..{len(plans) - 1})")
+        return plans[index]
+    if len(plans) == 1:
+        return plans[0]
+    best = [p for p in plans if p.pareto] or plans
+    return max(best, key=lambda p: p.metrics.throughput if p.metrics else 0.0)

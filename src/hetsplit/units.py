@@ -1,0 +1,132 @@
+"""Quantities with units at the edges: parse "64GB/s", "6.5pJ/b", "16GiB", "65W" into SI floats.
+
+Inside hetsplit everything is SI: seconds, joules, bytes, bytes/s, joules/byte, watts, MAC/s.
+Bits are converted to bytes (x8) wherever a unit says ``b`` (bit) rather than ``B`` (byte).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from hetsplit.errors import UnitError
+
+_SI_PREFIX = {
+    "": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
+    "m": 1e-3, "u": 1e-6, "µ": 1e-6, "n": 1e-9, "p": 1e-12, "f": 1e-15,
+}
+_BIN_PREFIX = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40}
+
+_NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+_QUANTITY = re.compile(rf"^\s*({_NUMBER})\s*([^\s].*?)?\s*$")
+
+# kind -> (accepted base unit, factor to SI, human example)
+KINDS = {
+    "bytes": "16GiB, 256KiB, 8GB",
+    "bandwidth": "64GB/s, 3.5MB/s, 1Gb/s (bits), 125MB/s",
+    "energy_per_byte": "6.5pJ/b (per bit), 100pJ/B (per byte), 0.1uJ/b",
+    "power": "65W, 13mW",
+    "time": "10ns, 2.5ms, 1s",
+    "energy": "45uJ, 0.35J",
+    "rate": "1.2e11/s (MAC/s or op/s), 15.5e9MAC/s",
+    "frequency": "500MHz, 3.5GHz",
+    "dimensionless": "0.8, 1e3",
+}
+
+
+def _split_prefix(unit: str, base: str, allow_binary: bool) -> float | None:
+    """Factor of the prefix in front of ``base`` in ``unit``; None if ``unit`` does not end in base."""
+    if not unit.endswith(base):
+        return None
+    prefix = unit[: len(unit) - len(base)]
+    if allow_binary and prefix in _BIN_PREFIX:
+        return _BIN_PREFIX[prefix]
+    return _SI_PREFIX.get(prefix)
+
+
+def _data_factor(unit: str) -> float | None:
+    """Bytes per unit of a data amount: B (byte) or b/bit (bit), SI or binary prefix."""
+    for base, scale in (("bit", 1 / 8), ("B", 1.0), ("b", 1 / 8)):
+        f = _split_prefix(unit, base, allow_binary=True)
+        if f is not None:
+            return f * scale
+    return None
+
+
+def _parse_unit(unit: str, kind: str) -> float | None:
+    u = unit.replace(" ", "")
+    if kind == "bytes":
+        return _data_factor(u)
+    if kind == "bandwidth":
+        for sep in ("/s", "ps"):
+            if u.endswith(sep):
+                return _data_factor(u[: -len(sep)])
+        return None
+    if kind == "energy_per_byte":
+        if "/" not in u:
+            return None
+        energy, data = u.split("/", 1)
+        e = _split_prefix(energy, "J", allow_binary=False)
+        d = _data_factor(data)
+        if e is None or d is None:
+            return None
+        return e / d
+    if kind == "power":
+        return _split_prefix(u, "W", allow_binary=False)
+    if kind == "energy":
+        return _split_prefix(u, "J", allow_binary=False)
+    if kind == "time":
+        return _split_prefix(u, "s", allow_binary=False)
+    if kind == "frequency":
+        return _split_prefix(u, "Hz", allow_binary=False)
+    if kind == "rate":
+        if not u.endswith("/s"):
+            return None
+        head = u[:-2]
+        for base in ("MAC", "MACs", "op", "ops", "FLOP", "FLOPs", ""):
+            f = _split_prefix(head, base, allow_binary=False) if base else _SI_PREFIX.get(head)
+            if f is not None:
+                return f
+        return None
+    if kind == "dimensionless":
+        return _SI_PREFIX.get(u)
+    raise UnitError(f"unknown quantity kind {kind!r}; expected one of {sorted(KINDS)}")
+
+
+def parse_quantity(value: object, kind: str, where: str = "") -> float:
+    """Parse ``value`` (a number, or a string with a unit) as a ``kind`` quantity in SI units.
+
+    Plain numbers are taken as already SI. ``where`` names the place (file, key) for errors.
+    """
+    if kind not in KINDS:
+        raise UnitError(f"unknown quantity kind {kind!r}; expected one of {sorted(KINDS)}")
+    loc = f"{where}: " if where else ""
+    if isinstance(value, bool):
+        raise UnitError(f"{loc}expected a {kind} like {KINDS[kind]}, got {value!r}")
+    if isinstance(value, (int, float)):
+        result = float(value)
+    elif isinstance(value, str):
+        m = _QUANTITY.match(value)
+        if not m:
+            raise UnitError(f"{loc}cannot read {value!r} as a {kind}; write it like {KINDS[kind]}")
+        number, unit = float(m.group(1)), (m.group(2) or "")
+        factor = 1.0 if unit == "" else _parse_unit(unit, kind)
+        if factor is None:
+            raise UnitError(f"{loc}unknown unit {unit!r} in {value!r} for a {kind}; write it like {KINDS[kind]}")
+        result = number * factor
+    else:
+        raise UnitError(f"{loc}expected a {kind} like {KINDS[kind]}, got {type(value).__name__} {value!r}")
+    if math.isnan(result) or result < 0:
+        raise UnitError(f"{loc}{kind} must be a non-negative number, got {value!r}")
+    return result
+
+
+def format_quantity(value: float, unit: str, digits: int = 3) -> str:
+    """Format an SI value with an SI prefix: format_quantity(6.4e10, "B/s") -> "64 GB/s"."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g} {unit}"
+    exp = int(math.floor(math.log10(abs(value)) / 3))
+    exp = max(-5, min(5, exp))
+    prefixes = {-5: "f", -4: "p", -3: "n", -2: "µ", -1: "m", 0: "", 1: "k", 2: "M", 3: "G", 4: "T", 5: "P"}
+    scaled = value / 10 ** (3 * exp)
+    return f"{scaled:.{digits}g} {prefixes[exp]}{unit}"
