@@ -1,0 +1,86 @@
+"""What every partitioner shares: one call shape, so they can be swapped and compared.
+
+A partitioner is a class registered under an algorithm name with ``@register_partitioner``. It
+is built from typed options and called as ``solve(problem) -> list[Plan]``; plans come back with
+their metrics from the one evaluator (``hetsplit.plan.evaluate``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+from hetsplit.costs.problem import SplitProblem
+from hetsplit.errors import HetsplitError
+from hetsplit.plan.types import Plan
+
+
+@dataclass(frozen=True)
+class PipelineConstraints:
+    """Constraints every pipeline partitioner honours.
+
+    first_stage_devices: device names allowed to run the first stage (DONNA's edge experiment
+      forces the first layer onto an edge device); None allows any.
+    enforce_memory: drop stages that do not fit their device's memory.
+    max_stages: at most this many stages (None: up to the number of devices).
+    """
+
+    first_stage_devices: tuple[str, ...] | None = None
+    enforce_memory: bool = True
+    max_stages: int | None = None
+
+    def first_stage_indices(self, problem: SplitProblem) -> list[int]:
+        if self.first_stage_devices is None:
+            return list(range(problem.num_devices))
+        return [problem.cluster.index(n) for n in self.first_stage_devices]
+
+
+class Partitioner(Protocol):
+    """solve(problem) -> plans, each with metrics filled in."""
+
+    name: str
+
+    def solve(self, problem: SplitProblem) -> list[Plan]: ...
+
+
+PartitionerFactory = Callable[..., Partitioner]
+_REGISTRY: dict[str, PartitionerFactory] = {}
+
+
+def register_partitioner(name: str) -> Callable[[PartitionerFactory], PartitionerFactory]:
+    def wrap(factory: PartitionerFactory) -> PartitionerFactory:
+        _REGISTRY[name] = factory
+        return factory
+
+    return wrap
+
+
+def partitioner_names() -> list[str]:
+    _load_builtin()
+    return sorted(_REGISTRY)
+
+
+def make_partitioner(name: str, **options: Any) -> Partitioner:
+    """Build the partitioner registered as ``name`` with its typed options."""
+    _load_builtin()
+    try:
+        factory = _REGISTRY[name]
+    except KeyError:
+        raise HetsplitError(f"unknown algorithm {name!r}; available: {sorted(_REGISTRY)}") from None
+    try:
+        return factory(**options)
+    except TypeError as exc:
+        raise HetsplitError(f"algorithm {name!r}: bad options {sorted(options)} ({exc})") from None
+
+
+def _load_builtin() -> None:
+    import hetsplit.search  # noqa: F401  (registers the built-in partitioners)
+
+
+@dataclass
+class SolveStats:
+    """What a solver reports about its own run (for benchmarks and --json)."""
+
+    seconds: float = 0.0
+    states: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
