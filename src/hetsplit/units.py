@@ -2,6 +2,9 @@
 
 Inside hetsplit everything is SI: seconds, joules, bytes, bytes/s, joules/byte, watts, MAC/s.
 Bits are converted to bytes (x8) wherever a unit says ``b`` (bit) rather than ``B`` (byte).
+Rates are MAC/s; FLOP/s and op/s count two per MAC (multiply + add), so "21.7TFLOP/s" is
+10.85e12 MAC/s. ``parse_quantity`` reads one kind; ``detect_quantity`` finds the kind from the
+unit; ``parse_param`` picks the kind from a parameter's name (``KEY_KINDS``, suffixes) first.
 """
 
 from __future__ import annotations
@@ -28,9 +31,9 @@ KINDS = {
     "power": "65W, 13mW",
     "time": "10ns, 2.5ms, 1s",
     "energy": "45uJ, 0.35J",
-    "rate": "1.2e11/s (MAC/s or op/s), 15.5e9MAC/s",
+    "rate": "1.2e11/s (MAC/s), 15.5GMAC/s, 21.7TFLOP/s (2 FLOP per MAC)",
     "frequency": "500MHz, 3.5GHz",
-    "dimensionless": "0.8, 1e3",
+    "dimensionless": "0.8, 1e3, 50%",
 }
 
 
@@ -48,6 +51,19 @@ def _data_factor(unit: str) -> float | None:
     """Bytes per unit of a data amount: B (byte) or b/bit (bit), SI or binary prefix."""
     for base, scale in (("bit", 1 / 8), ("B", 1.0), ("b", 1 / 8)):
         f = _split_prefix(unit, base, allow_binary=True)
+        if f is not None:
+            return f * scale
+    return None
+
+
+# per-second counts, as MACs per unit: a MAC is two operations (multiply and add)
+_RATE_BASES = (("MACs/s", 1.0), ("MAC/s", 1.0), ("FLOPs/s", 0.5), ("FLOP/s", 0.5), ("FLOPS", 0.5),
+               ("ops/s", 0.5), ("op/s", 0.5), ("OPS", 0.5), ("/s", 1.0))
+
+
+def _rate_factor(u: str) -> float | None:
+    for base, scale in _RATE_BASES:
+        f = _split_prefix(u, base, allow_binary=False)
         if f is not None:
             return f * scale
     return None
@@ -80,16 +96,9 @@ def _parse_unit(unit: str, kind: str) -> float | None:
     if kind == "frequency":
         return _split_prefix(u, "Hz", allow_binary=False)
     if kind == "rate":
-        if not u.endswith("/s"):
-            return None
-        head = u[:-2]
-        for base in ("MAC", "MACs", "op", "ops", "FLOP", "FLOPs", ""):
-            f = _split_prefix(head, base, allow_binary=False) if base else _SI_PREFIX.get(head)
-            if f is not None:
-                return f
-        return None
+        return _rate_factor(u)
     if kind == "dimensionless":
-        return _SI_PREFIX.get(u)
+        return 0.01 if u == "%" else _SI_PREFIX.get(u)
     raise UnitError(f"unknown quantity kind {kind!r}; expected one of {sorted(KINDS)}")
 
 
@@ -130,3 +139,70 @@ def format_quantity(value: float, unit: str, digits: int = 3) -> str:
     prefixes = {-5: "f", -4: "p", -3: "n", -2: "µ", -1: "m", 0: "", 1: "k", 2: "M", 3: "G", 4: "T", 5: "P"}
     scaled = value / 10 ** (3 * exp)
     return f"{scaled:.{digits}g} {prefixes[exp]}{unit}"
+
+
+# Parameter names whose quantity kind is known; see kind_for_key for suffix rules.
+KEY_KINDS: dict[str, str] = {
+    "memory": "bytes", "peak_macs": "rate", "mem_bandwidth": "bandwidth", "bandwidth": "bandwidth",
+    "power_active": "power", "power_idle": "power", "power": "power", "leakage_power": "power",
+    "overhead_s": "time", "latency": "time", "energy": "energy_per_byte",
+    "energy_per_byte": "energy_per_byte", "efficiency": "dimensionless",
+    "mem_efficiency": "dimensionless", "frequency": "frequency", "clock": "frequency",
+}
+_SUFFIX_KINDS = (("_energy_per_byte", "energy_per_byte"), ("_j_per_byte", "energy_per_byte"),
+                 ("_bandwidth", "bandwidth"), ("_bytes", "bytes"), ("_efficiency", "dimensionless"),
+                 ("_hz", "frequency"), ("_w", "power"), ("_j", "energy"), ("_s", "time"))
+
+
+def kind_for_key(key: str) -> str | None:
+    """The quantity kind a parameter name implies (``KEY_KINDS``, then suffixes), or None."""
+    if key in KEY_KINDS:
+        return KEY_KINDS[key]
+    for suffix, kind in _SUFFIX_KINDS:
+        if key.endswith(suffix):
+            return kind
+    return None
+
+
+def detect_quantity(value: str, where: str = "") -> tuple[float, str]:
+    """Parse a quantity string whose kind its unit tells: "64GB/s" -> (6.4e10, "bandwidth").
+
+    A bare number is dimensionless. A unit that fits no kind, or more than one, is a UnitError.
+    """
+    loc = f"{where}: " if where else ""
+    m = _QUANTITY.match(value)
+    if not m:
+        raise UnitError(f"{loc}cannot read {value!r} as a quantity; write a number with a unit, "
+                        "like 64GB/s, 16GiB, 6.5pJ/b, 65W, 10ns, 1.2e11/s")
+    number, unit = float(m.group(1)), (m.group(2) or "").replace(" ", "")
+    if not unit:
+        return parse_quantity(number, "dimensionless", where), "dimensionless"
+    fits = [(k, f) for k in KINDS if (f := _parse_unit(unit, k)) is not None]
+    if len(fits) != 1:
+        why = "no known kind" if not fits else f"several kinds ({', '.join(k for k, _ in fits)})"
+        raise UnitError(f"{loc}unit {unit!r} in {value!r} fits {why}; write it like 64GB/s (bandwidth), "
+                        "16GiB (bytes), 6.5pJ/b (energy per bit), 65W, 10ns, 500MHz, 1.2e11/s (MAC/s)")
+    kind, factor = fits[0]
+    return parse_quantity(number * factor, kind, where), kind
+
+
+def parse_param(key: str, value: object, where: str = "") -> object:
+    """A model parameter in SI: the kind comes from ``key`` where known, else from the unit.
+
+    Mappings and lists are read element by element (``efficiency: {conv: 0.5}`` keeps the kind of
+    ``efficiency``); strings that do not start with a number stay text (``mapping: novel``).
+    """
+    kind = kind_for_key(key)
+    if isinstance(value, dict):
+        return {k: parse_param(key if kind else str(k), v, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, list):
+        return [parse_param(key, v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if kind is not None:
+        return parse_quantity(value, kind, where)
+    if isinstance(value, str):
+        if _QUANTITY.match(value) is None:
+            return value  # text, e.g. a mapping scheme name
+        return detect_quantity(value, where)[0]
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return value
