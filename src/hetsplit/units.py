@@ -122,7 +122,7 @@ def parse_quantity(value: object, kind: str, where: str = "") -> float:
         factor = 1.0 if unit == "" else _parse_unit(unit, kind)
         if factor is None:
             raise UnitError(f"{loc}unknown unit {unit!r} in {value!r} for a {kind}; write it like {KINDS[kind]}")
-        result = number * factor
+        result = float(f"{number * factor:.15g}")  # drop float noise of the prefix: 100us -> 1e-4
     else:
         raise UnitError(f"{loc}expected a {kind} like {KINDS[kind]}, got {type(value).__name__} {value!r}")
     if math.isnan(result) or result < 0:
