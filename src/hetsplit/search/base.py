@@ -60,6 +60,15 @@ def partitioner_names() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def partitioner_options(name: str) -> set[str]:
+    """Names of the options the partitioner registered as ``name`` accepts."""
+    import inspect
+
+    _load_builtin()
+    factory = _REGISTRY.get(name)
+    return set(inspect.signature(factory).parameters) - {"name"} if factory else set()
+
+
 def make_partitioner(name: str, **options: Any) -> Partitioner:
     """Build the partitioner registered as ``name`` with its typed options."""
     _load_builtin()

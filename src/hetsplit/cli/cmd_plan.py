@@ -1,0 +1,62 @@
+"""hetsplit plan MODEL|PROFILE --cluster CLUSTER: find, evaluate and compare split plans."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from rich.console import Console
+
+from hetsplit.cli.common import add_command, progress
+from hetsplit.plan import save_plans
+from hetsplit.report.tables import print_plans
+from hetsplit.search import PipelineConstraints, partitioner_names
+from hetsplit.workflow import PlanRequest, find_plans, load_problem, output_dir
+
+
+def register(sub) -> None:
+    p = add_command(sub, "plan", "find the splits of a model over a cluster worth having",
+                    ["hetsplit plan resnet152 --cluster donna-2cpu-1gpu-1cim-hb-wcc",
+                     "hetsplit plan vgg19 --cluster my-cluster.yaml --algo donna --alpha 0 0.5 1 --out out/",
+                     "hetsplit plan profile.json --cluster donna-2cpu-2gpu-pcie5 --json > plans.json"])
+    p.add_argument("model", help="zoo name, .onnx file, or hetsplit.profile/1 .json file")
+    p.add_argument("--cluster", "-c", required=True, help="built-in cluster name (see `hetsplit clusters`) or YAML")
+    p.add_argument("--algo", "-a", nargs="+", default=["donna"], metavar="ALGO",
+                   help=f"one or more of: {', '.join(partitioner_names())} (default: donna)")
+    p.add_argument("--alpha", type=float, nargs="+", default=None, metavar="A",
+                   help="DONNA's weights (1 = throughput, 0 = energy); default 0 0.2 ... 1")
+    p.add_argument("--first-device", nargs="+", default=None, metavar="DEVICE",
+                   help="devices allowed to run the first stage (e.g. the edge devices)")
+    p.add_argument("--ignore-memory", action="store_true", help="do not drop stages that overflow memory")
+    p.add_argument("--no-baselines", action="store_true", help="leave out the single-device plans")
+    p.add_argument("--seed", type=int, default=0, help="seed for stochastic algorithms")
+    p.add_argument("--out", "-o", default=None, metavar="DIR", help="write DIR/plans.json and DIR/pareto.png")
+    p.add_argument("--json", action="store_true", help="print the plan set as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    console = Console(stderr=args.json)
+    with progress(f"loading {args.model} and {args.cluster}"):
+        problem = load_problem(args.model, args.cluster)
+    constraints = PipelineConstraints(
+        first_stage_devices=tuple(args.first_device) if args.first_device else None,
+        enforce_memory=not args.ignore_memory)
+    request = PlanRequest(algorithms=args.algo, alphas=args.alpha, constraints=constraints,
+                          baselines=not args.no_baselines, seed=args.seed)
+    with progress(f"searching ({', '.join(args.algo)})"):
+        plans = find_plans(problem, request)
+    if args.json:
+        json.dump({"format": "hetsplit.planset/1", "plans": [p.to_dict() for p in plans]}, sys.stdout, indent=1)
+        print()
+    else:
+        print_plans(plans, f"{problem.graph.name} on {problem.cluster.name} "
+                           f"({problem.num_layers} layers, {problem.num_devices} devices)", console)
+    out = output_dir(args.out)
+    if out is not None:
+        from hetsplit.report.plots import pareto_plot  # matplotlib only when a plot is asked for
+
+        save_plans(plans, out / "plans.json", model=problem.graph.name, cluster=problem.cluster.name)
+        pareto_plot(plans, out / "pareto.png", f"{problem.graph.name} on {problem.cluster.name}")
+        console.print(f"wrote {out / 'plans.json'} and {out / 'pareto.png'}")
+    return 0

@@ -1,0 +1,63 @@
+"""Plan tables for the terminal (rich) and as plain rows for files."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from hetsplit.plan.types import Plan
+from hetsplit.units import format_quantity
+
+
+def describe_params(plan: Plan) -> str:
+    """Short label of how a plan was found: "donna a=0.4", "single gpu0", "exact"."""
+    p = plan.params
+    if "alpha" in p:
+        return f"{plan.algorithm} α={p['alpha']:g}"
+    if "device" in p:
+        return f"{plan.algorithm} {p['device']}"
+    return plan.algorithm
+
+
+def describe_stages(plan: Plan, max_chars: int = 48) -> str:
+    """Stages as "gpu0[12] → cim0[40]" (device and number of layers)."""
+    text = " → ".join(f"{s.device}[{len(s.layers)}]" for s in plan.stages)
+    return text if len(text) <= max_chars else text[: max_chars - 1] + "…"
+
+
+def plan_row(plan: Plan) -> dict[str, Any]:
+    """The figures of one plan for a table, in display units."""
+    m = plan.metrics
+    assert m is not None, "plans are evaluated before they are shown"
+    return {
+        "how": describe_params(plan), "stages": describe_stages(plan), "devices": len(m.compute_s_per_device),
+        "throughput": m.throughput, "bottleneck": m.bottleneck, "latency_s": m.latency_s, "energy_j": m.energy_j,
+        "energy_per_device_j": m.energy_per_participating_device_j,
+        "max_mem_bytes": max(m.memory_per_device_bytes.values(), default=0.0), "fits": m.fits,
+        "pareto": bool(plan.pareto),
+    }
+
+
+def plans_table(plans: list[Plan], title: str = "") -> Table:
+    """A rich table of plans with their metrics; Pareto-optimal rows are starred."""
+    table = Table(title=title or None, show_lines=False, header_style="bold")
+    for col, justify in (("", "left"), ("#", "right"), ("found by", "left"), ("stages (device[layers])", "left"),
+                         ("thru/s", "right"), ("bottleneck", "left"), ("latency", "right"), ("energy", "right"),
+                         ("E/device", "right"), ("max mem", "right"), ("fits", "center")):
+        table.add_column(col, justify=justify)
+    for i, plan in enumerate(plans):
+        r = plan_row(plan)
+        table.add_row("★" if r["pareto"] else "", str(i), r["how"], r["stages"], f"{r['throughput']:.4g}",
+                      r["bottleneck"], format_quantity(r["latency_s"], "s"), format_quantity(r["energy_j"], "J"),
+                      format_quantity(r["energy_per_device_j"], "J"), format_quantity(r["max_mem_bytes"], "B"),
+                      "yes" if r["fits"] else "NO")
+    return table
+
+
+def print_plans(plans: list[Plan], title: str = "", console: Console | None = None) -> None:
+    console = console or Console()
+    console.print(plans_table(plans, title))
+    if any(p.pareto for p in plans):
+        console.print("★ = Pareto-optimal in (bottleneck time, energy per inference) among plans that fit")

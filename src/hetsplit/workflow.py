@@ -1,0 +1,111 @@
+"""The main job as library calls: load a model (or profile) and a cluster, find plans, compare.
+
+The CLI and the benchmarks call these; they hold the orchestration so commands stay thin.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from hetsplit.cluster import Cluster
+from hetsplit.costs import CostTable, SplitProblem, build_problem, load_profile
+from hetsplit.errors import HetsplitError
+from hetsplit.graph import Graph
+from hetsplit.plan import Plan, mark_pareto
+from hetsplit.search import PipelineConstraints, make_partitioner, partitioner_options
+
+
+def is_profile_path(spec: str) -> bool:
+    return spec.endswith(".json")
+
+
+def load_model_or_profile(spec: str) -> tuple[Graph, CostTable | None]:
+    """A zoo name or .onnx path gives a graph; a .json profile gives a graph-lite and its costs."""
+    if is_profile_path(spec):
+        prof = load_profile(spec)
+        return prof.graph, prof.costs
+    from hetsplit.graph import load_model
+
+    return load_model(spec), None
+
+
+def load_cluster_spec(spec: str) -> Cluster:
+    from hetsplit.cluster import load_cluster
+
+    return load_cluster(spec)
+
+
+def load_problem(model: str, cluster: str | Cluster) -> SplitProblem:
+    """The SplitProblem of a model/profile spec on a cluster spec (built-in name or YAML path)."""
+    graph, profile_costs = load_model_or_profile(model)
+    cl = cluster if isinstance(cluster, Cluster) else load_cluster_spec(cluster)
+    return build_problem(graph, cl, profile_costs)
+
+
+@dataclass
+class PlanRequest:
+    """What to search for: algorithms, their shared constraints, and DONNA's alphas."""
+
+    algorithms: Sequence[str] = ("donna",)
+    alphas: Sequence[float] | None = None
+    constraints: PipelineConstraints = PipelineConstraints()
+    baselines: bool = True  # add the single-device plans for comparison
+    seed: int = 0
+
+
+def _options_for(name: str, request: PlanRequest) -> dict[str, Any]:
+    """The options a partitioner accepts, taken from the request (by constructor signature)."""
+    params = partitioner_options(name)
+    options: dict[str, Any] = {}
+    if "constraints" in params:
+        options["constraints"] = request.constraints
+    if "alphas" in params and request.alphas is not None:
+        options["alphas"] = tuple(request.alphas)
+    if "seed" in params:
+        options["seed"] = request.seed
+    return options
+
+
+def find_plans(problem: SplitProblem, request: PlanRequest) -> list[Plan]:
+    """Run every requested partitioner (plus single-device baselines), mark the Pareto front."""
+    plans: list[Plan] = []
+    names = list(request.algorithms) + (["single"] if request.baselines and "single" not in request.algorithms else [])
+    for name in names:
+        make_partitioner(name)  # validates the name (lists the valid ones) before options
+        plans.extend(make_partitioner(name, **_options_for(name, request)).solve(problem))
+    if not plans:
+        raise HetsplitError(f"no plan found for {problem.graph.name!r} on {problem.cluster.name!r}: "
+                            "no device can hold the whole model and no split fits")
+    return mark_pareto(plans)
+
+
+@dataclass
+class BaselineComparison:
+    """A plan against a baseline plan: speed-up, energy ratio, per-device energy ratio."""
+
+    plan: Plan
+    speedup: float
+    energy_ratio: float
+    energy_per_device_ratio: float
+
+
+def compare_to(plans: list[Plan], baseline: Plan) -> list[BaselineComparison]:
+    b = baseline.metrics
+    out = []
+    for p in plans:
+        m = p.metrics
+        out.append(BaselineComparison(p, m.throughput / b.throughput if b.throughput else float("inf"),
+                                      m.energy_j / b.energy_j if b.energy_j else float("inf"),
+                                      m.energy_per_participating_device_j / b.energy_per_participating_device_j
+                                      if b.energy_j else float("inf")))
+    return out
+
+
+def output_dir(path: str | Path | None) -> Path | None:
+    if path is None:
+        return None
+    p = Path(path)
+    p.mkdir(parents=True, exist_ok=True)
+    return p
