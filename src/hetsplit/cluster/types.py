@@ -74,6 +74,7 @@ class Cluster:
     sink: str | None = None        # device where outputs must end up (None: no output transfer)
     groups: dict[str, list[str]] = field(default_factory=dict)
     origin: str = ""               # file or built-in name it was loaded from
+    description: str = ""          # what the cluster models, where its set-up comes from
 
     def __post_init__(self) -> None:
         self.validate()

@@ -1,0 +1,108 @@
+"""Built-in example clusters: the set-ups of the papers, as cluster specs (the YAML format, as dicts).
+
+Each is loadable by name (``load_cluster("donna-2cpu-1gpu-1cim-hb-wcc")``) and printable as YAML
+(``hetsplit clusters NAME --yaml``) to start a file of one's own.
+
+- DONNA (seed 000): its four device sets {4 CPU}, {2 CPU, 2 GPU}, {2 CPU, 2 CIM},
+  {2 CPU, 1 GPU, 1 CIM} on each medium of its Table I (pcie5, hb-wcc, lb-wcc); the single-GPU
+  baseline; and the edge-CIM + cloud set-up (CIM devices on HB-WCC at the edge, a cloud GPU or
+  CPU behind LB-WCC, inputs arriving at an edge device).
+- The thesis (seed 003): 8 Jetson Xavier NX boards, CPU and GPU of each as 2 PEs (16 PEs),
+  shared memory inside a board, Gigabit Ethernet between boards.
+- Bochem et al. (seed 002): 1 to 64 Siracusa chips on MIPI, in groups of four.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+DONNA_MEDIA = ("pcie5", "hb-wcc", "lb-wcc")
+DONNA_SETS = {  # device-set label -> [(device prefix, preset, count)]
+    "4cpu": [("cpu", "xeon-w3323", 4)],
+    "2cpu-2gpu": [("cpu", "xeon-w3323", 2), ("gpu", "rtx3070ti", 2)],
+    "2cpu-2cim": [("cpu", "xeon-w3323", 2), ("cim", "neurosim-rram", 2)],
+    "2cpu-1gpu-1cim": [("cpu", "xeon-w3323", 2), ("gpu", "rtx3070ti", 1), ("cim", "neurosim-rram", 1)],
+}
+DONNA_EDGE_CIMS = 4  # DONNA does not state how many edge CIM devices; four, like its device sets
+JETSON_BOARDS = 8
+SIRACUSA_SIZES = (1, 2, 4, 8, 16, 32, 64)
+SIRACUSA_GROUP = 4
+_DONNA = "DONNA (seed 000)"
+
+
+def _devices(members: list[tuple[str, str, int]]) -> list[dict[str, Any]]:
+    return [{"name": f"{prefix}{i}", "preset": preset} for prefix, preset, n in members for i in range(n)]
+
+
+def _donna_set(label: str, medium: str) -> dict[str, Any]:
+    return {"name": f"donna-{label}-{medium}",
+            "description": f"{_DONNA} device set {{{label.replace('-', ', ')}}} joined by {medium} (Table I)",
+            "devices": _devices(DONNA_SETS[label]), "links": {"default": medium}}
+
+
+def _donna_edge_cloud(cloud: str, preset: str) -> dict[str, Any]:
+    return {"name": f"donna-edge-{DONNA_EDGE_CIMS}cim-cloud-{cloud}",
+            "description": (f"{_DONNA} Sec. IV-3, CIM as edge devices: {DONNA_EDGE_CIMS} CIM devices talk over "
+                            f"HB-WCC, the cloud {cloud.upper()} sits behind LB-WCC; inputs arrive at cim0 "
+                            f"(the number of edge devices is not stated in the paper; {DONNA_EDGE_CIMS} assumed)"),
+            "devices": _devices([("cim", "neurosim-rram", DONNA_EDGE_CIMS), (cloud, preset, 1)]),
+            "groups": {"edge": {"devices": [f"cim{i}" for i in range(DONNA_EDGE_CIMS)], "medium": "hb-wcc"},
+                       "cloud": [f"{cloud}0"]},
+            "links": {"default": "lb-wcc"},
+            "source": "cim0"}
+
+
+def _jetson() -> dict[str, Any]:
+    devices, groups = [], {}
+    for b in range(JETSON_BOARDS):
+        for pe in ("cpu", "gpu"):
+            devices.append({"name": f"nx{b}-{pe}", "preset": f"xavier-nx-{pe}", "memory": "4GiB"})
+        groups[f"board{b}"] = {"devices": [f"nx{b}-cpu", f"nx{b}-gpu"], "medium": "jetson-shm"}
+    return {"name": f"jetson-xavier-nx-{JETSON_BOARDS}",
+            "description": ("Thesis (seed 003): 8 Jetson Xavier NX boards, CPU and GPU of each as 2 PEs (16 PEs); "
+                            "jetson-shm inside a board, GbE between boards; each PE may use 4 GiB of its board's "
+                            "8 GiB (assumption: an even split); inputs arrive at nx0-cpu"),
+            "devices": devices, "groups": groups, "links": {"default": "gbe"}, "source": "nx0-cpu"}
+
+
+def _siracusa(n: int) -> dict[str, Any]:
+    chips = [f"chip{i}" for i in range(n)]
+    groups = {f"quad{g}": {"devices": chips[g * SIRACUSA_GROUP:(g + 1) * SIRACUSA_GROUP], "medium": "mipi"}
+              for g in range((n + SIRACUSA_GROUP - 1) // SIRACUSA_GROUP)}
+    return {"name": f"siracusa-{n}",
+            "description": (f"Bochem et al. (seed 002): {n} Siracusa chip(s) joined by MIPI (0.5 GB/s, 100 pJ/B), "
+                            f"in groups of {SIRACUSA_GROUP} for hierarchical reduction; inputs arrive at chip0"),
+            "devices": [{"name": c, "preset": "siracusa"} for c in chips],
+            "groups": groups, "links": {"default": "mipi"}, "source": "chip0"}
+
+
+def _build() -> dict[str, dict[str, Any]]:
+    specs = [_donna_set(label, medium) for label in DONNA_SETS for medium in DONNA_MEDIA]
+    specs.append({"name": "donna-1gpu", "description": f"{_DONNA} baseline: one RTX 3070 Ti runs the whole model",
+                  "devices": [{"name": "gpu0", "preset": "rtx3070ti"}]})
+    specs += [_donna_edge_cloud("gpu", "rtx3070ti"), _donna_edge_cloud("cpu", "xeon-w3323"), _jetson()]
+    specs += [_siracusa(n) for n in SIRACUSA_SIZES]
+    return {s["name"]: s for s in specs}
+
+
+_BUILTIN = _build()
+
+
+def builtin_names() -> list[str]:
+    """Names of the built-in clusters, in a stable order (DONNA, Jetson, Siracusa)."""
+    return list(_BUILTIN)
+
+
+def builtin_spec(name: str) -> dict[str, Any]:
+    """A copy of a built-in cluster's spec (the YAML format as a dict)."""
+    from hetsplit.errors import ClusterError
+
+    if name not in _BUILTIN:
+        raise ClusterError(f"unknown built-in cluster {name!r}; built-ins are: {', '.join(_BUILTIN)}")
+    return copy.deepcopy(_BUILTIN[name])
+
+
+def spec_presets(spec: dict[str, Any]) -> list[str]:
+    """The device presets a spec names (to tell which presets a built-in needs)."""
+    return sorted({d["preset"] for d in spec["devices"] if "preset" in d})
