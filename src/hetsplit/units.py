@@ -206,3 +206,11 @@ def parse_param(key: str, value: object, where: str = "") -> object:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     return value
+
+
+def format_bytes(value: float, digits: int = 3) -> str:
+    """Format a byte count with a binary prefix: format_bytes(8 * 2**30) -> "8 GiB"."""
+    if not math.isfinite(value) or abs(value) < 1024:
+        return f"{value:g} B"
+    exp = min(int(math.log(abs(value), 1024)), 4)
+    return f"{value / 1024 ** exp:.{digits}g} {('', 'Ki', 'Mi', 'Gi', 'Ti')[exp]}B"

@@ -1,0 +1,85 @@
+"""Plain-dict summaries of clusters, cluster specs and presets (for the CLI, JSON and reports)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from hetsplit.cluster.presets import Preset
+from hetsplit.cluster.types import Cluster
+
+_DEVICE_FIGURES = ("peak_macs", "mem_bandwidth", "power_active")
+
+
+def spec_media(spec: dict[str, Any]) -> list[str]:
+    """Media a cluster spec names (default, groups, overrides), without loading any preset."""
+    found: list[Any] = []
+    links = spec.get("links") or {}
+    found.append(links.get("default"))
+    found += [g.get("medium") for g in (spec.get("groups") or {}).values() if isinstance(g, dict)]
+    found += [o.get("medium") for o in links.get("overrides") or []]
+    return list(dict.fromkeys(m if isinstance(m, str) else "custom" for m in found if m is not None))
+
+
+def spec_summary(spec: dict[str, Any]) -> dict[str, Any]:
+    """Name, device count, device mix by preset, media and description of a spec (no preset is loaded)."""
+    mix = Counter(d.get("preset") or d.get("kind", "?") for d in spec["devices"] for _ in range(d.get("count", 1)))
+    return {"name": spec["name"], "devices": sum(mix.values()), "mix": dict(mix), "media": spec_media(spec),
+            "groups": len(spec.get("groups") or {}), "source": spec.get("source"),
+            "description": spec.get("description", "")}
+
+
+def cluster_to_dict(cluster: Cluster) -> dict[str, Any]:
+    """Devices, groups and links (by medium, one entry per distinct (medium, figures) and its pairs)."""
+    links: dict[str, dict[str, Any]] = {}
+    n = cluster.num_devices
+    for u in range(n):
+        for v in range(n):
+            if u == v:
+                continue
+            name = cluster.medium_names[u][v] if cluster.medium_names else ""
+            entry = links.setdefault(name or "link", {
+                "medium": name or "link", "bandwidth": float(cluster.bandwidth[u, v]),
+                "latency_s": float(cluster.latency_s[u, v]), "energy_per_byte": float(cluster.energy_per_byte[u, v]),
+                "pairs": 0})
+            entry["pairs"] += 1
+    return {"name": cluster.name, "origin": cluster.origin, "description": cluster.description,
+            "source": cluster.source, "sink": cluster.sink, "groups": cluster.groups, "types": cluster.types,
+            "devices": [{"name": d.name, "kind": d.kind, "type": d.type, "preset": d.preset, "model": d.model,
+                         "memory_bytes": d.memory_bytes, "group": d.group, "host": d.host,
+                         "params": _plain(d.params)} for d in cluster.devices],
+            "links": list(links.values())}
+
+
+def preset_key_figures(preset: Preset) -> dict[str, Any]:
+    """The figures ``hetsplit devices`` shows in its overview (SI units)."""
+    if preset.is_medium:
+        return {"name": preset.name, "kind": preset.kind, "bandwidth": preset.figures["bandwidth"],
+                "latency_s": preset.figures["latency"], "energy_per_byte": preset.figures["energy"],
+                "description": preset.description}
+    figures = {k: preset.params.get(k) for k in _DEVICE_FIGURES}
+    return {"name": preset.name, "kind": preset.kind, "model": preset.model, "type": preset.type,
+            "memory_bytes": preset.memory_bytes, **figures, "description": preset.description}
+
+
+def preset_to_dict(preset: Preset) -> dict[str, Any]:
+    """Every figure of a preset: as written, in SI, and its source."""
+    values = dict(preset.figures) if preset.is_medium else {"memory": preset.memory_bytes,
+                                                           **{f"params.{k}": v for k, v in preset.params.items()}}
+    return {**preset_key_figures(preset), "path": str(preset.path), "references": list(preset.references),
+            "notes": preset.notes,
+            "figures": [{"key": k, "written": preset.written[k], "si": _plain(values[k]), "source": s}
+                        for k, s in preset.sources.items()]}
+
+
+def _plain(value: Any) -> Any:
+    """JSON-friendly copy (inf stays a float; numpy scalars become Python numbers)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
