@@ -2,5 +2,6 @@
 
 from hetsplit.costs.models.base import DeviceModel, LayerCosts, device_model, model_names, register_model
 from hetsplit.costs.models import roofline  # noqa: F401  (registers "roofline")
+from hetsplit.costs.models import cim  # noqa: F401  (registers "cim")
 
 __all__ = ["DeviceModel", "LayerCosts", "device_model", "model_names", "register_model"]
