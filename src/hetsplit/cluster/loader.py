@@ -344,7 +344,7 @@ class _Builder:
     def medium_choices(self) -> list[str]:
         return sorted(self.media) + preset_names(MEDIUM)
 
-    def medium(self, spec: Any, where: str, default_name: str = "custom") -> Medium:
+    def medium(self, spec: Any, where: str, default_name: str | None = None) -> Medium:
         if isinstance(spec, str):
             if spec in self.media:
                 return self.media[spec]
@@ -371,7 +371,7 @@ class _Builder:
         if not values["bandwidth"] > 0:
             raise self.err(f"{where}.bandwidth", "must be > 0")
         changed = base is not None and any(k in spec for k in MEDIUM_FIGURES)
-        name = spec.get("name") or (f"{base.name}*" if changed else base.name if base else default_name)
+        name = spec.get("name") or default_name or (f"{base.name}*" if changed else base.name if base else "custom")
         return Medium(str(name), values["bandwidth"], values["latency"], values["energy"],
                       source=f"{self.origin}: {where}")
 
