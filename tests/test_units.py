@@ -58,7 +58,7 @@ def test_prefix_noise_is_dropped():
     ("6.5pJ", "energy_per_byte", "per bit"),           # missing /b
     ("fast", "bandwidth", "cannot read 'fast'"),
     ("-1GB/s", "bandwidth", "non-negative"),
-    (True, "bytes", "expected a bytes"),
+    (True, "bytes", "expected a data size"),
     ([1], "time", "expected a time"),
 ])
 def test_bad_units_name_the_place_and_the_fix(value, kind, fragment):

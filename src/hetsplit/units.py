@@ -37,6 +37,14 @@ KINDS = {
 }
 
 
+_LABEL = {"bytes": "data size", "energy_per_byte": "energy per byte", "rate": "rate (MAC/s)",
+          "dimensionless": "plain number"}
+
+
+def _label(kind: str) -> str:
+    return _LABEL.get(kind, kind)
+
+
 def _split_prefix(unit: str, base: str, allow_binary: bool) -> float | None:
     """Factor of the prefix in front of ``base`` in ``unit``; None if ``unit`` does not end in base."""
     if not unit.endswith(base):
@@ -111,22 +119,23 @@ def parse_quantity(value: object, kind: str, where: str = "") -> float:
         raise UnitError(f"unknown quantity kind {kind!r}; expected one of {sorted(KINDS)}")
     loc = f"{where}: " if where else ""
     if isinstance(value, bool):
-        raise UnitError(f"{loc}expected a {kind} like {KINDS[kind]}, got {value!r}")
+        raise UnitError(f"{loc}expected a {_label(kind)} like {KINDS[kind]}, got {value!r}")
     if isinstance(value, (int, float)):
         result = float(value)
     elif isinstance(value, str):
         m = _QUANTITY.match(value)
         if not m:
-            raise UnitError(f"{loc}cannot read {value!r} as a {kind}; write it like {KINDS[kind]}")
+            raise UnitError(f"{loc}cannot read {value!r} as a {_label(kind)}; write it like {KINDS[kind]}")
         number, unit = float(m.group(1)), (m.group(2) or "")
         factor = 1.0 if unit == "" else _parse_unit(unit, kind)
         if factor is None:
-            raise UnitError(f"{loc}unknown unit {unit!r} in {value!r} for a {kind}; write it like {KINDS[kind]}")
+            raise UnitError(f"{loc}unknown unit {unit!r} in {value!r} for a {_label(kind)}; "
+                            f"write it like {KINDS[kind]}")
         result = float(f"{number * factor:.15g}")  # drop float noise of the prefix: 100us -> 1e-4
     else:
-        raise UnitError(f"{loc}expected a {kind} like {KINDS[kind]}, got {type(value).__name__} {value!r}")
+        raise UnitError(f"{loc}expected a {_label(kind)} like {KINDS[kind]}, got {type(value).__name__} {value!r}")
     if math.isnan(result) or result < 0:
-        raise UnitError(f"{loc}{kind} must be a non-negative number, got {value!r}")
+        raise UnitError(f"{loc}a {_label(kind)} must be a non-negative number, got {value!r}")
     return result
 
 
