@@ -1,0 +1,238 @@
+"""Bring any ONNX model into the canonical form hetsplit plans on.
+
+``prepare_model`` is deterministic and idempotent; the runtime cuts sub-models out of the model it
+returns, so node and tensor names in a ``Graph`` always refer to that model:
+
+- opset >= 11 of the default domain is required;
+- a symbolic or unknown batch dimension (``dim_param``, 0 or -1 in the first axis of a graph input)
+  becomes 1; any other symbolic dimension is an error naming the input;
+- unnamed nodes get the stable name ``<OpType>_<index>`` (unique against existing names);
+- ONNX shape inference runs (strict, with data propagation); every value must end with a static
+  shape, else the error names the node that produced it;
+- ``Shape`` / ``Size`` of a statically shaped tensor becomes a ``Constant`` node of the same name
+  and output, so shape arithmetic no longer reads activations.
+
+``strip_weights`` drops the data of large initializers but keeps their dims and types: enough for
+shape inference and for parameter bytes, tiny on disk ("shapes-only" model).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from hetsplit.errors import ModelError
+
+MIN_OPSET = 11
+STRIP_MIN_BYTES = 256           # initializers larger than this lose their data in a shapes-only model
+STRIPPED_KEY = "hetsplit.shapes_only"
+
+
+def read_model(model: str | Path | onnx.ModelProto) -> onnx.ModelProto:
+    """A ModelProto from a path (external data left on disk) or a copy of the given proto."""
+    if isinstance(model, onnx.ModelProto):
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+        return copy
+    path = Path(model)
+    if not path.is_file():
+        raise ModelError(f"{path}: no such ONNX file; give a path to a .onnx model or a zoo name")
+    try:
+        return onnx.load(str(path), load_external_data=False)
+    except Exception as exc:  # protobuf raises DecodeError and friends
+        raise ModelError(f"{path}: not a readable ONNX model ({exc})") from None
+
+
+def is_shapes_only(model: onnx.ModelProto) -> bool:
+    """True for a model whose large initializers carry no data (see ``strip_weights``)."""
+    return any(p.key == STRIPPED_KEY for p in model.metadata_props)
+
+
+def strip_weights(model: onnx.ModelProto, min_bytes: int = STRIP_MIN_BYTES) -> onnx.ModelProto:
+    """A copy without the data of initializers over ``min_bytes`` (dims and dtype kept)."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for init in out.graph.initializer:
+        if init.ByteSize() > min_bytes:
+            dims, dtype, name = list(init.dims), init.data_type, init.name
+            init.Clear()
+            init.name, init.data_type = name, dtype
+            init.dims.extend(dims)
+    if not is_shapes_only(out):
+        out.metadata_props.add(key=STRIPPED_KEY, value="1")
+    return out
+
+
+def _opset(model: onnx.ModelProto) -> int:
+    for imp in model.opset_import:
+        if imp.domain in ("", "ai.onnx"):
+            return int(imp.version)
+    return 0
+
+
+def _fix_batch_dims(model: onnx.ModelProto, where: str) -> None:
+    inits = {i.name for i in model.graph.initializer}
+    for inp in model.graph.input:
+        if inp.name in inits or not inp.type.HasField("tensor_type"):
+            continue
+        shape = inp.type.tensor_type.shape
+        if not inp.type.tensor_type.HasField("shape"):
+            raise ModelError(f"{where}: model input {inp.name!r} has no shape; hetsplit needs static input shapes")
+        for axis, dim in enumerate(shape.dim):
+            symbolic = dim.HasField("dim_param") or not dim.HasField("dim_value") or dim.dim_value <= 0
+            if not symbolic:
+                continue
+            if axis == 0:
+                dim.Clear()
+                dim.dim_value = 1
+            else:
+                label = dim.dim_param or "?"
+                raise ModelError(f"{where}: model input {inp.name!r} has symbolic dimension {label!r} at axis {axis}; "
+                                 "only the batch axis may be symbolic. Export the model with static shapes")
+
+
+def _name_nodes(model: onnx.ModelProto) -> None:
+    taken = {n.name for n in model.graph.node if n.name}
+    seen: set[str] = set()
+    for i, node in enumerate(model.graph.node):
+        if node.name and node.name not in seen:
+            seen.add(node.name)
+            continue
+        base = f"{node.op_type}_{i}" if not node.name else f"{node.name}_{i}"
+        name, k = base, 0
+        while name in taken or name in seen:
+            k += 1
+            name = f"{base}_{k}"
+        node.name = name
+        seen.add(name)
+
+
+def _check_graph(model: onnx.ModelProto, where: str) -> None:
+    g = model.graph
+    if len(g.node) == 0:
+        raise ModelError(f"{where}: the model graph has no nodes")
+    for sub in ("If", "Loop", "Scan"):
+        for node in g.node:
+            if node.op_type == sub:
+                raise ModelError(f"{where}: node {node.name!r} is a {sub} (control flow), which hetsplit does not "
+                                 "support; export the model with static control flow")
+    known = {i.name for i in g.input} | {i.name for i in g.initializer} | {""}
+    for node in g.node:
+        for name in node.input:
+            if name not in known:
+                raise ModelError(f"{where}: node {node.name!r} ({node.op_type}) reads {name!r}, which no earlier node "
+                                 "produces and which is neither an input nor an initializer (is the graph sorted?)")
+        known.update(node.output)
+    for out in g.output:
+        if out.name not in known:
+            raise ModelError(f"{where}: model output {out.name!r} is produced by no node")
+
+
+def _infer(model: onnx.ModelProto, where: str) -> onnx.ModelProto:
+    light = strip_weights(model) if not is_shapes_only(model) else model
+    try:
+        return onnx.shape_inference.infer_shapes(light, check_type=True, strict_mode=True, data_prop=True)
+    except Exception as exc:
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelError(f"{where}: ONNX shape inference failed: {msg}") from None
+
+
+def value_types(model: onnx.ModelProto) -> dict[str, tuple[tuple[int, ...] | None, int]]:
+    """Name -> (static shape or None, ONNX elem type) for every typed value of an inferred model."""
+    out: dict[str, tuple[tuple[int, ...] | None, int]] = {}
+    g = model.graph
+    for vi in list(g.input) + list(g.value_info) + list(g.output):
+        if not vi.type.HasField("tensor_type"):
+            continue
+        tt = vi.type.tensor_type
+        shape: tuple[int, ...] | None = None
+        if tt.HasField("shape"):
+            dims = [d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim]
+            shape = tuple(dims) if all(d >= 0 for d in dims) else None
+        out[vi.name] = (shape, tt.elem_type)
+    for init in g.initializer:
+        out[init.name] = (tuple(init.dims), init.data_type)
+    for node in g.node:
+        if node.op_type == "Constant":
+            for attr in node.attribute:
+                if attr.name == "value":
+                    out[node.output[0]] = (tuple(attr.t.dims), attr.t.data_type)
+    return out
+
+
+def _check_static(model: onnx.ModelProto, types: dict, where: str) -> None:
+    used = {t for n in model.graph.node for t in n.input} | {o.name for o in model.graph.output}
+    for node in model.graph.node:
+        for t in node.output:
+            if not t or t not in used:
+                continue
+            shape, _ = types.get(t, (None, 0))
+            if shape is None:
+                raise ModelError(f"{where}: node {node.name!r} ({node.op_type}): the shape of its output {t!r} could not "
+                                 "be inferred statically; hetsplit needs static shapes (export with fixed input sizes, "
+                                 "or run onnxsim / onnx shape inference with the input shapes set)")
+
+
+def _fold_shape_ops(model: onnx.ModelProto, types: dict) -> None:
+    """Replace Shape/Size of a static tensor by a Constant (same node name and output)."""
+    for i, node in enumerate(model.graph.node):
+        if node.op_type not in ("Shape", "Size"):
+            continue
+        shape, _ = types.get(node.input[0], (None, 0))
+        if shape is None:
+            raise ModelError(f"node {node.name!r} ({node.op_type}) reads {node.input[0]!r}, whose shape is not static")
+        if node.op_type == "Size":
+            value = np.array(int(np.prod(shape)), dtype=np.int64)
+        else:
+            attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+            rank = len(shape)
+            start = attrs.get("start", 0)
+            end = attrs.get("end", rank)
+            start, end = (start + rank if start < 0 else start), (end + rank if end < 0 else end)
+            value = np.array(shape[max(0, start):min(rank, end)], dtype=np.int64)
+        const = helper.make_node("Constant", [], [node.output[0]], name=node.name,
+                                 value=numpy_helper.from_array(value, name=node.output[0]))
+        model.graph.node[i].CopyFrom(const)
+
+
+def prepare_model(model: str | Path | onnx.ModelProto, where: str | None = None) -> onnx.ModelProto:
+    """The canonical, shape-inferred copy of ``model`` (see the module docstring)."""
+    if where is None:
+        where = str(model) if not isinstance(model, onnx.ModelProto) else (model.graph.name or "<model>")
+    proto = read_model(model)
+    opset = _opset(proto)
+    if opset < MIN_OPSET:
+        raise ModelError(f"{where}: default-domain opset {opset or 'missing'} is below {MIN_OPSET}; "
+                         "re-export the model with opset_version >= 11 or convert it with onnx.version_converter")
+    _check_graph(proto, where)
+    _fix_batch_dims(proto, where)
+    _name_nodes(proto)
+    inferred = _infer(proto, where)
+    types = value_types(inferred)
+    if any(n.op_type in ("Shape", "Size") for n in proto.graph.node):
+        _fold_shape_ops(proto, types)
+        inferred = _infer(proto, where)
+        types = value_types(inferred)
+    _check_static(proto, types, where)
+    # keep the inferred value_info on the returned model (weights untouched)
+    del proto.graph.value_info[:]
+    proto.graph.value_info.extend(inferred.graph.value_info)
+    for out, inf_out in zip(proto.graph.output, inferred.graph.output):
+        out.CopyFrom(inf_out)
+    return proto
+
+
+def elem_size(onnx_type: int) -> int:
+    """Bytes per element of an ONNX tensor type (strings count 1)."""
+    if onnx_type in (TensorProto.STRING, TensorProto.UNDEFINED):
+        return 1
+    return int(np.dtype(helper.tensor_dtype_to_np_dtype(onnx_type)).itemsize)
+
+
+def dtype_name(onnx_type: int) -> str:
+    if onnx_type in (TensorProto.STRING, TensorProto.UNDEFINED):
+        return "string" if onnx_type == TensorProto.STRING else "undefined"
+    return str(np.dtype(helper.tensor_dtype_to_np_dtype(onnx_type)))
