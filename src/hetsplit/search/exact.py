@@ -1,0 +1,76 @@
+"""``exact``: the minimum-bottleneck pipeline under memory limits, exactly, on any cluster.
+
+Every device may differ in type, memory and every link (bandwidth, latency, energy), with source
+and sink transfers. Method (see ``pipeline_dp``): interchangeable devices collapse into classes;
+a binary search over the sorted distinct values a bottleneck can take (stage compute times that
+fit memory, cut transfer times), with a feasibility test per bound that propagates boolean families
+of used-device multisets over cut positions (OR-reductions of packed words, no per-plan work).
+
+Tie-break among the plans with the optimal bottleneck T*: least energy per inference, then least
+latency (a lexicographic DP under the bound T*, exact because energy and latency are additive).
+That DP holds two float arrays over all states; when they would exceed ``tie_break_budget_bytes``
+the plan is any optimal-bottleneck plan of the feasibility families and ``params["tie_break"]``
+says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hetsplit.costs.problem import SplitProblem
+from hetsplit.errors import InfeasibleError
+from hetsplit.plan.types import Plan
+from hetsplit.search.base import PipelineConstraints, SolveStats, register_partitioner
+from hetsplit.search.pipeline_dp import (ClassModel, Reach, backtrack_reach, build_classes, check_layers_fit,
+                                         infeasible_message, reach, to_plan, value_dp)
+
+
+def min_bottleneck(cm: ClassModel, stats: SolveStats | None = None) -> tuple[float, Reach]:
+    """The least feasible bottleneck and the reachability families at it (binary search)."""
+    cand = cm.candidates()
+    cand = cand[cand >= cm.lower_bound()]
+    lo, hi = 0, len(cand) - 1
+    best = reach(cm, float(cand[hi])) if len(cand) else None
+    checks = 1
+    if best is None or not best.feasible:
+        raise InfeasibleError(infeasible_message(cm))
+    best_t = float(cand[hi])
+    while lo < hi:
+        mid = (lo + hi) // 2
+        r = reach(cm, float(cand[mid]))
+        checks += 1
+        if r.feasible:
+            hi, best, best_t = mid, r, float(cand[mid])
+        else:
+            lo = mid + 1
+    if stats is not None:
+        stats.extra.update(checks=checks, candidates=len(cand), classes=cm.num_classes,
+                           multisets=cm.num_multisets)
+    return best_t, best
+
+
+@register_partitioner("exact")
+@dataclass
+class Exact:
+    """Exact minimum bottleneck (ties: least energy, then least latency)."""
+
+    constraints: PipelineConstraints = field(default_factory=PipelineConstraints)
+    tie_break_budget_bytes: float = 192 * 2**20
+    name: str = "exact"
+
+    def solve(self, problem: SplitProblem) -> list[Plan]:
+        stats = SolveStats()
+        cm = build_classes(problem, self.constraints)
+        check_layers_fit(cm)
+        t_star, r = min_bottleneck(cm, stats)
+        state_bytes = 2 * 8 * (cm.num_layers + 1) * cm.num_classes * cm.num_multisets
+        params = {"bottleneck_s": t_star, **stats.extra}
+        vr = value_dp(cm, t_star, "energy", "latency") if state_bytes <= self.tie_break_budget_bytes else None
+        if vr is not None:
+            params["tie_break"] = "energy, latency"
+            return [to_plan(cm, vr.bounds, vr.classes, self.name, params)]
+        params["tie_break"] = f"none (tie-break DP needs {state_bytes / 2**20:.0f} MiB > budget)"
+        bounds, classes = backtrack_reach(cm, r)
+        return [to_plan(cm, bounds, classes, self.name, params)]

@@ -1,0 +1,95 @@
+"""Brute-force oracle: every pipeline plan of a small instance, evaluated by the evaluator.
+
+A plan is a sequence of stages over distinct devices (the search space of every pipeline solver);
+the oracle enumerates all ordered device sequences and all compositions of the layers, evaluates
+them in one batch and keeps those that fit memory (and honour the constraints).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from math import comb, perm
+
+import numpy as np
+
+from hetsplit.costs.problem import SplitProblem
+from hetsplit.errors import HetsplitError, InfeasibleError
+from hetsplit.plan.evaluate import BatchMetrics, evaluate_pipelines, make_plan
+from hetsplit.plan.pareto import pareto_mask
+from hetsplit.plan.types import Plan
+from hetsplit.search.base import PipelineConstraints, register_partitioner
+
+
+def count_plans(num_layers: int, num_devices: int, max_stages: int) -> int:
+    return sum(perm(num_devices, s) * comb(num_layers - 1, s - 1) for s in range(1, max_stages + 1))
+
+
+def enumerate_plans(problem: SplitProblem, constraints: PipelineConstraints = PipelineConstraints(),
+                    limit: int = 2_000_000) -> tuple[np.ndarray, np.ndarray]:
+    """All plans as (bounds N x S+1, devices N x S) with -1 padding; first-stage constraint applied."""
+    L, D = problem.num_layers, problem.num_devices
+    s_max = min(constraints.max_stages or D, D, L)
+    n = count_plans(L, D, s_max)
+    if n > limit:
+        raise HetsplitError(f"brute force would enumerate {n} plans (> {limit}); use a smaller instance")
+    first = set(constraints.first_stage_indices(problem))
+    bounds, devs = [], []
+    for s in range(1, s_max + 1):
+        for cuts in itertools.combinations(range(1, L), s - 1):
+            b = [0, *cuts, L] + [L] * (s_max - s)
+            for seq in itertools.permutations(range(D), s):
+                if seq[0] not in first:
+                    continue
+                bounds.append(b)
+                devs.append(list(seq) + [-1] * (s_max - s))
+    return np.array(bounds, dtype=np.int64).reshape(-1, s_max + 1), np.array(devs, dtype=np.int64).reshape(-1, s_max)
+
+
+@dataclass
+class OracleResult:
+    bounds: np.ndarray
+    devices: np.ndarray
+    metrics: BatchMetrics   # of the plans that fit (the rows of bounds/devices)
+
+    def min_bottleneck(self) -> float:
+        return float(self.metrics.bottleneck_s.min())
+
+    def front(self) -> np.ndarray:
+        """Distinct (bottleneck, energy) points of the Pareto front, sorted by bottleneck."""
+        obj = np.stack([self.metrics.bottleneck_s, self.metrics.energy_j], axis=1)
+        pts = obj[pareto_mask(obj)]
+        return np.unique(pts, axis=0)
+
+
+def brute_force(problem: SplitProblem, constraints: PipelineConstraints = PipelineConstraints()) -> OracleResult:
+    """Evaluate every plan; keep those that fit. Raises InfeasibleError if none does."""
+    b, d = enumerate_plans(problem, constraints)
+    m = evaluate_pipelines(problem, b, d)
+    keep = m.fits if constraints.enforce_memory else np.ones(len(m), dtype=bool)
+    keep &= np.isfinite(m.bottleneck_s)
+    if not keep.any():
+        raise InfeasibleError(f"no pipeline plan of {problem.graph.name!r} fits {problem.cluster.name!r}")
+    b, d = b[keep], d[keep]
+    return OracleResult(b, d, evaluate_pipelines(problem, b, d))
+
+
+@register_partitioner("bruteforce")
+@dataclass
+class BruteForce:
+    """Every plan of a small instance; returns the Pareto front of (bottleneck, energy)."""
+
+    constraints: PipelineConstraints = field(default_factory=PipelineConstraints)
+    name: str = "bruteforce"
+
+    def solve(self, problem: SplitProblem) -> list[Plan]:
+        r = brute_force(problem, self.constraints)
+        obj = np.stack([r.metrics.bottleneck_s, r.metrics.energy_j], axis=1)
+        idx = np.flatnonzero(pareto_mask(obj))
+        _, first = np.unique(obj[idx], axis=0, return_index=True)
+        plans = []
+        for i in idx[np.sort(first)]:
+            p = make_plan(problem, r.bounds[i], r.devices[i], self.name, {})
+            p.pareto = True
+            plans.append(p)
+        return sorted(plans, key=lambda p: p.metrics.bottleneck_s)

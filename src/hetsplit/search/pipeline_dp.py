@@ -1,0 +1,487 @@
+"""The one DP core behind hetsplit's pipeline solvers (exact, pareto, pipeedge).
+
+Search space (shared with DONNA and PipeEdge): a plan is a sequence of stages of consecutive
+layers, each on a distinct device; not every device has to take part.
+
+Devices are collapsed into *classes* of interchangeable devices: same cost type, same memory, the
+same link (bandwidth, latency, energy) to and from every other device, the same role (source,
+sink, allowed to run the first stage). A class of n devices contributes a digit 0..n to a
+mixed-radix *multiset index* S in 0..M-1 (M = prod(n_c + 1)); for all-different devices this is
+the usual subset bitmask, for a typed cluster with uniform links it is PipeEdge's multiset of
+types. Every table below is indexed by classes, never by devices.
+
+Two kernels run over states (cut position k, class c of the stage starting at k, multiset S of
+classes used so far, c included):
+
+- ``reach``: boolean families, "which S can have a stage of class c start at cut k with every
+  stage and transfer <= T"; a feasibility test for a bottleneck bound T (bool arrays, OR-reduced
+  as uint64 words), used by the parametric (binary) search of ``exact``.
+- ``value_dp``: a lexicographic (primary, secondary) minimum over the same states, under the
+  same bound T. Primary and secondary are each ``energy`` (sum), ``latency`` (sum) or
+  ``bottleneck`` (max). (energy, bottleneck) and (energy, latency) are decomposable because the
+  primary is an additive sum of non-negative terms; (bottleneck, *) is exact in its primary only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from hetsplit.costs.problem import SplitProblem
+from hetsplit.errors import InfeasibleError
+from hetsplit.plan.evaluate import make_plan
+from hetsplit.plan.types import Plan
+from hetsplit.search.base import PipelineConstraints
+
+RTOL = 1e-12  # primary values this close count as a tie (sums in a different order differ by ulps)
+
+
+@dataclass
+class ClassModel:
+    """Class-indexed cost tables of a SplitProblem under PipelineConstraints."""
+
+    problem: SplitProblem
+    members: list[list[int]]      # device indices of each class
+    time: np.ndarray              # (L+1, L+1, C) stage compute seconds, inf if invalid/not fitting
+    energy: np.ndarray            # (L+1, L+1, C) stage compute joules
+    tr_time: np.ndarray           # (L+1, C, C) transfer seconds at cut k, inf if not allowed
+    tr_energy: np.ndarray         # (L+1, C, C)
+    src_time: np.ndarray          # (C,) input transfer to a first stage of class c (inf: not allowed)
+    src_energy: np.ndarray
+    snk_time: np.ndarray          # (C,) output transfer from a last stage of class c
+    snk_energy: np.ndarray
+    max_stages: int
+
+    @property
+    def num_layers(self) -> int:
+        return self.time.shape[0] - 1
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.members)
+
+    @cached_property
+    def counts(self) -> np.ndarray:
+        return np.array([len(m) for m in self.members], dtype=np.int64)
+
+    @cached_property
+    def strides(self) -> np.ndarray:
+        return np.concatenate([[1], np.cumprod(self.counts + 1)[:-1]]).astype(np.int64)
+
+    @cached_property
+    def num_multisets(self) -> int:
+        return int(np.prod(self.counts + 1))
+
+    @cached_property
+    def num_stages(self) -> np.ndarray:
+        """Digit sum of each multiset index (how many stages it stands for)."""
+        m = np.arange(self.num_multisets)
+        total = np.zeros(self.num_multisets, dtype=np.int64)
+        for c in range(self.num_classes):
+            total += (m // self.strides[c]) % (self.counts[c] + 1)
+        return total
+
+    def shift(self, x: np.ndarray, c: int, fill) -> np.ndarray:
+        """x over multisets -> y[S + e_c] = x[S] (where class c still has a free device), y = fill elsewhere."""
+        n, st = int(self.counts[c]), int(self.strides[c])
+        xv = x.reshape(-1, n + 1, st)
+        y = np.empty_like(xv)
+        y[:, 0, :] = fill
+        y[:, 1:, :] = xv[:, :-1, :]
+        return y.reshape(x.shape)
+
+    def candidates(self) -> np.ndarray:
+        """Sorted distinct finite values a plan's bottleneck can take."""
+        vals = [self.time[np.isfinite(self.time)], self.tr_time[np.isfinite(self.tr_time)],
+                self.src_time[np.isfinite(self.src_time)], self.snk_time[np.isfinite(self.snk_time)], [0.0]]
+        return np.unique(np.concatenate([np.asarray(v, dtype=np.float64).ravel() for v in vals]))
+
+    def lower_bound(self) -> float:
+        """Largest single layer at its fastest class (every plan runs every layer somewhere)."""
+        L = self.num_layers
+        k = np.arange(L)
+        single = self.time[k, k + 1, :].min(axis=1)
+        return float(single.max()) if L else 0.0
+
+
+def build_classes(problem: SplitProblem, constraints: PipelineConstraints = PipelineConstraints(),
+                  cut_bytes: np.ndarray | None = None) -> ClassModel:
+    """Group interchangeable devices and tabulate stage and transfer costs per class.
+
+    ``cut_bytes`` replaces the problem's cut sizes in transfers and stage memory (PipeEdge's
+    last-output-only accounting); default: all bytes live across each cut.
+    """
+    cl = problem.cluster
+    n_dev, L = problem.num_devices, problem.num_layers
+    cb = problem.cut_bytes if cut_bytes is None else np.asarray(cut_bytes, dtype=np.float64)
+    first = set(constraints.first_stage_indices(problem))
+    src, snk = cl.source_index, cl.sink_index
+    bw, lat, epb = cl.bandwidth, cl.latency_s, cl.energy_per_byte
+
+    def swappable(a: int, b: int) -> bool:
+        """Swapping devices a and b changes no cost (an automorphism; so this is an equivalence)."""
+        if a in (src, snk) or b in (src, snk):
+            return False
+        if (problem.device_type[a] != problem.device_type[b] or problem.memory_bytes[a] != problem.memory_bytes[b]
+                or (a in first) != (b in first)):
+            return False
+        rest = np.array([x for x in range(n_dev) if x not in (a, b)], dtype=np.int64)
+        for m in (bw, lat, epb):
+            if m[a, b] != m[b, a] or not (np.array_equal(m[a, rest], m[b, rest])
+                                          and np.array_equal(m[rest, a], m[rest, b])):
+                return False
+        return True
+
+    members: list[list[int]] = []
+    for d in range(n_dev):
+        for group in members:
+            if swappable(group[0], d):
+                group.append(d)
+                break
+        else:
+            members.append([d])
+    reps = np.array([m[0] for m in members], dtype=np.int64)
+    C = len(members)
+
+    i = np.arange(L + 1)[:, None, None]
+    j = np.arange(L + 1)[None, :, None]
+    t = problem.device_type[reps][None, None, :]
+    valid = j > i
+    with np.errstate(invalid="ignore"):
+        time = np.where(valid, problem.costs.range_time(i, j, t), np.inf)
+        energy = np.where(valid, problem.costs.range_energy(i, j, t), np.inf)
+    if constraints.enforce_memory:
+        mem = problem.costs.range_mem(i, j, t) + cb[i] + cb[j]
+        fits = mem <= problem.memory_bytes[reps][None, None, :]
+        time = np.where(fits, time, np.inf)
+    energy = np.where(np.isfinite(time), energy, np.inf)
+
+    # transfers between a class u and a class v at every cut k (same class: two of its devices)
+    def pair_devices(cu: int, cv: int) -> tuple[int, int] | None:
+        if cu != cv:
+            return members[cu][0], members[cv][0]
+        return (members[cu][0], members[cu][1]) if len(members[cu]) > 1 else None
+
+    tr_time = np.full((L + 1, C, C), np.inf)
+    tr_energy = np.full((L + 1, C, C), np.inf)
+    for cu in range(C):
+        for cv in range(C):
+            pd = pair_devices(cu, cv)
+            if pd is None:
+                continue
+            a, b = pd
+            tr_time[:, cu, cv] = np.where(cb <= 0, 0.0, lat[a, b] + cb / bw[a, b])
+            tr_energy[:, cu, cv] = cb * epb[a, b]
+    src_time = np.zeros(C)
+    src_energy = np.zeros(C)
+    snk_time = np.zeros(C)
+    snk_energy = np.zeros(C)
+    for c, r in enumerate(reps):
+        if src is not None:
+            src_time[c] = 0.0 if (r == src or cb[0] <= 0) else lat[src, r] + cb[0] / bw[src, r]
+            src_energy[c] = cb[0] * epb[src, r]
+        if snk is not None:
+            snk_time[c] = 0.0 if (r == snk or cb[L] <= 0) else lat[r, snk] + cb[L] / bw[r, snk]
+            snk_energy[c] = cb[L] * epb[r, snk]
+        if r not in first:
+            src_time[c] = np.inf
+    max_stages = min(constraints.max_stages or n_dev, n_dev, L)
+    return ClassModel(problem, members, time, energy, tr_time, tr_energy, src_time, src_energy,
+                      snk_time, snk_energy, max_stages)
+
+
+def check_layers_fit(cm: ClassModel) -> None:
+    """Raise InfeasibleError naming the first layer that no stage on any device can hold or run."""
+    p = cm.problem
+    L = cm.num_layers
+    if L == 0:
+        return
+    finite = np.isfinite(cm.time)                    # (k, j, c): stage k..j-1 runs and fits
+    # layer l is covered by some stage k <= l < j
+    ok_kj = finite.any(axis=2)
+    covered = np.zeros(L, dtype=bool)
+    for k in range(L):
+        js = np.flatnonzero(ok_kj[k])
+        if js.size:
+            covered[k:js.max()] = True
+    if covered.all():
+        return
+    l = int(np.flatnonzero(~covered)[0])
+    name = p.graph.layers[l].name
+    devs = np.arange(p.num_devices)
+    runnable = np.isfinite(p.stage_time(l, l + 1, devs))
+    if not runnable.any():
+        raise InfeasibleError(f"layer {name!r} fits nowhere: no device type can run it "
+                              f"(types: {p.cluster.types})")
+    need = float(np.min(p.stage_mem(l, l + 1, devs[runnable])))
+    raise InfeasibleError(f"layer {name!r} fits nowhere: needs {need:.6g} bytes, largest device has "
+                          f"{float(p.memory_bytes.max()):.6g}")
+
+
+def infeasible_message(cm: ClassModel, bound: float | None = None) -> str:
+    what = "" if bound is None else f" with a bottleneck <= {bound:.6g} s"
+    return (f"no pipeline over the {cm.problem.num_devices} devices of {cm.problem.cluster.name!r} "
+            f"(one stage per device, at most {cm.max_stages} stages{', first stage restricted' if np.isinf(cm.src_time).any() else ''})"
+            f" fits memory{what}")
+
+
+# ---- feasibility: boolean families ----------------------------------------------------------------
+
+@dataclass
+class Reach:
+    """Result of ``reach``: families A[k, c, S] and whether the goal was reached."""
+
+    feasible: bool
+    A: np.ndarray         # (L+1, C, M8) bool, M8 = M rounded up to a multiple of 8
+    comp_ok: np.ndarray   # (L+1, L+1, C)
+    tr_ok: np.ndarray     # (L+1, C, C)
+    goal_ok: np.ndarray   # (C,) sink transfer within the bound
+
+
+def reach(cm: ClassModel, bound: float) -> Reach:
+    """Forward reachability of (k, c, S) with every stage and transfer <= bound."""
+    L, C, M = cm.num_layers, cm.num_classes, cm.num_multisets
+    M8 = -(-M // 8) * 8
+    comp_ok = cm.time <= bound
+    tr_ok = cm.tr_time <= bound
+    goal_ok = cm.snk_time <= bound
+    size_ok = np.zeros(M8, dtype=bool)
+    size_ok[:M] = cm.num_stages <= cm.max_stages
+    A = np.zeros((L + 1, C, M8), dtype=bool)
+    A64 = A.view(np.uint64)
+    nonempty = np.zeros((L + 1, C), dtype=bool)
+    for c in range(C):
+        if cm.src_time[c] <= bound:
+            A[0, c, cm.strides[c]] = True
+            nonempty[0, c] = True
+    end64 = np.zeros((C, M8 // 8), dtype=np.uint64)
+    for j in range(1, L + 1):
+        has_end = np.zeros(C, dtype=bool)
+        for c in range(C):
+            ks = np.flatnonzero(comp_ok[:j, j, c] & nonempty[:j, c])
+            if ks.size == 0:
+                continue
+            end64[c] = A64[ks[0], c] if ks.size == 1 else np.bitwise_or.reduce(A64[ks, c], axis=0)
+            has_end[c] = True
+        if j == L:
+            for c in np.flatnonzero(has_end & goal_ok):
+                if (end64[c].view(bool) & size_ok).any():
+                    return Reach(True, A, comp_ok, tr_ok, goal_ok)
+            break
+        for v in range(C):
+            us = np.flatnonzero(tr_ok[j, :, v] & has_end)
+            if us.size == 0:
+                continue
+            x = end64[us[0]] if us.size == 1 else np.bitwise_or.reduce(end64[us], axis=0)
+            y = cm.shift(x.view(bool)[:M], v, False)
+            A[j, v, :M] = y & size_ok[:M]
+            nonempty[j, v] = A64[j, v].any()
+    return Reach(False, A, comp_ok, tr_ok, goal_ok)
+
+
+def backtrack_reach(cm: ClassModel, r: Reach) -> tuple[list[int], list[int]]:
+    """Some plan (bounds, class per stage) inside a feasible Reach."""
+    L = cm.num_layers
+    size_ok = cm.num_stages <= cm.max_stages
+    M = cm.num_multisets
+
+    def end_has(j: int, c: int, S: int) -> int | None:
+        for k in np.flatnonzero(r.comp_ok[:j, j, c]):
+            if r.A[k, c, S]:
+                return int(k)
+        return None
+
+    state = None
+    for c in np.flatnonzero(r.goal_ok):
+        for S in np.flatnonzero(size_ok):
+            k = end_has(L, c, S)
+            if k is not None:
+                state = (L, int(c), int(S), k)
+                break
+        if state:
+            break
+    assert state is not None and M > 0
+    j, c, S, k = state
+    bounds, classes = [L], [c]
+    while k > 0:
+        bounds.append(k)
+        prev_S = S - int(cm.strides[c])
+        nxt = None
+        for u in np.flatnonzero(r.tr_ok[k, :, c]):
+            kk = end_has(k, int(u), prev_S)
+            if kk is not None:
+                nxt = (int(u), kk)
+                break
+        assert nxt is not None
+        c, S = nxt[0], prev_S
+        k = nxt[1]
+        classes.append(c)
+    bounds.append(0)
+    return bounds[::-1], classes[::-1]
+
+
+# ---- lexicographic value DP -----------------------------------------------------------------------
+
+OBJECTIVES = ("energy", "latency", "bottleneck")
+
+
+def _stage_terms(cm: ClassModel, obj: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(stage, transfer, source, sink) tables of one objective."""
+    if obj == "energy":
+        return cm.energy, cm.tr_energy, cm.src_energy, cm.snk_energy
+    if obj in ("latency", "bottleneck"):
+        return cm.time, cm.tr_time, cm.src_time, cm.snk_time
+    raise ValueError(f"unknown objective {obj!r}; expected one of {OBJECTIVES}")
+
+
+def _combine(obj: str):
+    return np.maximum if obj == "bottleneck" else np.add
+
+
+def _lexmin(p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Row-wise lexicographic minimum over axis 0 with a relative tie tolerance on p."""
+    if p.shape[0] == 1:
+        return p[0], q[0], np.zeros(p.shape[1], dtype=np.int64)
+    pmin = p.min(axis=0)
+    tie = p <= pmin + RTOL * np.abs(pmin)
+    q2 = np.where(tie, q, np.inf)
+    arg = np.argmin(q2, axis=0)
+    cols = np.arange(p.shape[1])
+    best_q = q2[arg, cols]
+    # where every tied q is inf (q unused), argmin picks the first tie: fine
+    return p[arg, cols], best_q, arg
+
+
+@dataclass
+class ValueResult:
+    primary: float
+    secondary: float
+    bounds: list[int]
+    classes: list[int]
+
+
+def value_dp(cm: ClassModel, bound: float, primary: str, secondary: str | None) -> ValueResult | None:
+    """Lexicographic minimum of (primary, secondary) over plans with every stage and transfer <= bound.
+
+    Returns None when no plan satisfies the bound.
+    """
+    L, C, M = cm.num_layers, cm.num_classes, cm.num_multisets
+    sp, tp, srcp, snkp = _stage_terms(cm, primary)
+    op_p = _combine(primary)
+    if secondary is None:
+        zero_s = np.zeros_like(cm.time), np.zeros_like(cm.tr_time), np.zeros(C), np.zeros(C)
+        sq, tq, srcq, snkq = zero_s
+        op_q = np.add
+    else:
+        sq, tq, srcq, snkq = _stage_terms(cm, secondary)
+        op_q = _combine(secondary)
+    comp_ok = cm.time <= bound
+    tr_ok = cm.tr_time <= bound
+    size_ok = cm.num_stages <= cm.max_stages
+    P = np.full((L + 1, C, M), np.inf)
+    # without a secondary objective Q is a read-only zero view (no memory)
+    Q = np.full((L + 1, C, M), np.inf) if secondary else np.broadcast_to(0.0, (L + 1, C, M))
+    nonempty = np.zeros((L + 1, C), dtype=bool)
+    for c in range(C):
+        if cm.src_time[c] <= bound:
+            P[0, c, cm.strides[c]] = srcp[c]
+            if secondary:
+                Q[0, c, cm.strides[c]] = srcq[c]
+            nonempty[0, c] = True
+    best = (np.inf, np.inf, -1, -1)
+    endP = np.full((C, M), np.inf)
+    endQ = np.full((C, M), np.inf)
+    for j in range(1, L + 1):
+        has_end = np.zeros(C, dtype=bool)
+        for c in range(C):
+            ks = np.flatnonzero(comp_ok[:j, j, c] & nonempty[:j, c])
+            if ks.size == 0:
+                continue
+            pc = op_p(P[ks, c], sp[ks, j, c][:, None])
+            qc = op_q(Q[ks, c], sq[ks, j, c][:, None])
+            endP[c], endQ[c], _ = _lexmin(pc, qc)
+            has_end[c] = True
+        if j == L:
+            for c in np.flatnonzero(has_end & (cm.snk_time <= bound)):
+                pf = np.where(size_ok, op_p(endP[c], snkp[c]), np.inf)
+                qf = op_q(endQ[c], snkq[c])
+                s = int(np.argmin(pf))
+                if not np.isfinite(pf[s]):
+                    continue
+                tie = pf <= pf[s] + RTOL * abs(pf[s])
+                s = int(np.argmin(np.where(tie, qf, np.inf))) if secondary else s
+                cand = (float(pf[s]), float(qf[s]))
+                if cand[0] < best[0] - RTOL * abs(best[0]) or (
+                        cand[0] <= best[0] + RTOL * abs(best[0]) and cand[1] < best[1]):
+                    best = (cand[0], cand[1], c, s)
+            break
+        for v in range(C):
+            us = np.flatnonzero(tr_ok[j, :, v] & has_end)
+            if us.size == 0:
+                continue
+            pv = op_p(endP[us], tp[j, us, v][:, None])
+            qv = op_q(endQ[us], tq[j, us, v][:, None])
+            bp, bq, _ = _lexmin(pv, qv)
+            bp = np.where(size_ok, cm.shift(bp, v, np.inf), np.inf)
+            P[j, v] = bp
+            if secondary:
+                Q[j, v] = cm.shift(bq, v, np.inf)
+            nonempty[j, v] = np.isfinite(bp).any()
+    if best[2] < 0:
+        return None
+    # trace back by recomputing each choice for the single multiset on the path
+    _, _, c, S = best
+    j, bounds, classes = L, [L], [c]
+    while True:
+        ks = np.flatnonzero(comp_ok[:j, j, c] & nonempty[:j, c])
+        pc = op_p(P[ks, c, S], sp[ks, j, c])
+        qc = op_q(Q[ks, c, S], sq[ks, j, c])
+        k = int(ks[_pick(pc, qc)])
+        if k == 0:
+            break
+        prev_S = S - int(cm.strides[c])
+        # predecessor class u: the one whose end label plus the transfer gives P[k, c, S]
+        cands = []
+        for u in np.flatnonzero(tr_ok[k, :, c]):
+            kk = np.flatnonzero(comp_ok[:k, k, u] & nonempty[:k, u])
+            if kk.size == 0:
+                continue
+            pe = op_p(P[kk, u, prev_S], sp[kk, k, u])
+            qe = op_q(Q[kk, u, prev_S], sq[kk, k, u])
+            i = _pick(pe, qe)
+            cands.append((op_p(pe[i], tp[k, u, c]), op_q(qe[i], tq[k, u, c]), int(u)))
+        pa = np.array([x[0] for x in cands])
+        qa = np.array([x[1] for x in cands])
+        u = cands[_pick(pa, qa)][2]
+        bounds.append(k)
+        classes.append(u)
+        j, c, S = k, u, prev_S
+    bounds.append(0)
+    return ValueResult(best[0], best[1], bounds[::-1], classes[::-1])
+
+
+def _pick(p: np.ndarray, q: np.ndarray) -> int:
+    """Index of the lexicographic minimum of (p, q) (same tie rule as the DP)."""
+    pmin = p.min()
+    tie = p <= pmin + RTOL * abs(pmin)
+    return int(np.argmin(np.where(tie, q, np.inf))) if np.isfinite(q[tie]).any() else int(np.argmax(tie))
+
+
+# ---- from class paths to plans -------------------------------------------------------------------
+
+def class_path_devices(cm: ClassModel, classes: list[int]) -> list[int]:
+    """Concrete devices for a path of classes (the k-th use of a class takes its k-th member)."""
+    used: dict[int, int] = {}
+    out = []
+    for c in classes:
+        n = used.get(c, 0)
+        out.append(cm.members[c][n])
+        used[c] = n + 1
+    return out
+
+
+def to_plan(cm: ClassModel, bounds: list[int], classes: list[int], algorithm: str, params: dict) -> Plan:
+    """A Plan with the evaluator's metrics."""
+    return make_plan(cm.problem, bounds, class_path_devices(cm, classes), algorithm, params)

@@ -1,0 +1,121 @@
+"""Seeded random SplitProblems for solver tests and benchmarks (no ONNX needed).
+
+Graphs are chains with random skip connections (a tensor read several layers later, so it is live
+across several cuts); clusters have per-pair random links, optional source/sink, and memories that
+bind; some instances repeat devices (same type, memory and links) so classes collapse.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hetsplit.cluster import Cluster, Device
+from hetsplit.costs import CostTable, SplitProblem
+from hetsplit.graph import Graph, Layer, Tensor
+
+
+def random_graph(rng: np.random.Generator, n_layers: int, skip_prob: float = 0.3, name: str = "rand") -> Graph:
+    out = rng.integers(1, 1000, size=n_layers) * 1000
+    layers = [Layer(f"l{i}", "conv", int(rng.integers(1, 10**6)), int(rng.integers(0, 10**6)), int(out[i]))
+              for i in range(n_layers)]
+    tensors = [Tensor("input", -1, int(rng.integers(1, 1000) * 1000), (0,) + (
+        (int(rng.integers(1, n_layers)),) if n_layers > 1 and rng.random() < skip_prob else ()))]
+    for i in range(n_layers):
+        cons = {i + 1} if i + 1 < n_layers else set()
+        if i + 2 < n_layers and rng.random() < skip_prob:
+            cons.add(int(rng.integers(i + 2, n_layers)))
+        tensors.append(Tensor(f"t{i}", i, int(out[i]), tuple(sorted(cons)), is_output=(i == n_layers - 1)))
+    tensors[0] = Tensor("input", -1, tensors[0].nbytes, tuple(sorted(set(tensors[0].consumers))))
+    return Graph(name, layers, tensors)
+
+
+def random_cluster(rng: np.random.Generator, n_dev: int, n_types: int, memory: np.ndarray,
+                   uniform_links: bool = False, repeat: bool = False, source: bool = False,
+                   sink: bool = False) -> Cluster:
+    """``repeat``: devices of one type share memory and links (so they collapse into one class)."""
+    types = rng.integers(0, n_types, size=n_dev)
+    if repeat:
+        memory = memory[types]
+    devices = [Device(f"d{k}", "cpu", f"t{types[k]}", float(memory[k]), params={"t": int(types[k])})
+               for k in range(n_dev)]
+
+    def links(lo: float, hi: float, diag: float) -> np.ndarray:
+        if uniform_links:
+            m = np.full((n_dev, n_dev), rng.uniform(lo, hi))
+        elif repeat:
+            per = rng.uniform(lo, hi, size=(n_types, n_types))
+            per = (per + per.T) / 2
+            m = per[types][:, types]
+        else:
+            m = rng.uniform(lo, hi, size=(n_dev, n_dev))
+        np.fill_diagonal(m, diag)
+        return m
+
+    bw = links(1e6, 1e8, np.inf)
+    lat = links(0.0, 1e-3, 0.0)
+    en = links(0.0, 1e-8, 0.0)
+    names = [d.name for d in devices]
+    return Cluster("rand-cluster", devices, bw, lat, en,
+                   source=names[int(rng.integers(n_dev))] if source else None,
+                   sink=names[int(rng.integers(n_dev))] if sink else None)
+
+
+def random_problem(seed: int, n_layers: int | None = None, n_dev: int | None = None, n_types: int | None = None,
+                   mem_slack: float | None = None, inf_prob: float = 0.05, uniform_links: bool = False,
+                   repeat: bool | None = None, source: bool | None = None, sink: bool | None = None) -> SplitProblem:
+    """A small random instance; every choice left None is drawn from the seed."""
+    rng = np.random.default_rng(seed)
+    L = int(n_layers if n_layers is not None else rng.integers(1, 9))
+    D = int(n_dev if n_dev is not None else rng.integers(1, 6))
+    T = int(n_types if n_types is not None else rng.integers(1, D + 1))
+    g = random_graph(rng, L)
+    layer_mem = g.param_bytes + g.out_bytes
+    slack = mem_slack if mem_slack is not None else rng.uniform(0.3, 1.5)
+    memory = (layer_mem.sum() + 2 * g.cut_bytes.max()) * slack * rng.uniform(0.3, 1.0, size=max(D, T))
+    cl = random_cluster(rng, D, T, memory,
+                        uniform_links=uniform_links,
+                        repeat=bool(rng.random() < 0.3) if repeat is None else repeat,
+                        source=bool(rng.random() < 0.5) if source is None else source,
+                        sink=bool(rng.random() < 0.3) if sink is None else sink)
+    nt = len(cl.types)
+    time = rng.uniform(1e-4, 1e-2, size=(L, nt))
+    energy = rng.uniform(1e-4, 1e-2, size=(L, nt))
+    time[rng.random((L, nt)) < inf_prob] = np.inf
+    table = CostTable(g.names, cl.types, time, energy, layer_mem)
+    return SplitProblem(g, cl, table)
+
+
+def big_problem(seed: int, n_layers: int, n_dev: int, n_types: int | None = None,
+                mem_slack: float = 3.0) -> SplitProblem:
+    """Benchmark-sized instance: all-different devices (n_types None) or typed with uniform links.
+
+    Per-layer costs scale with a device speed drawn per type (so devices differ by a factor of
+    about 10), memories bind loosely (each device holds about mem_slack / n_dev of the model).
+    """
+    rng = np.random.default_rng(seed)
+    g = random_graph(rng, n_layers, skip_prob=0.2, name=f"rand{n_layers}")
+    layer_mem = g.param_bytes + g.out_bytes
+    typed = n_types is not None
+    nt = n_types if typed else n_dev
+    per_dev_mem = (layer_mem.sum() * mem_slack / n_dev + 2 * g.cut_bytes.max()) * rng.uniform(0.7, 1.3, size=nt)
+    if typed:
+        types = np.repeat(np.arange(nt), -(-n_dev // nt))[:n_dev]
+        devices = [Device(f"d{k}", "cpu", f"t{types[k]}", float(per_dev_mem[types[k]]), params={"t": int(types[k])})
+                   for k in range(n_dev)]
+        bw = np.full((n_dev, n_dev), 1e8)
+        lat = np.full((n_dev, n_dev), 1e-4)
+        en = np.full((n_dev, n_dev), 1e-9)
+    else:
+        devices = [Device(f"d{k}", "cpu", f"t{k}", float(per_dev_mem[k]), params={"t": k}) for k in range(n_dev)]
+        bw = rng.uniform(5e7, 5e8, size=(n_dev, n_dev))
+        lat = rng.uniform(0, 1e-4, size=(n_dev, n_dev))
+        en = rng.uniform(1e-10, 1e-9, size=(n_dev, n_dev))
+    for m, d in ((bw, np.inf), (lat, 0.0), (en, 0.0)):
+        np.fill_diagonal(m, d)
+    cl = Cluster(f"rand-{n_dev}{'-typed' if typed else '-distinct'}", devices, bw, lat, en)
+    speed = rng.uniform(1.0, 10.0, size=nt)
+    work = g.macs / 1e9
+    time = work[:, None] / speed[None, :] * rng.uniform(0.8, 1.2, size=(n_layers, nt))
+    energy = work[:, None] * rng.uniform(0.5, 2.0, size=nt)[None, :]
+    table = CostTable(g.names, cl.types, time, energy, layer_mem)
+    return SplitProblem(g, cl, table)
