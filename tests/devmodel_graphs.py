@@ -60,3 +60,24 @@ def vgg8() -> Graph:
               conv("conv5", 256, 512, 8), conv("conv6", 512, 512, 8), pool("pool3", 512, 8),
               gemm("fc1", 8192, 1024, activation="relu"), gemm("fc2", 1024, 10)]
     return chain("vgg8", layers)
+
+
+def llama_blocks(blocks: int = 1, e: int = 512, f: int = 2048, heads: int = 8, seq: int = 1,
+                 context: int = 128) -> Graph:
+    """TinyLlama-42M-like decoder blocks (Bochem et al.): E=512, F=2048, 8 heads.
+
+    ``seq`` = 1 is autoregressive decoding (GEMV, a KV cache of ``context`` tokens); ``seq`` > 1 is
+    prompt mode (GEMM, attention over the ``seq`` tokens).
+    """
+    hd, ctx = e // heads, (context if seq == 1 else seq)
+    layers: list[Layer] = []
+    for b in range(blocks):
+        p = f"b{b}."
+        layers += [eltwise(p + "norm1", seq * e, "norm"),
+                   gemm(p + "q", e, e, seq), gemm(p + "k", e, e, seq), gemm(p + "v", e, e, seq),
+                   matmul(p + "qk", seq, hd, ctx, heads=heads), eltwise(p + "softmax", heads * seq * ctx, "softmax"),
+                   matmul(p + "av", seq, ctx, hd, heads=heads), gemm(p + "o", e, e, seq),
+                   eltwise(p + "add1", seq * e), eltwise(p + "norm2", seq * e, "norm"),
+                   gemm(p + "w1", e, f, seq), gemm(p + "w3", e, f, seq), eltwise(p + "silu_mul", seq * f),
+                   gemm(p + "w2", f, e, seq), eltwise(p + "add2", seq * e)]
+    return chain(f"llama{blocks}x{e}", layers)
