@@ -15,15 +15,9 @@ MEDIA = {"pcie5": (64e9, 6.5e-12 * 8), "hb-wcc": (1e9, 0.1e-6 * 8), "lb-wcc": (3
          "mipi": (0.5e9, 100e-12), "gbe": (125e6, 1.5e-9 * 8)}
 
 
-def needs_presets(name: str):
-    """Skip a built-in whose device presets another module has not written yet."""
-    missing = sorted(set(spec_presets(builtin_spec(name))) - set(preset_names()))
-    if missing:
-        pytest.skip(f"preset file(s) {missing} not in hetsplit/cluster/presets yet (device-model issue)")
-
-
 def load(name: str):
-    needs_presets(name)
+    missing = sorted(set(spec_presets(builtin_spec(name))) - set(preset_names()))
+    assert not missing, f"built-in {name} names preset(s) {missing} that hetsplit/cluster/presets lacks"
     return load_cluster(name)
 
 
@@ -49,6 +43,15 @@ def test_every_builtin_loads(name):
     if c.num_devices > 1:
         assert np.all(off_diagonal(c, c.bandwidth) > 0) and np.all(np.isfinite(off_diagonal(c, c.bandwidth)))
         assert np.array_equal(c.bandwidth, c.bandwidth.T)   # every built-in link is symmetric
+
+
+@pytest.mark.parametrize("name", builtin_names())
+def test_every_device_type_has_a_working_cost_model(name):
+    from hetsplit.costs.models import device_model
+
+    c = load(name)
+    for t in c.types:
+        assert device_model(c.representative(t)) is not None
 
 
 @pytest.mark.parametrize("label", list(DONNA_SETS))
