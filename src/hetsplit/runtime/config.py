@@ -1,0 +1,44 @@
+"""RunConfig: what every process of one run is told (written as JSON into the run directory)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class RunConfig:
+    """Settings shared by the driver and the workers of one run (SI units)."""
+
+    manifest: str                      # path of manifest.json
+    inputs: int = 8                    # inputs streamed through the pipeline
+    latency_inputs: int = 2            # the first ones go one at a time (unloaded latency)
+    timeout_s: float = 60.0            # longest wait for a tensor or a peer before the run fails
+    startup_timeout_s: float = 120.0   # rendezvous and sub-model loading
+    master_addr: str = "127.0.0.1"     # where the driver serves the rendezvous store
+    master_port: int = 0               # 0: the driver picks a free port and writes it to port.txt
+    seed: int = 0
+    depth: int = 2                     # receive frames in flight per process
+    threads: dict[str, int] = field(default_factory=dict)      # device -> compute threads (default 1)
+    kinds: dict[str, str] = field(default_factory=dict)        # device -> cpu | gpu (default cpu)
+    addrs: dict[str, str] = field(default_factory=dict)        # rank -> address its sockets bind to
+    delays_s: dict[str, dict[str, float]] = field(default_factory=dict)  # rank -> peer rank -> link latency
+    atol: float = 1e-4                 # verification: |split - whole| <= atol + rtol * max|whole|
+    rtol: float = 1e-3
+    verify: bool = True
+
+    def addr(self, rank: int) -> str:
+        return self.addrs.get(str(rank), self.master_addr)
+
+    def delay(self, rank: int, peer: int) -> float:
+        return float(self.delays_s.get(str(rank), {}).get(str(peer), 0.0))
+
+    def save(self, path: str | Path) -> Path:
+        p = Path(path)
+        p.write_text(json.dumps(asdict(self), indent=1))
+        return p
+
+    @classmethod
+    def load(cls, path: str | Path) -> "RunConfig":
+        return cls(**json.loads(Path(path).read_text()))

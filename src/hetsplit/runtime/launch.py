@@ -1,0 +1,160 @@
+"""Starting and supervising the processes of a run on this host; nothing is left behind.
+
+The driver (rank 0) starts first, serves the rendezvous on a port the OS picks (no race) and writes
+it to ``port.txt``; then the workers start. The launcher polls them: when one fails it gives the
+others a moment to report, kills every process it started, and raises ``RuntimeFailure`` with the
+root cause (a process that died outright, else the first error, else the first stalled or lost
+link), naming the device.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from hetsplit.errors import RuntimeFailure
+from hetsplit.runtime.config import RunConfig
+from hetsplit.runtime.manifest import Manifest
+
+GRACE_S = 1.0
+POLL_S = 0.05
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+
+
+@dataclass
+class Proc:
+    rank: int
+    device: str
+    popen: subprocess.Popen
+    log: Path
+    killed_by_us: bool = False
+
+
+def child_env(threads: int) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({v: str(max(1, threads)) for v in THREAD_VARS})
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+class Launcher:
+    """Starts ranks ``ranks`` of a run in ``run_dir`` and supervises them until they end."""
+
+    def __init__(self, manifest: Manifest, cfg: RunConfig, run_dir: Path, ranks: list[int] | None = None,
+                 wrap: Callable[[int], list[str]] | None = None):
+        self.manifest, self.cfg, self.run_dir = manifest, cfg, Path(run_dir)
+        self.ranks = list(range(manifest.world_size)) if ranks is None else ranks
+        self.wrap = wrap or (lambda rank: [])
+        self.procs: list[Proc] = []
+
+    # ---- starting -----------------------------------------------------------------------------
+    def start(self, rank: int) -> Proc:
+        device = self.manifest.worker(rank).device
+        threads = int(self.cfg.threads.get(device, 1))
+        log = self.run_dir / f"rank{rank}.log"
+        cmd = self.wrap(rank) + [sys.executable, "-m", "hetsplit.runtime.process", str(self.run_dir), str(rank)]
+        with open(log, "wb") as f:
+            p = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                 env=child_env(threads), start_new_session=True)
+        proc = Proc(rank, device, p, log)
+        self.procs.append(proc)
+        return proc
+
+    def wait_port(self, driver: Proc) -> int:
+        """The port the driver's rendezvous listens on, once it has written it."""
+        path = self.run_dir / "port.txt"
+        deadline = time.time() + self.cfg.startup_timeout_s
+        while time.time() < deadline:
+            if path.exists():
+                return int(path.read_text())
+            if driver.popen.poll() is not None:
+                raise self.failure()
+            time.sleep(POLL_S)
+        raise RuntimeFailure(f"driver: did not open the rendezvous within {self.cfg.startup_timeout_s:g} s")
+
+    def run(self) -> dict[int, dict]:
+        """Start, supervise and reap every rank; the result documents by rank."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.cfg.save(self.run_dir / "config.json")
+            if 0 in self.ranks:
+                driver = self.start(0)
+                if self.cfg.master_port == 0:
+                    self.cfg.master_port = self.wait_port(driver)
+                    self.cfg.save(self.run_dir / "config.json")
+            for rank in self.ranks:
+                if rank != 0:
+                    self.start(rank)
+            return self.supervise()
+        finally:
+            self.kill_all()
+
+    # ---- supervising --------------------------------------------------------------------------
+    def deadline_s(self) -> float:
+        return self.cfg.startup_timeout_s + self.cfg.timeout_s * (self.cfg.inputs + 2)
+
+    def supervise(self) -> dict[int, dict]:
+        deadline = time.time() + self.deadline_s()
+        while True:
+            codes = [p.popen.poll() for p in self.procs]
+            if any(c not in (None, 0) for c in codes):
+                raise self.failure()
+            if all(c == 0 for c in codes):
+                return {p.rank: self.result(p) for p in self.procs}
+            if time.time() > deadline:
+                running = [f"{p.device} (rank {p.rank})" for p, c in zip(self.procs, codes) if c is None]
+                raise RuntimeFailure(f"the run exceeded its deadline of {self.deadline_s():g} s; still running: "
+                                     f"{', '.join(running)}; logs in {self.run_dir}")
+            time.sleep(POLL_S)
+
+    def result(self, p: Proc) -> dict:
+        path = self.run_dir / f"rank{p.rank}.json"
+        try:
+            return json.loads(path.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return {}
+
+    def failure(self) -> RuntimeFailure:
+        """Give the others a moment to report, stop everything, and name the root cause."""
+        end = time.time() + GRACE_S
+        while time.time() < end and any(p.popen.poll() is None for p in self.procs):
+            time.sleep(POLL_S)
+        self.kill_all()
+        died, errors = [], []
+        for p in self.procs:
+            code = p.popen.returncode
+            doc = self.result(p)
+            if doc.get("ok") is False:
+                errors.append(doc)
+            elif code not in (0, None) and not p.killed_by_us:
+                how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+                died.append(f"device {p.device} (rank {p.rank}) died: {how} before reporting; log: {p.log}")
+        if died:
+            return RuntimeFailure(died[0])
+        order = {"error": 0, "stall": 1, "lost": 2}
+        if errors:
+            first = min(errors, key=lambda d: (order.get(d.get("kind"), 0), d.get("t_fail", 0.0)))
+            return RuntimeFailure(f"{first['error']} (log: {self.run_dir / ('rank%d.log' % first['rank'])})")
+        return RuntimeFailure(f"a process of the run failed without a report; logs in {self.run_dir}")
+
+    def kill_all(self) -> None:
+        """SIGKILL every process this launcher started that is still running, then reap it."""
+        for p in self.procs:
+            if p.popen.poll() is None:
+                p.killed_by_us = True
+                try:
+                    os.killpg(p.popen.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    p.popen.kill()
+        for p in self.procs:
+            try:
+                p.popen.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass

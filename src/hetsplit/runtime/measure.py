@@ -1,0 +1,108 @@
+"""Turning the per-process logs of a run into measurements, and setting them beside predictions.
+
+Per device: compute time per input, idle time, bytes and time sent / received, peak memory.
+Per hop (u -> v): the wire time of each input, ``recv done at v - max(send posted at u, recv posted
+at v)``: the time the transfer took once both ends were ready. End to end: unloaded latency (the
+first inputs go one at a time), latency under load, and throughput over the streamed inputs.
+Energy: no meter is read on this host, so it is reported as null.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from hetsplit.runtime.manifest import Manifest
+
+
+def _med(xs) -> float:
+    return float(np.median(xs)) if len(xs) else 0.0
+
+
+@dataclass
+class RunReport:
+    """What one run measured (SI units), plus the verification result."""
+
+    model: str
+    devices: list[dict[str, Any]]
+    hops: list[dict[str, Any]]
+    inputs: int
+    throughput: float                 # inferences/s over the streamed inputs
+    latency_s: float                  # median unloaded latency
+    latency_loaded_s: float           # median latency while streaming
+    latencies_s: list[float]
+    verify: dict[str, Any]
+    stage_bound_throughput: float     # 1 / max(median stage compute, median hop wire time)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def pipeline_efficiency(self) -> float:
+        return self.throughput / self.stage_bound_throughput if self.stage_bound_throughput > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "inputs": self.inputs, "throughput": self.throughput,
+                "latency_s": self.latency_s, "latency_loaded_s": self.latency_loaded_s,
+                "latencies_s": self.latencies_s, "stage_bound_throughput": self.stage_bound_throughput,
+                "pipeline_efficiency": self.pipeline_efficiency, "verify": self.verify, "devices": self.devices,
+                "hops": self.hops, "energy_j": None, "energy_note": "no energy meter on this host", **self.extra}
+
+
+def summarize(manifest: Manifest, docs: dict[int, dict]) -> RunReport:
+    """Measurements of a finished run from the rank documents."""
+    drv = docs[0]
+    n, k = len(drv["t_out"]), int(drv["latency_inputs"])
+    steady = slice(k, n) if n - k >= 2 else slice(0, n)
+    devices = []
+    for spec in manifest.stages:
+        d = docs[spec.rank]
+        comp = d["compute_s"]
+        devices.append({
+            "device": spec.device, "rank": spec.rank, "stage": spec.stage, "threads": d.get("threads", 1),
+            "compute_s": _med(comp[steady]), "compute_mean_s": float(np.mean(comp)) if comp else 0.0,
+            "idle_s": float(np.sum(d["idle_s"][steady])) / max(1, len(d["idle_s"][steady])),
+            "recv_bytes": sum(e["nbytes"] for e in d["recv"]), "send_bytes": sum(e["nbytes"] for e in d["send"]),
+            "send_s": _med([b - a for e in d["send"] for a, b in zip(e["start"][steady], e["done"][steady])]),
+            "peak_rss_bytes": d.get("peak_rss_bytes", 0), "energy_j": None})
+    hops = []
+    for spec in manifest.workers:
+        for e_idx, edge in enumerate(spec.send):
+            snd = docs[spec.rank]["send"][e_idx]
+            peer = manifest.worker(edge.rank)
+            r_idx = [x.rank for x in peer.recv].index(spec.rank)
+            rcv = docs[edge.rank]["recv"][r_idx]
+            wire = [done - max(s0, r0) for s0, r0, done in zip(snd["start"], rcv["start"], rcv["done"])]
+            hops.append({"from": spec.device, "to": peer.device, "nbytes": edge.nbytes,
+                         "tensors": edge.names, "wire_s": _med(wire[steady]), "wire_all_s": wire})
+    lat = [b - a for a, b in zip(drv["t_in"], drv["t_out"])]
+    t_out = drv["t_out"]
+    m = len(t_out[steady])
+    thr = (m - 1) / (t_out[steady][-1] - t_out[steady][0]) if m >= 2 and t_out[steady][-1] > t_out[steady][0] else 0.0
+    worst = max([d["compute_s"] for d in devices] + [h["wire_s"] for h in hops if "driver" not in (h["from"], h["to"])])
+    return RunReport(manifest.model, devices, hops, n, thr, _med(lat[:k]) if k else _med(lat),
+                     _med(lat[steady]), lat, drv.get("verify", {}), 1.0 / worst if worst > 0 else 0.0)
+
+
+def compare(report: RunReport, predicted: Any, cluster: Any = None, cut_bytes: dict | None = None) -> dict:
+    """Predicted (plan.types.Metrics) beside measured, with measured/predicted ratios."""
+    p = predicted.to_dict() if hasattr(predicted, "to_dict") else dict(predicted)
+    rows = [{"metric": "throughput (1/s)", "predicted": p.get("throughput"), "measured": report.throughput},
+            {"metric": "latency (s)", "predicted": p.get("latency_s"), "measured": report.latency_s},
+            {"metric": "bottleneck (s)", "predicted": p.get("bottleneck_s"),
+             "measured": 1.0 / report.throughput if report.throughput else None}]
+    comp = p.get("compute_s_per_device", {}) or {}
+    for d in report.devices:
+        rows.append({"metric": f"compute {d['device']} (s)", "predicted": comp.get(d["device"]),
+                     "measured": d["compute_s"]})
+    if cluster is not None:
+        for h in report.hops:
+            if "driver" in (h["from"], h["to"]):
+                continue
+            u, v = cluster.index(h["from"]), cluster.index(h["to"])
+            rows.append({"metric": f"transfer {h['from']}->{h['to']} (s)",
+                         "predicted": float(cluster.transfer_time(u, v, h["nbytes"])), "measured": h["wire_s"]})
+    for r in rows:
+        pr, me = r["predicted"], r["measured"]
+        r["ratio"] = (me / pr) if pr and me is not None else None
+    return {"predicted": p, "measured": report.to_dict(), "rows": rows}

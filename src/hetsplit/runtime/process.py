@@ -1,0 +1,227 @@
+"""One process of a run: ``python -m hetsplit.runtime.process RUN_DIR RANK``.
+
+Rank 0 is the driver (serves the rendezvous, feeds inputs, collects and verifies outputs); rank
+``s + 1`` runs stage ``s``. Each writes ``rank<R>.json`` into the run directory: its measurements,
+or ``{"ok": false, "error": ...}`` naming the device and the cause. The process always ends with
+``os._exit`` so no lingering transport thread can keep it alive.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+from hetsplit.errors import RuntimeFailure
+from hetsplit.runtime.config import RunConfig
+from hetsplit.runtime.manifest import Manifest, TensorSpec, load_manifest
+from hetsplit.runtime.pipe import Receiver, Sender, Shared, Stop
+from hetsplit.runtime.wire import LinkFailure, Wire, open_group, open_store
+
+
+def limit_threads() -> None:
+    """Torch only moves tensors here: one thread, so devices sharing a machine keep their cores."""
+    import torch
+
+    torch.set_num_threads(1)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:
+        pass
+
+
+def connect(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path) -> Wire:
+    """Join the rendezvous and open the gloo group (rank 0 serves it and writes port.txt)."""
+    world = manifest.world_size
+    store = open_store(rank, world, cfg.master_addr, cfg.master_port, cfg.startup_timeout_s)
+    if rank == 0:
+        tmp = run_dir / "port.txt.tmp"
+        tmp.write_text(str(store.port))
+        tmp.rename(run_dir / "port.txt")
+    me = manifest.worker(rank).device
+    try:
+        pg = open_group(store, rank, world, cfg.addr(rank), cfg.startup_timeout_s)
+    except RuntimeError as exc:
+        raise RuntimeFailure(f"device {me}: could not connect to the other processes within "
+                             f"{cfg.startup_timeout_s:g} s ({str(exc).splitlines()[0]})") from None
+    wire = Wire(pg, me, cfg.timeout_s)
+    wire._store = store  # keep the store (and, on rank 0, its server) alive for the whole run
+    return wire
+
+
+def wait_threads(shared: Shared, *threads) -> None:
+    for t in threads:
+        while t.is_alive():
+            t.join(0.05)
+    if shared.error is not None:
+        raise shared.error
+
+
+def peak_rss_bytes() -> int:
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+# ---- a stage -----------------------------------------------------------------------------------
+
+def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path) -> dict:
+    from hetsplit.runtime.executor import make_executor
+
+    spec = manifest.worker(rank)
+    threads = int(cfg.threads.get(spec.device, 1))
+    exe = make_executor(manifest, rank, threads, cfg.kinds.get(spec.device, "cpu"))
+    received = {t.name: t for e in spec.recv for t in e.tensors}
+    exe.run({n: received[n].empty() * 0 for n in spec.inputs})  # warm-up: first-run allocations
+    wire = connect(cfg, manifest, rank, run_dir)
+    wire.handshake(spec.recv, spec.send)
+    shared = Shared()
+    n = cfg.inputs
+    rx = Receiver(wire, spec.recv, n, cfg.depth, shared)
+    tx = Sender(wire, spec.send, n, shared, [cfg.delay(rank, e.rank) for e in spec.send], release=rx.release)
+    rx.start(), tx.start()
+    compute, idle = [], []
+    try:
+        for i in range(n):
+            t0 = time.time()
+            _, frame = shared.get(rx.ready)
+            t1 = time.time()
+            outs = exe.run({name: frame[name] for name in spec.inputs})
+            t2 = time.time()
+            idle.append(t1 - t0)
+            compute.append(t2 - t1)
+            tx.inbox.put((i, {**frame, **outs}, frame))
+    except Stop:
+        pass
+    except BaseException as exc:  # noqa: BLE001
+        shared.fail(exc)
+    wait_threads(shared, rx, tx)
+    return {"compute_s": compute, "idle_s": idle, "threads": threads,
+            "recv": [log.to_dict() for log in rx.logs], "send": [log.to_dict() for log in tx.logs]}
+
+
+# ---- the driver ----------------------------------------------------------------------------------
+
+def make_inputs(specs: list[TensorSpec], n: int, seed: int) -> list[dict[str, np.ndarray]]:
+    """``n`` reproducible input sets (normal floats, small non-negative integers, random booleans)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        feed = {}
+        for t in specs:
+            dt = np.dtype(t.dtype)
+            if dt.kind == "f":
+                feed[t.name] = rng.standard_normal(t.shape).astype(dt)
+            elif dt.kind == "b":
+                feed[t.name] = rng.random(t.shape) < 0.5
+            else:
+                feed[t.name] = rng.integers(0, 10, t.shape).astype(dt)
+        out.append(feed)
+    return out
+
+
+def run_driver(cfg: RunConfig, manifest: Manifest, run_dir: Path) -> dict:
+    spec = manifest.driver
+    wire = connect(cfg, manifest, 0, run_dir)
+    wire.handshake(spec.recv, spec.send)
+    n, k = cfg.inputs, min(cfg.latency_inputs, cfg.inputs)
+    inputs = make_inputs(manifest.inputs, n, cfg.seed)
+    shared = Shared()
+    rx = Receiver(wire, spec.recv, n, cfg.depth + 1, shared)
+    tx = Sender(wire, spec.send, n, shared)
+    rx.start(), tx.start()
+    outputs: list[dict[str, np.ndarray]] = []
+    t_out: list[float] = []
+    try:
+        for i in range(n):
+            if i < k:                       # unloaded latency: one input in flight
+                tx.inbox.put((i, inputs[i], None))
+            elif i == k:                    # then stream the rest as fast as the pipeline takes them
+                for j in range(k, n):
+                    tx.inbox.put((j, inputs[j], None))
+            _, frame = shared.get(rx.ready)
+            t_out.append(time.time())
+            outputs.append({name: np.array(a, copy=True) for name, a in frame.items()})
+            rx.release(frame)
+    except Stop:
+        pass
+    except BaseException as exc:  # noqa: BLE001
+        shared.fail(exc)
+    wait_threads(shared, rx, tx)
+    t_in = tx.logs[0].start if tx.logs else [0.0] * n
+    result = {"t_in": t_in, "t_out": t_out, "latency_inputs": k,
+              "recv": [log.to_dict() for log in rx.logs], "send": [log.to_dict() for log in tx.logs]}
+    if cfg.verify:
+        result["verify"] = verify(manifest, inputs, outputs, cfg)
+    return result
+
+
+def verify(manifest: Manifest, inputs: list[dict], outputs: list[dict], cfg: RunConfig) -> dict:
+    """Compare every output with the unsplit model run in onnxruntime; fail on a mismatch."""
+    import onnxruntime as ort
+
+    src = Path(manifest.source_model)
+    if not src.is_file():
+        raise RuntimeFailure(f"driver: cannot verify: the unsplit model {src} is not on this host")
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
+    names = [t.name for t in manifest.outputs]
+    max_abs, max_rel, worst = 0.0, 0.0, None
+    for i, (feed, got) in enumerate(zip(inputs, outputs)):
+        ref = dict(zip(names, sess.run(names, feed)))
+        for name in names:
+            a, b = np.asarray(got[name], dtype=np.float64), np.asarray(ref[name], dtype=np.float64)
+            if a.shape != b.shape:
+                raise RuntimeFailure(f"driver: output {name!r} of input {i} has shape {a.shape}, the unsplit model "
+                                     f"gives {b.shape}")
+            err = float(np.max(np.abs(a - b))) if a.size else 0.0
+            scale = float(np.max(np.abs(b))) if b.size else 0.0
+            rel = err / scale if scale > 0 else err
+            if err > cfg.atol + cfg.rtol * scale:
+                raise RuntimeFailure(f"driver: output {name!r} of input {i} differs from the unsplit model: max abs "
+                                     f"error {err:.3g}, relative {rel:.3g} (allowed {cfg.atol:g} + {cfg.rtol:g} x "
+                                     f"{scale:.3g})")
+            if err >= max_abs:
+                worst = f"{name} (input {i})"
+            max_abs, max_rel = max(max_abs, err), max(max_rel, rel)
+    return {"outputs_checked": len(outputs) * len(names), "max_abs_err": max_abs, "max_rel_err": max_rel,
+            "worst": worst, "atol": cfg.atol, "rtol": cfg.rtol, "ok": True}
+
+
+# ---- entry ----------------------------------------------------------------------------------------
+
+def main(argv: list[str]) -> int:
+    run_dir, rank = Path(argv[0]), int(argv[1])
+    out = run_dir / f"rank{rank}.json"
+    device = f"rank {rank}"
+    t0 = time.time()
+    try:
+        limit_threads()
+        cfg = RunConfig.load(run_dir / "config.json")
+        manifest = load_manifest(cfg.manifest)
+        device = manifest.worker(rank).device
+        result = run_driver(cfg, manifest, run_dir) if rank == 0 else run_worker(cfg, manifest, rank, run_dir)
+        doc = {"ok": True, "rank": rank, "device": device, "t_start": t0, "t_end": time.time(),
+               "peak_rss_bytes": peak_rss_bytes(), **result}
+        code = 0
+    except BaseException as exc:  # noqa: BLE001 - every failure is reported, never raised past here
+        kind = exc.kind if isinstance(exc, LinkFailure) else "error"
+        peer = exc.peer if isinstance(exc, LinkFailure) else None
+        msg = str(exc) if isinstance(exc, RuntimeFailure) else f"device {device}: {type(exc).__name__}: {exc}"
+        doc = {"ok": False, "rank": rank, "device": device, "error": msg, "kind": kind, "peer": peer,
+               "t_fail": time.time(), "traceback": traceback.format_exc()}
+        code = 1
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc))
+    tmp.rename(out)
+    sys.stdout.flush(), sys.stderr.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

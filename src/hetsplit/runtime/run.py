@@ -1,0 +1,76 @@
+"""``run_plan``: split a plan, start one process per stage, stream inputs, measure and verify."""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hetsplit.graph.types import Graph
+from hetsplit.plan.types import Plan
+from hetsplit.runtime.config import RunConfig
+from hetsplit.runtime.launch import Launcher
+from hetsplit.runtime.manifest import Manifest, load_manifest
+from hetsplit.runtime.measure import RunReport, summarize
+from hetsplit.runtime.split import split_model
+
+
+@dataclass
+class RunOptions:
+    """How to run (the CLI's flags); ``links`` turns on link emulation (see ``runtime.netem``)."""
+
+    inputs: int = 8
+    latency_inputs: int = 2
+    timeout_s: float = 60.0
+    startup_timeout_s: float = 120.0
+    port: int = 0
+    seed: int = 0
+    depth: int = 2
+    threads: dict[str, int] = field(default_factory=dict)
+    kinds: dict[str, str] = field(default_factory=dict)
+    run_dir: Path | None = None
+    links: object | None = None          # runtime.netem.LinkMatrix for emulated links
+    verify: bool = True
+
+
+def make_config(manifest_path: Path, opts: RunOptions) -> RunConfig:
+    return RunConfig(str(manifest_path), inputs=opts.inputs, latency_inputs=opts.latency_inputs,
+                     timeout_s=opts.timeout_s, startup_timeout_s=opts.startup_timeout_s, master_port=opts.port,
+                     seed=opts.seed, depth=opts.depth, threads=dict(opts.threads), kinds=dict(opts.kinds),
+                     verify=opts.verify)
+
+
+def run_manifest(manifest: Manifest, opts: RunOptions) -> RunReport:
+    """Run an already split plan (its manifest) on this host; raises RuntimeFailure on any fault."""
+    with contextlib.ExitStack() as stack:
+        run_dir = opts.run_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="hetsplit-run-")))
+        run_dir = Path(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        cfg = make_config(Path(manifest.directory or ".") / "manifest.json", opts)
+        wrap = None
+        if opts.links is not None:
+            from hetsplit.runtime.netem import Emulation
+
+            emu = stack.enter_context(Emulation(manifest, opts.links))
+            cfg.master_addr = emu.addr(0)
+            cfg.addrs = {str(r): emu.addr(r) for r in range(manifest.world_size)}
+            cfg.delays_s = emu.in_process_delays()
+            wrap = emu.wrap
+        docs = Launcher(manifest, cfg, run_dir, wrap=wrap).run()
+        report = summarize(manifest, docs)
+        report.extra["run_dir"] = str(run_dir) if opts.run_dir else None
+        if opts.links is not None:
+            report.extra["emulation"] = emu.describe()
+        return report
+
+
+def run_plan(plan: Plan, graph: Graph, model_path: str | Path, opts: RunOptions | None = None,
+             split_dir: str | Path | None = None) -> RunReport:
+    """Split ``plan`` (into ``split_dir`` or a temporary directory) and run it on this host."""
+    opts = opts or RunOptions()
+    with contextlib.ExitStack() as stack:
+        out = Path(split_dir) if split_dir else Path(stack.enter_context(
+            tempfile.TemporaryDirectory(prefix="hetsplit-split-")))
+        split_model(plan, graph, model_path, out)
+        return run_manifest(load_manifest(out), opts)
