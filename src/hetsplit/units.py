@@ -154,8 +154,7 @@ def format_quantity(value: float, unit: str, digits: int = 3) -> str:
 KEY_KINDS: dict[str, str] = {
     "memory": "bytes", "peak_macs": "rate", "mem_bandwidth": "bandwidth", "bandwidth": "bandwidth",
     "power_active": "power", "power_idle": "power", "power": "power", "leakage_power": "power",
-    "overhead_s": "time", "latency": "time", "energy": "energy_per_byte",
-    "energy_per_byte": "energy_per_byte", "efficiency": "dimensionless",
+    "overhead_s": "time", "latency": "time", "energy_per_byte": "energy_per_byte", "efficiency": "dimensionless",
     "mem_efficiency": "dimensionless", "frequency": "frequency", "clock": "frequency",
 }
 _SUFFIX_KINDS = (("_energy_per_byte", "energy_per_byte"), ("_j_per_byte", "energy_per_byte"),

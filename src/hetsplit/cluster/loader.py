@@ -52,7 +52,7 @@ OVERRIDE_KEYS = ("between", "from", "to", "medium")
 GROUP_KEYS = ("devices", "medium")
 MEDIUM_KEYS = ("preset", "name") + tuple(MEDIUM_FIGURES)
 # parameter names a device entry may carry inline (next to name, preset...) rather than under params:
-_MEDIUM_ONLY = {"bandwidth", "latency", "energy", "energy_per_byte", "memory"}
+_MEDIUM_ONLY = {"bandwidth", "latency", "energy_per_byte", "memory"}
 
 
 def inline_param_keys() -> set[str]:
