@@ -6,6 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hetsplit.cluster import cluster_from_dict, load_cluster
 from hetsplit.errors import ClusterError, HetsplitError
@@ -207,3 +209,58 @@ def test_shared_type_with_different_parameters_is_refused():
         cluster_from_dict({"devices": [{"name": "a", "preset": "xeon-w3323", "type": "x"},
                                        {"name": "b", "preset": "rtx3070ti", "type": "x"}],
                            "links": {"default": "pcie5"}}, origin="t.yaml")
+
+
+# ---- property: link precedence is default < group medium < overrides in order ----------------
+
+MEDIA_BW = {"pcie5": 64e9, "hb-wcc": 1e9, "lb-wcc": 3.5e6, "mipi": 0.5e9, "gbe": 125e6}
+
+
+@st.composite
+def cluster_specs(draw):
+    n = draw(st.integers(2, 6))
+    names = [f"d{i}" for i in range(n)]
+    labels = draw(st.lists(st.integers(0, 2), min_size=n, max_size=n))  # group 0 = no group
+    media = st.sampled_from(sorted(MEDIA_BW))
+    groups = {}
+    for g in (1, 2):
+        members = [names[i] for i in range(n) if labels[i] == g]
+        if members:
+            groups[f"g{g}"] = {"devices": members, "medium": draw(media)} if draw(st.booleans()) else members
+    ends = st.sampled_from(names + sorted(groups))
+    overrides = []
+    for _ in range(draw(st.integers(0, 4))):
+        a, b = draw(ends), draw(ends)
+        if a == b and a in names:
+            continue
+        overrides.append({"between": [a, b], "medium": draw(media)} if draw(st.booleans())
+                         else {"from": a, "to": b, "medium": draw(media)})
+    return {"devices": [{"name": d, "preset": "xeon-w3323"} for d in names], "groups": groups,
+            "links": {"default": draw(media), "overrides": overrides}}
+
+
+def expected_bandwidth(spec):
+    names = [d["name"] for d in spec["devices"]]
+    members = {g: (v["devices"] if isinstance(v, dict) else v) for g, v in spec["groups"].items()}
+    expand = lambda x: members.get(x, [x])  # noqa: E731
+    bw = {(u, v): MEDIA_BW[spec["links"]["default"]] for u in names for v in names if u != v}
+    for g, v in spec["groups"].items():
+        if isinstance(v, dict):
+            bw.update({(a, b): MEDIA_BW[v["medium"]] for a in v["devices"] for b in v["devices"] if a != b})
+    for o in spec["links"]["overrides"]:
+        pairs = [(o["between"][0], o["between"][1]), (o["between"][1], o["between"][0])] if "between" in o \
+            else [(o["from"], o["to"])]
+        for x, y in pairs:
+            bw.update({(a, b): MEDIA_BW[o["medium"]] for a in expand(x) for b in expand(y) if a != b})
+    return bw
+
+
+@settings(max_examples=40, deadline=None)
+@given(cluster_specs())
+def test_link_precedence_property(spec):
+    c = cluster_from_dict(spec, origin="prop.yaml")
+    for (u, v), bw in expected_bandwidth(spec).items():
+        assert c.bandwidth[c.index(u), c.index(v)] == bw
+    assert np.all(np.isinf(np.diag(c.bandwidth)))
+    if all("between" in o for o in spec["links"]["overrides"]):
+        assert np.array_equal(c.bandwidth, c.bandwidth.T)
