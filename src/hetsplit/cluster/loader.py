@@ -31,6 +31,7 @@ latency (default 0 s), energy (per byte or bit, default 0 J)}.
 
 from __future__ import annotations
 
+import copy
 import difflib
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +40,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from hetsplit.cluster.presets import MEDIUM, MEDIUM_FIGURES, Preset, load_preset, preset_names
+from hetsplit.cluster.presets import MEDIUM, MEDIUM_FIGURES, Preset, device_preset_names, load_preset, preset_names
 from hetsplit.cluster.types import DEVICE_KINDS, Cluster, Device, Medium
 from hetsplit.errors import ClusterError
 from hetsplit.units import KEY_KINDS, parse_param, parse_quantity
@@ -181,7 +182,7 @@ class _Builder:
                 raise self.err(f"{where}.preset", str(exc)) from None
             if preset.kind == MEDIUM:
                 raise self.err(f"{where}.preset", f"{preset.name!r} is a medium; use it under links, "
-                               f"and a device preset here: {', '.join(_device_presets())}")
+                               f"and a device preset here: {', '.join(device_preset_names())}")
         kind = item.get("kind", preset.kind if preset else None)
         if kind not in DEVICE_KINDS:
             fix = "add kind: cpu (or a preset)" if kind is None else f"use one of {', '.join(DEVICE_KINDS)}"
@@ -194,7 +195,7 @@ class _Builder:
             raise self.err(f"{where}.memory", "missing; say how much memory the device has, e.g. memory: 16GiB")
         if not memory > 0:
             raise self.err(f"{where}.memory", f"must be > 0, got {item.get('memory')!r}")
-        params = dict(preset.params) if preset else {}
+        params = copy.deepcopy(preset.params) if preset else {}  # never share the cached preset's dicts
         explicit = self.mapping(item.get("params") or {}, f"{where}.params")
         explicit.update({k: item[k] for k in inline})
         for key, value in explicit.items():
@@ -208,7 +209,7 @@ class _Builder:
         names = [name] if count is None else [f"{name}{j}" for j in range(count)]
         group = item.get("group")
         return [_Entry(n, where, kind, str(item.get("model", preset.model if preset else "roofline")), memory,
-                       params, preset, item.get("type"), None if group is None else str(group),
+                       copy.deepcopy(params), preset, item.get("type"), None if group is None else str(group),
                        item.get("host"), name) for n in names]
 
     def assign_types(self, entries: list[_Entry]) -> list[Device]:
@@ -389,7 +390,3 @@ class _Builder:
                 more = f"; {extra}" if extra else ""
                 path = f"{where}.{key}" if where else str(key)
                 raise self.err(path, f"unknown key; {hint}allowed keys are {', '.join(allowed)}{more}")
-
-
-def _device_presets() -> list[str]:
-    return [n for n in preset_names() if n not in preset_names(MEDIUM)]
