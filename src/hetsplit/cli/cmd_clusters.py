@@ -32,7 +32,7 @@ def run(args) -> int:
         if args.cluster is None:
             print("hetsplit clusters: --yaml needs a built-in cluster name", file=sys.stderr)
             return 2
-        print(yaml.safe_dump(builtin_spec(args.cluster), sort_keys=False, width=120), end="")
+        print(yaml.safe_dump(builtin_spec(args.cluster), sort_keys=False, width=120, default_flow_style=None), end="")
         return 0
     if args.cluster is None:
         return _list(args.json)

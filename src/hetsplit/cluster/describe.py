@@ -33,16 +33,17 @@ def spec_summary(spec: dict[str, Any]) -> dict[str, Any]:
 
 def cluster_to_dict(cluster: Cluster) -> dict[str, Any]:
     """Devices, groups and links (by medium, one entry per distinct (medium, figures) and its pairs)."""
-    links: dict[str, dict[str, Any]] = {}
+    links: dict[tuple, dict[str, Any]] = {}
     n = cluster.num_devices
     for u in range(n):
         for v in range(n):
             if u == v:
                 continue
-            name = cluster.medium_names[u][v] if cluster.medium_names else ""
-            entry = links.setdefault(name or "link", {
-                "medium": name or "link", "bandwidth": float(cluster.bandwidth[u, v]),
-                "latency_s": float(cluster.latency_s[u, v]), "energy_per_byte": float(cluster.energy_per_byte[u, v]),
+            name = (cluster.medium_names[u][v] if cluster.medium_names else "") or "link"
+            figures = (float(cluster.bandwidth[u, v]), float(cluster.latency_s[u, v]),
+                       float(cluster.energy_per_byte[u, v]))
+            entry = links.setdefault((name, *figures), {
+                "medium": name, "bandwidth": figures[0], "latency_s": figures[1], "energy_per_byte": figures[2],
                 "pairs": 0})
             entry["pairs"] += 1
     return {"name": cluster.name, "origin": cluster.origin, "description": cluster.description,

@@ -17,6 +17,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from hetsplit.cluster.loader import CLUSTER_FORMAT
+
 DONNA_MEDIA = ("pcie5", "hb-wcc", "lb-wcc")
 DONNA_SETS = {  # device-set label -> [(device prefix, preset, count)]
     "4cpu": [("cpu", "xeon-w3323", 4)],
@@ -83,7 +85,7 @@ def _build() -> dict[str, dict[str, Any]]:
                   "devices": [{"name": "gpu0", "preset": "rtx3070ti"}]})
     specs += [_donna_edge_cloud("gpu", "rtx3070ti"), _donna_edge_cloud("cpu", "xeon-w3323"), _jetson()]
     specs += [_siracusa(n) for n in SIRACUSA_SIZES]
-    return {s["name"]: s for s in specs}
+    return {s["name"]: {"format": CLUSTER_FORMAT, **s} for s in specs}
 
 
 _BUILTIN = _build()
