@@ -112,9 +112,9 @@ class Sender(threading.Thread):
             for _ in range(self.n):
                 _, arrays, frame = self.shared.get(self.inbox)
                 for e, log, delay in zip(self.edges, self.logs, self.delays):
+                    log.start.append(time.time())
                     if delay > 0:  # emulated link latency: the link is busy for it, as the cost model says
                         time.sleep(delay)
-                    log.start.append(time.time())
                     works = self.wire.post_send(e, [np.ascontiguousarray(arrays[t.name]) for t in e.tensors])
                     self.wire.wait(works, e, sending=True)
                     log.done.append(time.time())
