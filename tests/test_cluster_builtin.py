@@ -27,12 +27,12 @@ def off_diagonal(c, matrix):
 
 def test_names():
     names = builtin_names()
-    assert len(names) == len(set(names)) == 12 + 1 + 2 + 1 + len(SIRACUSA_SIZES)
+    assert len(names) == len(set(names)) == 12 + 1 + 2 + 2 + len(SIRACUSA_SIZES)
     for label in DONNA_SETS:
         for medium in DONNA_MEDIA:
             assert f"donna-{label}-{medium}" in names
     for extra in ("donna-1gpu", "donna-edge-4cim-cloud-gpu", "donna-edge-4cim-cloud-cpu", "jetson-xavier-nx-8",
-                  "siracusa-1", "siracusa-64"):
+                  "jetson-xavier-nx-4", "siracusa-1", "siracusa-64"):
         assert extra in names
 
 
@@ -109,6 +109,12 @@ def test_jetson_cluster():
     same_board = sum(1 for u in range(16) for v in range(16) if c.medium_names[u][v] == "jetson-shm")
     assert same_board == 8 * 2    # one pair per board, both directions
     assert c.device("nx3-gpu").group == "board3"
+
+
+def test_jetson_4_boards():
+    c = load("jetson-xavier-nx-4")
+    assert c.num_devices == 8 and list(c.groups) == [f"board{b}" for b in range(4)]
+    assert "seed 004" in c.description
 
 
 @pytest.mark.parametrize("n", SIRACUSA_SIZES)

@@ -8,7 +8,8 @@ Each is loadable by name (``load_cluster("donna-2cpu-1gpu-1cim-hb-wcc")``) and p
   baseline; and the edge-CIM + cloud set-up (CIM devices on HB-WCC at the edge, a cloud GPU or
   CPU behind LB-WCC, inputs arriving at an edge device).
 - The thesis (seed 003): 8 Jetson Xavier NX boards, CPU and GPU of each as 2 PEs (16 PEs),
-  shared memory inside a board, Gigabit Ethernet between boards.
+  shared memory inside a board, Gigabit Ethernet between boards; and the 4-board (8-PE) cluster of
+  Guo et al.'s hierarchical DSE (seed 004), on a Gigabit switch too.
 - Bochem et al. (seed 002): 1 to 64 Siracusa chips on MIPI, in groups of four.
 """
 
@@ -27,7 +28,7 @@ DONNA_SETS = {  # device-set label -> [(device prefix, preset, count)]
     "2cpu-1gpu-1cim": [("cpu", "xeon-w3323", 2), ("gpu", "rtx3070ti", 1), ("cim", "neurosim-rram", 1)],
 }
 DONNA_EDGE_CIMS = 4  # DONNA does not state how many edge CIM devices; four, like its device sets
-JETSON_BOARDS = 8
+JETSON_CLUSTERS = {8: "Thesis (seed 003)", 4: "Guo et al., hierarchical DSE (seed 004)"}  # boards -> paper
 SIRACUSA_SIZES = (1, 2, 4, 8, 16, 32, 64)
 SIRACUSA_GROUP = 4
 _DONNA = "DONNA (seed 000)"
@@ -55,16 +56,16 @@ def _donna_edge_cloud(cloud: str, preset: str) -> dict[str, Any]:
             "source": "cim0"}
 
 
-def _jetson() -> dict[str, Any]:
+def _jetson(boards: int, paper: str) -> dict[str, Any]:
     devices, groups = [], {}
-    for b in range(JETSON_BOARDS):
+    for b in range(boards):
         for pe in ("cpu", "gpu"):
             devices.append({"name": f"nx{b}-{pe}", "preset": f"xavier-nx-{pe}", "memory": "4GiB"})
         groups[f"board{b}"] = {"devices": [f"nx{b}-cpu", f"nx{b}-gpu"], "medium": "jetson-shm"}
-    return {"name": f"jetson-xavier-nx-{JETSON_BOARDS}",
-            "description": ("Thesis (seed 003): 8 Jetson Xavier NX boards, CPU and GPU of each as 2 PEs (16 PEs); "
-                            "jetson-shm inside a board, GbE between boards; each PE may use 4 GiB of its board's "
-                            "8 GiB (assumption: an even split); inputs arrive at nx0-cpu"),
+    return {"name": f"jetson-xavier-nx-{boards}",
+            "description": (f"{paper}: {boards} Jetson Xavier NX boards on a Gigabit switch, CPU and GPU of each as "
+                            f"2 PEs ({2 * boards} PEs); jetson-shm inside a board, GbE between boards; each PE may "
+                            "use 4 GiB of its board's 8 GiB (assumption: an even split); inputs arrive at nx0-cpu"),
             "devices": devices, "groups": groups, "links": {"default": "gbe"}, "source": "nx0-cpu"}
 
 
@@ -83,7 +84,8 @@ def _build() -> dict[str, dict[str, Any]]:
     specs = [_donna_set(label, medium) for label in DONNA_SETS for medium in DONNA_MEDIA]
     specs.append({"name": "donna-1gpu", "description": f"{_DONNA} baseline: one RTX 3070 Ti runs the whole model",
                   "devices": [{"name": "gpu0", "preset": "rtx3070ti"}]})
-    specs += [_donna_edge_cloud("gpu", "rtx3070ti"), _donna_edge_cloud("cpu", "xeon-w3323"), _jetson()]
+    specs += [_donna_edge_cloud("gpu", "rtx3070ti"), _donna_edge_cloud("cpu", "xeon-w3323")]
+    specs += [_jetson(boards, paper) for boards, paper in JETSON_CLUSTERS.items()]
     specs += [_siracusa(n) for n in SIRACUSA_SIZES]
     return {s["name"]: {"format": CLUSTER_FORMAT, **s} for s in specs}
 
