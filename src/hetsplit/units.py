@@ -23,7 +23,7 @@ _BIN_PREFIX = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40}
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _QUANTITY = re.compile(rf"^\s*({_NUMBER})\s*([^\s].*?)?\s*$")
 
-# kind -> (accepted base unit, factor to SI, human example)
+# quantity kind -> examples of how to write it (shown in error messages)
 KINDS = {
     "bytes": "16GiB, 256KiB, 8GB",
     "bandwidth": "64GB/s, 3.5MB/s, 1Gb/s (bits), 125MB/s",
@@ -35,7 +35,6 @@ KINDS = {
     "frequency": "500MHz, 3.5GHz",
     "dimensionless": "0.8, 1e3, 50%",
 }
-
 
 _LABEL = {"bytes": "data size", "energy_per_byte": "energy per byte", "rate": "rate (MAC/s)",
           "dimensionless": "plain number"}
