@@ -53,7 +53,8 @@ def _list(as_json: bool) -> int:
         return 0
     table = Table(title="built-in clusters (hetsplit clusters NAME shows one)", header_style="bold")
     for col in ("name", "devices", "device mix", "media", "groups", "source"):
-        table.add_column(col, justify="right" if col in ("devices", "groups") else "left", no_wrap=col == "name")
+        table.add_column(col, justify="right" if col in ("devices", "groups") else "left",
+                         no_wrap=col != "device mix")
     for r in rows:
         mix = " + ".join(f"{n} {p}" for p, n in r["mix"].items())
         table.add_row(r["name"], str(r["devices"]), mix, ", ".join(r["media"]) or "-", str(r["groups"] or "-"),

@@ -39,11 +39,12 @@ def run(args) -> int:
         return 0
     console = Console()
     devices = Table(title="device presets (hetsplit devices NAME shows sources)", header_style="bold")
-    for col in ("name", "kind", "model", "peak", "memory", "mem bandwidth", "power"):
-        devices.add_column(col, justify="left" if col in ("name", "kind", "model") else "right", no_wrap=col == "name")
+    for col in ("name", "kind", "model", "peak", "memory", "mem BW", "power"):
+        devices.add_column(col, justify="left" if col in ("name", "kind", "model") else "right", no_wrap=True)
     media = Table(title="media", header_style="bold")
     for col in ("name", "bandwidth", "latency", "energy", "description"):
-        media.add_column(col, justify="left" if col in ("name", "description") else "right", no_wrap=col == "name")
+        media.add_column(col, justify="left" if col in ("name", "description") else "right",
+                         no_wrap=col != "description")
     for r in rows:
         if r["kind"] == "medium":
             media.add_row(r["name"], format_quantity(r["bandwidth"], "B/s"), format_quantity(r["latency_s"], "s"),
