@@ -150,6 +150,7 @@ def test_cli_clusters_and_devices(capsys):
     assert by_name["jetson-xavier-nx-8"]["devices"] == 16
     assert by_name["jetson-xavier-nx-8"]["media"] == ["gbe", "jetson-shm"]
     assert by_name["siracusa-64"]["mix"] == {"siracusa": 64}
+    assert by_name["donna-2cpu-1gpu-1cim-hb-wcc"]["kinds"] == {"cpu": 2, "gpu": 1, "cim": 1}
     assert main(["clusters"]) == 0
     assert "donna-2cpu-1gpu-1cim-hb-wcc" in capsys.readouterr().out
     assert main(["clusters", "donna-4cpu-pcie5", "--json"]) == 0

@@ -52,11 +52,11 @@ def _list(as_json: bool) -> int:
         print()
         return 0
     table = Table(title="built-in clusters (hetsplit clusters NAME shows one)", header_style="bold")
-    for col in ("name", "devices", "device mix", "media", "groups", "source"):
+    for col in ("name", "devices", "kinds", "media", "groups", "source"):
         table.add_column(col, justify="right" if col in ("devices", "groups") else "left",
-                         no_wrap=col != "device mix")
+                         no_wrap=col not in ("kinds", "media"))
     for r in rows:
-        mix = " + ".join(f"{n} {p}" for p, n in r["mix"].items())
+        mix = " + ".join(f"{n} {kind}" for kind, n in r["kinds"].items())
         table.add_row(r["name"], str(r["devices"]), mix, ", ".join(r["media"]) or "-", str(r["groups"] or "-"),
                       r["source"] or "-")
     Console().print(table)

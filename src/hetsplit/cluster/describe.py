@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from hetsplit.cluster.presets import Preset
+from hetsplit.cluster.presets import Preset, load_preset
 from hetsplit.cluster.types import Cluster
 
 _DEVICE_FIGURES = ("peak_macs", "mem_bandwidth", "power_active")
@@ -24,9 +24,12 @@ def spec_media(spec: dict[str, Any]) -> list[str]:
 
 
 def spec_summary(spec: dict[str, Any]) -> dict[str, Any]:
-    """Name, device count, device mix by preset, media and description of a spec (no preset is loaded)."""
-    mix = Counter(d.get("preset") or d.get("kind", "?") for d in spec["devices"] for _ in range(d.get("count", 1)))
-    return {"name": spec["name"], "devices": sum(mix.values()), "mix": dict(mix), "media": spec_media(spec),
+    """Name, device count, device mix by preset and by kind, media and description of a spec."""
+    entries = [d for d in spec["devices"] for _ in range(d.get("count", 1))]
+    mix = Counter(d.get("preset") or d.get("kind", "?") for d in entries)
+    kinds = Counter(d.get("kind") or load_preset(d["preset"]).kind for d in entries)
+    return {"name": spec["name"], "devices": len(entries), "mix": dict(mix), "kinds": dict(kinds),
+            "media": spec_media(spec),
             "groups": len(spec.get("groups") or {}), "source": spec.get("source"),
             "description": spec.get("description", "")}
 
