@@ -143,6 +143,13 @@ def test_preset_errors_name_file_and_key(tmp_path, old, new, fragment):
     assert fragment in str(exc.value)
 
 
+def test_a_rewritten_preset_file_is_read_again(tmp_path):
+    path = write(tmp_path, GOOD)
+    assert load_preset(path).params["peak_macs"] == 1e11
+    path.write_text(GOOD.replace("1e11/s", "2.5e11/s"))
+    assert load_preset(path).params["peak_macs"] == 2.5e11
+
+
 def test_unknown_preset_lists_valid_names():
     with pytest.raises(ClusterError) as exc:
         load_preset("rtx3070")

@@ -80,14 +80,20 @@ def load_preset(spec: str | Path, base_dir: Path | None = None) -> Preset:
         if not path.is_file():
             raise ClusterError(f"preset file {path} does not exist; give a path to a {PRESET_FORMAT} "
                                f"YAML file or a built-in preset name ({', '.join(preset_names())})")
-        return _load_preset_file(str(path.resolve()))
+        return _read(path.resolve())
     path = PRESET_DIR / f"{text}.yaml"
     if not path.is_file():
         names = preset_names()
         close = difflib.get_close_matches(text, names, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
         raise ClusterError(f"unknown preset {text!r}; {hint}presets are: {', '.join(names)}")
-    return _load_preset_file(str(path))
+    return _read(path)
+
+
+def _read(path: Path) -> Preset:
+    """Parse a preset file, cached until the file changes (a calibration may rewrite one)."""
+    stat = path.stat()
+    return _load_preset_file(str(path), stat.st_mtime_ns, stat.st_size)
 
 
 def get_medium(name: str) -> Medium:
@@ -95,8 +101,8 @@ def get_medium(name: str) -> Medium:
     return load_preset(name).medium()
 
 
-@lru_cache(maxsize=None)
-def _load_preset_file(path_str: str) -> Preset:
+@lru_cache(maxsize=256)
+def _load_preset_file(path_str: str, mtime_ns: int, size: int) -> Preset:  # noqa: ARG001 (cache keys)
     path = Path(path_str)
     try:
         data = yaml.safe_load(path.read_text())
