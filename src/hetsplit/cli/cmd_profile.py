@@ -1,0 +1,95 @@
+"""hetsplit profile MODEL --device NAME: measured (this machine) or modelled (a preset) per-layer costs."""
+
+from __future__ import annotations
+
+import math
+
+from rich.console import Console
+from rich.table import Table
+
+from hetsplit.cli.common import add_command, progress
+from hetsplit.errors import ProfileError
+from hetsplit.units import format_quantity
+
+
+def register(sub) -> None:
+    p = add_command(sub, "profile", "measure a model's per-layer latency, memory and energy, or a device model's estimate",
+                    ["hetsplit profile resnet18 --device local-cpu --repeats 20 --out resnet18.cpu.json",
+                     "hetsplit profile vgg8 --device neurosim-rram",
+                     "hetsplit profile tinyllama-42m --device siracusa --param weight_fraction=0.125",
+                     "hetsplit profile resnet8 --device imce-imc --out resnet8.imc.json"])
+    p.add_argument("model", help="zoo name or .onnx file")
+    p.add_argument("--device", default="local-cpu",
+                   help="local-cpu (measure here), local-gpu (measure on a CUDA GPU), or a device preset / preset "
+                        "file (write its modelled costs); default local-cpu")
+    p.add_argument("--repeats", type=int, default=20, help="measured runs (default 20)")
+    p.add_argument("--warmup", type=int, default=5, help="warm-up runs before measuring (default 5)")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads for onnxruntime (default: all cores here)")
+    p.add_argument("--power", default=None, metavar="WATTS",
+                   help="power to estimate energy from when no energy meter can read (e.g. 35W)")
+    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a modelled device's parameter (repeatable), e.g. weight_fraction=0.125")
+    p.add_argument("--out", default=None, metavar="FILE", help="write the hetsplit.profile/1 JSON here")
+    p.add_argument("--layers", type=int, default=40, metavar="N", help="show at most N layers (default 40)")
+    p.set_defaults(func=run)
+
+
+def _params(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for item in pairs:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ProfileError(f"--param {item!r}: write KEY=VALUE, e.g. --param weight_fraction=0.125")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def run(args) -> int:
+    from hetsplit.costs.profile import save_profile
+    from hetsplit.costs.profiler import profile_model
+    from hetsplit.units import parse_quantity
+
+    power = None if args.power is None else parse_quantity(args.power, "power", "--power")
+    with progress(f"profiling {args.model} on {args.device}"):
+        prof = profile_model(args.model, args.device, repeats=args.repeats, warmup=args.warmup,
+                             threads=args.threads, power_w=power, params=_params(args.param))
+    show(prof, args.layers)
+    if args.out:
+        path = save_profile(prof, args.out)
+        Console().print(f"wrote {path}")
+    return 0
+
+
+def show(prof, max_layers: int) -> None:
+    console = Console()
+    g, c = prof.graph, prof.costs
+    col = c.types[0]
+    t, e, m = c.time_s[:, 0], c.energy_j[:, 0], c.mem_bytes[:, 0]
+    table = Table(title=f"{g.name} on {col}: {c.sources.get(col, '')}", header_style="bold")
+    for name in ("#", "layer", "op", "time", "energy", "memory"):
+        table.add_column(name, justify="left" if name in ("layer", "op") else "right")
+    for i in range(min(g.num_layers, max_layers)):
+        table.add_row(str(i), g.layers[i].name, g.layers[i].op,
+                      "cannot run" if math.isinf(t[i]) else format_quantity(t[i], "s"),
+                      "-" if math.isinf(e[i]) else format_quantity(e[i], "J"), format_quantity(m[i], "B"))
+    console.print(table)
+    if g.num_layers > max_layers:
+        console.print(f"... {g.num_layers - max_layers} more layers (--layers N shows more)")
+    finite = t[~__import__("numpy").isinf(t)]
+    blocked = int(g.num_layers - finite.size)
+    console.print(f"sum over layers: {format_quantity(float(finite.sum()), 's')}, "
+                  f"{format_quantity(float(e[~__import__('numpy').isinf(e)].sum()), 'J')}"
+                  + (f"; {blocked} layer(s) this device cannot run" if blocked else ""))
+    meta = prof.meta
+    whole = meta.get("whole_model", {})
+    if "median_s" in whole:
+        console.print(f"whole model measured: {format_quantity(whole['median_s'], 's')} median "
+                      f"(p10 {format_quantity(whole['p10_s'], 's')}, p90 {format_quantity(whole['p90_s'], 's')}); "
+                      f"sum of layers - whole model = {meta['gap'] * 100:+.1f}%")
+        energy = meta.get("energy", {})
+        console.print(f"energy: {energy.get('status')} ({energy.get('meter')})")
+        mem = meta.get("memory", {})
+        if mem.get("peak_rss_bytes"):
+            console.print(f"memory: peak RSS {format_quantity(mem['peak_rss_bytes'], 'B')} "
+                          f"(before the model: {format_quantity(mem['rss_before_bytes'], 'B')}); "
+                          f"largest live set {format_quantity(mem['peak_live_bytes'], 'B')}")

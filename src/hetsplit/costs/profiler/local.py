@@ -1,0 +1,99 @@
+"""Measure a model on this machine: per-layer latency inside the whole model, memory, energy.
+
+``profile_cpu`` runs the model's ONNX file with onnxruntime (CPU execution provider, the given
+thread count), once with the profiler on to get per-node kernel times over ``repeats`` runs after
+``warmup``, and once with it off to get the whole-model time. Per-node times are summed per layer
+(``NodeAttributor``); the layer time is the median over runs, with p10/p90 kept. Energy comes from
+the meter (RAPL) when it can read, else it is estimated as ``power_w`` x time and marked so.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hetsplit.costs.meters import EnergyMeter, describe
+from hetsplit.costs.profile import Profile
+from hetsplit.costs.profiler.attribution import NodeAttributor
+from hetsplit.costs.profiler.memory import live_bytes_per_layer, peak_rss_bytes, reset_peak_rss, rss_bytes
+from hetsplit.costs.profiler.ort_timing import (NodeRuns, example_inputs, make_session, profile_nodes, summary,
+                                                time_whole_model)
+from hetsplit.costs.table import CostTable
+from hetsplit.graph.types import Graph
+
+
+def layer_times(graph: Graph, runs: NodeRuns) -> tuple[np.ndarray, dict[str, Any]]:
+    """runs x layers seconds; unknown nodes go to the layer of the node that ran before them."""
+    attr = NodeAttributor(graph)
+    out = np.zeros((len(runs.runs), graph.num_layers))
+    by_order: dict[str, int] = {}
+    for r, run in enumerate(runs.runs):
+        last: int | None = None
+        pending = 0.0
+        for name, seconds in run:
+            layer = attr.layer_of(name)
+            if layer is None:
+                by_order[name] = by_order.get(name, 0) + 1
+                if last is None:
+                    pending += seconds        # before any known node: give it to the first known one
+                    continue
+                layer = last
+            out[r, layer] += seconds + pending
+            pending, last = 0.0, layer
+    return out, {"nodes_attributed_by_order": sorted(by_order)}
+
+
+def profile_cpu(graph: Graph, onnx_path: str | Path, *, device_type: str = "local-cpu", threads: int = 1,
+                warmup: int = 5, repeats: int = 20, meter: EnergyMeter | None = None,
+                power_w: float | None = None) -> Profile:
+    """A measured ``hetsplit.profile/1`` Profile of ``graph`` (from ``onnx_path``) on this CPU."""
+    import onnxruntime as ort
+
+    runs = profile_nodes(onnx_path, threads, warmup, repeats, ["CPUExecutionProvider"])
+    per_run, attribution = layer_times(graph, runs)
+    med = np.median(per_run, axis=0)
+    p10, p90 = np.percentile(per_run, [10, 90], axis=0)
+
+    rss0 = rss_bytes()
+    peak_reset = reset_peak_rss()
+    session = make_session(onnx_path, threads, ["CPUExecutionProvider"])
+    feeds = example_inputs(session)
+    whole, joules = time_whole_model(session, feeds, warmup, repeats, meter)
+    peak = peak_rss_bytes()
+    whole_stats = summary(whole)
+    layer_sum = float(med.sum())
+
+    if joules is not None:
+        per_inference = joules / repeats
+        energy = per_inference * med / layer_sum if layer_sum > 0 else np.zeros_like(med)
+        energy_meta = {"status": "measured", "meter": describe(meter), "per_inference_j": per_inference}
+    else:
+        watts = float(power_w) if power_w is not None else 0.0
+        energy = med * watts
+        energy_meta = {"status": "estimated" if power_w is not None else "unavailable",
+                       "meter": describe(meter) if meter is not None else "none",
+                       "estimated_power_w": power_w,
+                       "note": "energy_j = estimated_power_w x layer time" if power_w is not None
+                       else "no meter and no power figure: energy_j is 0"}
+    source = (f"measured: onnxruntime {ort.__version__} {runs.providers[0]}, {threads} thread(s), "
+              f"median of {repeats} runs after {warmup} warm-up")
+    table = CostTable(graph.names, [device_type], med[:, None], energy[:, None],
+                      live_bytes_per_layer(graph)[:, None], {device_type: source})
+    meta = {
+        "source": source, "device": device_type, "threads": threads, "warmup": warmup, "repeats": repeats,
+        "onnx": str(onnx_path),
+        "whole_model": {**whole_stats, "profiled_run_median_s": float(np.median(runs.run_s))},
+        "layer_sum_s": layer_sum,
+        "gap": layer_sum / whole_stats["median_s"] - 1.0,
+        "layer_stats": {"p10_s": [float(v) for v in p10], "p90_s": [float(v) for v in p90]},
+        "energy": energy_meta,
+        "memory": {"rss_before_bytes": rss0, "peak_rss_bytes": peak if peak_reset else None,
+                   "peak_rss_note": "process peak RSS (VmHWM) after the timed runs" if peak_reset
+                   else "peak RSS could not be reset here; not reported",
+                   "peak_live_bytes": float(live_bytes_per_layer(graph).max()),
+                   "mem_bytes_note": "per-layer mem_bytes: weights + tensors alive across the layer (analytic)"},
+        **attribution,
+    }
+    return Profile(graph, table, meta)

@@ -1,0 +1,75 @@
+"""``hetsplit profile``'s job as one library call: load a model, measure or model it, return a Profile."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from hetsplit.costs.meters import meter_for
+from hetsplit.costs.profile import Profile
+from hetsplit.costs.profiler.devices import LOCAL_CPU, LOCAL_GPU, resolve_device
+from hetsplit.costs.profiler.local import profile_cpu
+from hetsplit.costs.profiler.modelled import modelled_profile
+from hetsplit.costs.profiler.ort_timing import default_threads
+from hetsplit.errors import ProfileError
+from hetsplit.graph.types import Graph
+
+
+def load_for_profiling(spec: str) -> tuple[Graph, Path | None, str | None]:
+    """(graph, full ONNX path or None, zoo name or None) of a zoo name or an .onnx file."""
+    from hetsplit.graph import zoo
+
+    if spec in zoo.names():
+        return zoo.load(spec), None, spec
+    path = Path(spec)
+    if path.suffix == ".onnx":
+        if not path.is_file():
+            raise ProfileError(f"{path}: no such ONNX file")
+        from hetsplit.graph.onnx_import import load_onnx
+
+        return load_onnx(path), path, None
+    raise ProfileError(f"{spec!r} is neither a zoo model ({', '.join(zoo.names())}) nor an .onnx file; "
+                       "a .json profile has no shapes to measure or model")
+
+
+def profile_model(spec: str, device: str = LOCAL_CPU, *, repeats: int = 20, warmup: int = 5,
+                  threads: int | None = None, power_w: float | None = None,
+                  params: dict[str, Any] | None = None) -> Profile:
+    """Measure ``spec`` on this machine (local-cpu / local-gpu) or write a preset's modelled profile.
+
+    ``params`` override a modelled device's parameters (e.g. ``{"weight_fraction": 0.125}``).
+    """
+    graph, onnx_file, zoo_name = load_for_profiling(spec)
+    if repeats < 1 or warmup < 0:
+        raise ProfileError(f"--repeats must be >= 1 and --warmup >= 0, got {repeats} and {warmup}")
+    if device == LOCAL_CPU:
+        dev = resolve_device(device, threads)
+        n = threads or default_threads()
+        if onnx_file is None:
+            from hetsplit.graph import zoo
+
+            onnx_file = zoo.onnx_path(zoo_name)
+        watts = power_w if power_w is not None else float(dev.params["power_active"]) * n / dev.params["threads"]
+        prof = profile_cpu(graph, onnx_file, device_type=LOCAL_CPU, threads=n, warmup=warmup, repeats=repeats,
+                           meter=meter_for("cpu"), power_w=watts)
+        if power_w is None:
+            prof.meta["energy"]["estimated_power_source"] = "assumption: 10 W per busy core (no --power given)"
+        return prof
+    if device == LOCAL_GPU:
+        resolve_device(device)                      # fails clearly without CUDA
+        if zoo_name is None:
+            raise ProfileError("--device local-gpu profiles zoo models (it needs the PyTorch module); "
+                               "give a zoo name")
+        from hetsplit.costs.profiler.torch_cuda import profile_cuda_torch
+        from hetsplit.graph.zoo.registry import MODELS
+
+        module, shape = MODELS[zoo_name].build()
+        return profile_cuda_torch(graph, module, shape, warmup=warmup, repeats=repeats, meter=meter_for("gpu"))
+    dev = resolve_device(device)
+    if params:
+        from hetsplit.units import parse_param
+
+        parsed = {k: parse_param(k, v, f"--param {k}") for k, v in params.items()}
+        dev = replace(dev, params={**dev.params, **parsed})
+    return modelled_profile(graph, dev)

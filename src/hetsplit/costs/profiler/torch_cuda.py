@@ -1,0 +1,117 @@
+"""Per-layer latency of a zoo model on an NVIDIA GPU with PyTorch (CUDA events around leaf modules).
+
+Layers are matched to modules through the exporter's node names: ``/layer/layer.0/layer.0.0/conv1/
+conv1.0/Conv`` comes from module ``layer.0.0.conv1.0`` (each scope repeats its parent's name when
+the parent is a container). Leaf modules without a layer (BatchNorm, which the
+exporter folded) count to the layer that ran before them. Work done outside leaf modules (functional
+adds, flatten) is in the whole-model time but in no layer: the reported gap shows it. Needs torch with CUDA; guarded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from hetsplit.costs.profile import Profile
+from hetsplit.costs.profiler.memory import live_bytes_per_layer
+from hetsplit.costs.profiler.ort_timing import summary
+from hetsplit.costs.table import CostTable
+from hetsplit.errors import ProfileError
+from hetsplit.graph.types import Graph
+
+
+def module_path(node_name: str) -> str:
+    """The module qualified name an exported ONNX node name comes from ('' for top-level ops)."""
+    scopes = node_name.strip("/").split("/")[:-1]
+    path: list[str] = []
+    prev = ""
+    for scope in scopes:
+        if prev and scope.startswith(prev + "."):
+            path.append(scope[len(prev) + 1:])
+        else:
+            path.append(scope)
+        prev = scope
+    return ".".join(path)
+
+
+def layer_of_modules(graph: Graph) -> dict[str, int]:
+    """Module qualified name -> layer index, from each layer's first node with a module scope."""
+    out: dict[str, int] = {}
+    for i, layer in enumerate(graph.layers):
+        for node in layer.nodes:
+            path = module_path(node)
+            if path:
+                out.setdefault(path, i)
+    return out
+
+
+def profile_cuda_torch(graph: Graph, module: Any, input_shape: tuple[int, ...], *, device_type: str = "local-gpu",
+                       warmup: int = 5, repeats: int = 20, meter: Any = None) -> Profile:
+    try:
+        import torch
+    except ImportError:
+        raise ProfileError("the GPU profiler needs PyTorch") from None
+    if not torch.cuda.is_available():
+        raise ProfileError("the GPU profiler needs a CUDA GPU; none is visible")
+    mapping = layer_of_modules(graph)
+    dev = torch.device("cuda")
+    module = module.to(dev).eval()
+    x = torch.randn(*input_shape, device=dev)
+    starts: dict[str, Any] = {}
+    events: list[tuple[int, Any, Any]] = []
+    handles = []
+    last = [0]                      # leaf modules with no layer (eager BatchNorm...) join the one before
+    for name, sub in module.named_modules():
+        if list(sub.children()):
+            continue
+
+        def pre(_m, _inp, name=name):
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            starts[name] = ev
+
+        def post(_m, _inp, _out, name=name):
+            layer = mapping.get(name, last[0])
+            last[0] = layer
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            events.append((layer, starts[name], ev))
+
+        handles += [sub.register_forward_pre_hook(pre), sub.register_forward_hook(post)]
+    per_run = np.zeros((repeats, graph.num_layers))
+    with torch.inference_mode():
+        for _ in range(warmup):
+            module(x)
+        for r in range(repeats):
+            events.clear()
+            module(x)
+            torch.cuda.synchronize()
+            for layer, a, b in events:
+                per_run[r, layer] += a.elapsed_time(b) * 1e-3
+        for h in handles:
+            h.remove()
+        whole = []
+        if meter is not None:
+            meter.start()
+        for _ in range(repeats):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            module(x)
+            b.record()
+            torch.cuda.synchronize()
+            whole.append(a.elapsed_time(b) * 1e-3)
+        joules = meter.stop() if meter is not None else None
+    med = np.median(per_run, axis=0)
+    stats = summary(whole)
+    energy = (joules / repeats) * med / med.sum() if joules is not None and med.sum() > 0 else np.zeros_like(med)
+    source = f"measured: PyTorch {torch.__version__} CUDA events on {torch.cuda.get_device_name(0)}, median of {repeats}"
+    table = CostTable(graph.names, [device_type], med[:, None], energy[:, None],
+                      live_bytes_per_layer(graph)[:, None], {device_type: source})
+    meta = {"source": source, "device": device_type, "warmup": warmup, "repeats": repeats,
+            "whole_model": stats, "layer_sum_s": float(med.sum()), "gap": float(med.sum()) / stats["median_s"] - 1,
+            "energy": {"status": "measured" if joules is not None else "unavailable",
+                       "meter": getattr(meter, "reason", "") or getattr(meter, "name", "none")},
+            "memory": {"peak_cuda_bytes": int(torch.cuda.max_memory_allocated())},
+            "layers_without_module": [graph.names[i] for i in range(graph.num_layers) if i not in set(mapping.values())]}
+    return Profile(graph, table, meta)
