@@ -4,7 +4,7 @@ Per device: compute time per input, idle time, bytes and time sent / received, p
 Per hop (u -> v): the wire time of each input, ``recv done at v - max(send posted at u, recv posted
 at v)``: the time the transfer took once both ends were ready. End to end: unloaded latency (the
 first inputs go one at a time), latency under load, and throughput over the streamed inputs.
-Energy: no meter is read on this host, so it is reported as null.
+Energy per input comes from the device's meter (RAPL, NVML) where one is readable, else null.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class RunReport:
                 "latency_s": self.latency_s, "latency_loaded_s": self.latency_loaded_s,
                 "latencies_s": self.latencies_s, "stage_bound_throughput": self.stage_bound_throughput,
                 "pipeline_efficiency": self.pipeline_efficiency, "verify": self.verify, "devices": self.devices,
-                "hops": self.hops, "energy_j": None, "energy_note": "no energy meter on this host", **self.extra}
+                "hops": self.hops, **self.extra}
 
 
 def summarize(manifest: Manifest, docs: dict[int, dict]) -> RunReport:
@@ -56,6 +56,8 @@ def summarize(manifest: Manifest, docs: dict[int, dict]) -> RunReport:
     steady = slice(k, n) if n - k >= 2 else slice(0, n)
     devices = []
     for spec in manifest.stages:
+        if spec.rank not in docs:  # on another host
+            continue
         d = docs[spec.rank]
         comp = d["compute_s"]
         devices.append({
@@ -64,10 +66,14 @@ def summarize(manifest: Manifest, docs: dict[int, dict]) -> RunReport:
             "idle_s": float(np.sum(d["idle_s"][steady])) / max(1, len(d["idle_s"][steady])),
             "recv_bytes": sum(e["nbytes"] for e in d["recv"]), "send_bytes": sum(e["nbytes"] for e in d["send"]),
             "send_s": _med([b - a for e in d["send"] for a, b in zip(e["start"][steady], e["done"][steady])]),
-            "peak_rss_bytes": d.get("peak_rss_bytes", 0), "energy_j": None})
+            "peak_rss_bytes": d.get("peak_rss_bytes", 0),
+            "energy_j": d["energy_j"] / len(comp) if d.get("energy_j") is not None and comp else None,
+            "energy_meter": d.get("energy_meter")})
     hops = []
     for spec in manifest.workers:
         for e_idx, edge in enumerate(spec.send):
+            if spec.rank not in docs or edge.rank not in docs:
+                continue
             snd = docs[spec.rank]["send"][e_idx]
             peer = manifest.worker(edge.rank)
             r_idx = [x.rank for x in peer.recv].index(spec.rank)
@@ -79,7 +85,7 @@ def summarize(manifest: Manifest, docs: dict[int, dict]) -> RunReport:
     t_out = drv["t_out"]
     m = len(t_out[steady])
     thr = (m - 1) / (t_out[steady][-1] - t_out[steady][0]) if m >= 2 and t_out[steady][-1] > t_out[steady][0] else 0.0
-    worst = max([d["compute_s"] for d in devices] + [h["wire_s"] for h in hops if "driver" not in (h["from"], h["to"])])
+    worst = max([0.0] + [d["compute_s"] for d in devices] + [h["wire_s"] for h in hops if "driver" not in (h["from"], h["to"])])
     return RunReport(manifest.model, devices, hops, n, thr, _med(lat[:k]) if k else _med(lat),
                      _med(lat[steady]), lat, drv.get("verify", {}), 1.0 / worst if worst > 0 else 0.0)
 
@@ -106,3 +112,11 @@ def compare(report: RunReport, predicted: Any, cluster: Any = None, cut_bytes: d
         pr, me = r["predicted"], r["measured"]
         r["ratio"] = (me / pr) if pr and me is not None else None
     return {"predicted": p, "measured": report.to_dict(), "rows": rows}
+
+
+def predict(plan: Any, graph: Any, cluster: Any, profile_costs: Any = None) -> Any:
+    """The evaluator's Metrics of ``plan`` (costs from the profile where it has the device type)."""
+    from hetsplit.costs import build_problem
+    from hetsplit.plan.evaluate import evaluate
+
+    return evaluate(build_problem(graph, cluster, profile_costs), plan)

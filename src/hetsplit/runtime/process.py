@@ -83,6 +83,8 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path) -> 
     n = cfg.inputs
     rx = Receiver(wire, spec.recv, n, cfg.depth, shared)
     tx = Sender(wire, spec.send, n, shared, [cfg.delay(rank, e.rank) for e in spec.send], release=rx.release)
+    meter = energy_meter(cfg.kinds.get(spec.device, "cpu"))
+    meter.start()
     rx.start(), tx.start()
     compute, idle = [], []
     try:
@@ -100,8 +102,17 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path) -> 
     except BaseException as exc:  # noqa: BLE001
         shared.fail(exc)
     wait_threads(shared, rx, tx)
+    energy = meter.stop()
     return {"compute_s": compute, "idle_s": idle, "threads": threads,
+            "energy_j": energy, "energy_meter": meter.name if energy is not None else meter.reason,
             "recv": [log.to_dict() for log in rx.logs], "send": [log.to_dict() for log in tx.logs]}
+
+
+def energy_meter(kind: str):
+    """RAPL for CPUs, NVML for GPUs (whole package / board: devices sharing one share its reading)."""
+    from hetsplit.costs.meters import meter_for
+
+    return meter_for(kind)
 
 
 # ---- the driver ----------------------------------------------------------------------------------

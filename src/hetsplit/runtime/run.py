@@ -10,6 +10,7 @@ from pathlib import Path
 from hetsplit.graph.types import Graph
 from hetsplit.plan.types import Plan
 from hetsplit.runtime.config import RunConfig
+from hetsplit.runtime.hosts import DEFAULT_PORT, HostMap
 from hetsplit.runtime.launch import Launcher
 from hetsplit.runtime.manifest import Manifest, load_manifest
 from hetsplit.runtime.measure import RunReport, summarize
@@ -32,6 +33,8 @@ class RunOptions:
     run_dir: Path | None = None
     links: object | None = None          # runtime.netem.LinkMatrix for emulated links
     verify: bool = True
+    hosts: HostMap | None = None         # multi-host: where each device runs ...
+    node: str = ""                       # ... and which host this command is
 
 
 def make_config(manifest_path: Path, opts: RunOptions) -> RunConfig:
@@ -41,8 +44,12 @@ def make_config(manifest_path: Path, opts: RunOptions) -> RunConfig:
                      verify=opts.verify)
 
 
-def run_manifest(manifest: Manifest, opts: RunOptions) -> RunReport:
-    """Run an already split plan (its manifest) on this host; raises RuntimeFailure on any fault."""
+def run_manifest(manifest: Manifest, opts: RunOptions) -> RunReport | None:
+    """Run an already split plan (its manifest) on this host; raises RuntimeFailure on any fault.
+
+    In a multi-host run (``opts.hosts``) this starts only the ranks placed on ``opts.node`` and
+    returns the report on the host running the driver, None on the others.
+    """
     with contextlib.ExitStack() as stack:
         run_dir = opts.run_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="hetsplit-run-")))
         run_dir = Path(run_dir)
@@ -57,7 +64,14 @@ def run_manifest(manifest: Manifest, opts: RunOptions) -> RunReport:
             cfg.addrs = {str(r): emu.addr(r) for r in range(manifest.world_size)}
             cfg.delays_s = emu.in_process_delays()
             wrap = emu.wrap
-        docs = Launcher(manifest, cfg, run_dir, wrap=wrap).run()
+        ranks = None
+        if opts.hosts is not None:  # one host of a multi-host run: its own ranks, the shared rendezvous
+            ranks = opts.hosts.ranks_on(manifest, opts.node)
+            cfg.master_addr, cfg.addrs = opts.hosts.master, opts.hosts.addrs(manifest)
+            cfg.master_port = opts.port or DEFAULT_PORT
+        docs = Launcher(manifest, cfg, run_dir, ranks=ranks, wrap=wrap).run()
+        if 0 not in docs:
+            return None
         report = summarize(manifest, docs)
         report.extra["run_dir"] = str(run_dir) if opts.run_dir else None
         if opts.links is not None:
@@ -66,7 +80,7 @@ def run_manifest(manifest: Manifest, opts: RunOptions) -> RunReport:
 
 
 def run_plan(plan: Plan, graph: Graph, model_path: str | Path, opts: RunOptions | None = None,
-             split_dir: str | Path | None = None) -> RunReport:
+             split_dir: str | Path | None = None) -> RunReport | None:
     """Split ``plan`` (into ``split_dir`` or a temporary directory) and run it on this host."""
     opts = opts or RunOptions()
     with contextlib.ExitStack() as stack:
@@ -74,3 +88,18 @@ def run_plan(plan: Plan, graph: Graph, model_path: str | Path, opts: RunOptions 
             tempfile.TemporaryDirectory(prefix="hetsplit-split-")))
         split_model(plan, graph, model_path, out)
         return run_manifest(load_manifest(out), opts)
+
+
+def resolve_model(spec: str) -> tuple[Graph, Path]:
+    """The Graph and the full ONNX file (with weights) of a zoo name or an .onnx path."""
+    from hetsplit.errors import ModelError
+    from hetsplit.graph import zoo
+    from hetsplit.graph.onnx_import import load_onnx
+
+    path = Path(spec)
+    if path.is_file():
+        return load_onnx(path), path
+    if spec in zoo.names():
+        full = zoo.onnx_path(spec)
+        return load_onnx(full, name=spec), full
+    raise ModelError(f"{spec!r} is neither an ONNX file nor a zoo model; zoo models are {', '.join(zoo.names())}")

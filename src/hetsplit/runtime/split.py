@@ -9,7 +9,6 @@ nothing but initializers and other such nodes.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -148,12 +147,16 @@ def _free_nodes(model: onnx.ModelProto, graph: Graph) -> dict[str, onnx.NodeProt
     return {o: n for n in model.graph.node if n.name not in grouped for o in n.output}
 
 
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+def load_prepared(path: Path) -> onnx.ModelProto:
+    """The canonical form the Graph's node names refer to (``prepare_model``), with its weights."""
+    from onnx.external_data_helper import load_external_data_for_model, uses_external_data
+
+    from hetsplit.graph.onnx_prepare import prepare_model
+
+    model = prepare_model(path)
+    if any(uses_external_data(t) for t in model.graph.initializer):
+        load_external_data_for_model(model, str(Path(path).parent))
+    return model
 
 
 def split_model(plan: Plan, graph: Graph, model_path: str | Path, out_dir: str | Path,
@@ -167,7 +170,7 @@ def split_model(plan: Plan, graph: Graph, model_path: str | Path, out_dir: str |
         if not layer.nodes:
             raise ModelError(f"layer {layer.name!r} of {graph.name!r} names no ONNX nodes; split needs a graph "
                              "imported from the ONNX file (hetsplit.graph.load_onnx), not one read from a profile")
-    model = onnx.load(str(model_path))
+    model = load_prepared(model_path)
     wire = {t.name for t in graph.tensors}
     specs = tensor_specs(model, wire)
     for t in input_specs(model):  # symbolic input dims were fixed to 1

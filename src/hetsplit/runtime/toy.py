@@ -1,4 +1,4 @@
-"""A small residual CNN as an ONNX file plus its Graph (one node per layer), for tests and benches.
+"""A small residual CNN as an ONNX file plus its Graph, for tests and benches.
 
 The model is a DAG with skip connections, so plans over it exercise relays: a tensor produced in
 one stage and read two stages later crosses (and is sent over) every cut in between.
@@ -12,12 +12,13 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from hetsplit.graph.types import CONV, ELTWISE, GEMM, INPUT, POOL, RESHAPE, Graph, Layer, Tensor
+from hetsplit.graph.onnx_import import load_onnx
+from hetsplit.graph.types import CONV, ELTWISE, GEMM, POOL, RESHAPE, Graph
 
 
 def toy_model(path: str | Path, channels: int = 8, size: int = 16, blocks: int = 2, classes: int = 10,
               seed: int = 0) -> Graph:
-    """Write the toy ONNX model to ``path`` and return its Graph (layer i == node i)."""
+    """Write the toy ONNX model to ``path`` and return its Graph (``load_onnx``: fused layers)."""
     rng = np.random.default_rng(seed)
     nodes, inits = [], []
     kinds: list[str] = []
@@ -54,43 +55,4 @@ def toy_model(path: str | Path, channels: int = 8, size: int = 16, blocks: int =
     model.ir_version = 8
     onnx.checker.check_model(model)
     onnx.save(model, str(path))
-    return graph_of(model, "toy")
-
-
-def graph_of(model: onnx.ModelProto, name: str) -> Graph:
-    """A Graph with one layer per ONNX node (shapes from ONNX shape inference)."""
-    inferred = onnx.shape_inference.infer_shapes(model)
-    g = inferred.graph
-    infos = {vi.name: vi for vi in list(g.input) + list(g.value_info) + list(g.output)}
-    inits = {i.name for i in g.initializer}
-    producer = {i.name: INPUT for i in g.input if i.name not in inits}
-    for k, node in enumerate(g.node):
-        for o in node.output:
-            producer[o] = k
-    consumers: dict[str, list[int]] = {t: [] for t in producer}
-    for k, node in enumerate(g.node):
-        for x in node.input:
-            if x in consumers:
-                consumers[x].append(k)
-    outputs = {o.name for o in g.output}
-
-    def shape(t: str) -> tuple[int, ...]:
-        return tuple(int(d.dim_value) for d in infos[t].type.tensor_type.shape.dim)
-
-    tensors = [Tensor(t, producer[t], int(np.prod(shape(t))) * 4, tuple(sorted(set(c))), t in outputs, shape(t))
-               for t, c in consumers.items()]
-    kind = {"Conv": CONV, "Gemm": GEMM, "GlobalAveragePool": POOL, "MaxPool": POOL, "Flatten": RESHAPE}
-    layers = []
-    for k, node in enumerate(g.node):
-        out_b = sum(t.nbytes for t in tensors if t.producer == k)
-        params = sum(int(np.prod(shape_of_init(g, x))) * 4 for x in node.input if x in inits)
-        layers.append(Layer(node.name, kind.get(node.op_type, ELTWISE), 0, params, out_b, onnx_ops=(node.op_type,),
-                            nodes=(node.name,)))
-    return Graph(name, layers, tensors, source="toy")
-
-
-def shape_of_init(g: onnx.GraphProto, name: str) -> tuple[int, ...]:
-    for i in g.initializer:
-        if i.name == name:
-            return tuple(i.dims)
-    return ()
+    return load_onnx(path, name="toy")

@@ -1,0 +1,199 @@
+"""hetsplit run PLAN MODEL: run a plan for real, one process per device, measured and verified."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import tempfile
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from hetsplit.cli.common import add_command, progress
+from hetsplit.plan.io import load_plan
+from hetsplit.units import format_quantity
+
+
+def register(sub) -> None:
+    p = add_command(sub, "run", "run a plan across processes (or hosts), measure it and verify every output",
+                    ["hetsplit run out/plans.json resnet18 --inputs 16",
+                     "hetsplit run plan.json resnet50 --cluster local --profile prof.json --compare --out cmp.json",
+                     "hetsplit run plan.json resnet18 --cluster edge.yaml --emulate-links",
+                     "hetsplit run plan.json resnet18 --hosts cpu0=10.0.0.1,cpu1=10.0.0.2   # prints per-host commands"])
+    p.add_argument("plan", help="plan or plan-set JSON; a set gives its best Pareto plan (or --index)")
+    p.add_argument("model", help="zoo name or .onnx file the plan was made for")
+    p.add_argument("--index", type=int, default=None, help="which plan of a plan set")
+    p.add_argument("--inputs", "-n", type=int, default=16, help="inputs streamed through the pipeline (default 16)")
+    p.add_argument("--latency-inputs", type=int, default=2, help="first inputs sent one at a time (default 2)")
+    p.add_argument("--timeout", type=float, default=60.0, metavar="S",
+                   help="fail when no tensor moves for S seconds (default 60)")
+    p.add_argument("--threads", type=int, default=1, help="compute threads per device (default 1)")
+    p.add_argument("--cluster", "-c", default=None, help="cluster of the plan (default: the plan's own)")
+    p.add_argument("--profile", default=None, help="hetsplit.profile/1 JSON for the predictions of --compare")
+    p.add_argument("--compare", action="store_true", help="print predicted beside measured metrics")
+    p.add_argument("--emulate-links", action="store_true",
+                   help="shape every link to the cluster's bandwidth and latency (needs root, ip and tc)")
+    p.add_argument("--cpu-only", action="store_true", help="run GPU devices' stages on the CPU too")
+    p.add_argument("--hosts", default=None, metavar="DEV=HOST,...", help="place devices on hosts (multi-host run)")
+    p.add_argument("--node", default=None, metavar="HOST", help="the host this command runs on (with --hosts)")
+    p.add_argument("--port", type=int, default=0, help="rendezvous port (0: a free one locally; 29500 with --hosts)")
+    p.add_argument("--ssh", action="store_true", help="with --hosts: start the other hosts' commands over ssh")
+    p.add_argument("--split-dir", default=None, metavar="DIR", help="keep the sub-models here (default: temporary)")
+    p.add_argument("--run-dir", default=None, metavar="DIR", help="keep the processes' logs and measurements here")
+    p.add_argument("--out", "-o", default=None, metavar="FILE", help="write the measurements (and comparison) as JSON")
+    p.add_argument("--json", action="store_true", help="print the measurements as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from hetsplit.runtime import resolve_model
+
+    plan = load_plan(args.plan, args.index)
+    cluster = _cluster(args.cluster or plan.cluster, required=args.emulate_links or bool(args.cluster))
+    with progress(f"loading {args.model}"):
+        graph, path = resolve_model(args.model)
+    with contextlib.ExitStack() as stack:
+        if args.split_dir or args.run_dir:
+            split_dir = Path(args.split_dir) if args.split_dir else Path(args.run_dir) / "split"
+        else:
+            split_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="hetsplit-split-")))
+        return _run(args, plan, graph, path, cluster, split_dir)
+
+
+def _run(args, plan, graph, path, cluster, split_dir: Path) -> int:
+    from hetsplit.runtime import RunOptions, run_manifest, split_model
+    from hetsplit.runtime.hosts import DEFAULT_PORT, HostMap, node_commands
+
+    with progress("splitting"):
+        manifest = split_model(plan, graph, path, split_dir)
+    opts = RunOptions(inputs=args.inputs, latency_inputs=args.latency_inputs, timeout_s=args.timeout,
+                      port=args.port, threads={w.device: args.threads for w in manifest.stages},
+                      kinds=_kinds(cluster, manifest, args.cpu_only),
+                      run_dir=Path(args.run_dir) if args.run_dir else None)
+    if args.emulate_links:
+        from hetsplit.runtime import LinkMatrix
+
+        opts.links = LinkMatrix.from_cluster(manifest, cluster)
+    if args.hosts:
+        opts.hosts = HostMap.parse(args.hosts)
+        opts.hosts.check(manifest)
+        if not args.node:
+            base = [a for a in sys.argv if a != "--ssh"]
+            cmds = node_commands(base, opts.hosts, manifest, args.port or DEFAULT_PORT)
+            print("run one command per host (each host needs the model and the plan at the same paths):")
+            for host, cmd in cmds.items():
+                print(f"  [{host}] {cmd}")
+            if not args.ssh:
+                return 0
+            remote = [subprocess.Popen(["ssh", h, cmd]) for h, cmd in cmds.items() if h != opts.hosts.master]
+            args.node = opts.hosts.master
+            try:
+                return _finish(args, run_manifest_as(opts, args.node, manifest), plan, graph, cluster)
+            finally:
+                for p in remote:
+                    p.wait()
+        opts.node = args.node
+    report = run_manifest(manifest, opts)
+    return _finish(args, report, plan, graph, cluster)
+
+
+def run_manifest_as(opts, node: str, manifest):
+    from hetsplit.runtime import run_manifest
+
+    opts.node = node
+    return run_manifest(manifest, opts)
+
+
+def _cluster(spec: str | None, required: bool):
+    from hetsplit.cluster import load_cluster
+    from hetsplit.errors import HetsplitError
+
+    if not spec:
+        return None
+    try:
+        return load_cluster(spec)
+    except HetsplitError:
+        if required:
+            raise
+        return None
+
+
+def _kinds(cluster, manifest, cpu_only: bool) -> dict[str, str]:
+    if cluster is None or cpu_only:
+        return {}
+    import torch
+
+    kinds = {}
+    for w in manifest.stages:
+        kind = cluster.device(w.device).kind if w.device in cluster.names else "cpu"
+        if kind == "gpu" and not torch.cuda.is_available():
+            print(f"note: no CUDA GPU here; device {w.device} runs on the CPU", file=sys.stderr)
+            kind = "cpu"
+        kinds[w.device] = "gpu" if kind == "gpu" else "cpu"
+    return kinds
+
+
+def _finish(args, report, plan, graph, cluster) -> int:
+    console = Console(stderr=args.json)
+    if report is None:
+        console.print(f"node {args.node}: its devices finished; the driver's host reports the measurements")
+        return 0
+    doc = report.to_dict()
+    if args.compare:
+        from hetsplit.runtime import compare
+        from hetsplit.runtime.measure import predict
+
+        if args.profile:
+            from hetsplit.costs import load_profile
+
+            if cluster is None:
+                cluster = _cluster(args.cluster or plan.cluster, required=True)
+            predicted = predict(plan, graph, cluster, load_profile(args.profile).costs)
+        elif plan.metrics is not None:
+            predicted = plan.metrics
+        else:
+            from hetsplit.errors import RuntimeFailure
+
+            raise RuntimeFailure("--compare needs predictions: give --profile (with --cluster) or a plan with metrics")
+        doc = compare(report, predicted, cluster)
+        print_compare(doc["rows"], console)
+    if args.json:
+        json.dump(doc, sys.stdout, indent=1)
+        print()
+    else:
+        print_report(report, console)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(doc, indent=1))
+        console.print(f"wrote {args.out}")
+    return 0
+
+
+def print_report(report, console: Console) -> None:
+    t = Table(title=f"{report.model}: {report.inputs} inputs, every output verified "
+                    f"(max abs err {report.verify.get('max_abs_err', float('nan')):.2e})")
+    for col in ("device", "compute/input", "idle/input", "recv/input", "send/input", "send time", "peak mem", "energy/input"):
+        t.add_column(col, justify="right")
+    for d in report.devices:
+        energy = format_quantity(d["energy_j"], "J") if d.get("energy_j") is not None else "-"
+        t.add_row(d["device"], format_quantity(d["compute_s"], "s"), format_quantity(d["idle_s"], "s"),
+                  format_quantity(d["recv_bytes"], "B"), format_quantity(d["send_bytes"], "B"),
+                  format_quantity(d["send_s"], "s"), format_quantity(d["peak_rss_bytes"], "B"), energy)
+    console.print(t)
+    console.print(f"throughput {report.throughput:.2f}/s   latency {format_quantity(report.latency_s, 's')} "
+                  f"(under load {format_quantity(report.latency_loaded_s, 's')})   pipeline efficiency "
+                  f"{report.pipeline_efficiency:.0%}")
+
+
+def print_compare(rows: list[dict], console: Console) -> None:
+    t = Table(title="predicted vs measured")
+    for col in ("metric", "predicted", "measured", "measured/predicted"):
+        t.add_column(col, justify="right")
+    for r in rows:
+        fmt = (lambda v: "-" if v is None else f"{v:.4g}")
+        t.add_row(r["metric"], fmt(r["predicted"]), fmt(r["measured"]), "-" if r["ratio"] is None else
+                  f"{r['ratio']:.2f}")
+    console.print(t)

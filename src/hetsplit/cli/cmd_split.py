@@ -1,0 +1,45 @@
+"""hetsplit split PLAN MODEL --out DIR: one ONNX sub-model per stage plus the manifest."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from hetsplit.cli.common import add_command, progress
+from hetsplit.plan.io import load_plan
+from hetsplit.units import format_quantity
+
+
+def register(sub) -> None:
+    p = add_command(sub, "split", "write one ONNX sub-model per device of a plan and the manifest of what moves",
+                    ["hetsplit split out/plans.json resnet50 --out split/",
+                     "hetsplit split plan.json model.onnx --out split/ --index 2"])
+    p.add_argument("plan", help="plan or plan-set JSON (hetsplit plan --out); a set gives its best Pareto plan")
+    p.add_argument("model", help="zoo name or .onnx file the plan was made for")
+    p.add_argument("--out", "-o", required=True, metavar="DIR", help="directory for the sub-models and manifest.json")
+    p.add_argument("--index", type=int, default=None, help="which plan of a plan set (default: best Pareto plan)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from hetsplit.runtime import resolve_model, split_model
+
+    plan = load_plan(args.plan, args.index)
+    with progress(f"loading {args.model}"):
+        graph, path = resolve_model(args.model)
+    with progress("splitting"):
+        manifest = split_model(plan, graph, path, args.out)
+    print_manifest(manifest, Console())
+    return 0
+
+
+def print_manifest(manifest, console: Console) -> None:
+    table = Table(title=f"{manifest.model}: {len(manifest.stages)} sub-models in {manifest.directory}")
+    for col in ("rank", "device", "sub-model", "layers", "receives", "sends", "relays"):
+        table.add_column(col)
+    for w in manifest.workers:
+        recv = ", ".join(f"{format_quantity(e.nbytes, 'B')} from {e.peer}" for e in w.recv)
+        send = ", ".join(f"{format_quantity(e.nbytes, 'B')} to {e.peer}" for e in w.send)
+        table.add_row(str(w.rank), w.device, w.submodel or "-", str(len(w.layers)) if w.layers else "-", recv, send,
+                      str(len(w.relays)) if w.relays else "")
+    console.print(table)
