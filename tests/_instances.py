@@ -70,7 +70,7 @@ def random_problem(seed: int, n_layers: int | None = None, n_dev: int | None = N
     T = int(n_types if n_types is not None else rng.integers(1, D + 1))
     g = random_graph(rng, L)
     layer_mem = g.param_bytes + g.out_bytes
-    slack = mem_slack if mem_slack is not None else rng.uniform(0.3, 1.5)
+    slack = mem_slack if mem_slack is not None else rng.uniform(0.5, 2.0)
     memory = (layer_mem.sum() + 2 * g.cut_bytes.max()) * slack * rng.uniform(0.3, 1.0, size=max(D, T))
     cl = random_cluster(rng, D, T, memory,
                         uniform_links=uniform_links,

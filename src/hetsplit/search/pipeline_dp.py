@@ -100,10 +100,12 @@ class ClassModel:
 
     def lower_bound(self) -> float:
         """Largest single layer at its fastest class (every plan runs every layer somewhere)."""
-        L = self.num_layers
-        k = np.arange(L)
-        single = self.time[k, k + 1, :].min(axis=1)
-        return float(single.max()) if L else 0.0
+        if self.num_layers == 0:
+            return 0.0
+        reps = [m[0] for m in self.members]
+        per_layer = self.problem.costs.time_s[:, self.problem.device_type[reps]].min(axis=1)
+        lb = float(per_layer.max())
+        return lb if np.isfinite(lb) else 0.0
 
 
 def build_classes(problem: SplitProblem, constraints: PipelineConstraints = PipelineConstraints(),
