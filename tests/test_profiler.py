@@ -1,0 +1,140 @@
+"""The profiler: trace parsing, node->layer attribution, a real tiny onnxruntime run, modelled profiles."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from hetsplit.cli.main import main
+from hetsplit.costs.meters import RaplMeter
+from hetsplit.costs.profile import load_profile, profile_from_dict, profile_to_dict
+from hetsplit.costs.profiler import layer_times, modelled_profile, profile_cpu, resolve_device
+from hetsplit.costs.profiler.attribution import NodeAttributor
+from hetsplit.costs.profiler.ort_timing import NodeRuns, parse_trace
+from hetsplit.costs.profiler.torch_cuda import module_path
+from hetsplit.errors import HetsplitError, ProfileError
+from hetsplit.graph.types import INPUT, Graph, Layer, Tensor
+
+
+def three_layer_graph() -> Graph:
+    layers = [Layer("conv", "conv", 10, 4, 8, nodes=("/c/Conv", "/c/Relu")),
+              Layer("add", "eltwise", 0, 0, 8, nodes=("/Add",)),
+              Layer("fc", "gemm", 10, 4, 4, nodes=("/fc/Gemm",))]
+    tensors = [Tensor("x", INPUT, 8, (0,)), Tensor("/c/Relu_output_0", 0, 8, (1,)),
+               Tensor("/Add_output_0", 1, 8, (2,)), Tensor("y", 2, 4, (), is_output=True)]
+    return Graph("three", layers, tensors)
+
+
+def test_parse_trace_splits_runs_and_skips_warmup():
+    def node(name, ts, dur):
+        return {"cat": "Node", "name": f"{name}_kernel_time", "ts": ts, "dur": dur}
+
+    events = [{"cat": "Session", "name": "model_run", "ts": 0, "dur": 100},
+              node("a", 10, 50),
+              {"cat": "Session", "name": "model_run", "ts": 200, "dur": 100},
+              node("a", 210, 30), node("b", 250, 20), {"cat": "Node", "name": "a_fence_before", "ts": 205, "dur": 0},
+              {"cat": "Session", "name": "model_run", "ts": 400, "dur": 80}, node("b", 410, 40)]
+    runs, spans = parse_trace(events, skip_runs=1)
+    assert [[name for name, _ in run] for run in runs] == [["a", "b"], ["b"]]
+    assert [[sec for _, sec in run] for run in runs] == [pytest.approx([30e-6, 20e-6]), pytest.approx([40e-6])]
+    assert spans == pytest.approx([100e-6, 80e-6])
+    with pytest.raises(ProfileError, match="model_run"):
+        parse_trace([node("a", 0, 1)])
+
+
+def test_attribution_by_name_rewrites_and_prefix():
+    attr = NodeAttributor(three_layer_graph())
+    assert attr.layer_of("/c/Conv") == 0
+    assert attr.layer_of("/c/Relu_output_0_nchwc") == 0      # NCHWc node named after its output tensor
+    assert attr.layer_of("/Add_output_0") == 1                # a boundary tensor names its producer
+    assert attr.layer_of("/fc/Gemm_token_3") == 2             # a fused node keeps its first node's name
+    assert attr.layer_of("ReorderOutput") is None
+
+
+def test_layer_times_charge_unknown_nodes_to_the_node_before():
+    g = three_layer_graph()
+    runs = NodeRuns(runs=[[("ReorderInput", 1.0), ("/c/Conv", 2.0), ("/c/Relu", 3.0), ("ReorderOutput", 4.0),
+                           ("/fc/Gemm", 5.0)]], run_s=[16.0])
+    times, meta = layer_times(g, runs)
+    assert times.tolist() == [[1.0 + 2.0 + 3.0 + 4.0, 0.0, 5.0]]
+    assert meta["nodes_attributed_by_order"] == ["ReorderInput", "ReorderOutput"]
+
+
+def tiny_onnx(path) -> None:
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w")
+    fc = numpy_helper.from_array(rng.standard_normal((8 * 8 * 8, 10)).astype(np.float32), "fc_w")
+    shape = numpy_helper.from_array(np.array([1, -1], dtype=np.int64), "shape")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="/conv/Conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"], name="/conv/Relu"),
+             helper.make_node("Reshape", ["r", "shape"], ["f"], name="/Reshape"),
+             helper.make_node("MatMul", ["f", "fc_w"], ["y"], name="/fc/MatMul")]
+    graph = helper.make_graph(nodes, "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], [w, fc, shape])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+
+
+def test_profile_cpu_measures_a_tiny_model(tmp_path):
+    from hetsplit.graph.onnx_import import load_onnx
+
+    path = tmp_path / "tiny.onnx"
+    tiny_onnx(path)
+    graph = load_onnx(path)
+    prof = profile_cpu(graph, path, threads=1, warmup=1, repeats=3, meter=RaplMeter(tmp_path / "no-rapl"), power_w=5.0)
+    t = prof.costs.time_s[:, 0]
+    assert t.shape == (graph.num_layers,) and np.all(t >= 0) and t.sum() > 0
+    assert prof.costs.energy_j[:, 0] == pytest.approx(5.0 * t)
+    assert prof.meta["energy"]["status"] == "estimated" and "unavailable" in prof.meta["energy"]["meter"]
+    whole = prof.meta["whole_model"]
+    assert whole["n"] == 3 and whole["p10_s"] <= whole["median_s"] <= whole["p90_s"]
+    assert prof.meta["gap"] == pytest.approx(prof.meta["layer_sum_s"] / whole["median_s"] - 1)
+    assert len(prof.meta["layer_stats"]["p90_s"]) == graph.num_layers
+    assert np.all(prof.costs.mem_bytes[:, 0] >= graph.param_bytes)
+    doc = json.loads(json.dumps(profile_to_dict(prof)))           # the file format round-trips
+    again = profile_from_dict(doc)
+    assert again.costs.time_s[:, 0] == pytest.approx(t)
+    assert doc["format"] == "hetsplit.profile/1" and doc["device"] == "local-cpu"
+
+
+def test_modelled_profile_writes_inf_as_null_and_reads_it_back(tmp_path):
+    g = three_layer_graph()
+    layers = [Layer("fc1", "gemm", 64 * 64, 64 * 64 * 4, 64 * 4, 64 * 4, attrs={"m": 1, "k": 64, "n": 64}),
+              Layer("qk", "matmul", 4096, 0, 64 * 4, 64 * 4, attrs={"m": 1, "k": 64, "n": 64})]
+    g = Graph("two", layers, [Tensor("x", INPUT, 256, (0,)), Tensor("a", 0, 256, (1,)),
+                              Tensor("b", 1, 256, (), is_output=True)])
+    prof = modelled_profile(g, resolve_device("neurosim-rram"))
+    doc = profile_to_dict(prof)
+    assert doc["device_types"]["neurosim-rram"]["time_s"][1] is None
+    assert prof.meta["whole_model"]["layers_it_cannot_run"] == 1
+    (tmp_path / "p.json").write_text(json.dumps(doc))
+    assert math.isinf(load_profile(tmp_path / "p.json").costs.time_s[1, 0])
+
+
+def test_cli_profile_of_a_modelled_device(tmp_path, capsys):
+    out = tmp_path / "vgg8.cim.json"
+    assert main(["profile", "vgg8", "--device", "neurosim-rram", "--out", str(out)]) == 0
+    prof = load_profile(out)
+    assert prof.costs.types == ["neurosim-rram"]
+    assert prof.costs.time_s.sum() == pytest.approx(1.36e-3, rel=0.25)
+    assert "sum over layers" in capsys.readouterr().out
+    assert main(["profile", "vgg8", "--device", "nosuchpreset"]) == 2
+    assert main(["profile", "vgg8", "--device", "siracusa", "--param", "weight_fraction"]) == 2
+
+
+def test_resolve_device_errors():
+    with pytest.raises(HetsplitError, match="medium"):
+        resolve_device("pcie5")
+    assert resolve_device("local-cpu", threads=1).params["threads"] == 1
+
+
+def test_module_path_from_exported_node_names():
+    assert module_path("/layer/layer.0/layer.0.0/conv1/conv1.0/Conv") == "layer.0.0.conv1.0"
+    assert module_path("/fc/Gemm") == "fc"
+    assert module_path("/Flatten") == ""
