@@ -20,27 +20,36 @@ from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import InfeasibleError
 from hetsplit.plan.types import Plan
 from hetsplit.search.base import PipelineConstraints, register_partitioner
-from hetsplit.search.pipeline_dp import (ClassModel, ValueResult, build_classes, check_layers_fit,
-                                         infeasible_message, to_plan, value_dp)
+from hetsplit.search.pipeline_dp import (RTOL, ClassModel, ValueResult, build_classes, check_layers_fit,
+                                         infeasible_message, path_bottleneck, to_plan, value_dp)
 
 REL_EPS = 1e-9  # relative tolerance when comparing bottlenecks and energies of different plans
 
 
 def pareto_sweep(cm: ClassModel, max_points: int | None = None) -> list[ValueResult]:
-    """Front points in order of decreasing bottleneck (increasing energy)."""
+    """Front points in order of decreasing bottleneck (increasing energy).
+
+    Each DP minimizes energy alone under the bound; when several plans tie on energy the DP may
+    return one with a larger bottleneck, and the next bound then finds the same energy at a smaller
+    bottleneck: the dominated twin is dropped at the end (ties within ``RTOL``).
+    """
     cand = cm.candidates()
     lb = cm.lower_bound()
     bound = np.inf
-    out: list[ValueResult] = []
-    while max_points is None or len(out) < max_points:
-        vr = value_dp(cm, bound, "energy", "bottleneck")
+    raw: list[ValueResult] = []
+    while max_points is None or len(raw) < max_points:
+        vr = value_dp(cm, bound, "energy", None)
         if vr is None:
             break
-        out.append(vr)
+        vr.secondary = path_bottleneck(cm, vr.bounds, vr.classes)
+        raw.append(vr)
         idx = int(np.searchsorted(cand, vr.secondary, side="left")) - 1
         if idx < 0 or cand[idx] < lb:
             break
         bound = float(cand[idx])
+    # raw is sorted by decreasing bottleneck; a point is kept unless the next one ties its energy
+    out = [vr for vr, nxt in zip(raw, raw[1:] + [None])
+           if nxt is None or nxt.primary > vr.primary + RTOL * abs(vr.primary)]
     return out
 
 

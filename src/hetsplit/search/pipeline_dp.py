@@ -92,6 +92,11 @@ class ClassModel:
         y[:, 1:, :] = xv[:, :-1, :]
         return y.reshape(x.shape)
 
+    @staticmethod
+    def within(values, bound: float):
+        """Finite and <= bound (inf marks what cannot happen, even under an infinite bound)."""
+        return np.isfinite(values) & (values <= bound)
+
     def candidates(self) -> np.ndarray:
         """Sorted distinct finite values a plan's bottleneck can take."""
         vals = [self.time[np.isfinite(self.time)], self.tr_time[np.isfinite(self.tr_time)],
@@ -246,16 +251,15 @@ def reach(cm: ClassModel, bound: float) -> Reach:
     """Forward reachability of (k, c, S) with every stage and transfer <= bound."""
     L, C, M = cm.num_layers, cm.num_classes, cm.num_multisets
     M8 = -(-M // 8) * 8
-    comp_ok = cm.time <= bound
-    tr_ok = cm.tr_time <= bound
-    goal_ok = cm.snk_time <= bound
+    comp_ok, tr_ok = cm.within(cm.time, bound), cm.within(cm.tr_time, bound)
+    goal_ok = cm.within(cm.snk_time, bound)
     size_ok = np.zeros(M8, dtype=bool)
     size_ok[:M] = cm.num_stages <= cm.max_stages
     A = np.zeros((L + 1, C, M8), dtype=bool)
     A64 = A.view(np.uint64)
     nonempty = np.zeros((L + 1, C), dtype=bool)
     for c in range(C):
-        if cm.src_time[c] <= bound:
+        if cm.within(cm.src_time[c], bound):
             A[0, c, cm.strides[c]] = True
             nonempty[0, c] = True
     end64 = np.zeros((C, M8 // 8), dtype=np.uint64)
@@ -367,46 +371,71 @@ class ValueResult:
 def value_dp(cm: ClassModel, bound: float, primary: str, secondary: str | None) -> ValueResult | None:
     """Lexicographic minimum of (primary, secondary) over plans with every stage and transfer <= bound.
 
-    Returns None when no plan satisfies the bound.
+    Returns None when no plan satisfies the bound. With an additive primary and no secondary (the
+    common case) the table keeps ``value - prefix[k]`` so that choosing a stage start is a plain
+    minimum over a (usually contiguous) block of rows, with no per-row arithmetic.
     """
     L, C, M = cm.num_layers, cm.num_classes, cm.num_multisets
     sp, tp, srcp, snkp = _stage_terms(cm, primary)
     op_p = _combine(primary)
     if secondary is None:
-        zero_s = np.zeros_like(cm.time), np.zeros_like(cm.tr_time), np.zeros(C), np.zeros(C)
-        sq, tq, srcq, snkq = zero_s
+        sq, tq, srcq, snkq = np.zeros_like(cm.time), np.zeros_like(cm.tr_time), np.zeros(C), np.zeros(C)
         op_q = np.add
     else:
         sq, tq, srcq, snkq = _stage_terms(cm, secondary)
         op_q = _combine(secondary)
-    comp_ok = cm.time <= bound
-    tr_ok = cm.tr_time <= bound
+    fast = secondary is None and primary != "bottleneck"
+    reps = [m[0] for m in cm.members]
+    if fast:
+        prefix = cm.problem.costs.energy_prefix if primary == "energy" else cm.problem.costs.time_prefix
+        pre = prefix[:, cm.problem.device_type[reps]]      # (L+1, C)
+    else:
+        pre = np.zeros((L + 1, C))
+    comp_ok, tr_ok = cm.within(cm.time, bound), cm.within(cm.tr_time, bound)
     size_ok = cm.num_stages <= cm.max_stages
-    P = np.full((L + 1, C, M), np.inf)
+    P = np.full((C, L + 1, M), np.inf)
     # without a secondary objective Q is a read-only zero view (no memory)
-    Q = np.full((L + 1, C, M), np.inf) if secondary else np.broadcast_to(0.0, (L + 1, C, M))
+    Q = np.full((C, L + 1, M), np.inf) if secondary else np.broadcast_to(0.0, (C, L + 1, M))
     nonempty = np.zeros((L + 1, C), dtype=bool)
     for c in range(C):
-        if cm.src_time[c] <= bound:
-            P[0, c, cm.strides[c]] = srcp[c]
+        if cm.within(cm.src_time[c], bound):
+            P[c, 0, cm.strides[c]] = srcp[c]
             if secondary:
-                Q[0, c, cm.strides[c]] = srcq[c]
+                Q[c, 0, cm.strides[c]] = srcq[c]
             nonempty[0, c] = True
+
+    def starts(j: int, c: int) -> np.ndarray:
+        return np.flatnonzero(comp_ok[:j, j, c] & nonempty[:j, c])
+
+    def rows(arr: np.ndarray, c: int, ks: np.ndarray, S):
+        if ks[-1] - ks[0] + 1 == ks.size:
+            return arr[c, ks[0]:ks[-1] + 1, S]
+        return arr[c, ks, S]
+
+    def end_labels(j: int, c: int, ks: np.ndarray, S=slice(None)):
+        """Labels of stages k..j-1 on class c for each start k in ks (rows: ks; columns: S)."""
+        col = (slice(None), None) if isinstance(S, slice) else (slice(None),)
+        if fast:
+            return rows(P, c, ks, S) + pre[j, c], None
+        return (op_p(rows(P, c, ks, S), sp[ks, j, c][col]), op_q(rows(Q, c, ks, S), sq[ks, j, c][col]))
+
     best = (np.inf, np.inf, -1, -1)
     endP = np.full((C, M), np.inf)
-    endQ = np.full((C, M), np.inf)
+    endQ = np.zeros((C, M))
     for j in range(1, L + 1):
         has_end = np.zeros(C, dtype=bool)
         for c in range(C):
-            ks = np.flatnonzero(comp_ok[:j, j, c] & nonempty[:j, c])
+            ks = starts(j, c)
             if ks.size == 0:
                 continue
-            pc = op_p(P[ks, c], sp[ks, j, c][:, None])
-            qc = op_q(Q[ks, c], sq[ks, j, c][:, None])
-            endP[c], endQ[c], _ = _lexmin(pc, qc)
+            if fast:
+                endP[c] = rows(P, c, ks, slice(None)).min(axis=0) + pre[j, c]
+            else:
+                pc, qc = end_labels(j, c, ks)
+                endP[c], endQ[c], _ = _lexmin(pc, qc)
             has_end[c] = True
         if j == L:
-            for c in np.flatnonzero(has_end & (cm.snk_time <= bound)):
+            for c in np.flatnonzero(has_end & cm.within(cm.snk_time, bound)):
                 pf = np.where(size_ok, op_p(endP[c], snkp[c]), np.inf)
                 qf = op_q(endQ[c], snkq[c])
                 s = int(np.argmin(pf))
@@ -424,42 +453,43 @@ def value_dp(cm: ClassModel, bound: float, primary: str, secondary: str | None) 
             if us.size == 0:
                 continue
             pv = op_p(endP[us], tp[j, us, v][:, None])
-            qv = op_q(endQ[us], tq[j, us, v][:, None])
-            bp, bq, _ = _lexmin(pv, qv)
+            if fast:
+                bp = pv.min(axis=0) if us.size > 1 else pv[0]
+            else:
+                bp, bq, _ = _lexmin(pv, op_q(endQ[us], tq[j, us, v][:, None]))
+                if secondary:
+                    Q[v, j] = cm.shift(bq, v, np.inf)
             bp = np.where(size_ok, cm.shift(bp, v, np.inf), np.inf)
-            P[j, v] = bp
-            if secondary:
-                Q[j, v] = cm.shift(bq, v, np.inf)
             nonempty[j, v] = np.isfinite(bp).any()
+            P[v, j] = bp - pre[j, v]
     if best[2] < 0:
         return None
+
+    def end_pick(j: int, c: int, S: int) -> tuple[int, float, float]:
+        """Best start k of the stage ending at j on class c for multiset S, and its label."""
+        ks = starts(j, c)
+        pc, qc = end_labels(j, c, ks, S)
+        qc = np.zeros_like(pc) if qc is None else qc
+        i = _pick(pc, qc)
+        return int(ks[i]), float(pc[i]), float(qc[i])
+
     # trace back by recomputing each choice for the single multiset on the path
     _, _, c, S = best
-    j, bounds, classes = L, [L], [c]
-    while True:
-        ks = np.flatnonzero(comp_ok[:j, j, c] & nonempty[:j, c])
-        pc = op_p(P[ks, c, S], sp[ks, j, c])
-        qc = op_q(Q[ks, c, S], sq[ks, j, c])
-        k = int(ks[_pick(pc, qc)])
-        if k == 0:
-            break
+    bounds, classes = [L], [c]
+    k = end_pick(L, c, S)[0]
+    while k > 0:
         prev_S = S - int(cm.strides[c])
-        # predecessor class u: the one whose end label plus the transfer gives P[k, c, S]
-        cands = []
+        cands = []  # predecessor class u: the one whose end label plus the transfer is best
         for u in np.flatnonzero(tr_ok[k, :, c]):
-            kk = np.flatnonzero(comp_ok[:k, k, u] & nonempty[:k, u])
-            if kk.size == 0:
+            if starts(k, u).size == 0:
                 continue
-            pe = op_p(P[kk, u, prev_S], sp[kk, k, u])
-            qe = op_q(Q[kk, u, prev_S], sq[kk, k, u])
-            i = _pick(pe, qe)
-            cands.append((op_p(pe[i], tp[k, u, c]), op_q(qe[i], tq[k, u, c]), int(u)))
-        pa = np.array([x[0] for x in cands])
-        qa = np.array([x[1] for x in cands])
-        u = cands[_pick(pa, qa)][2]
+            kk, pe, qe = end_pick(k, int(u), prev_S)
+            cands.append((op_p(pe, tp[k, u, c]), op_q(qe, tq[k, u, c]), int(u), kk))
+        i = _pick(np.array([x[0] for x in cands]), np.array([x[1] for x in cands]))
+        _, _, u, kk = cands[i]
         bounds.append(k)
         classes.append(u)
-        j, c, S = k, u, prev_S
+        c, S, k = u, prev_S, kk
     bounds.append(0)
     return ValueResult(best[0], best[1], bounds[::-1], classes[::-1])
 
@@ -469,6 +499,16 @@ def _pick(p: np.ndarray, q: np.ndarray) -> int:
     pmin = p.min()
     tie = p <= pmin + RTOL * abs(pmin)
     return int(np.argmin(np.where(tie, q, np.inf))) if np.isfinite(q[tie]).any() else int(np.argmax(tie))
+
+
+def path_bottleneck(cm: ClassModel, bounds: list[int], classes: list[int]) -> float:
+    """The bottleneck of a class path from the tables (equals the evaluator's, bit for bit)."""
+    terms = [cm.src_time[classes[0]], cm.snk_time[classes[-1]]]
+    for s, c in enumerate(classes):
+        terms.append(cm.time[bounds[s], bounds[s + 1], c])
+        if s:
+            terms.append(cm.tr_time[bounds[s], classes[s - 1], c])
+    return float(max(terms))
 
 
 # ---- from class paths to plans -------------------------------------------------------------------
