@@ -198,6 +198,59 @@ def _fold_shape_ops(model: onnx.ModelProto, types: dict) -> None:
         model.graph.node[i].CopyFrom(const)
 
 
+FOLD_MAX_ELEMENTS = 4096   # constant subgraphs up to this size are evaluated (shape arithmetic)
+
+
+def _fold_constants(model: onnx.ModelProto) -> bool:
+    """Evaluate small nodes whose inputs are all known constants; True when any was folded.
+
+    Exporters compute split sizes and reshape targets from ``Shape``; once those are constants the
+    arithmetic behind them is too, and ONNX shape inference needs the values.
+    """
+    from onnx.reference import ReferenceEvaluator
+
+    values: dict[str, np.ndarray] = {}
+    for init in model.graph.initializer:
+        if init.ByteSize() <= STRIP_MIN_BYTES and (init.raw_data or init.int64_data or init.int32_data
+                                                   or init.float_data or not init.dims):
+            try:
+                values[init.name] = numpy_helper.to_array(init)
+            except Exception:
+                pass
+    folded = False
+    for i, node in enumerate(model.graph.node):
+        if node.op_type == "Constant":
+            attr = next((a for a in node.attribute if a.name == "value"), None)
+            if attr is not None:
+                values[node.output[0]] = numpy_helper.to_array(attr.t)
+            continue
+        ins = [t for t in node.input if t]
+        if not ins or any(t not in values for t in ins) or any(values[t].size > FOLD_MAX_ELEMENTS for t in ins):
+            continue
+        if node.domain not in ("", "ai.onnx") or node.op_type in ("RandomNormal", "RandomUniform", "RandomNormalLike",
+                                                                    "RandomUniformLike", "Multinomial"):
+            continue
+        try:
+            single = helper.make_model(
+                helper.make_graph([node], "fold", [helper.make_tensor_value_info(t, helper.np_dtype_to_tensor_dtype(
+                    values[t].dtype), values[t].shape) for t in dict.fromkeys(ins)],
+                    [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in node.output if o]),
+                opset_imports=list(model.opset_import))
+            outs = ReferenceEvaluator(single).run(None, {t: values[t] for t in dict.fromkeys(ins)})
+        except Exception:
+            continue
+        produced = [o for o in node.output if o]
+        if len(produced) != 1 or np.asarray(outs[0]).size > FOLD_MAX_ELEMENTS:
+            continue
+        value = np.asarray(outs[0])
+        values[produced[0]] = value
+        const = helper.make_node("Constant", [], [produced[0]], name=node.name,
+                                 value=numpy_helper.from_array(value, name=produced[0]))
+        model.graph.node[i].CopyFrom(const)
+        folded = True
+    return folded
+
+
 def prepare_model(model: str | Path | onnx.ModelProto, where: str | None = None) -> onnx.ModelProto:
     """The canonical, shape-inferred copy of ``model`` (see the module docstring)."""
     if where is None:
@@ -212,8 +265,12 @@ def prepare_model(model: str | Path | onnx.ModelProto, where: str | None = None)
     _name_nodes(proto)
     inferred = _infer(proto, where)
     types = value_types(inferred)
+    changed = False
     if any(n.op_type in ("Shape", "Size") for n in proto.graph.node):
         _fold_shape_ops(proto, types)
+        changed = True
+    changed |= _fold_constants(proto)
+    if changed:
         inferred = _infer(proto, where)
         types = value_types(inferred)
     _check_static(proto, types, where)
