@@ -27,6 +27,7 @@ class RunConfig:
     atol: float = 1e-4                 # verification: |split - whole| <= atol + rtol * max|whole|
     rtol: float = 1e-3
     verify: bool = True
+    faults: dict[str, dict] = field(default_factory=dict)   # rank -> {"kind": die|stall, "after": k}: rehearsals
 
     def addr(self, rank: int) -> str:
         return self.addrs.get(str(rank), self.master_addr)

@@ -139,8 +139,12 @@ class Launcher:
         if died:
             return RuntimeFailure(died[0])
         order = {"error": 0, "stall": 1, "lost": 2}
+        reported = {d.get("device") for d in errors}
         if errors:
-            first = min(errors, key=lambda d: (order.get(d.get("kind"), 0), d.get("t_fail", 0.0)))
+            # a link failure blaming a peer that reported its own failure is a consequence: follow the blame
+            # to the peer that went silent
+            first = min(errors, key=lambda d: (order.get(d.get("kind"), 0), d.get("peer") in reported,
+                                               d.get("t_fail", 0.0)))
             return RuntimeFailure(f"{first['error']} (log: {self.run_dir / ('rank%d.log' % first['rank'])})")
         return RuntimeFailure(f"a process of the run failed without a report; logs in {self.run_dir}")
 
@@ -158,3 +162,20 @@ class Launcher:
                 p.popen.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
+
+
+def processes_of(run_dir: str | Path) -> list[int]:
+    """PIDs of live processes whose command line names ``run_dir`` (to check nothing was left behind)."""
+    marker = str(run_dir).encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            state = (entry / "stat").read_text().split(") ")[-1][:1]
+        except OSError:
+            continue
+        if marker in cmdline and state != "Z":
+            pids.append(int(entry.name))
+    return pids

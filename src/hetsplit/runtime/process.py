@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import signal
 import sys
 import time
 import traceback
@@ -88,7 +89,10 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path) -> 
     rx.start(), tx.start()
     compute, idle = [], []
     try:
+        fault = cfg.faults.get(str(rank))
         for i in range(n):
+            if fault and i == int(fault.get("after", 0)):
+                inject(fault["kind"])
             t0 = time.time()
             _, frame = shared.get(rx.ready)
             t1 = time.time()
@@ -106,6 +110,11 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path) -> 
     return {"compute_s": compute, "idle_s": idle, "threads": threads,
             "energy_j": energy, "energy_meter": meter.name if energy is not None else meter.reason,
             "recv": [log.to_dict() for log in rx.logs], "send": [log.to_dict() for log in tx.logs]}
+
+
+def inject(kind: str) -> None:
+    """Rehearse a fault: 'die' (killed outright) or 'stall' (stopped: its links stall)."""
+    os.kill(os.getpid(), signal.SIGKILL if kind == "die" else signal.SIGSTOP)
 
 
 def energy_meter(kind: str):

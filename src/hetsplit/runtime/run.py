@@ -35,13 +35,14 @@ class RunOptions:
     verify: bool = True
     hosts: HostMap | None = None         # multi-host: where each device runs ...
     node: str = ""                       # ... and which host this command is
+    faults: dict[str, dict] = field(default_factory=dict)  # rank -> {"kind": die|stall, "after": k} (rehearsal)
 
 
 def make_config(manifest_path: Path, opts: RunOptions) -> RunConfig:
     return RunConfig(str(manifest_path), inputs=opts.inputs, latency_inputs=opts.latency_inputs,
                      timeout_s=opts.timeout_s, startup_timeout_s=opts.startup_timeout_s, master_port=opts.port,
                      seed=opts.seed, depth=opts.depth, threads=dict(opts.threads), kinds=dict(opts.kinds),
-                     verify=opts.verify)
+                     verify=opts.verify, faults=dict(opts.faults))
 
 
 def run_manifest(manifest: Manifest, opts: RunOptions) -> RunReport | None:

@@ -1,0 +1,65 @@
+"""Faults end the run within a timeout, name the device and the cause, and leave no process behind."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import time
+
+import pytest
+
+from hetsplit.errors import RuntimeFailure
+from hetsplit.plan.types import Plan, Stage
+from hetsplit.runtime import RunOptions, load_manifest, run_manifest, split_model
+from hetsplit.runtime.launch import processes_of
+from hetsplit.runtime.toy import toy_model
+
+pytestmark = pytest.mark.timeout(120)
+TIMEOUT_S = 4.0
+
+
+@pytest.fixture(scope="module")
+def split(tmp_path_factory):
+    d = tmp_path_factory.mktemp("faults")
+    graph = toy_model(d / "toy.onnx")
+    n = graph.names
+    plan = Plan(graph.name, "local", "hand", [Stage("cpu-a", n[:3]), Stage("cpu-b", n[3:6]), Stage("cpu-c", n[6:])])
+    split_model(plan, graph, d / "toy.onnx", d / "split")
+    return d / "split"
+
+
+def run_failing(manifest, run_dir, **kw) -> tuple[str, float]:
+    opts = RunOptions(inputs=6, timeout_s=TIMEOUT_S, startup_timeout_s=30, run_dir=run_dir, **kw)
+    t0 = time.time()
+    with pytest.raises(RuntimeFailure) as info:
+        run_manifest(manifest, opts)
+    elapsed = time.time() - t0
+    assert not processes_of(run_dir), "processes were left behind"
+    return str(info.value), elapsed
+
+
+def test_a_worker_that_dies(split, tmp_path):
+    msg, _ = run_failing(load_manifest(split), tmp_path / "run", faults={"2": {"kind": "die", "after": 2}})
+    assert "cpu-b" in msg and "died" in msg and "SIGKILL" in msg
+
+
+def test_a_link_that_stalls(split, tmp_path):
+    msg, _ = run_failing(load_manifest(split), tmp_path / "run", faults={"2": {"kind": "stall", "after": 2}})
+    assert "cpu-b" in msg and "stalled" in msg
+
+
+def test_a_port_in_use(split, tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        msg, _ = run_failing(load_manifest(split), tmp_path / "run", port=port)
+    assert "driver" in msg and f"port {port}" in msg and "in use" in msg
+
+
+def test_a_sub_model_that_does_not_match_its_manifest(split, tmp_path):
+    bad = tmp_path / "split"
+    shutil.copytree(split, bad)
+    shutil.copy(bad / "stage0-cpu-a.onnx", bad / "stage1-cpu-b.onnx")
+    msg, _ = run_failing(load_manifest(bad), tmp_path / "run")
+    assert "cpu-b" in msg and "does not match the manifest" in msg

@@ -1,0 +1,105 @@
+"""hetsplit split: sub-models and manifests (no processes: sub-models are chained in onnxruntime here)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from hetsplit.errors import PlanError, RuntimeFailure
+from hetsplit.plan.types import Plan, Stage
+from hetsplit.runtime import load_manifest, split_model
+from hetsplit.runtime.manifest import live_tensors
+from hetsplit.runtime.toy import toy_model
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    path = tmp_path_factory.mktemp("toy") / "toy.onnx"
+    return toy_model(path), path
+
+
+def plan_of(graph, bounds, devices=None):
+    devices = devices or [f"dev{i}" for i in range(len(bounds) - 1)]
+    return Plan(graph.name, "test", "hand",
+                [Stage(d, graph.names[a:b]) for d, a, b in zip(devices, bounds[:-1], bounds[1:])])
+
+
+def chain(manifest, feed):
+    """Run the sub-models one after another, moving exactly the manifest's tensors."""
+    carried = dict(feed)
+    for w in manifest.stages:
+        got = {t.name: carried[t.name] for e in w.recv for t in e.tensors}
+        sess = ort.InferenceSession(str(manifest.submodel_path(w.rank)), providers=["CPUExecutionProvider"])
+        outs = dict(zip(w.outputs, sess.run(w.outputs, {n: got[n] for n in w.inputs})))
+        carried = {**got, **outs}
+        carried = {t.name: carried[t.name] for e in w.send for t in e.tensors}
+    return carried
+
+
+@pytest.mark.parametrize("bounds", [[0, 9], [0, 2, 9], [0, 1, 4, 7, 9], [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]])
+def test_split_sub_models_compute_the_whole_model(toy, tmp_path, bounds):
+    graph, path = toy
+    m = split_model(plan_of(graph, bounds), graph, path, tmp_path)
+    assert len(m.stages) == len(bounds) - 1
+    for w in m.stages:
+        onnx.checker.check_model(str(m.submodel_path(w.rank)))
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((1, 3, 16, 16)).astype(np.float32)
+    whole = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"input": x})[0]
+    got = chain(m, {"input": x})
+    out_name = m.outputs[0].name
+    np.testing.assert_allclose(got[out_name], whole, rtol=1e-5, atol=1e-5)
+
+
+def test_manifest_moves_exactly_what_the_cost_model_counts(toy, tmp_path):
+    graph, path = toy
+    bounds = [0, 4, 5, 6, 9]  # stages 1 and 2 hold b1_conv1 and b1_conv2 only
+    m = split_model(plan_of(graph, bounds), graph, path, tmp_path)
+    for s, w in enumerate(m.stages):
+        assert w.recv[0].nbytes == graph.cut_bytes[bounds[s]]
+        assert w.send[0].nbytes == graph.cut_bytes[bounds[s + 1]]
+        assert w.send[0].rank == (0 if s == len(m.stages) - 1 else w.rank + 1)
+    # the long skip (stem output, read by the last block) is relayed by the middle stages
+    for w in m.stages[1:3]:
+        assert "stem_relu.y" in w.relays and "stem_relu.y" not in w.inputs
+
+
+def test_manifest_round_trips_through_json(toy, tmp_path):
+    graph, path = toy
+    m = split_model(plan_of(graph, [0, 3, 9]), graph, path, tmp_path)
+    again = load_manifest(tmp_path)
+    assert again.to_dict() == m.to_dict()
+    doc = again.to_dict()
+    assert doc["format"] == "hetsplit.manifest/1"
+    w = doc["workers"][1]
+    assert w["send"][0]["peer"] == "dev1" and w["recv"][0]["peer"] == "driver"
+    assert all({"name", "shape", "dtype", "nbytes"} <= set(t) for t in w["send"][0]["tensors"])
+
+
+def test_live_tensors_sum_to_cut_bytes(toy):
+    graph, _ = toy
+    for k in range(graph.num_layers + 1):
+        assert sum(t.nbytes for t in live_tensors(graph, k)) == graph.cut_bytes[k]
+
+
+def test_shards_are_refused_clearly(toy, tmp_path):
+    graph, path = toy
+    plan = plan_of(graph, [0, 9])
+    plan.stages[0].shard = {"kind": "output-channels", "part": 0, "of": 2}
+    with pytest.raises(PlanError, match="not supported by the runtime yet"):
+        split_model(plan, graph, path, tmp_path)
+
+
+def test_out_of_order_layers_are_refused(toy, tmp_path):
+    graph, path = toy
+    n = graph.names
+    plan = Plan(graph.name, "t", "hand", [Stage("a", [n[1], n[0]] + n[2:])])
+    with pytest.raises(PlanError, match="out of order"):
+        split_model(plan, graph, path, tmp_path)
+
+
+def test_missing_manifest_is_a_clear_error(tmp_path):
+    with pytest.raises(RuntimeFailure, match="hetsplit split"):
+        load_manifest(tmp_path)
