@@ -24,6 +24,8 @@ def register(sub) -> None:
                         "file (write its modelled costs); default local-cpu")
     p.add_argument("--repeats", type=int, default=20, help="measured runs (default 20)")
     p.add_argument("--warmup", type=int, default=5, help="warm-up runs before measuring (default 5)")
+    p.add_argument("--statistic", choices=("median", "p10", "min"), default="median",
+                   help="per-layer and whole-model time over the runs (default median; min suits a busy machine)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads for onnxruntime (default: all cores here)")
     p.add_argument("--power", default=None, metavar="WATTS",
                    help="power to estimate energy from when no energy meter can read (e.g. 35W)")
@@ -52,7 +54,8 @@ def run(args) -> int:
     power = None if args.power is None else parse_quantity(args.power, "power", "--power")
     with progress(f"profiling {args.model} on {args.device}"):
         prof = profile_model(args.model, args.device, repeats=args.repeats, warmup=args.warmup,
-                             threads=args.threads, power_w=power, params=_params(args.param))
+                             threads=args.threads, power_w=power, params=_params(args.param),
+                             statistic=args.statistic)
     show(prof, args.layers)
     if args.out:
         path = save_profile(prof, args.out)
@@ -83,9 +86,10 @@ def show(prof, max_layers: int) -> None:
     meta = prof.meta
     whole = meta.get("whole_model", {})
     if "median_s" in whole:
-        console.print(f"whole model measured: {format_quantity(whole['median_s'], 's')} median "
-                      f"(p10 {format_quantity(whole['p10_s'], 's')}, p90 {format_quantity(whole['p90_s'], 's')}); "
-                      f"sum of layers - whole model = {meta['gap'] * 100:+.1f}%")
+        console.print(f"whole model measured: {format_quantity(whole['time_s'], 's')} ({whole['statistic']}; "
+                      f"median {format_quantity(whole['median_s'], 's')}, min {format_quantity(whole['min_s'], 's')}, "
+                      f"p90 {format_quantity(whole['p90_s'], 's')}, {whole['n']} runs); "
+                      f"sum of layers vs whole model: {meta['gap'] * 100:+.1f}%")
         energy = meta.get("energy", {})
         console.print(f"energy: {energy.get('status')} ({energy.get('meter')})")
         mem = meta.get("memory", {})

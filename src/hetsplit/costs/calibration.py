@@ -77,9 +77,10 @@ def measured_from_profile(profile: Profile, device_type: str | None = None, path
     layer_s = profile.costs.time_s[:, profile.costs.type_index(dtype)]
     if not np.all(np.isfinite(layer_s)):
         raise ProfileError(f"{where}: device type {dtype!r} has layers it cannot run; calibrate measured profiles")
-    whole = profile.meta.get("whole_model", {}).get("median_s")
+    whole_model = profile.meta.get("whole_model", {})
+    whole = whole_model.get("time_s", whole_model.get("median_s"))
     if whole is None:
-        raise ProfileError(f"{where}: no measured whole_model.median_s; calibrate profiles measured by "
+        raise ProfileError(f"{where}: no measured whole_model time; calibrate profiles measured by "
                            "`hetsplit profile MODEL --device local-cpu`, not modelled ones")
     energy = profile.meta.get("energy", {})
     power, psource = None, ""

@@ -18,8 +18,7 @@ from hetsplit.costs.meters import EnergyMeter, describe
 from hetsplit.costs.profile import Profile
 from hetsplit.costs.profiler.attribution import NodeAttributor
 from hetsplit.costs.profiler.memory import live_bytes_per_layer, peak_rss_bytes, reset_peak_rss, rss_bytes
-from hetsplit.costs.profiler.ort_timing import (NodeRuns, example_inputs, make_session, profile_nodes, summary,
-                                                time_whole_model)
+from hetsplit.costs.profiler.ort_timing import NodeRuns, measure, reduce, summary
 from hetsplit.costs.table import CostTable
 from hetsplit.graph.types import Graph
 
@@ -47,50 +46,54 @@ def layer_times(graph: Graph, runs: NodeRuns) -> tuple[np.ndarray, dict[str, Any
 
 def profile_cpu(graph: Graph, onnx_path: str | Path, *, device_type: str = "local-cpu", threads: int = 1,
                 warmup: int = 5, repeats: int = 20, meter: EnergyMeter | None = None,
-                power_w: float | None = None) -> Profile:
-    """A measured ``hetsplit.profile/1`` Profile of ``graph`` (from ``onnx_path``) on this CPU."""
-    import onnxruntime as ort
+                power_w: float | None = None, statistic: str = "median") -> Profile:
+    """A measured ``hetsplit.profile/1`` Profile of ``graph`` (from ``onnx_path``) on this CPU.
 
-    runs = profile_nodes(onnx_path, threads, warmup, repeats, ["CPUExecutionProvider"])
-    per_run, attribution = layer_times(graph, runs)
-    med = np.median(per_run, axis=0)
-    p10, p90 = np.percentile(per_run, [10, 90], axis=0)
+    ``statistic`` (median, p10 or min over the runs) gives both the layer times and the whole-model
+    time; on a machine shared with other jobs ``min`` estimates the unloaded time best. The profile
+    keeps the median, p10, p90 and min of every layer either way.
+    """
+    import onnxruntime as ort
 
     rss0 = rss_bytes()
     peak_reset = reset_peak_rss()
-    session = make_session(onnx_path, threads, ["CPUExecutionProvider"])
-    feeds = example_inputs(session)
-    whole, joules = time_whole_model(session, feeds, warmup, repeats, meter)
+    runs, whole, joules = measure(onnx_path, threads, warmup, repeats, ["CPUExecutionProvider"], meter)
     peak = peak_rss_bytes()
+    per_run, attribution = layer_times(graph, runs)
+    layer = reduce(per_run, statistic)
     whole_stats = summary(whole)
-    layer_sum = float(med.sum())
+    whole_s = float(reduce(np.asarray(whole), statistic))
+    layer_sum = float(layer.sum())
 
     if joules is not None:
         per_inference = joules / repeats
-        energy = per_inference * med / layer_sum if layer_sum > 0 else np.zeros_like(med)
+        energy = per_inference * layer / layer_sum if layer_sum > 0 else np.zeros_like(layer)
         energy_meta = {"status": "measured", "meter": describe(meter), "per_inference_j": per_inference}
     else:
         watts = float(power_w) if power_w is not None else 0.0
-        energy = med * watts
+        energy = layer * watts
         energy_meta = {"status": "estimated" if power_w is not None else "unavailable",
                        "meter": describe(meter) if meter is not None else "none",
                        "estimated_power_w": power_w,
                        "note": "energy_j = estimated_power_w x layer time" if power_w is not None
                        else "no meter and no power figure: energy_j is 0"}
     source = (f"measured: onnxruntime {ort.__version__} {runs.providers[0]}, {threads} thread(s), "
-              f"median of {repeats} runs after {warmup} warm-up")
-    table = CostTable(graph.names, [device_type], med[:, None], energy[:, None],
+              f"{statistic} of {repeats} runs after {warmup} warm-up")
+    table = CostTable(graph.names, [device_type], layer[:, None], energy[:, None],
                       live_bytes_per_layer(graph)[:, None], {device_type: source})
+    pct = np.percentile(per_run, [10, 50, 90], axis=0)
     meta = {
         "source": source, "device": device_type, "threads": threads, "warmup": warmup, "repeats": repeats,
-        "onnx": str(onnx_path),
-        "whole_model": {**whole_stats, "profiled_run_median_s": float(np.median(runs.run_s))},
+        "statistic": statistic, "onnx": str(onnx_path),
+        "whole_model": {**whole_stats, "time_s": whole_s, "statistic": statistic,
+                        "profiled_run_median_s": float(np.median(runs.run_s))},
         "layer_sum_s": layer_sum,
-        "gap": layer_sum / whole_stats["median_s"] - 1.0,
-        "layer_stats": {"p10_s": [float(v) for v in p10], "p90_s": [float(v) for v in p90]},
+        "gap": layer_sum / whole_s - 1.0,
+        "layer_stats": {"p10_s": pct[0].tolist(), "median_s": pct[1].tolist(), "p90_s": pct[2].tolist(),
+                        "min_s": per_run.min(axis=0).tolist()},
         "energy": energy_meta,
         "memory": {"rss_before_bytes": rss0, "peak_rss_bytes": peak if peak_reset else None,
-                   "peak_rss_note": "process peak RSS (VmHWM) after the timed runs" if peak_reset
+                   "peak_rss_note": "process peak RSS (VmHWM) over the measured runs" if peak_reset
                    else "peak RSS could not be reset here; not reported",
                    "peak_live_bytes": float(live_bytes_per_layer(graph).max()),
                    "mem_bytes_note": "per-layer mem_bytes: weights + tensors alive across the layer (analytic)"},

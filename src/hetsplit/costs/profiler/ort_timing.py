@@ -82,22 +82,33 @@ def time_whole_model(session: Any, feeds: dict, warmup: int, repeats: int, meter
     return times, energy
 
 
-def profile_nodes(onnx_path: str | Path, threads: int, warmup: int, repeats: int,
-                  providers: list[str] | None = None) -> NodeRuns:
-    """Run the whole model with onnxruntime's profiler on and read per-node kernel times per run."""
+def measure(onnx_path: str | Path, threads: int, warmup: int, repeats: int,
+            providers: list[str] | None = None, meter: Any = None) -> tuple[NodeRuns, list[float], float | None]:
+    """Per-node kernel times (profiler on) and whole-model wall times (profiler off), interleaved.
+
+    Two sessions of the same model run turn about, so both see the same machine load; the energy
+    meter, when it can read, then wraps ``repeats`` more runs of the plain session.
+    """
     providers = providers or ["CPUExecutionProvider"]
     with tempfile.TemporaryDirectory(prefix="hetsplit-ort-") as tmp:
-        session = make_session(onnx_path, threads, providers, Path(tmp))
-        feeds = example_inputs(session)
+        profiled = make_session(onnx_path, threads, providers, Path(tmp))
+        plain = make_session(onnx_path, threads, providers)
+        feeds = example_inputs(profiled)
         for _ in range(warmup):
-            session.run(None, feeds)
-        skip_runs = warmup
+            profiled.run(None, feeds)
+            plain.run(None, feeds)
+        whole = []
         for _ in range(repeats):
-            session.run(None, feeds)
-        trace = Path(session.end_profiling())
-        events = json.loads(trace.read_text())
-        used = session.get_providers()
-    return NodeRuns(*parse_trace(events, skip_runs), providers=used)
+            profiled.run(None, feeds)
+            t0 = time.perf_counter()
+            plain.run(None, feeds)
+            whole.append(time.perf_counter() - t0)
+        events = json.loads(Path(profiled.end_profiling()).read_text())
+        used = profiled.get_providers()
+    joules = None
+    if meter is not None and getattr(meter, "available", False):
+        _, joules = time_whole_model(plain, feeds, 0, repeats, meter)
+    return NodeRuns(*parse_trace(events, warmup), providers=used), whole, joules
 
 
 def parse_trace(events: list[dict], skip_runs: int = 0) -> tuple[list[list[tuple[str, float]]], list[float]]:
@@ -122,13 +133,27 @@ def parse_trace(events: list[dict], skip_runs: int = 0) -> tuple[list[list[tuple
     return runs, [(b - a) * 1e-6 for a, b in spans]
 
 
+STATISTICS = ("median", "p10", "min")
+
+
+def reduce(values: np.ndarray, statistic: str, axis: int = 0) -> np.ndarray:
+    """The median, 10th percentile or minimum over runs (``axis``)."""
+    if statistic == "median":
+        return np.median(values, axis=axis)
+    if statistic == "p10":
+        return np.percentile(values, 10, axis=axis)
+    if statistic == "min":
+        return np.min(values, axis=axis)
+    raise ProfileError(f"unknown statistic {statistic!r}; use one of {STATISTICS}")
+
+
 def summary(values: list[float]) -> dict[str, float]:
-    """Median, 10th and 90th percentile, and the relative spread (p90 - p10) / median."""
+    """Median, minimum, 10th and 90th percentile, and the relative spread (p90 - p10) / median."""
     arr = np.asarray(values, dtype=np.float64)
     med = float(np.median(arr))
     p10, p90 = (float(v) for v in np.percentile(arr, [10, 90]))
-    return {"median_s": med, "p10_s": p10, "p90_s": p90, "spread": (p90 - p10) / med if med > 0 else 0.0,
-            "n": len(values), "mean_s": statistics.fmean(arr)}
+    return {"median_s": med, "p10_s": p10, "p90_s": p90, "min_s": float(arr.min()),
+            "spread": (p90 - p10) / med if med > 0 else 0.0, "n": len(values), "mean_s": statistics.fmean(arr)}
 
 
 def default_threads() -> int:
