@@ -25,6 +25,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from hetsplit.errors import ModelError
+from hetsplit.graph.onnx_ops import role
 
 MIN_OPSET = 11
 STRIP_MIN_BYTES = 256           # initializers larger than this lose their data in a shapes-only model
@@ -121,6 +122,7 @@ def _check_graph(model: onnx.ModelProto, where: str) -> None:
                                  "support; export the model with static control flow")
     known = {i.name for i in g.input} | {i.name for i in g.initializer} | {""}
     for node in g.node:
+        role(node)  # unsupported operators are named before any shape work
         for name in node.input:
             if name not in known:
                 raise ModelError(f"{where}: node {node.name!r} ({node.op_type}) reads {name!r}, which no earlier node "
