@@ -1,0 +1,163 @@
+"""Runtime overhead: hetsplit's transfer path against raw torch.distributed, and pipeline efficiency.
+
+1. Per-hop overhead. Two processes ping-pong a tensor of each size (1 KB .. 16 MB) over gloo:
+   once with raw ``ProcessGroup.send/recv`` and once through hetsplit's own path (``Wire`` with the
+   receiver and sender threads and pooled frames of ``runtime.pipe``). Rounds of the two alternate in
+   the same run, so both see the same machine load; a hop is half a round trip (median of rounds).
+2. Pipeline efficiency. A real plan runs with ``run_plan``; efficiency = measured throughput /
+   the throughput its own measured stage and hop times allow (1 / the largest of them).
+
+    python bench/runtime_overhead.py                 # both parts
+    python bench/runtime_overhead.py --model resnet50 --stages 2 --inputs 24 --json out.json
+Targets: overhead <= 10% from 1 MB up; efficiency >= 90%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+SIZES = [1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20]
+
+
+def _peer(rank: int, port_q, result_q, sizes: list[int], rounds: int, blocks: int) -> None:
+    import torch
+
+    from hetsplit.runtime.manifest import Edge, TensorSpec
+    from hetsplit.runtime.pipe import Receiver, Sender, Shared
+    from hetsplit.runtime.wire import Wire, open_group, open_store
+
+    torch.set_num_threads(1)
+    if rank == 0:
+        store = open_store(0, 2, "127.0.0.1", 0, 60)
+        port_q.put(store.port)
+    else:
+        store = open_store(1, 2, "127.0.0.1", port_q.get(), 60)
+    pg = open_group(store, rank, 2, "127.0.0.1", 60)
+    other = 1 - rank
+    out = {}
+    for size in sizes:
+        spec = TensorSpec("x", (size // 4,), "float32")
+        edge = Edge("peer", other, (spec,))
+        buf = np.ones(spec.shape, dtype=np.float32)
+        t = torch.from_numpy(buf)
+        raw, ours = [], []
+        for _ in range(blocks):
+            # raw torch.distributed, receives posted ahead (its best case)
+            _pingpong_raw(pg, t, torch.empty_like(t), rank, other, 2)  # warm-up
+            t0 = time.perf_counter()
+            _pingpong_raw(pg, t, torch.empty_like(t), rank, other, rounds)
+            raw.append((time.perf_counter() - t0) / rounds / 2)
+            # hetsplit's path: threads, frames, timestamps, timeouts
+            wire, shared = Wire(pg, f"rank{rank}", 60), Shared()
+            rx = Receiver(wire, [edge], rounds + 2, 2, shared)
+            tx = Sender(wire, [edge], rounds + 2, shared, release=rx.release)
+            rx.start(), tx.start()
+            for i in range(rounds + 2):
+                if i == 2:
+                    t0 = time.perf_counter()
+                if rank == 0:
+                    tx.inbox.put((i, {"x": buf}, None))
+                    _, frame = shared.get(rx.ready)
+                    rx.release(frame)
+                else:
+                    _, frame = shared.get(rx.ready)
+                    tx.inbox.put((i, frame, frame))
+            ours.append((time.perf_counter() - t0) / rounds / 2)
+            rx.join(), tx.join()
+            if shared.error:
+                raise shared.error
+        out[size] = (float(np.median(raw)), float(np.median(ours)))
+    if rank == 0:
+        result_q.put(out)
+    time.sleep(0.5)
+
+
+def _pingpong_raw(pg, t, t2, rank: int, other: int, rounds: int) -> None:
+    """``rounds`` round trips of ``t``; every receive is posted before the matching send can arrive."""
+    r = pg.recv([t2], other, 0)
+    for _ in range(rounds):
+        if rank == 0:
+            pg.send([t], other, 0).wait()
+            r.wait()
+        else:
+            r.wait()
+            pg.send([t], other, 0).wait()
+        r = pg.recv([t2], other, 0) if _ < rounds - 1 else None
+    return None
+
+
+def hop_overhead(sizes: list[int], rounds: int, blocks: int) -> list[dict]:
+    ctx = mp.get_context("spawn")
+    port_q, result_q = ctx.Queue(), ctx.Queue()
+    procs = [ctx.Process(target=_peer, args=(r, port_q, result_q, sizes, rounds, blocks)) for r in (0, 1)]
+    for p in procs:
+        p.start()
+    try:
+        res = result_q.get(timeout=600)
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+    rows = []
+    for size in sizes:
+        raw, ours = res[size]
+        rows.append({"bytes": size, "raw_hop_s": raw, "hetsplit_hop_s": ours, "overhead": ours / raw - 1,
+                     "raw_bandwidth": size / raw})
+    return rows
+
+
+def pipeline_efficiency(model: str, stages: int, inputs: int) -> dict:
+    from hetsplit.plan.types import Plan, Stage
+    from hetsplit.runtime import RunOptions, resolve_model, run_plan
+
+    graph, path = resolve_model(model)
+    c = np.cumsum(graph.macs) / graph.macs.sum()
+    bounds = [0] + [int(np.searchsorted(c, (i + 1) / stages)) + 1 for i in range(stages - 1)] + [graph.num_layers]
+    plan = Plan(graph.name, "local", "even-macs", [Stage(f"local-cpu{i}", graph.names[a:b])
+                                                   for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))])
+    r = run_plan(plan, graph, path, RunOptions(inputs=inputs, timeout_s=120))
+    return {"model": model, "stages": stages, "inputs": inputs, "throughput": r.throughput,
+            "stage_bound_throughput": r.stage_bound_throughput, "efficiency": r.pipeline_efficiency,
+            "stage_compute_s": [d["compute_s"] for d in r.devices],
+            "hop_wire_s": {f"{h['from']}->{h['to']}": h["wire_s"] for h in r.hops}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=20, help="ping-pongs per block")
+    ap.add_argument("--blocks", type=int, default=5, help="alternating raw / hetsplit blocks per size")
+    ap.add_argument("--model", default="resnet50")
+    ap.add_argument("--stages", type=int, default=2)
+    ap.add_argument("--inputs", type=int, default=24)
+    ap.add_argument("--skip-hops", action="store_true")
+    ap.add_argument("--skip-pipeline", action="store_true")
+    ap.add_argument("--json", default=None, help="write the figures here")
+    args = ap.parse_args(argv)
+    doc: dict = {}
+    if not args.skip_hops:
+        doc["hops"] = hop_overhead(SIZES, args.rounds, args.blocks)
+        print(f"{'bytes':>10} {'raw hop':>10} {'hetsplit':>10} {'overhead':>9} {'raw MB/s':>9}")
+        for r in doc["hops"]:
+            print(f"{r['bytes']:>10} {r['raw_hop_s'] * 1e3:>8.3f}ms {r['hetsplit_hop_s'] * 1e3:>8.3f}ms "
+                  f"{r['overhead']:>+8.1%} {r['raw_bandwidth'] / 1e6:>9.0f}")
+        big = [r["overhead"] for r in doc["hops"] if r["bytes"] >= 1 << 20]
+        print(f"max overhead from 1 MB up: {max(big):+.1%} (target <= +10%)")
+    if not args.skip_pipeline:
+        doc["pipeline"] = p = pipeline_efficiency(args.model, args.stages, args.inputs)
+        print(f"pipeline {p['model']} x{p['stages']}: measured {p['throughput']:.2f}/s, stage-bound "
+              f"{p['stage_bound_throughput']:.2f}/s, efficiency {p['efficiency']:.1%} (target >= 90%)")
+    if args.json:
+        Path(args.json).write_text(json.dumps(doc, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""Emulated links (namespaces + veth + tc): measured transfer times follow the link model within 20%."""
+
+from __future__ import annotations
+
+import pytest
+
+from hetsplit.plan.types import Plan, Stage
+from hetsplit.runtime import LinkMatrix, RunOptions, emulation_available, run_plan
+from hetsplit.runtime.launch import processes_of
+from hetsplit.runtime.toy import toy_model
+
+pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
+WHY = emulation_available()
+
+
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory):
+    path = tmp_path_factory.mktemp("netem") / "wide.onnx"
+    graph = toy_model(path, channels=32, size=64)  # 512 KiB activations: 1 MiB across the first cut
+    n = graph.names
+    return Plan(graph.name, "emu", "hand", [Stage("edge", n[:2]), Stage("cloud", n[2:])]), graph, path
+
+
+@pytest.mark.skipif(WHY is not None, reason=f"link emulation unavailable: {WHY}")
+@pytest.mark.parametrize("bandwidth, latency_s, inputs", [(3.5e6, 0.002, 4), (125e6, 0.0005, 8)],
+                         ids=["3.5MB/s", "1Gb/s"])
+def test_emulated_link_follows_the_link_model(wide, tmp_path, bandwidth, latency_s, inputs):
+    plan, graph, path = wide
+    links = LinkMatrix.uniform(3, bandwidth, latency_s)
+    report = run_plan(plan, graph, path, RunOptions(inputs=inputs, timeout_s=30, links=links,
+                                                    run_dir=tmp_path / "run"))
+    assert report.verify["ok"]
+    hop = next(h for h in report.hops if (h["from"], h["to"]) == ("edge", "cloud"))
+    predicted = latency_s + hop["nbytes"] / bandwidth
+    assert hop["nbytes"] == graph.cut_bytes[2]
+    assert 0.8 <= hop["wire_s"] / predicted <= 1.2, (hop["wire_s"], predicted, hop["wire_all_s"])
+    assert not processes_of(tmp_path / "run")
+
+
+@pytest.mark.skipif(WHY is None, reason="link emulation is available here")
+def test_emulation_says_why_it_cannot_run():
+    assert "root" in WHY or "ip" in WHY or "tc" in WHY or "namespace" in WHY
