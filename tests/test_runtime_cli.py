@@ -1,0 +1,105 @@
+"""hetsplit split / run from the command line, and a two-host run (two loopback addresses)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from hetsplit.cli.main import main
+from hetsplit.plan.io import save_plan
+from hetsplit.plan.types import Plan, Stage
+from hetsplit.runtime.launch import processes_of
+from hetsplit.runtime.toy import toy_model
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cli")
+    graph = toy_model(d / "toy.onnx")
+    n = graph.names
+    plan = Plan(graph.name, "local", "hand", [Stage("local-cpu0", n[:4]), Stage("local-cpu1", n[4:])])
+    save_plan(plan, d / "plan.json")
+    return d
+
+
+def test_split_command_writes_sub_models_and_manifest(files, tmp_path, capsys):
+    assert main(["split", str(files / "plan.json"), str(files / "toy.onnx"), "--out", str(tmp_path)]) == 0
+    doc = json.loads((tmp_path / "manifest.json").read_text())
+    assert doc["format"] == "hetsplit.manifest/1" and len(doc["workers"]) == 3
+    assert (tmp_path / "stage0-local-cpu0.onnx").is_file() and (tmp_path / "stage1-local-cpu1.onnx").is_file()
+
+
+def test_run_command_compares_with_the_plan_and_writes_json(files, tmp_path, capsys):
+    from hetsplit.runtime import resolve_model
+    from hetsplit.runtime.run import load_run_cluster
+
+    graph, _ = resolve_model(str(files / "toy.onnx"))
+    cluster = load_run_cluster("local")
+    add_metrics(files, graph, cluster)
+    out = tmp_path / "cmp.json"
+    code = main(["run", str(files / "plan.json"), str(files / "toy.onnx"), "-n", "5", "--timeout", "20",
+                 "--cluster", "local", "--compare", "--out", str(out), "--run-dir", str(tmp_path / "run")])
+    assert code == 0
+    doc = json.loads(out.read_text())
+    assert doc["measured"]["verify"]["ok"] and doc["predicted"]["throughput"] > 0
+    metrics = [r["metric"] for r in doc["rows"]]
+    assert "throughput (1/s)" in metrics and any(m.startswith("transfer local-cpu0->local-cpu1") for m in metrics)
+    assert not processes_of(tmp_path / "run")
+
+
+def add_metrics(files, graph, cluster) -> None:
+    """Give the plan file predicted metrics (modelled costs on the local cluster)."""
+    from hetsplit.costs import build_problem
+    from hetsplit.plan.evaluate import evaluate
+    from hetsplit.plan.io import load_plan
+
+    plan = load_plan(files / "plan.json")
+    plan.metrics = evaluate(build_problem(graph, cluster), plan)
+    save_plan(plan, files / "plan.json")
+
+
+def test_run_command_failure_exits_2_with_the_cause(files, tmp_path, capsys):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        code = main(["run", str(files / "plan.json"), str(files / "toy.onnx"), "-n", "2", "--timeout", "10",
+                     "--port", str(s.getsockname()[1]), "--run-dir", str(tmp_path / "run")])
+    assert code == 2
+    assert "in use" in capsys.readouterr().err
+    assert not processes_of(tmp_path / "run")
+
+
+def test_hosts_without_node_prints_one_command_per_host(files, capsys):
+    code = main(["run", str(files / "plan.json"), str(files / "toy.onnx"),
+                 "--hosts", "local-cpu0=10.0.0.1,local-cpu1=10.0.0.2"])
+    out = capsys.readouterr().out
+    assert code == 0 and "--node 10.0.0.1" in out and "--node 10.0.0.2" in out
+
+
+def test_two_hosts_meet_at_the_rendezvous(files, tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    hosts = "local-cpu0=127.0.0.1,local-cpu1=127.0.0.2"
+    base = [sys.executable, "-m", "hetsplit.cli.main", "run", str(files / "plan.json"), str(files / "toy.onnx"),
+            "-n", "4", "--timeout", "20", "--hosts", hosts, "--port", str(port)]
+    procs = [subprocess.Popen(base + ["--node", host, "--run-dir", str(tmp_path / host), "--json"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for host in ("127.0.0.1", "127.0.0.2")]
+    try:
+        outs = [p.communicate(timeout=150) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outs]
+    report = json.loads(outs[0][0])
+    assert report["verify"]["ok"] and [d["device"] for d in report["devices"]] == ["local-cpu0"]
+    assert not processes_of(tmp_path)
