@@ -114,3 +114,12 @@ def test_every_zoo_model_has_a_small_shipped_file():
 def test_load_model_accepts_a_path(tmp_path):
     g = load_model(str(SHIPPED_DIR / "vgg8.onnx"))
     assert g.name == "vgg8" and len(g) == len(zoo.load("vgg8"))
+
+
+@pytest.mark.parametrize("name", ["yolov8n", "tinyllama-42m"])
+def test_prepare_is_idempotent_on_zoo_models(name):
+    """The runtime re-prepares the full model: names must not move."""
+    from hetsplit.graph import prepare_model
+
+    shipped = onnx.load(str(SHIPPED_DIR / f"{name}.onnx"))
+    assert structure(prepare_model(shipped)) == structure(shipped)

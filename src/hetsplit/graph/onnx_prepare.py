@@ -122,7 +122,10 @@ def _check_graph(model: onnx.ModelProto, where: str) -> None:
                                  "support; export the model with static control flow")
     known = {i.name for i in g.input} | {i.name for i in g.initializer} | {""}
     for node in g.node:
-        role(node)  # unsupported operators are named before any shape work
+        try:
+            role(node)  # unsupported operators are named before any shape work
+        except ModelError as exc:
+            raise ModelError(f"{where}: {exc}") from None
         for name in node.input:
             if name not in known:
                 raise ModelError(f"{where}: node {node.name!r} ({node.op_type}) reads {name!r}, which no earlier node "

@@ -15,17 +15,21 @@ import os
 import tempfile
 from pathlib import Path
 
+from typing import TYPE_CHECKING, Any
+
 import onnx
-import torch
-from torch import nn
 
 from hetsplit.errors import ModelError
 from hetsplit.graph.onnx_prepare import prepare_model, strip_weights
 from hetsplit.graph.zoo.registry import MODELS, ZooModel
 
+if TYPE_CHECKING:  # torch is imported only to export
+    from torch import nn
+
 ZOO_VERSION = "1"            # bump when a definition or the export recipe changes
 OPSET = 17
 SEED = 0
+CONSTANT_CHECK_MAX = 1 << 19
 SHIPPED_DIR = Path(__file__).with_name("shapes")
 
 
@@ -40,25 +44,31 @@ def _lookup(name: str) -> ZooModel:
     return MODELS[name]
 
 
-def _realistic_constants(model: nn.Module) -> None:
+def _realistic_constants(model: "nn.Module") -> None:
     """Give BatchNorm statistics and constant-initialised parameters seeded random values.
 
     Fresh BatchNorms are identities and ones/zeros vectors are all alike: the exporter would
     deduplicate them into shared initializers, and a numerical check of a split would compare
     trivial values.
     """
+    import torch
+    from torch import nn
+
     with torch.no_grad():
         for mod in model.modules():
             if isinstance(mod, nn.modules.batchnorm._BatchNorm):
                 mod.running_mean.normal_(0.0, 0.1)
                 mod.running_var.uniform_(0.5, 1.5)
         for p in model.parameters():
-            if p.requires_grad and p.numel() > 1 and bool((p == p.flatten()[0]).all()):
+            small = 1 < p.numel() <= CONSTANT_CHECK_MAX   # randomly initialised weights are never constant
+            if small and p.requires_grad and bool((p == p.flatten()[0]).all()):
                 p.add_(torch.randn_like(p) * 0.02)
 
 
-def build_module(name: str) -> tuple[nn.Module, torch.Tensor, ZooModel]:
-    """The seeded eval-mode module of a zoo model and an example input."""
+def build_module(name: str) -> tuple["nn.Module", Any, ZooModel]:
+    """The seeded eval-mode module of a zoo model and an example input (a torch tensor)."""
+    import torch
+
     entry = _lookup(name)
     torch.manual_seed(SEED)
     module, shape = entry.build()
@@ -70,6 +80,8 @@ def build_module(name: str) -> tuple[nn.Module, torch.Tensor, ZooModel]:
 
 def export_model(name: str) -> onnx.ModelProto:
     """Export a zoo model with torch's TorchScript exporter, in canonical form."""
+    import torch
+
     module, example, entry = build_module(name)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"{name}.onnx"
