@@ -203,7 +203,8 @@ class Graph:
         return float(self.param_bytes.sum())
 
     def summary(self) -> dict[str, Any]:
-        """Totals for display: layers, MACs, parameters (bytes), input/output bytes."""
+        """Totals for display: layers, MACs, parameters (bytes and count), input/output bytes, the
+        largest cut, layers per kind, and where the model came from."""
         return {
             "model": self.name,
             "layers": self.num_layers,
@@ -212,4 +213,8 @@ class Graph:
             "params": int(self.meta.get("num_params", self.total_param_bytes // 4)),
             "input_bytes": self.input_bytes,
             "output_bytes": self.output_bytes,
+            "max_cut_bytes": float(self.cut_bytes.max()) if self.layers else 0.0,
+            "kinds": {kind: sum(layer.op == kind for layer in self.layers)
+                      for kind in LAYER_KINDS if any(layer.op == kind for layer in self.layers)},
+            "source": self.source,
         }
