@@ -1,0 +1,51 @@
+"""The PyTorch backend (used for GPU devices) computes what onnxruntime computes; run here on the CPU."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+
+from hetsplit.errors import RuntimeFailure
+from hetsplit.plan.types import Plan, Stage
+from hetsplit.runtime import split_model
+from hetsplit.runtime.gpu import TorchCudaExecutor, TorchExecutor
+from hetsplit.runtime.toy import toy_model
+
+
+def sub_models(tmp_path, graph, path, bounds):
+    plan = Plan(graph.name, "t", "hand", [Stage(f"gpu{i}", graph.names[a:b])
+                                         for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))])
+    return split_model(plan, graph, path, tmp_path / "split")
+
+
+@pytest.mark.parametrize("model", ["toy", "resnet18"])
+def test_torch_backend_matches_onnxruntime(tmp_path, model):
+    if model == "toy":
+        path = tmp_path / "toy.onnx"
+        graph = toy_model(path)
+    else:
+        from hetsplit.runtime import resolve_model
+
+        graph, path = resolve_model(model)
+    half = graph.num_layers // 2
+    m = sub_models(tmp_path, graph, path, [0, half, graph.num_layers])
+    rng = np.random.default_rng(0)
+    for w in m.stages:
+        got = {t.name: t for e in w.recv for t in e.tensors}
+        feed = {n: rng.standard_normal(got[n].shape).astype(got[n].dtype) for n in w.inputs}
+        ref = ort.InferenceSession(str(m.submodel_path(w.rank)), providers=["CPUExecutionProvider"]).run(
+            w.outputs, feed)
+        out = TorchExecutor(m.submodel_path(w.rank), w, "cpu").run(feed)
+        for name, r in zip(w.outputs, ref):
+            np.testing.assert_allclose(out[name], r, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is present")
+def test_gpu_device_without_cuda_is_a_clear_failure(tmp_path):
+    path = tmp_path / "toy.onnx"
+    graph = toy_model(path)
+    m = sub_models(tmp_path, graph, path, [0, graph.num_layers])
+    with pytest.raises(RuntimeFailure, match="gpu0 is a GPU but this host has no CUDA"):
+        TorchCudaExecutor(m.submodel_path(1), m.stages[0])
