@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from rich.console import Console
-
 from hetsplit.cli.common import add_command, progress
 from hetsplit.plan import save_plans
-from hetsplit.report.tables import describe_params, describe_stages, print_plans
+from hetsplit.report.tables import wide_console, describe_params, describe_stages, print_plans
 from hetsplit.search import partitioner_names
 from hetsplit.workflow import PlanRequest, compare_to, find_plans, load_problem, output_dir
 
@@ -25,7 +23,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    console = Console()
+    console = wide_console()
     with progress(f"loading {args.model} and {args.cluster}"):
         problem = load_problem(args.model, args.cluster)
     algos = [a for a in ("donna", "exact", "pareto") if a in partitioner_names()]

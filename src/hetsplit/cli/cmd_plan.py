@@ -5,11 +5,9 @@ from __future__ import annotations
 import json
 import sys
 
-from rich.console import Console
-
 from hetsplit.cli.common import add_command, progress
 from hetsplit.plan import save_plans
-from hetsplit.report.tables import print_plans
+from hetsplit.report.tables import wide_console, print_plans
 from hetsplit.search import PipelineConstraints, partitioner_names
 from hetsplit.workflow import PlanRequest, find_plans, load_problem, output_dir
 
@@ -36,7 +34,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    console = Console(stderr=args.json)
+    console = wide_console(stderr=args.json)
     with progress(f"loading {args.model} and {args.cluster}"):
         problem = load_problem(args.model, args.cluster)
     constraints = PipelineConstraints(

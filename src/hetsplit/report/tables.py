@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from hetsplit.plan.types import Plan
@@ -43,21 +44,27 @@ def plan_row(plan: Plan) -> dict[str, Any]:
 def plans_table(plans: list[Plan], title: str = "") -> Table:
     """A rich table of plans with their metrics; Pareto-optimal rows are starred."""
     table = Table(title=title or None, show_lines=False, header_style="bold")
-    for col, justify in (("", "left"), ("#", "right"), ("found by", "left"), ("stages (device[layers])", "left"),
+    for col, justify in (("", "left"), ("#", "right"), ("found by", "left"), (escape("stages (device[layers])"), "left"),
                          ("thru/s", "right"), ("bottleneck", "left"), ("latency", "right"), ("energy", "right"),
                          ("E/device", "right"), ("max mem", "right"), ("fits", "center")):
         table.add_column(col, justify=justify)
     for i, plan in enumerate(plans):
         r = plan_row(plan)
-        table.add_row("★" if r["pareto"] else "", str(i), r["how"], r["stages"], f"{r['throughput']:.4g}",
+        table.add_row("★" if r["pareto"] else "", str(i), escape(r["how"]), escape(r["stages"]), f"{r['throughput']:.4g}",
                       r["bottleneck"], format_quantity(r["latency_s"], "s"), format_quantity(r["energy_j"], "J"),
                       format_quantity(r["energy_per_device_j"], "J"), format_quantity(r["max_mem_bytes"], "B"),
                       "yes" if r["fits"] else "NO")
     return table
 
 
+def wide_console(stderr: bool = False) -> Console:
+    """A console that keeps table rows on one line when output goes to a file or a pipe."""
+    probe = Console(stderr=stderr)
+    return probe if probe.is_terminal else Console(stderr=stderr, width=160)
+
+
 def print_plans(plans: list[Plan], title: str = "", console: Console | None = None) -> None:
-    console = console or Console()
+    console = console or wide_console()
     console.print(plans_table(plans, title))
     if any(p.pareto for p in plans):
         console.print("★ = Pareto-optimal in (bottleneck time, energy per inference) among plans that fit")
