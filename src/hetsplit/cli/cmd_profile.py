@@ -26,6 +26,9 @@ def register(sub) -> None:
     p.add_argument("--warmup", type=int, default=5, help="warm-up runs before measuring (default 5)")
     p.add_argument("--statistic", choices=("median", "p10", "min"), default="median",
                    help="per-layer and whole-model time over the runs (default median; min suits a busy machine)")
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                   help="time the whole model by the wall clock (default) or, with --threads 1, by the thread's CPU "
+                        "time (leaves out time other processes held the core)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads for onnxruntime (default: all cores here)")
     p.add_argument("--power", default=None, metavar="WATTS",
                    help="power to estimate energy from when no energy meter can read (e.g. 35W)")
@@ -55,7 +58,7 @@ def run(args) -> int:
     with progress(f"profiling {args.model} on {args.device}"):
         prof = profile_model(args.model, args.device, repeats=args.repeats, warmup=args.warmup,
                              threads=args.threads, power_w=power, params=_params(args.param),
-                             statistic=args.statistic)
+                             statistic=args.statistic, clock=args.clock)
     show(prof, args.layers)
     if args.out:
         path = save_profile(prof, args.out)
@@ -86,7 +89,8 @@ def show(prof, max_layers: int) -> None:
     meta = prof.meta
     whole = meta.get("whole_model", {})
     if "median_s" in whole:
-        console.print(f"whole model measured: {format_quantity(whole['time_s'], 's')} ({whole['statistic']}; "
+        console.print(f"whole model measured: {format_quantity(whole['time_s'], 's')} ({whole['statistic']}, "
+                      f"{whole['clock']} clock; "
                       f"median {format_quantity(whole['median_s'], 's')}, min {format_quantity(whole['min_s'], 's')}, "
                       f"p90 {format_quantity(whole['p90_s'], 's')}, {whole['n']} runs); "
                       f"sum of layers vs whole model: {meta['gap'] * 100:+.1f}%")

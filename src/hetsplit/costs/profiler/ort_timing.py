@@ -83,11 +83,14 @@ def time_whole_model(session: Any, feeds: dict, warmup: int, repeats: int, meter
 
 
 def measure(onnx_path: str | Path, threads: int, warmup: int, repeats: int,
-            providers: list[str] | None = None, meter: Any = None) -> tuple[NodeRuns, list[float], float | None]:
-    """Per-node kernel times (profiler on) and whole-model wall times (profiler off), interleaved.
+            providers: list[str] | None = None, meter: Any = None
+            ) -> tuple[NodeRuns, list[float], list[float], float | None]:
+    """Per-node kernel times (profiler on) and whole-model times (profiler off), interleaved.
 
-    Two sessions of the same model run turn about, so both see the same machine load; the energy
-    meter, when it can read, then wraps ``repeats`` more runs of the plain session.
+    Two sessions of the same model run turn about, so both see the same machine load. Whole-model
+    runs are timed by the wall clock and by this thread's CPU time (with one onnxruntime thread the
+    kernels run on the calling thread, so CPU time is the run's latency minus the time other
+    processes held the core). The energy meter, when it can read, wraps ``repeats`` more plain runs.
     """
     providers = providers or ["CPUExecutionProvider"]
     with tempfile.TemporaryDirectory(prefix="hetsplit-ort-") as tmp:
@@ -97,18 +100,19 @@ def measure(onnx_path: str | Path, threads: int, warmup: int, repeats: int,
         for _ in range(warmup):
             profiled.run(None, feeds)
             plain.run(None, feeds)
-        whole = []
+        whole, cpu = [], []
         for _ in range(repeats):
             profiled.run(None, feeds)
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             plain.run(None, feeds)
             whole.append(time.perf_counter() - t0)
+            cpu.append(time.thread_time() - c0)
         events = json.loads(Path(profiled.end_profiling()).read_text())
         used = profiled.get_providers()
     joules = None
     if meter is not None and getattr(meter, "available", False):
         _, joules = time_whole_model(plain, feeds, 0, repeats, meter)
-    return NodeRuns(*parse_trace(events, warmup), providers=used), whole, joules
+    return NodeRuns(*parse_trace(events, warmup), providers=used), whole, cpu, joules
 
 
 def parse_trace(events: list[dict], skip_runs: int = 0) -> tuple[list[list[tuple[str, float]]], list[float]]:

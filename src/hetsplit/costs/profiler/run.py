@@ -35,7 +35,8 @@ def load_for_profiling(spec: str) -> tuple[Graph, Path | None, str | None]:
 
 def profile_model(spec: str, device: str = LOCAL_CPU, *, repeats: int = 20, warmup: int = 5,
                   threads: int | None = None, power_w: float | None = None,
-                  params: dict[str, Any] | None = None, statistic: str = "median") -> Profile:
+                  params: dict[str, Any] | None = None, statistic: str = "median",
+                  clock: str = "wall") -> Profile:
     """Measure ``spec`` on this machine (local-cpu / local-gpu) or write a preset's modelled profile.
 
     ``params`` override a modelled device's parameters (e.g. ``{"weight_fraction": 0.125}``).
@@ -52,7 +53,8 @@ def profile_model(spec: str, device: str = LOCAL_CPU, *, repeats: int = 20, warm
             onnx_file = zoo.onnx_path(zoo_name)
         watts = power_w if power_w is not None else float(dev.params["power_active"]) * n / dev.params["threads"]
         prof = profile_cpu(graph, onnx_file, device_type=LOCAL_CPU, threads=n, warmup=warmup, repeats=repeats,
-                           meter=meter_for("cpu"), power_w=watts, statistic=statistic)
+                           meter=meter_for("cpu"), power_w=watts, statistic=statistic,
+                           clock=clock)
         if power_w is None:
             prof.meta["energy"]["estimated_power_source"] = "assumption: 10 W per busy core (no --power given)"
         return prof
