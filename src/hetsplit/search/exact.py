@@ -24,31 +24,56 @@ from hetsplit.errors import InfeasibleError
 from hetsplit.plan.types import Plan
 from hetsplit.search.base import PipelineConstraints, SolveStats, register_partitioner
 from hetsplit.search.pipeline_dp import (ClassModel, Reach, backtrack_reach, build_classes, check_layers_fit,
-                                         infeasible_message, reach, to_plan, value_dp)
+                                         infeasible_message, path_bottleneck, path_is_valid, reach, relaxed_min_bottleneck,
+                                         to_plan, value_dp)
 
 
-def min_bottleneck(cm: ClassModel, stats: SolveStats | None = None) -> tuple[float, Reach]:
-    """The least feasible bottleneck and the reachability families at it (binary search)."""
-    cand = cm.candidates()
-    cand = cand[cand >= cm.lower_bound()]
-    lo, hi = 0, len(cand) - 1
-    best = reach(cm, float(cand[hi])) if len(cand) else None
-    checks = 1
-    if best is None or not best.feasible:
+def min_bottleneck(cm: ClassModel, stats: SolveStats | None = None) -> tuple[float, Reach | tuple[list, list]]:
+    """The least feasible bottleneck, with the reachability families at it or a plan (bounds, classes).
+
+    The bracket: below, the optimum with classes reusable (a relaxation, O(L^2 C); when its plan
+    happens to be valid it is the answer); above, the best single-device plan, which needs no check.
+    """
+    lb, rb, rc = relaxed_min_bottleneck(cm)
+    if not np.isfinite(lb):
         raise InfeasibleError(infeasible_message(cm))
-    best_t = float(cand[hi])
+    if path_is_valid(cm, rc):
+        if stats is not None:
+            stats.extra.update(checks=0, relaxation="tight", classes=cm.num_classes, multisets=cm.num_multisets)
+        return lb, (rb, rc)
+    cand = cm.candidates()
+    cand = cand[cand >= max(lb, cm.lower_bound())]
+    L = cm.num_layers
+    single = np.maximum(np.maximum(cm.time[0, L, :], cm.src_time), cm.snk_time)
+    hi_known = float(single.min()) if np.isfinite(single).any() else np.inf
+    lo, hi = 0, len(cand) - 1
+    best: Reach | None = None
+    checks = 0
+    if np.isfinite(hi_known):
+        hi = int(np.searchsorted(cand, hi_known))  # a single-device plan reaches it: feasible
+    else:
+        best = reach(cm, float(cand[hi])) if len(cand) else None
+        checks += 1
+        if best is None or not best.feasible:
+            raise InfeasibleError(infeasible_message(cm))
     while lo < hi:
         mid = (lo + hi) // 2
         r = reach(cm, float(cand[mid]))
         checks += 1
         if r.feasible:
-            hi, best, best_t = mid, r, float(cand[mid])
+            # the witness plan may be better than the bound: jump to its bottleneck
+            b, c = backtrack_reach(cm, r)
+            hi, best = min(mid, int(np.searchsorted(cand, path_bottleneck(cm, b, c)))), r
         else:
             lo = mid + 1
+    t_star = float(cand[hi])
+    if best is None or not best.feasible:
+        best = reach(cm, t_star)
+        checks += 1
     if stats is not None:
         stats.extra.update(checks=checks, candidates=len(cand), classes=cm.num_classes,
                            multisets=cm.num_multisets)
-    return best_t, best
+    return t_star, best
 
 
 @register_partitioner("exact")
@@ -72,5 +97,5 @@ class Exact:
             params["tie_break"] = "energy, latency"
             return [to_plan(cm, vr.bounds, vr.classes, self.name, params)]
         params["tie_break"] = f"none (tie-break DP needs {state_bytes / 2**20:.0f} MiB > budget)"
-        bounds, classes = backtrack_reach(cm, r)
+        bounds, classes = r if isinstance(r, tuple) else backtrack_reach(cm, r)
         return [to_plan(cm, bounds, classes, self.name, params)]

@@ -97,6 +97,11 @@ class ClassModel:
         """Finite and <= bound (inf marks what cannot happen, even under an infinite bound)."""
         return np.isfinite(values) & (values <= bound)
 
+    def shift_into(self, dst: np.ndarray, x: np.ndarray, c: int) -> None:
+        """dst[S + e_c] = x[S] where class c has a free device; dst elsewhere left as it is (zeros)."""
+        n, st = int(self.counts[c]), int(self.strides[c])
+        dst.reshape(-1, n + 1, st)[:, 1:, :] = x.reshape(-1, n + 1, st)[:, :-1, :]
+
     def candidates(self) -> np.ndarray:
         """Sorted distinct finite values a plan's bottleneck can take."""
         vals = [self.time[np.isfinite(self.time)], self.tr_time[np.isfinite(self.tr_time)],
@@ -199,6 +204,50 @@ def build_classes(problem: SplitProblem, constraints: PipelineConstraints = Pipe
                       snk_time, snk_energy, max_stages)
 
 
+def relaxed_min_bottleneck(cm: ClassModel) -> tuple[float, list[int], list[int]]:
+    """Min bottleneck when a class may be used any number of times (a lower bound), and its path.
+
+    O(L^2 C + L C^2); if the returned path uses no class more often than it has devices (and has
+    at most ``max_stages`` stages) it is optimal for the real problem too.
+    """
+    L, C = cm.num_layers, cm.num_classes
+    r = np.full((L + 1, C), np.inf)
+    r[0] = np.where(np.isfinite(cm.src_time), cm.src_time, np.inf)
+    arg_k = np.zeros((L + 1, C), dtype=np.int64)
+    arg_u = np.zeros((L + 1, C), dtype=np.int64)
+    end = np.full((L + 1, C), np.inf)
+    for j in range(1, L + 1):
+        cand = np.maximum(r[:j], cm.time[:j, j, :])          # (j, C)
+        arg_k[j] = np.argmin(cand, axis=0)
+        end[j] = cand[arg_k[j], np.arange(C)]
+        if j < L:
+            via = np.maximum(end[j][:, None], cm.tr_time[j])   # (u, v)
+            arg_u[j] = np.argmin(via, axis=0)
+            r[j] = via[arg_u[j], np.arange(C)]
+    final = np.maximum(end[L], cm.snk_time)
+    c = int(np.argmin(final))
+    best = float(final[c])
+    if not np.isfinite(best):
+        return best, [], []
+    bounds, classes, j = [L], [c], L
+    while True:
+        k = int(arg_k[j, c])
+        if k == 0:
+            break
+        u = int(arg_u[k, c])
+        bounds.append(k)
+        classes.append(u)
+        j, c = k, u
+    bounds.append(0)
+    return best, bounds[::-1], classes[::-1]
+
+
+def path_is_valid(cm: ClassModel, classes: list[int]) -> bool:
+    """No class used more often than it has devices, and at most max_stages stages."""
+    used = np.bincount(np.asarray(classes, dtype=np.int64), minlength=cm.num_classes)
+    return bool((used <= cm.counts).all() and len(classes) <= cm.max_stages)
+
+
 def check_layers_fit(cm: ClassModel) -> None:
     """Raise InfeasibleError naming the first layer that no stage on any device can hold or run."""
     p = cm.problem
@@ -238,52 +287,62 @@ def infeasible_message(cm: ClassModel, bound: float | None = None) -> str:
 
 @dataclass
 class Reach:
-    """Result of ``reach``: families A[k, c, S] and whether the goal was reached."""
+    """Result of ``reach``: families A[c, k, S] and whether the goal was reached."""
 
     feasible: bool
-    A: np.ndarray         # (L+1, C, M8) bool, M8 = M rounded up to a multiple of 8
+    A: np.ndarray         # (C, L+1, M8) bool, M8 = M rounded up to a multiple of 8
     comp_ok: np.ndarray   # (L+1, L+1, C)
     tr_ok: np.ndarray     # (L+1, C, C)
     goal_ok: np.ndarray   # (C,) sink transfer within the bound
 
 
+def _or_rows(a64: np.ndarray, ks: np.ndarray) -> np.ndarray:
+    """OR of rows ks of a 2-D uint64 array (a view, not a copy, when ks is contiguous)."""
+    if ks.size == 1:
+        return a64[ks[0]]
+    if ks[-1] - ks[0] + 1 == ks.size:
+        return np.bitwise_or.reduce(a64[ks[0]:ks[-1] + 1], axis=0)
+    return np.bitwise_or.reduce(a64[ks], axis=0)
+
+
 def reach(cm: ClassModel, bound: float) -> Reach:
-    """Forward reachability of (k, c, S) with every stage and transfer <= bound."""
+    """Forward reachability of (c, k, S) with every stage and transfer <= bound."""
     L, C, M = cm.num_layers, cm.num_classes, cm.num_multisets
     M8 = -(-M // 8) * 8
     comp_ok, tr_ok = cm.within(cm.time, bound), cm.within(cm.tr_time, bound)
     goal_ok = cm.within(cm.snk_time, bound)
-    size_ok = np.zeros(M8, dtype=bool)
-    size_ok[:M] = cm.num_stages <= cm.max_stages
-    A = np.zeros((L + 1, C, M8), dtype=bool)
+    limit = cm.max_stages < int(cm.counts.sum())
+    size_ok = cm.num_stages <= cm.max_stages
+    A = np.zeros((C, L + 1, M8), dtype=bool)
     A64 = A.view(np.uint64)
     nonempty = np.zeros((L + 1, C), dtype=bool)
     for c in range(C):
         if cm.within(cm.src_time[c], bound):
-            A[0, c, cm.strides[c]] = True
+            A[c, 0, cm.strides[c]] = True
             nonempty[0, c] = True
     end64 = np.zeros((C, M8 // 8), dtype=np.uint64)
     for j in range(1, L + 1):
         has_end = np.zeros(C, dtype=bool)
         for c in range(C):
             ks = np.flatnonzero(comp_ok[:j, j, c] & nonempty[:j, c])
-            if ks.size == 0:
-                continue
-            end64[c] = A64[ks[0], c] if ks.size == 1 else np.bitwise_or.reduce(A64[ks, c], axis=0)
-            has_end[c] = True
+            if ks.size:
+                end64[c] = _or_rows(A64[c], ks)
+                has_end[c] = True
         if j == L:
             for c in np.flatnonzero(has_end & goal_ok):
-                if (end64[c].view(bool) & size_ok).any():
+                if (end64[c].view(bool)[:M] & size_ok).any():
                     return Reach(True, A, comp_ok, tr_ok, goal_ok)
             break
         for v in range(C):
             us = np.flatnonzero(tr_ok[j, :, v] & has_end)
             if us.size == 0:
                 continue
-            x = end64[us[0]] if us.size == 1 else np.bitwise_or.reduce(end64[us], axis=0)
-            y = cm.shift(x.view(bool)[:M], v, False)
-            A[j, v, :M] = y & size_ok[:M]
-            nonempty[j, v] = A64[j, v].any()
+            x = _or_rows(end64, us).view(bool)[:M]
+            dst = A[v, j, :M]
+            cm.shift_into(dst, x, v)
+            if limit:
+                dst &= size_ok
+            nonempty[j, v] = A64[v, j].any()
     return Reach(False, A, comp_ok, tr_ok, goal_ok)
 
 
@@ -295,7 +354,7 @@ def backtrack_reach(cm: ClassModel, r: Reach) -> tuple[list[int], list[int]]:
 
     def end_has(j: int, c: int, S: int) -> int | None:
         for k in np.flatnonzero(r.comp_ok[:j, j, c]):
-            if r.A[k, c, S]:
+            if r.A[c, k, S]:
                 return int(k)
         return None
 
