@@ -34,6 +34,7 @@ from hetsplit.errors import InfeasibleError
 from hetsplit.plan.evaluate import make_plan
 from hetsplit.plan.types import Plan
 from hetsplit.search.base import PipelineConstraints
+from hetsplit.search.families import Families
 
 RTOL = 1e-12  # primary values this close count as a tie (sums in a different order differ by ulps)
 
@@ -91,6 +92,11 @@ class ClassModel:
         y[:, 0, :] = fill
         y[:, 1:, :] = xv[:, :-1, :]
         return y.reshape(x.shape)
+
+    @staticmethod
+    def within(values, bound: float):
+        """Finite and <= bound (inf marks what cannot happen, even under an infinite bound)."""
+        return np.isfinite(values) & (values <= bound)
 
     @staticmethod
     def within(values, bound: float):
@@ -287,10 +293,12 @@ def infeasible_message(cm: ClassModel, bound: float | None = None) -> str:
 
 @dataclass
 class Reach:
-    """Result of ``reach``: families A[c, k, S] and whether the goal was reached."""
+    """Result of ``reach``: families A[c, k] (rows of ``fam``) and whether the goal was reached."""
 
     feasible: bool
-    A: np.ndarray         # (C, L+1, M8) bool, M8 = M rounded up to a multiple of 8
+    fam: Families
+    A: np.ndarray         # (C, L+1, words) uint64 rows
+    nonempty: np.ndarray  # (L+1, C)
     comp_ok: np.ndarray   # (L+1, L+1, C)
     tr_ok: np.ndarray     # (L+1, C, C)
     goal_ok: np.ndarray   # (C,) sink transfer within the bound
@@ -305,83 +313,76 @@ def _or_rows(a64: np.ndarray, ks: np.ndarray) -> np.ndarray:
     return np.bitwise_or.reduce(a64[ks], axis=0)
 
 
-def reach(cm: ClassModel, bound: float) -> Reach:
+def families(cm: ClassModel) -> Families:
+    return Families(cm.counts, cm.strides, cm.num_stages, cm.max_stages)
+
+
+def reach(cm: ClassModel, bound: float, fam: Families | None = None) -> Reach:
     """Forward reachability of (c, k, S) with every stage and transfer <= bound."""
-    L, C, M = cm.num_layers, cm.num_classes, cm.num_multisets
-    M8 = -(-M // 8) * 8
+    L, C = cm.num_layers, cm.num_classes
+    fam = fam or families(cm)
     comp_ok, tr_ok = cm.within(cm.time, bound), cm.within(cm.tr_time, bound)
     goal_ok = cm.within(cm.snk_time, bound)
-    limit = cm.max_stages < int(cm.counts.sum())
-    size_ok = cm.num_stages <= cm.max_stages
-    A = np.zeros((C, L + 1, M8), dtype=bool)
-    A64 = A.view(np.uint64)
+    A = fam.zeros(C, L + 1)
     nonempty = np.zeros((L + 1, C), dtype=bool)
     for c in range(C):
         if cm.within(cm.src_time[c], bound):
-            A[c, 0, cm.strides[c]] = True
+            fam.add(A[c, 0], int(cm.strides[c]))
             nonempty[0, c] = True
-    end64 = np.zeros((C, M8 // 8), dtype=np.uint64)
+    end = fam.zeros(C)
     for j in range(1, L + 1):
         has_end = np.zeros(C, dtype=bool)
         for c in range(C):
             ks = np.flatnonzero(comp_ok[:j, j, c] & nonempty[:j, c])
             if ks.size:
-                end64[c] = _or_rows(A64[c], ks)
+                end[c] = _or_rows(A[c], ks)
                 has_end[c] = True
         if j == L:
             for c in np.flatnonzero(has_end & goal_ok):
-                if (end64[c].view(bool)[:M] & size_ok).any():
-                    return Reach(True, A, comp_ok, tr_ok, goal_ok)
+                if (end[c] & fam.size_ok).any():
+                    return Reach(True, fam, A, nonempty, comp_ok, tr_ok, goal_ok)
             break
         for v in range(C):
             us = np.flatnonzero(tr_ok[j, :, v] & has_end)
-            if us.size == 0:
-                continue
-            x = _or_rows(end64, us).view(bool)[:M]
-            dst = A[v, j, :M]
-            cm.shift_into(dst, x, v)
-            if limit:
-                dst &= size_ok
-            nonempty[j, v] = A64[v, j].any()
-    return Reach(False, A, comp_ok, tr_ok, goal_ok)
+            if us.size:
+                fam.shift_into(A[v, j], _or_rows(end, us), v)
+                nonempty[j, v] = A[v, j].any()
+    return Reach(False, fam, A, nonempty, comp_ok, tr_ok, goal_ok)
 
 
 def backtrack_reach(cm: ClassModel, r: Reach) -> tuple[list[int], list[int]]:
     """Some plan (bounds, class per stage) inside a feasible Reach."""
-    L = cm.num_layers
-    size_ok = cm.num_stages <= cm.max_stages
-    M = cm.num_multisets
+    L, fam = cm.num_layers, r.fam
 
-    def end_has(j: int, c: int, S: int) -> int | None:
-        for k in np.flatnonzero(r.comp_ok[:j, j, c]):
-            if r.A[c, k, S]:
+    def starts(j: int, c: int) -> np.ndarray:
+        return np.flatnonzero(r.comp_ok[:j, j, c] & r.nonempty[:j, c])
+
+    def start_with(j: int, c: int, S: int) -> int | None:
+        for k in starts(j, c):
+            if fam.member(r.A[c, k], S):
                 return int(k)
         return None
 
-    state = None
+    c = S = -1
     for c in np.flatnonzero(r.goal_ok):
-        for S in np.flatnonzero(size_ok):
-            k = end_has(L, c, S)
-            if k is not None:
-                state = (L, int(c), int(S), k)
+        ks = starts(L, int(c))
+        if ks.size:
+            S = fam.first(_or_rows(r.A[c], ks) & fam.size_ok)
+            if S >= 0:
                 break
-        if state:
-            break
-    assert state is not None and M > 0
-    j, c, S, k = state
+    c = int(c)
+    k = start_with(L, c, S)
     bounds, classes = [L], [c]
     while k > 0:
         bounds.append(k)
         prev_S = S - int(cm.strides[c])
-        nxt = None
         for u in np.flatnonzero(r.tr_ok[k, :, c]):
-            kk = end_has(k, int(u), prev_S)
+            kk = start_with(k, int(u), prev_S)
             if kk is not None:
-                nxt = (int(u), kk)
+                c, S, k = int(u), prev_S, kk
                 break
-        assert nxt is not None
-        c, S = nxt[0], prev_S
-        k = nxt[1]
+        else:
+            raise AssertionError("reachability families are inconsistent")
         classes.append(c)
     bounds.append(0)
     return bounds[::-1], classes[::-1]
