@@ -181,14 +181,19 @@ def _check_static(model: onnx.ModelProto, types: dict, where: str) -> None:
                                  "or run onnxsim / onnx shape inference with the input shapes set)")
 
 
-def _fold_shape_ops(model: onnx.ModelProto, types: dict) -> None:
-    """Replace Shape/Size of a static tensor by a Constant (same node name and output)."""
+def _fold_shape_ops(model: onnx.ModelProto, types: dict) -> bool:
+    """Replace Shape/Size of a statically shaped tensor by a Constant (same node name and output).
+
+    Returns True when any node was replaced; a Shape whose input is not static yet is left for a
+    later round (its input may become static once upstream shape arithmetic is folded).
+    """
+    changed = False
     for i, node in enumerate(model.graph.node):
         if node.op_type not in ("Shape", "Size"):
             continue
         shape, _ = types.get(node.input[0], (None, 0))
         if shape is None:
-            raise ModelError(f"node {node.name!r} ({node.op_type}) reads {node.input[0]!r}, whose shape is not static")
+            continue
         if node.op_type == "Size":
             value = np.array(int(np.prod(shape)), dtype=np.int64)
         else:
@@ -201,19 +206,15 @@ def _fold_shape_ops(model: onnx.ModelProto, types: dict) -> None:
         const = helper.make_node("Constant", [], [node.output[0]], name=node.name,
                                  value=numpy_helper.from_array(value, name=node.output[0]))
         model.graph.node[i].CopyFrom(const)
+        changed = True
+    return changed
 
 
 FOLD_MAX_ELEMENTS = 4096   # constant subgraphs up to this size are evaluated (shape arithmetic)
 
 
-def _fold_constants(model: onnx.ModelProto) -> bool:
-    """Evaluate small nodes whose inputs are all known constants; True when any was folded.
-
-    Exporters compute split sizes and reshape targets from ``Shape``; once those are constants the
-    arithmetic behind them is too, and ONNX shape inference needs the values.
-    """
-    from onnx.reference import ReferenceEvaluator
-
+def _small_initializer_values(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    """Values of the small initializers that carry data (shape constants, scalars)."""
     values: dict[str, np.ndarray] = {}
     for init in model.graph.initializer:
         if init.ByteSize() <= STRIP_MIN_BYTES and (init.raw_data or init.int64_data or init.int32_data
@@ -222,6 +223,18 @@ def _fold_constants(model: onnx.ModelProto) -> bool:
                 values[init.name] = numpy_helper.to_array(init)
             except Exception:
                 pass
+    return values
+
+
+def _fold_constants(model: onnx.ModelProto, init_values: dict[str, np.ndarray]) -> bool:
+    """Evaluate small nodes whose inputs are all known constants; True when any was folded.
+
+    Exporters compute split sizes and reshape targets from ``Shape``; once those are constants the
+    arithmetic behind them is too, and ONNX shape inference needs the values.
+    """
+    from onnx.reference import ReferenceEvaluator
+
+    values = dict(init_values)
     folded = False
     for i, node in enumerate(model.graph.node):
         if node.op_type == "Constant":
@@ -268,17 +281,25 @@ def prepare_model(model: str | Path | onnx.ModelProto, where: str | None = None)
     _check_graph(proto, where)
     _fix_batch_dims(proto, where)
     _name_nodes(proto)
-    inferred = _infer(proto, where)
+    # all shape work runs on a copy without weight data; only its nodes come back
+    light = proto if is_shapes_only(proto) else strip_weights(proto)
+    inferred = _infer(light, where)
     types = value_types(inferred)
+    # fold shape arithmetic until shapes stop changing: each round may make more shapes static
     changed = False
-    if any(n.op_type in ("Shape", "Size") for n in proto.graph.node):
-        _fold_shape_ops(proto, types)
+    init_values = _small_initializer_values(light)
+    for _ in range(len(light.graph.node)):   # every round folds a node, or ends the loop
+        folded = _fold_shape_ops(light, types)
+        folded |= _fold_constants(light, init_values)
+        if not folded:
+            break
         changed = True
-    changed |= _fold_constants(proto)
-    if changed:
-        inferred = _infer(proto, where)
+        inferred = _infer(light, where)
         types = value_types(inferred)
-    _check_static(proto, types, where)
+    _check_static(light, types, where)
+    if changed and light is not proto:
+        del proto.graph.node[:]
+        proto.graph.node.extend(light.graph.node)
     # keep the inferred value_info on the returned model (weights untouched)
     del proto.graph.value_info[:]
     proto.graph.value_info.extend(inferred.graph.value_info)
