@@ -7,6 +7,8 @@
                first layer that reads it
   out_bytes    bytes of the tensors the layer sends to other layers or to the model outputs
   in_bytes     bytes of the tensors it receives from other layers or the model inputs
+  nodes        every ONNX node of the layer, constants included (the runtime cuts by these)
+  onnx_ops     the op types of its computing nodes, in order (constant-only nodes left out)
 """
 
 from __future__ import annotations
@@ -213,5 +215,5 @@ def _layer(m: _Model, grp: NodeGroup, gi: int, static: set[str], params: int, ou
         name = f"{base}_{k}"
     used.add(name)
     return Layer(name=name, op=kind, macs=int(macs), param_bytes=int(params), out_bytes=int(out_b),
-                 in_bytes=int(in_b), onnx_ops=tuple(n.op_type for n in nodes), nodes=tuple(n.name for n in nodes),
+                 in_bytes=int(in_b), onnx_ops=tuple(n.op_type for n in active), nodes=tuple(n.name for n in nodes),
                  attrs=attrs, splittable=kind in ("conv", "dwconv", "gemm", "matmul"))
