@@ -98,6 +98,11 @@ def test_full_model_matches_shapes_only_and_runs(tmp_path, monkeypatch):
         expected = module(torch.from_numpy(x)).numpy()
     assert y.shape == (1, 10) and np.allclose(y, expected, atol=1e-4)
     assert zoo.onnx_path("resnet8") == path  # cached
+    stamp = path.with_suffix(".stamp")
+    stamp.write_text("exported against an older package")
+    path.write_bytes(b"stale")
+    assert zoo.onnx_path("resnet8") == path and path.stat().st_size > 4 * 77706  # exported again
+    assert stamp.read_text() != "exported against an older package"
 
 
 def test_shipped_shapes_only_model_regenerates_identically():

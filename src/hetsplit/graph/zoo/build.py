@@ -12,7 +12,7 @@ import time
 import onnx
 
 from hetsplit.graph.onnx_prepare import strip_weights
-from hetsplit.graph.zoo.export import SHIPPED_DIR, _save, cache_dir, export_model
+from hetsplit.graph.zoo.export import SHIPPED_DIR, _save, _shipped_stamp, cache_dir, export_model
 from hetsplit.graph.zoo.registry import MODELS
 
 
@@ -24,6 +24,7 @@ def main(argv: list[str]) -> int:
         _save(strip_weights(proto), SHIPPED_DIR / f"{name}.onnx")
         _save(strip_weights(proto), cache_dir() / f"{name}.shapes.onnx")
         _save(proto, cache_dir() / f"{name}.onnx")
+        (cache_dir() / f"{name}.stamp").write_text(_shipped_stamp(name))
         size = (SHIPPED_DIR / f"{name}.onnx").stat().st_size
         print(f"{name}: {len(proto.graph.node)} nodes, shapes-only {size / 1024:.0f} KiB, "
               f"{time.perf_counter() - t0:.1f} s", flush=True)

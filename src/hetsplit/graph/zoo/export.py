@@ -3,6 +3,7 @@
 Files (``cache_dir()`` = $HETSPLIT_CACHE or ~/.cache/hetsplit, then ``zoo-<ZOO_VERSION>/``):
   <name>.onnx          the full model with weights, in canonical form (``prepare_model``)
   <name>.shapes.onnx   the same model with its weight data stripped (``strip_weights``)
+  <name>.stamp         digest of the shipped shapes-only file the full model was checked against
 
 The package also ships the shapes-only files (``zoo/shapes/<name>.onnx``), so that loading a
 zoo model for planning never runs an export. Regenerate them after changing a model definition:
@@ -11,6 +12,7 @@ zoo model for planning never runs an export. Regenerate them after changing a mo
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from pathlib import Path
@@ -120,11 +122,23 @@ def shapes_path(name: str) -> Path:
     return cached
 
 
+def _shipped_stamp(name: str) -> str:
+    """Digest of the shipped shapes-only file ("" when none): a cached full model records it."""
+    shipped = SHIPPED_DIR / f"{name}.onnx"
+    return hashlib.sha256(shipped.read_bytes()).hexdigest() if shipped.is_file() else ""
+
+
 def full_path(name: str) -> Path:
-    """The full model with seed-0 weights, exported and cached on first use."""
+    """The full model with seed-0 weights, exported and cached on first use.
+
+    A cached model exported against another shipped shapes-only file (the package was updated) is
+    exported again, so that plans made on ``zoo.load`` always match it.
+    """
     _lookup(name)
     path = cache_dir() / f"{name}.onnx"
-    if path.is_file():
+    stamp_path = path.with_suffix(".stamp")
+    stamp = _shipped_stamp(name)
+    if path.is_file() and stamp_path.is_file() and stamp_path.read_text() == stamp:
         return path
     proto = export_model(name)
     shipped = SHIPPED_DIR / f"{name}.onnx"
@@ -133,4 +147,5 @@ def full_path(name: str) -> Path:
                          f"{shipped}; regenerate it with `python -m hetsplit.graph.zoo.build {name}`")
     _save(strip_weights(proto), cache_dir() / f"{name}.shapes.onnx")
     _save(proto, path)
+    stamp_path.write_text(stamp)
     return path
