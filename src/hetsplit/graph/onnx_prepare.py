@@ -10,7 +10,9 @@ returns, so node and tensor names in a ``Graph`` always refer to that model:
 - ONNX shape inference runs (strict, with data propagation); every value must end with a static
   shape, else the error names the node that produced it;
 - ``Shape`` / ``Size`` of a statically shaped tensor becomes a ``Constant`` node of the same name
-  and output, so shape arithmetic no longer reads activations.
+  and output, so shape arithmetic no longer reads activations; small nodes computing only from
+  constants (the Gather / Concat / Div of that arithmetic) are evaluated into ``Constant`` nodes
+  too, in rounds, until every shape is static (dynamic-batch exports of torch need this).
 
 ``strip_weights`` drops the data of large initializers but keeps their dims and types: enough for
 shape inference and for parameter bytes, tiny on disk ("shapes-only" model).
