@@ -128,3 +128,10 @@ def test_prepare_is_idempotent_on_zoo_models(name):
 
     shipped = onnx.load(str(SHIPPED_DIR / f"{name}.onnx"))
     assert structure(prepare_model(shipped)) == structure(shipped)
+
+
+def test_embedding_layer_reads_only_its_rows():
+    layer = zoo.load("tinyllama-42m").layers[0]
+    assert layer.onnx_ops[0] == "Gather"
+    table, rows = 32000 * 512 * 4, 128 * 512 * 4
+    assert layer.attrs["param_bytes_read"] == layer.param_bytes - table + rows

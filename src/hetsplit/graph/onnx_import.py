@@ -9,6 +9,8 @@
   in_bytes     bytes of the tensors it receives from other layers or the model inputs
   nodes        every ONNX node of the layer, constants included (the runtime cuts by these)
   onnx_ops     the op types of its computing nodes, in order (constant-only nodes left out)
+  attrs        see ``Layer``; plus ``param_bytes_read`` on layers holding an embedding table, of
+               which one inference reads only the looked-up rows
 """
 
 from __future__ import annotations
@@ -106,6 +108,16 @@ def _static_tensors(m: _Model) -> set[str]:
         if all((not t) or t in static for t in n.input):
             static.update(t for t in n.output if t)
     return static
+
+
+def _embedding_savings(m: _Model, nodes: list[onnx.NodeProto]) -> int:
+    """Bytes of embedding tables a layer holds but does not read: a Gather of an initializer reads
+    only the rows it looks up (``attrs["param_bytes_read"]`` = param_bytes minus this)."""
+    saved = 0
+    for n in nodes:
+        if n.op_type == "Gather" and n.input[0] in m.inits:
+            saved += max(0, m.nbytes(n.input[0]) - m.nbytes(n.output[0]))
+    return saved
 
 
 def graph_from_prepared(proto: onnx.ModelProto, name: str, source: str = "") -> Graph:
@@ -208,6 +220,9 @@ def _layer(m: _Model, grp: NodeGroup, gi: int, static: set[str], params: int, ou
         if kind in ("eltwise", "norm"):
             attrs["activation"] = activation_name(active, m.const_value)
     attrs["elem_bytes"] = elem_size(m.types[main][1])
+    lookup = _embedding_savings(m, nodes)
+    if lookup:
+        attrs["param_bytes_read"] = max(0, params - lookup)
     name = compact_name(head.name) or f"layer{gi}"
     base, k = name, 1
     while name in used:
