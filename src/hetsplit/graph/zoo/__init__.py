@@ -15,7 +15,7 @@ from pathlib import Path
 
 from hetsplit.graph.onnx_import import load_onnx
 from hetsplit.graph.types import Graph
-from hetsplit.graph.zoo.export import cache_dir, full_path, shapes_path
+from hetsplit.graph.zoo.export import _lookup as lookup, cache_dir, full_path, shapes_path
 from hetsplit.graph.zoo.registry import MODELS
 
 __all__ = ["names", "load", "onnx_path", "describe", "cache_dir"]
@@ -27,8 +27,7 @@ def names() -> list[str]:
 
 def describe(name: str) -> str:
     """One line about a zoo model (architecture, input)."""
-    shapes_path(name)  # validates the name
-    return MODELS[name].description
+    return lookup(name).description
 
 
 def load(name: str) -> Graph:
