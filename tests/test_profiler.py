@@ -141,3 +141,18 @@ def test_module_path_from_exported_node_names():
     assert module_path("/layer/layer.0/layer.0.0/conv1/conv1.0/Conv") == "layer.0.0.conv1.0"
     assert module_path("/fc/Gemm") == "fc"
     assert module_path("/Flatten") == ""
+
+
+def test_cpu_share_of_each_run():
+    runs = NodeRuns(runs=[[("a", 1.0)], [("a", 2.0)]], run_s=[1.0, 4.0], cpu_s=[1.2, 1.0])
+    assert runs.cpu_share().tolist() == [1.0, 0.25]            # clipped at 1; a run preempted 3/4 of the time
+    assert NodeRuns(runs=[[("a", 1.0)]], run_s=[1.0]).cpu_share().tolist() == [1.0]
+
+
+def test_cpu_clock_needs_one_thread(tmp_path):
+    path = tmp_path / "tiny.onnx"
+    tiny_onnx(path)
+    from hetsplit.graph.onnx_import import load_onnx
+
+    with pytest.raises(ProfileError, match="--threads 1"):
+        profile_cpu(load_onnx(path), path, threads=2, repeats=1, clock="cpu")

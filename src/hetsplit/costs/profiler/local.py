@@ -53,7 +53,9 @@ def profile_cpu(graph: Graph, onnx_path: str | Path, *, device_type: str = "loca
     ``statistic`` (median, p10 or min over the runs) gives both the layer times and the whole-model
     time; on a machine shared with other jobs ``min`` estimates the unloaded time best. The profile
     keeps the median, p10, p90 and min of every layer either way. ``clock="cpu"`` (one thread only)
-    times the whole model by the thread's CPU time, which leaves out time the core served others.
+    times the whole model by the thread's CPU time, which leaves out time the core served others, and
+    scales each profiled run's layer times by that run's CPU time / wall time (preemption is assumed
+    spread over the run).
     """
     import onnxruntime as ort
 
@@ -68,6 +70,8 @@ def profile_cpu(graph: Graph, onnx_path: str | Path, *, device_type: str = "loca
     whole = cpu if clock == "cpu" else wall
     peak = peak_rss_bytes()
     per_run, attribution = layer_times(graph, runs)
+    if clock == "cpu":                   # take out the share of each run other processes held the core
+        per_run = per_run * runs.cpu_share()[:, None]
     layer = reduce(per_run, statistic)
     whole_stats = summary(whole)
     whole_s = float(reduce(np.asarray(whole), statistic))

@@ -27,6 +27,14 @@ class NodeRuns:
     runs: list[list[tuple[str, float]]]          # per run: (onnxruntime node name, seconds)
     run_s: list[float]                           # onnxruntime's model_run duration of each run
     providers: list[str] = field(default_factory=list)
+    cpu_s: list[float] = field(default_factory=list)  # the calling thread's CPU time of each run
+
+    def cpu_share(self) -> np.ndarray:
+        """Per run, CPU time / wall time (<= 1): the share of the run the core was ours."""
+        if len(self.cpu_s) != len(self.run_s):
+            return np.ones(len(self.run_s))
+        wall = np.maximum(np.asarray(self.run_s), 1e-12)
+        return np.clip(np.asarray(self.cpu_s) / wall, 0.0, 1.0)
 
 
 def session_options(threads: int, profile_dir: Path | None = None) -> Any:
@@ -100,9 +108,11 @@ def measure(onnx_path: str | Path, threads: int, warmup: int, repeats: int,
         for _ in range(warmup):
             profiled.run(None, feeds)
             plain.run(None, feeds)
-        whole, cpu = [], []
+        whole, cpu, profiled_cpu = [], [], []
         for _ in range(repeats):
+            c0 = time.thread_time()
             profiled.run(None, feeds)
+            profiled_cpu.append(time.thread_time() - c0)
             t0, c0 = time.perf_counter(), time.thread_time()
             plain.run(None, feeds)
             whole.append(time.perf_counter() - t0)
@@ -112,7 +122,8 @@ def measure(onnx_path: str | Path, threads: int, warmup: int, repeats: int,
     joules = None
     if meter is not None and getattr(meter, "available", False):
         _, joules = time_whole_model(plain, feeds, 0, repeats, meter)
-    return NodeRuns(*parse_trace(events, warmup), providers=used), whole, cpu, joules
+    node_runs, run_s = parse_trace(events, warmup)
+    return NodeRuns(node_runs, run_s, used, profiled_cpu[-len(run_s):]), whole, cpu, joules
 
 
 def parse_trace(events: list[dict], skip_runs: int = 0) -> tuple[list[list[tuple[str, float]]], list[float]]:
