@@ -92,7 +92,14 @@ TINYLLAMA_SEQ = 128       # Bochem et al.'s sequence length (autoregressive mode
 
 
 def tinyllama_42m() -> tuple[nn.Module, tuple[int, ...]]:
-    """E 512, F 2048, 8 heads, 8 layers (Bochem et al., V-A), vocab 32000, S 128."""
+    """E 512, F 2048, 8 heads, 8 layers (Bochem et al., V-A), vocab 32000, S 128.
+
+    Choices: the vocabulary is llama2.c's (Llama 2 tokenizer, 32000); the sequence is the paper's
+    autoregressive context (128) run as one prompt pass, so every projection is a 128-row GEMM.
+    Counts: 6.53 GMAC (4.43 in the blocks, 2.10 in the output projection); the ONNX file holds
+    66.4 M parameters because the exporter stores the tied output matrix as its own transposed copy
+    (33.6 M in the eight blocks, 16.4 M per embedding copy).
+    """
     return TinyLlama(TINYLLAMA_VOCAB, 512, 2048, 8, 8, TINYLLAMA_SEQ), (1, TINYLLAMA_SEQ)
 
 
@@ -162,5 +169,9 @@ MOBILEBERT_SEQ = 268      # Bochem et al.'s sequence length
 
 
 def mobilebert() -> tuple[nn.Module, tuple[int, ...]]:
-    """E 512 (bottleneck 128), F 512, 4 heads, 24 layers, S 268 (Bochem et al., V-A)."""
+    """E 512 (bottleneck 128), F 512, 4 heads, 24 layers, S 268 (Bochem et al., V-A).
+
+    5.87 GMAC; 24.5 M parameters in the ONNX file (the paper's 25.3 M counts all 512 position
+    embeddings, of which S = 268 are used and kept by the exporter).
+    """
     return MobileBert(seq=MOBILEBERT_SEQ), (1, MOBILEBERT_SEQ)
