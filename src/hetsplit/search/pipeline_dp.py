@@ -93,10 +93,32 @@ class ClassModel:
         y[:, 1:, :] = xv[:, :-1, :]
         return y.reshape(x.shape)
 
+    @cached_property
+    def shift_maps(self) -> tuple[np.ndarray, np.ndarray]:
+        """Flat (source, destination) indices into a (C, M) array: S -> S + e_c in row c."""
+        src, dst = [], []
+        m = np.arange(self.num_multisets)
+        for c in range(self.num_classes):
+            ok = (m // self.strides[c]) % (self.counts[c] + 1) < self.counts[c]
+            src.append(c * self.num_multisets + m[ok])
+            dst.append(c * self.num_multisets + m[ok] + self.strides[c])
+        return np.concatenate(src), np.concatenate(dst)
+
     @staticmethod
     def within(values, bound: float):
         """Finite and <= bound (inf marks what cannot happen, even under an infinite bound)."""
         return np.isfinite(values) & (values <= bound)
+
+    @cached_property
+    def shift_maps(self) -> tuple[np.ndarray, np.ndarray]:
+        """Flat (source, destination) indices into a (C, M) array: S -> S + e_c in row c."""
+        src, dst = [], []
+        m = np.arange(self.num_multisets)
+        for c in range(self.num_classes):
+            ok = (m // self.strides[c]) % (self.counts[c] + 1) < self.counts[c]
+            src.append(c * self.num_multisets + m[ok])
+            dst.append(c * self.num_multisets + m[ok] + self.strides[c])
+        return np.concatenate(src), np.concatenate(dst)
 
     @staticmethod
     def within(values, bound: float):
@@ -482,7 +504,10 @@ def value_dp(cm: ClassModel, bound: float, primary: str, secondary: str | None) 
     best = (np.inf, np.inf, -1, -1)
     endP = np.full((C, M), np.inf)
     endQ = np.zeros((C, M))
-    for j in range(1, L + 1):
+    vectorized = fast and C * L * M <= VECTOR_LIMIT
+    if vectorized:
+        best = _fast_sweep(cm, P, nonempty, pre, comp_ok, tr_ok, tp, snkp, size_ok, bound)
+    for j in range(1, 1 if vectorized else L + 1):
         has_end = np.zeros(C, dtype=bool)
         for c in range(C):
             ks = starts(j, c)
@@ -552,6 +577,50 @@ def value_dp(cm: ClassModel, bound: float, primary: str, secondary: str | None) 
         c, S, k = u, prev_S, kk
     bounds.append(0)
     return ValueResult(best[0], best[1], bounds[::-1], classes[::-1])
+
+
+VECTOR_LIMIT = 4_000_000  # C * L * M up to which the fast DP handles all classes of a cut at once
+
+
+def _fast_sweep(cm: ClassModel, P: np.ndarray, nonempty: np.ndarray, pre: np.ndarray, comp_ok: np.ndarray,
+                tr_ok: np.ndarray, tp: np.ndarray, snkp: np.ndarray, size_ok: np.ndarray,
+                bound: float) -> tuple[float, float, int, int]:
+    """The additive-primary DP with the transfers of a cut in one array operation (small C * M).
+
+    Fills P (value - prefix) and nonempty exactly as the per-class loop does; returns the best goal.
+    """
+    L, C, M = cm.num_layers, cm.num_classes, cm.num_multisets
+    src_idx, dst_idx = cm.shift_maps
+    best = (np.inf, np.inf, -1, -1)
+    sink_ok = cm.within(cm.snk_time, bound)
+    for j in range(1, L + 1):
+        ok = comp_ok[:j, j, :] & nonempty[:j, :]                 # (k, C)
+        if not ok.any():
+            continue
+        endP = np.full((C, M), np.inf)
+        cnt = ok.sum(axis=0)
+        first = ok.argmax(axis=0)
+        last = j - 1 - ok[::-1].argmax(axis=0)
+        for c, n, a, b in zip(range(C), cnt.tolist(), first.tolist(), last.tolist()):
+            if n == 0:
+                continue
+            blk = P[c, a:b + 1] if n == b - a + 1 else P[c, np.flatnonzero(ok[:, c])]
+            np.min(blk, axis=0, out=endP[c])
+        endP += pre[j][:, None]
+        if j == L:
+            fin = np.where(sink_ok[:, None] & size_ok[None, :], endP + snkp[:, None], np.inf)
+            flat = int(np.argmin(fin))
+            if np.isfinite(fin.flat[flat]):
+                best = (float(fin.flat[flat]), 0.0, flat // M, flat % M)
+            break
+        cand = np.where(tr_ok[j][:, :, None], endP[:, None, :] + tp[j][:, :, None], np.inf)  # (u, v, M)
+        to_v = cand.min(axis=0)                                                           # (v, M)
+        nxt = np.full(C * M, np.inf)
+        nxt[dst_idx] = to_v.ravel()[src_idx]
+        nxt = np.where(size_ok[None, :], nxt.reshape(C, M), np.inf)
+        nonempty[j] = np.isfinite(nxt).any(axis=1)
+        P[:, j, :] = nxt - pre[j][:, None]
+    return best
 
 
 def _pick(p: np.ndarray, q: np.ndarray) -> int:
