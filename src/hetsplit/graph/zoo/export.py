@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+import warnings
 from pathlib import Path
 
 from typing import TYPE_CHECKING, Any
@@ -87,7 +88,9 @@ def export_model(name: str) -> onnx.ModelProto:
     module, example, entry = build_module(name)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"{name}.onnx"
-        with torch.no_grad():
+        with torch.no_grad(), warnings.catch_warnings():
+            # the TorchScript exporter is deprecated upstream but is the fast, deterministic one here
+            warnings.simplefilter("ignore")
             torch.onnx.export(module, (example,), str(path), dynamo=False, opset_version=OPSET,
                               do_constant_folding=True, input_names=[entry.input_name], output_names=["output"])
         proto = onnx.load(str(path))
