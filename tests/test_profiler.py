@@ -53,6 +53,7 @@ def test_attribution_by_name_rewrites_and_prefix():
     assert attr.layer_of("/c/Relu_output_0_nchwc") == 0      # NCHWc node named after its output tensor
     assert attr.layer_of("/Add_output_0") == 1                # a boundary tensor names its producer
     assert attr.layer_of("/fc/Gemm_token_3") == 2             # a fused node keeps its first node's name
+    assert attr.layer_of("fused /fc/Gemm") == 2               # Gemm + Relu fused by onnxruntime
     assert attr.layer_of("ReorderOutput") is None
 
 

@@ -1,10 +1,11 @@
 """Attribute onnxruntime's per-node times to hetsplit layers (``Layer.nodes`` = ONNX node names).
 
 onnxruntime renames nodes it fuses or re-lays-out: a Conv+Relu in NCHWc layout becomes
-``<output tensor>_nchwc`` (the tensor named ``<node>_output_0`` by the exporter); a fused node keeps
-its first node's name as a prefix; inserted layout nodes (``ReorderOutput``) have names of their own.
-``NodeAttributor`` tries, in order: the exact name; the name without ``_nchwc`` and ``_output_N``;
-the longest original node name it starts with. What stays unknown is charged, by the caller, to the
+``<output tensor>_nchwc`` (the tensor named ``<node>_output_0`` by the exporter); a Gemm+Relu becomes
+``fused <gemm node>``; other fusions keep their first node's name inside theirs; inserted layout
+nodes (``ReorderOutput``) have names of their own. ``NodeAttributor`` tries, in order: the exact
+name; the name without a ``fused `` prefix, ``_nchwc`` and ``_output_N``; the longest original
+node name it contains. What stays unknown is charged, by the caller, to the
 layer of the node that ran just before it (execution order), and counted.
 """
 
@@ -15,7 +16,8 @@ from functools import lru_cache
 
 from hetsplit.graph.types import Graph
 
-_SUFFIXES = (re.compile(r"_nchwc$"), re.compile(r"_output_\d+$"), re.compile(r"_kernel_time$"))
+_REWRITES = (re.compile(r"^fused "), re.compile(r"_nchwc$"), re.compile(r"_output_\d+$"),
+             re.compile(r"_kernel_time$"))
 
 
 class NodeAttributor:
@@ -36,11 +38,11 @@ class NodeAttributor:
         name = ort_name
         if name in self.by_node:
             return self.by_node[name]
-        for pattern in _SUFFIXES:
+        for pattern in _REWRITES:
             name = pattern.sub("", name)
             if name in self.by_node:
                 return self.by_node[name]
-        for original in self._by_length:            # fused nodes start with their first node's name
-            if len(original) > 3 and ort_name.startswith(original):
+        for original in self._by_length:            # fused nodes carry their first node's name
+            if len(original) > 3 and original in ort_name:
                 return self.by_node[original]
         return None
