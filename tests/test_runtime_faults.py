@@ -63,3 +63,19 @@ def test_a_sub_model_that_does_not_match_its_manifest(split, tmp_path):
     shutil.copy(bad / "stage0-cpu-a.onnx", bad / "stage1-cpu-b.onnx")
     msg, _ = run_failing(load_manifest(bad), tmp_path / "run")
     assert "cpu-b" in msg and "does not match the manifest" in msg
+
+
+def test_a_wrong_output_fails_verification(split, tmp_path):
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    bad = tmp_path / "split"
+    shutil.copytree(split, bad)
+    path = bad / "stage1-cpu-b.onnx"
+    model = onnx.load(str(path))
+    init = model.graph.initializer[0]
+    init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init) * np.float32(2.0), init.name))
+    onnx.save(model, str(path))
+    msg, _ = run_failing(load_manifest(bad), tmp_path / "run")
+    assert "differs from the unsplit model" in msg and "max abs error" in msg

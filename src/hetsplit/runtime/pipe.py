@@ -96,7 +96,13 @@ class Receiver(threading.Thread):
 
 
 class Sender(threading.Thread):
-    """Sends ``n`` inputs' tensors over ``edges``; items are (index, arrays by name, frame to release)."""
+    """Sends ``n`` inputs' tensors over ``edges``, in order; producers call ``submit``.
+
+    Without emulated delays, ``submit`` posts the sends at once from the producer's thread (gloo
+    sends are asynchronous), so a transfer starts the moment its tensors exist; this thread only
+    waits for completion, records it and releases the frame. With a delay per edge, this thread
+    sleeps it and then posts.
+    """
 
     def __init__(self, wire: Wire, edges: list[Edge], n: int, shared: Shared, delays_s: list[float] | None = None,
                  release=None):
@@ -107,15 +113,30 @@ class Sender(threading.Thread):
         self.release = release
         self.logs = [EdgeLog(e.peer, e.nbytes) for e in edges]
 
+    def _post(self, e: Edge, log: EdgeLog, arrays: dict[str, np.ndarray]) -> list:
+        log.start.append(time.time())
+        try:
+            return self.wire.post_send(e, [np.ascontiguousarray(arrays[t.name]) for t in e.tensors])
+        except RuntimeError as exc:
+            raise self.wire.failure(e.peer, True, exc) from None
+
+    def submit(self, i: int, arrays: dict[str, np.ndarray], frame: Frame | None) -> None:
+        posted = None
+        if not any(self.delays):
+            posted = [self._post(e, log, arrays) for e, log in zip(self.edges, self.logs)]
+        self.inbox.put((i, arrays, frame, posted))
+
     def run(self) -> None:
         try:
             for _ in range(self.n):
-                _, arrays, frame = self.shared.get(self.inbox)
-                for e, log, delay in zip(self.edges, self.logs, self.delays):
-                    log.start.append(time.time())
-                    if delay > 0:  # emulated link latency: the link is busy for it, as the cost model says
+                _, arrays, frame, posted = self.shared.get(self.inbox)
+                for k, (e, log, delay) in enumerate(zip(self.edges, self.logs, self.delays)):
+                    if posted is None:  # emulated link latency: the link is busy for it, as the cost model says
+                        log.start.append(time.time())
                         time.sleep(delay)
-                    works = self.wire.post_send(e, [np.ascontiguousarray(arrays[t.name]) for t in e.tensors])
+                        works = self.wire.post_send(e, [np.ascontiguousarray(arrays[t.name]) for t in e.tensors])
+                    else:
+                        works = posted[k]
                     self.wire.wait(works, e, sending=True)
                     log.done.append(time.time())
                 if frame is not None and self.release is not None:

@@ -77,7 +77,7 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path) -> 
     threads = int(cfg.threads.get(spec.device, 1))
     exe = make_executor(manifest, rank, threads, cfg.kinds.get(spec.device, "cpu"))
     received = {t.name: t for e in spec.recv for t in e.tensors}
-    exe.run({n: received[n].empty() * 0 for n in spec.inputs})  # warm-up: first-run allocations
+    exe.run({n: np.zeros(received[n].shape, received[n].dtype) for n in spec.inputs})  # warm-up: first-run allocations
     wire = connect(cfg, manifest, rank, run_dir)
     wire.handshake(spec.recv, spec.send)
     shared = Shared()
@@ -100,7 +100,7 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path) -> 
             t2 = time.time()
             idle.append(t1 - t0)
             compute.append(t2 - t1)
-            tx.inbox.put((i, {**frame, **outs}, frame))
+            tx.submit(i, {**frame, **outs}, frame)
     except Stop:
         pass
     except BaseException as exc:  # noqa: BLE001
@@ -159,10 +159,10 @@ def run_driver(cfg: RunConfig, manifest: Manifest, run_dir: Path) -> dict:
     try:
         for i in range(n):
             if i < k:                       # unloaded latency: one input in flight
-                tx.inbox.put((i, inputs[i], None))
+                tx.submit(i, inputs[i], None)
             elif i == k:                    # then stream the rest as fast as the pipeline takes them
                 for j in range(k, n):
-                    tx.inbox.put((j, inputs[j], None))
+                    tx.submit(j, inputs[j], None)
             _, frame = shared.get(rx.ready)
             t_out.append(time.time())
             outputs.append({name: np.array(a, copy=True) for name, a in frame.items()})
