@@ -79,3 +79,12 @@ def test_compare_to_front_reports_savings():
     assert d_a.dominated and np.isclose(d_a.energy_saving_j, 6.0) and np.isclose(d_a.energy_saving_frac, 0.75)
     assert np.isclose(d_a.speedup, 2.0)
     assert not d_split.dominated and d_split.energy_saving_j == 0.0 and d_split.speedup == 1.0
+
+
+def test_state_budget_refuses_with_numbers():
+    from hetsplit.errors import HetsplitError
+
+    p = random_problem(5, n_layers=6, n_dev=5, repeat=False)
+    for algo in ("pareto", "pipeedge"):
+        with pytest.raises(HetsplitError, match=r"need .* GiB of DP tables"):
+            make_partitioner(algo, state_budget_bytes=10).solve(p)

@@ -21,6 +21,7 @@ from hetsplit.errors import InfeasibleError
 from hetsplit.plan.types import Plan
 from hetsplit.search.base import PipelineConstraints, register_partitioner
 from hetsplit.search.pipeline_dp import (RTOL, ClassModel, ValueResult, build_classes, check_layers_fit,
+                                         check_state_budget,
                                          infeasible_message, path_bottleneck, to_plan, value_dp)
 
 REL_EPS = 1e-9  # relative tolerance when comparing bottlenecks and energies of different plans
@@ -60,11 +61,13 @@ class ParetoExact:
 
     constraints: PipelineConstraints = field(default_factory=PipelineConstraints)
     max_points: int | None = None
+    state_budget_bytes: float = 2**30
     name: str = "pareto"
 
     def solve(self, problem: SplitProblem) -> list[Plan]:
         cm = build_classes(problem, self.constraints)
         check_layers_fit(cm)
+        check_state_budget(cm, 1, self.state_budget_bytes, self.name)
         points = pareto_sweep(cm, self.max_points)
         if not points:
             raise InfeasibleError(infeasible_message(cm))

@@ -23,7 +23,8 @@ from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import InfeasibleError
 from hetsplit.plan.types import Plan
 from hetsplit.search.base import PipelineConstraints, register_partitioner
-from hetsplit.search.pipeline_dp import build_classes, check_layers_fit, infeasible_message, to_plan, value_dp
+from hetsplit.search.pipeline_dp import (build_classes, check_layers_fit, check_state_budget, infeasible_message,
+                                         to_plan, value_dp)
 
 
 def last_output_cut_bytes(problem: SplitProblem) -> np.ndarray:
@@ -39,12 +40,14 @@ class PipeEdge:
 
     constraints: PipelineConstraints = field(default_factory=PipelineConstraints)
     last_output_only: bool = False
+    state_budget_bytes: float = 2**30
     name: str = "pipeedge"
 
     def solve(self, problem: SplitProblem) -> list[Plan]:
         cb = last_output_cut_bytes(problem) if self.last_output_only else None
         cm = build_classes(problem, self.constraints, cut_bytes=cb)
         check_layers_fit(cm)
+        check_state_budget(cm, 1, self.state_budget_bytes, self.name)
         vr = value_dp(cm, np.inf, "bottleneck", None)
         if vr is None:
             raise InfeasibleError(infeasible_message(cm))

@@ -30,7 +30,7 @@ from functools import cached_property
 import numpy as np
 
 from hetsplit.costs.problem import SplitProblem
-from hetsplit.errors import InfeasibleError
+from hetsplit.errors import HetsplitError, InfeasibleError
 from hetsplit.plan.evaluate import make_plan
 from hetsplit.plan.types import Plan
 from hetsplit.search.base import PipelineConstraints
@@ -302,6 +302,17 @@ def check_layers_fit(cm: ClassModel) -> None:
     need = float(np.min(p.stage_mem(l, l + 1, devs[runnable])))
     raise InfeasibleError(f"layer {name!r} fits nowhere: needs {need:.6g} bytes, largest device has "
                           f"{float(p.memory_bytes.max()):.6g}")
+
+
+def check_state_budget(cm: ClassModel, arrays: int, budget_bytes: float, algorithm: str) -> None:
+    """Refuse (with the numbers) a value DP whose float tables would exceed ``budget_bytes``."""
+    need = arrays * 8 * (cm.num_layers + 1) * cm.num_classes * cm.num_multisets
+    if need > budget_bytes:
+        raise HetsplitError(
+            f"{algorithm}: {cm.num_classes} device classes ({cm.num_multisets} device multisets) x "
+            f"{cm.num_layers + 1} cuts need {need / 2**30:.1f} GiB of DP tables (budget "
+            f"{budget_bytes / 2**30:.1f} GiB); devices collapse into classes only when type, memory and links "
+            "agree. Use --algo exact (bounded memory) or fewer distinct devices")
 
 
 def infeasible_message(cm: ClassModel, bound: float | None = None) -> str:
