@@ -94,3 +94,19 @@ def test_layer_no_type_can_run_is_named():
     p = problem(g, cluster(["a"]), t, np.ones((2, 1)))
     with pytest.raises(InfeasibleError, match="layer 'l1' fits nowhere: no device type can run it"):
         make_partitioner("exact").solve(p)
+
+
+@pytest.mark.parametrize("seed", seeds(40, 700))
+def test_tie_break_over_useful_multisets_only_equals_the_full_one(seed):
+    p = random_problem(seed)
+    try:
+        (full,) = make_partitioner("exact").solve(p)
+    except InfeasibleError:
+        return
+    # a budget below the full tables forces the reduced (forward and backward reachable) axis
+    need_full = 2 * 8 * (p.num_layers + 1) * build_classes(p).num_classes * build_classes(p).num_multisets
+    (reduced,) = make_partitioner("exact", tie_break_budget_bytes=need_full - 1).solve(p)
+    assert "tie_break_multisets" in reduced.params
+    if reduced.params["tie_break"] == "energy, latency":
+        assert close(reduced.metrics.energy_j, full.metrics.energy_j)
+        assert close(reduced.metrics.bottleneck_s, full.metrics.bottleneck_s)

@@ -48,6 +48,7 @@ class Scenario:
     donna: list[Plan]
     front: list[Plan]
     dominations: list[Domination] = field(default_factory=list)
+    fits_one_device: bool = True   # some device can hold and run the whole model
 
     @property
     def name(self) -> str:
@@ -97,7 +98,10 @@ def run_scenarios(models=MODELS, sets=tuple(DONNA_SETS), media=DONNA_MEDIA, alph
                 problem = loader(model, f"donna-{label}-{medium}")
                 donna = make_partitioner("donna", alphas=tuple(alphas)).solve(problem)
                 front = make_partitioner("pareto").solve(problem)
-                out.append(Scenario(model, label, medium, donna, front, compare_to_front(donna, front)))
+                devs = np.arange(problem.num_devices)
+                L = problem.num_layers
+                one = bool((problem.fits(0, L, devs) & np.isfinite(problem.stage_time(0, L, devs))).any())
+                out.append(Scenario(model, label, medium, donna, front, compare_to_front(donna, front), one))
     return out
 
 
@@ -138,15 +142,21 @@ def check_claims(scen: list[Scenario], gpu: dict[str, Plan], edge: list[EdgeResu
     claims: list[Claim] = []
 
     # alpha = 0 puts every layer on the most energy-efficient device
-    bad = []
+    bad, split = [], []
     for s in scen:
         p = s.by_alpha(0.0)
         e_min = min(f.metrics.energy_j for f in s.front)
-        if len(p.stages) != 1 or p.metrics.energy_j > e_min * (1 + 1e-9):
-            bad.append(f"{s.name}: {len(p.stages)} stages, {p.metrics.energy_j:.4g} J vs least {e_min:.4g} J")
+        if p.metrics.energy_j > e_min * (1 + 1e-6):
+            bad.append(f"{s.name}: {p.metrics.energy_j:.4g} J vs least {e_min:.4g} J")
+        elif len(p.stages) > 1:
+            split.append(s)
+    forced = [s for s in split if not s.fits_one_device]
+    note = (f"; {len(split)} of them split the model ({len(forced)} because no single device holds it, the rest "
+            "across devices of the same type at equal energy)") if split else ""
     claims.append(Claim("alpha = 0 assigns all layers to the most energy-efficient device",
-                        "holds" if not bad else ("partly" if len(bad) < len(scen) else "does not hold"),
-                        f"{len(scen) - len(bad)}/{len(scen)} scenarios" + ("; exceptions: " + "; ".join(bad[:6]) if bad else "")))
+                        "holds" if not bad and len(forced) == len(split) else ("partly" if len(bad) < len(scen) else "does not hold"),
+                        f"DONNA's alpha = 0 plan has the least energy of any plan in {len(scen) - len(bad)}/{len(scen)} "
+                        f"scenarios{note}" + ("; exceptions: " + "; ".join(bad[:6]) if bad else "")))
 
     # alpha = 1 maximizes throughput
     gaps = [(s.by_alpha(1.0).metrics.bottleneck_s / s.front[0].metrics.bottleneck_s - 1, s.name) for s in scen]
@@ -206,18 +216,19 @@ def check_claims(scen: list[Scenario], gpu: dict[str, Plan], edge: list[EdgeResu
         cand = [(p.metrics.throughput / g.throughput, g.energy_per_participating_device_j
                  / p.metrics.energy_per_participating_device_j, s.medium, p.params["alpha"])
                 for s in scen if s.model == "resnet152" and s.devices == "2cpu-2gpu" for p in s.donna]
-        if cand:
-            sp = max(cand)
-            claims.append(Claim("ResNet-152 on {2 CPU, 2 GPU} over HB-WCC beats one GPU: 4.26x throughput, "
-                                "3.6x less energy per participating device",
+        hb = [c for c in cand if c[2] == "hb-wcc"]
+        if hb:
+            sp, best_any = max(hb), max(cand)
+            claims.append(Claim("ResNet-152 on {2 CPU, 2 GPU} over HB-WCC beats one GPU (paper: 4.26x throughput, "
+                                "3.6x less energy per participating device)",
                                 "holds" if sp[0] > 1 else "does not hold",
-                                f"best DONNA speed-up here {sp[0]:.2f}x ({sp[2]}, alpha {sp[3]}) with "
-                                f"{sp[1]:.2f}x less energy per participating device"))
+                                f"best DONNA speed-up on HB-WCC {sp[0]:.2f}x (alpha {sp[3]}) with {sp[1]:.2f}x less "
+                                f"energy per participating device; over any medium {best_any[0]:.2f}x ({best_any[2]})"))
 
     # Fig. 4: the edge keeps its layers at alpha = 1
     if edge:
         kept = [e for e in edge if all(st.device.startswith("cim") for st in e.donna.stages)]
-        red = ", ".join(f"{e.model}/{e.cloud} {e.offload.metrics.energy_j / e.donna.metrics.energy_j:.0f}x energy, "
+        red = ", ".join(f"{e.model}/{e.cloud} {e.offload.metrics.energy_j / e.donna.metrics.energy_j:.3g}x less energy, "
                         f"{e.donna.metrics.throughput / e.offload.metrics.throughput:.2f}x throughput" for e in edge)
         claims.append(Claim("edge CIM + cloud: at alpha = 1 the edge keeps all layers (no offloading)",
                             "holds" if len(kept) == len(edge) else "partly",

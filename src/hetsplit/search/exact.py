@@ -8,9 +8,10 @@ of used-device multisets over cut positions (OR-reductions of packed words, no p
 
 Tie-break among the plans with the optimal bottleneck T*: least energy per inference, then least
 latency (a lexicographic DP under the bound T*, exact because energy and latency are additive).
-That DP holds two float arrays over all states; when they would exceed ``tie_break_budget_bytes``
-the plan is any optimal-bottleneck plan of the feasibility families and ``params["tie_break"]``
-says so.
+When its float tables over every multiset would exceed ``tie_break_budget_bytes``, the DP runs over
+the multisets of states that are both reachable and completable within T* (forward and backward
+families), which every optimal plan passes through; only if even those exceed the budget is the
+plan any optimal-bottleneck plan, and ``params["tie_break"]`` says so.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import InfeasibleError
 from hetsplit.plan.types import Plan
 from hetsplit.search.base import PipelineConstraints, SolveStats, register_partitioner
-from hetsplit.search.pipeline_dp import (ClassModel, Reach, backtrack_reach, build_classes, check_layers_fit,
+from hetsplit.search.pipeline_dp import (ClassModel, MultisetSpace, Reach, backtrack_reach, build_classes, check_layers_fit,
                                          infeasible_message, path_bottleneck, path_is_valid, reach, relaxed_min_bottleneck,
-                                         to_plan, value_dp)
+                                         to_plan, useful_multisets, value_dp)
 
 
 def min_bottleneck(cm: ClassModel, stats: SolveStats | None = None) -> tuple[float, Reach | tuple[list, list]]:
@@ -90,12 +91,22 @@ class Exact:
         cm = build_classes(problem, self.constraints)
         check_layers_fit(cm)
         t_star, r = min_bottleneck(cm, stats)
-        state_bytes = 2 * 8 * (cm.num_layers + 1) * cm.num_classes * cm.num_multisets
         params = {"bottleneck_s": t_star, **stats.extra}
-        vr = value_dp(cm, t_star, "energy", "latency") if state_bytes <= self.tie_break_budget_bytes else None
-        if vr is not None:
+        # tie-break DP over every multiset when it fits the budget, else over the useful ones only
+        space = MultisetSpace(cm)
+        if 2 * 8 * (cm.num_layers + 1) * cm.num_classes * space.M > self.tie_break_budget_bytes:
+            if isinstance(r, tuple):
+                r = reach(cm, t_star)
+            space = MultisetSpace(cm, useful_multisets(cm, r))
+            params["tie_break_multisets"] = space.M
+        need = 2 * 8 * (cm.num_layers + 1) * cm.num_classes * space.M
+        if need <= self.tie_break_budget_bytes:
+            vr = value_dp(cm, t_star, "energy", "latency", space)
             params["tie_break"] = "energy, latency"
             return [to_plan(cm, vr.bounds, vr.classes, self.name, params)]
-        params["tie_break"] = f"none (tie-break DP needs {state_bytes / 2**20:.0f} MiB > budget)"
-        bounds, classes = r if isinstance(r, tuple) else backtrack_reach(cm, r)
+        params["tie_break"] = f"none (tie-break DP needs {need / 2**20:.0f} MiB > budget)"
+        if isinstance(r, tuple):
+            bounds, classes = r
+        else:
+            bounds, classes = backtrack_reach(cm, r)
         return [to_plan(cm, bounds, classes, self.name, params)]

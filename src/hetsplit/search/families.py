@@ -82,3 +82,16 @@ class Families:
             d.reshape(-1, n + 1, st)[:, 1:, :] = s.reshape(-1, n + 1, st)[:, :-1, :]
         if self.limited:
             dst &= self.size_ok
+
+    def unshift_into(self, dst: np.ndarray, x: np.ndarray, c: int) -> None:
+        """dst = {S : S + e_c in x} (S with a free device of class c); dst must be a zero row."""
+        if self.packed:
+            if c < 6:
+                np.bitwise_and(x >> np.uint64(1 << c), _LOW_HALF[c], out=dst)
+            else:
+                st = 1 << (c - 6)
+                dst.reshape(-1, 2, st)[:, 0, :] = x.reshape(-1, 2, st)[:, 1, :]
+        else:
+            n, st = int(self.counts[c]), int(self.strides[c])
+            d, s = dst.view(bool)[:self.M], x.view(bool)[:self.M]
+            d.reshape(-1, n + 1, st)[:, :-1, :] = s.reshape(-1, n + 1, st)[:, 1:, :]

@@ -84,51 +84,10 @@ class ClassModel:
             total += (m // self.strides[c]) % (self.counts[c] + 1)
         return total
 
-    def shift(self, x: np.ndarray, c: int, fill) -> np.ndarray:
-        """x over multisets -> y[S + e_c] = x[S] (where class c still has a free device), y = fill elsewhere."""
-        n, st = int(self.counts[c]), int(self.strides[c])
-        xv = x.reshape(-1, n + 1, st)
-        y = np.empty_like(xv)
-        y[:, 0, :] = fill
-        y[:, 1:, :] = xv[:, :-1, :]
-        return y.reshape(x.shape)
-
-    @cached_property
-    def shift_maps(self) -> tuple[np.ndarray, np.ndarray]:
-        """Flat (source, destination) indices into a (C, M) array: S -> S + e_c in row c."""
-        src, dst = [], []
-        m = np.arange(self.num_multisets)
-        for c in range(self.num_classes):
-            ok = (m // self.strides[c]) % (self.counts[c] + 1) < self.counts[c]
-            src.append(c * self.num_multisets + m[ok])
-            dst.append(c * self.num_multisets + m[ok] + self.strides[c])
-        return np.concatenate(src), np.concatenate(dst)
-
     @staticmethod
     def within(values, bound: float):
         """Finite and <= bound (inf marks what cannot happen, even under an infinite bound)."""
         return np.isfinite(values) & (values <= bound)
-
-    @cached_property
-    def shift_maps(self) -> tuple[np.ndarray, np.ndarray]:
-        """Flat (source, destination) indices into a (C, M) array: S -> S + e_c in row c."""
-        src, dst = [], []
-        m = np.arange(self.num_multisets)
-        for c in range(self.num_classes):
-            ok = (m // self.strides[c]) % (self.counts[c] + 1) < self.counts[c]
-            src.append(c * self.num_multisets + m[ok])
-            dst.append(c * self.num_multisets + m[ok] + self.strides[c])
-        return np.concatenate(src), np.concatenate(dst)
-
-    @staticmethod
-    def within(values, bound: float):
-        """Finite and <= bound (inf marks what cannot happen, even under an infinite bound)."""
-        return np.isfinite(values) & (values <= bound)
-
-    def shift_into(self, dst: np.ndarray, x: np.ndarray, c: int) -> None:
-        """dst[S + e_c] = x[S] where class c has a free device; dst elsewhere left as it is (zeros)."""
-        n, st = int(self.counts[c]), int(self.strides[c])
-        dst.reshape(-1, n + 1, st)[:, 1:, :] = x.reshape(-1, n + 1, st)[:, :-1, :]
 
     def candidates(self) -> np.ndarray:
         """Sorted distinct finite values a plan's bottleneck can take."""
@@ -144,6 +103,69 @@ class ClassModel:
         per_layer = self.problem.costs.time_s[:, self.problem.device_type[reps]].min(axis=1)
         lb = float(per_layer.max())
         return lb if np.isfinite(lb) else 0.0
+
+
+class MultisetSpace:
+    """The multiset axis of a value DP: all M multisets, or a sorted subset U of them.
+
+    A subset keeps only states worth having (e.g. those on some plan within a bound); a shift that
+    leaves the subset is dropped, which is exact when U is closed under the DP's predecessors.
+    """
+
+    def __init__(self, cm: ClassModel, subset: np.ndarray | None = None):
+        self.cm = cm
+        self.U = None if subset is None else np.asarray(subset, dtype=np.int64)
+        self.M = cm.num_multisets if self.U is None else len(self.U)
+        stages = cm.num_stages if self.U is None else cm.num_stages[self.U]
+        self.size_ok = stages <= cm.max_stages
+
+    def index(self, S: int) -> int | None:
+        """Position of multiset S on the axis (None if it is not kept)."""
+        if self.U is None:
+            return S
+        i = int(np.searchsorted(self.U, S))
+        return i if i < self.M and self.U[i] == S else None
+
+    def multiset(self, i: int) -> int:
+        return i if self.U is None else int(self.U[i])
+
+    @cached_property
+    def class_maps(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per class c: (source positions, destination positions) of S -> S + e_c within the axis."""
+        cm, out = self.cm, []
+        S = np.arange(cm.num_multisets) if self.U is None else self.U
+        for c in range(cm.num_classes):
+            free = (S // cm.strides[c]) % (cm.counts[c] + 1) < cm.counts[c]
+            src = np.flatnonzero(free)
+            tgt = S[src] + cm.strides[c]
+            if self.U is None:
+                out.append((src, tgt))
+                continue
+            pos = np.minimum(np.searchsorted(self.U, tgt), self.M - 1)
+            keep = self.U[pos] == tgt
+            out.append((src[keep], pos[keep]))
+        return out
+
+    @cached_property
+    def flat_maps(self) -> tuple[np.ndarray, np.ndarray]:
+        """class_maps flattened into a (C, M) array."""
+        src = [c * self.M + a for c, (a, _) in enumerate(self.class_maps)]
+        dst = [c * self.M + b for c, (_, b) in enumerate(self.class_maps)]
+        return np.concatenate(src), np.concatenate(dst)
+
+    def shift(self, x: np.ndarray, c: int, fill) -> np.ndarray:
+        """y[S + e_c] = x[S] where class c still has a free device; fill elsewhere."""
+        if self.U is None:
+            n, st = int(self.cm.counts[c]), int(self.cm.strides[c])
+            xv = x.reshape(-1, n + 1, st)
+            y = np.empty_like(xv)
+            y[:, 0, :] = fill
+            y[:, 1:, :] = xv[:, :-1, :]
+            return y.reshape(x.shape)
+        src, dst = self.class_maps[c]
+        y = np.full_like(x, fill)
+        y[dst] = x[src]
+        return y
 
 
 def build_classes(problem: SplitProblem, constraints: PipelineConstraints = PipelineConstraints(),
@@ -383,6 +405,44 @@ def reach(cm: ClassModel, bound: float, fam: Families | None = None) -> Reach:
     return Reach(False, fam, A, nonempty, comp_ok, tr_ok, goal_ok)
 
 
+def co_reach(cm: ClassModel, r: Reach) -> np.ndarray:
+    """Backward families G[c, k]: multisets S such that a stage of class c starting at cut k, with
+    the classes of S used so far, can be completed within the bound of ``r`` (same encoding)."""
+    L, C, fam = cm.num_layers, cm.num_classes, r.fam
+    G = fam.zeros(C, L + 1)
+    H = fam.zeros(C, L + 1)       # H[c, j]: a stage of class c ending at j can be completed
+    has_h = np.zeros((L + 1, C), dtype=bool)
+    for c in np.flatnonzero(r.goal_ok):
+        H[c, L] = fam.size_ok
+        has_h[L, c] = True
+    unshifted = fam.zeros(C)
+    for k in range(L - 1, -1, -1):
+        has_g = np.zeros(C, dtype=bool)
+        for c in range(C):
+            js = np.flatnonzero(r.comp_ok[k, k + 1:, c] & has_h[k + 1:, c]) + k + 1
+            if js.size:
+                G[c, k] = _or_rows(H[c], js)
+                has_g[c] = True
+        if k == 0:
+            break
+        unshifted[:] = 0
+        for v in np.flatnonzero(has_g):
+            fam.unshift_into(unshifted[v], G[v, k], int(v))
+        for u in range(C):
+            vs = np.flatnonzero(r.tr_ok[k, u, :] & has_g)
+            if vs.size:
+                H[u, k] = _or_rows(unshifted, vs)
+                has_h[k, u] = H[u, k].any()
+    return G
+
+
+def useful_multisets(cm: ClassModel, r: Reach) -> np.ndarray:
+    """Sorted multisets that occur in a state both reachable and completable within the bound."""
+    G = co_reach(cm, r)
+    union = np.bitwise_or.reduce((r.A & G).reshape(-1, r.fam.words), axis=0)
+    return np.flatnonzero(r.fam.to_bool(union))
+
+
 def backtrack_reach(cm: ClassModel, r: Reach) -> tuple[list[int], list[int]]:
     """Some plan (bounds, class per stage) inside a feasible Reach."""
     L, fam = cm.num_layers, r.fam
@@ -461,14 +521,17 @@ class ValueResult:
     classes: list[int]
 
 
-def value_dp(cm: ClassModel, bound: float, primary: str, secondary: str | None) -> ValueResult | None:
+def value_dp(cm: ClassModel, bound: float, primary: str, secondary: str | None,
+             space: MultisetSpace | None = None) -> ValueResult | None:
     """Lexicographic minimum of (primary, secondary) over plans with every stage and transfer <= bound.
 
-    Returns None when no plan satisfies the bound. With an additive primary and no secondary (the
+    ``space`` restricts the multiset axis (default: every multiset). Returns None when no plan
+    satisfies the bound. With an additive primary and no secondary (the
     common case) the table keeps ``value - prefix[k]`` so that choosing a stage start is a plain
     minimum over a (usually contiguous) block of rows, with no per-row arithmetic.
     """
-    L, C, M = cm.num_layers, cm.num_classes, cm.num_multisets
+    space = space or MultisetSpace(cm)
+    L, C, M = cm.num_layers, cm.num_classes, space.M
     sp, tp, srcp, snkp = _stage_terms(cm, primary)
     op_p = _combine(primary)
     if secondary is None:
@@ -485,16 +548,17 @@ def value_dp(cm: ClassModel, bound: float, primary: str, secondary: str | None) 
     else:
         pre = np.zeros((L + 1, C))
     comp_ok, tr_ok = cm.within(cm.time, bound), cm.within(cm.tr_time, bound)
-    size_ok = cm.num_stages <= cm.max_stages
+    size_ok = space.size_ok
     P = np.full((C, L + 1, M), np.inf)
     # without a secondary objective Q is a read-only zero view (no memory)
     Q = np.full((C, L + 1, M), np.inf) if secondary else np.broadcast_to(0.0, (C, L + 1, M))
     nonempty = np.zeros((L + 1, C), dtype=bool)
     for c in range(C):
-        if cm.within(cm.src_time[c], bound):
-            P[c, 0, cm.strides[c]] = srcp[c]
+        first = space.index(int(cm.strides[c]))
+        if cm.within(cm.src_time[c], bound) and first is not None:
+            P[c, 0, first] = srcp[c]
             if secondary:
-                Q[c, 0, cm.strides[c]] = srcq[c]
+                Q[c, 0, first] = srcq[c]
             nonempty[0, c] = True
 
     def starts(j: int, c: int) -> np.ndarray:
@@ -517,7 +581,7 @@ def value_dp(cm: ClassModel, bound: float, primary: str, secondary: str | None) 
     endQ = np.zeros((C, M))
     vectorized = fast and C * L * M <= VECTOR_LIMIT
     if vectorized:
-        best = _fast_sweep(cm, P, nonempty, pre, comp_ok, tr_ok, tp, snkp, size_ok, bound)
+        best = _fast_sweep(cm, space, P, nonempty, pre, comp_ok, tr_ok, tp, snkp, bound)
     for j in range(1, 1 if vectorized else L + 1):
         has_end = np.zeros(C, dtype=bool)
         for c in range(C):
@@ -554,8 +618,8 @@ def value_dp(cm: ClassModel, bound: float, primary: str, secondary: str | None) 
             else:
                 bp, bq, _ = _lexmin(pv, op_q(endQ[us], tq[j, us, v][:, None]))
                 if secondary:
-                    Q[v, j] = cm.shift(bq, v, np.inf)
-            bp = np.where(size_ok, cm.shift(bp, v, np.inf), np.inf)
+                    Q[v, j] = space.shift(bq, v, np.inf)
+            bp = np.where(size_ok, space.shift(bp, v, np.inf), np.inf)
             nonempty[j, v] = np.isfinite(bp).any()
             P[v, j] = bp - pre[j, v]
     if best[2] < 0:
@@ -574,7 +638,7 @@ def value_dp(cm: ClassModel, bound: float, primary: str, secondary: str | None) 
     bounds, classes = [L], [c]
     k = end_pick(L, c, S)[0]
     while k > 0:
-        prev_S = S - int(cm.strides[c])
+        prev_S = space.index(space.multiset(S) - int(cm.strides[c]))
         cands = []  # predecessor class u: the one whose end label plus the transfer is best
         for u in np.flatnonzero(tr_ok[k, :, c]):
             if starts(k, u).size == 0:
@@ -593,15 +657,16 @@ def value_dp(cm: ClassModel, bound: float, primary: str, secondary: str | None) 
 VECTOR_LIMIT = 4_000_000  # C * L * M up to which the fast DP handles all classes of a cut at once
 
 
-def _fast_sweep(cm: ClassModel, P: np.ndarray, nonempty: np.ndarray, pre: np.ndarray, comp_ok: np.ndarray,
-                tr_ok: np.ndarray, tp: np.ndarray, snkp: np.ndarray, size_ok: np.ndarray,
+def _fast_sweep(cm: ClassModel, space: MultisetSpace, P: np.ndarray, nonempty: np.ndarray, pre: np.ndarray,
+                comp_ok: np.ndarray, tr_ok: np.ndarray, tp: np.ndarray, snkp: np.ndarray,
                 bound: float) -> tuple[float, float, int, int]:
     """The additive-primary DP with the transfers of a cut in one array operation (small C * M).
 
     Fills P (value - prefix) and nonempty exactly as the per-class loop does; returns the best goal.
     """
-    L, C, M = cm.num_layers, cm.num_classes, cm.num_multisets
-    src_idx, dst_idx = cm.shift_maps
+    L, C, M = cm.num_layers, cm.num_classes, space.M
+    src_idx, dst_idx = space.flat_maps
+    size_ok = space.size_ok
     best = (np.inf, np.inf, -1, -1)
     sink_ok = cm.within(cm.snk_time, bound)
     for j in range(1, L + 1):
