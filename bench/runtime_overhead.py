@@ -64,10 +64,10 @@ def _peer(rank: int, port_q, result_q, sizes: list[int], rounds: int, blocks: in
                     t0 = time.perf_counter()
                 if rank == 0:
                     tx.submit(i, {"x": buf}, None)
-                    _, frame = shared.get(rx.ready)
+                    _, frame = rx.take()
                     rx.release(frame)
                 else:
-                    _, frame = shared.get(rx.ready)
+                    _, frame = rx.take()
                     tx.submit(i, frame, frame)
             ours.append((time.perf_counter() - t0) / rounds / 2)
             rx.join(), tx.join()
@@ -80,17 +80,20 @@ def _peer(rank: int, port_q, result_q, sizes: list[int], rounds: int, blocks: in
 
 
 def _pingpong_raw(pg, t, t2, rank: int, other: int, rounds: int) -> None:
-    """``rounds`` round trips of ``t``; every receive is posted before the matching send can arrive."""
-    r = pg.recv([t2], other, 0)
-    for _ in range(rounds):
+    """``rounds`` round trips of ``t``; a receive is always posted before its message can arrive."""
+    bufs = [t2, t2.clone()]
+    r = pg.recv([bufs[0]], other, 0)
+    for k in range(rounds):
         if rank == 0:
             pg.send([t], other, 0).wait()
             r.wait()
+            if k < rounds - 1:
+                r = pg.recv([bufs[0]], other, 0)
         else:
             r.wait()
+            nxt = pg.recv([bufs[(k + 1) % 2]], other, 0) if k < rounds - 1 else None
             pg.send([t], other, 0).wait()
-        r = pg.recv([t2], other, 0) if _ < rounds - 1 else None
-    return None
+            r = nxt
 
 
 def hop_overhead(sizes: list[int], rounds: int, blocks: int) -> list[dict]:

@@ -63,7 +63,12 @@ class EdgeLog:
 
 
 class Receiver(threading.Thread):
-    """Receives ``n`` inputs' tensors over ``edges`` into pooled frames, in order, into ``ready``."""
+    """Receives ``n`` inputs' tensors over ``edges`` into pooled frames, in order; consumers ``take()``.
+
+    Receives are posted as soon as a frame is free (up to ``depth`` inputs in flight), and this
+    thread waits for them, so each transfer's completion time is recorded when it happens, not
+    when the consumer gets round to it.
+    """
 
     def __init__(self, wire: Wire, edges: list[Edge], n: int, depth: int, shared: Shared):
         super().__init__(daemon=True, name="receiver")
@@ -88,8 +93,14 @@ class Receiver(threading.Thread):
                 self.ready.put((i, frame))
         except Stop:
             pass
+        except RuntimeError as exc:
+            self.shared.fail(self.wire.failure(self.edges[0].peer, False, exc))
         except BaseException as exc:  # noqa: BLE001 - handed to the main thread
             self.shared.fail(exc)
+
+    def take(self) -> tuple[int, Frame]:
+        """The next input's frame, once all its tensors have arrived (Stop if any thread failed)."""
+        return self.shared.get(self.ready)
 
     def release(self, frame: Frame) -> None:
         self.pool.put(frame)

@@ -94,7 +94,7 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path) -> 
             if fault and i == int(fault.get("after", 0)):
                 inject(fault["kind"])
             t0 = time.time()
-            _, frame = shared.get(rx.ready)
+            _, frame = rx.take()
             t1 = time.time()
             outs = exe.run({name: frame[name] for name in spec.inputs})
             t2 = time.time()
@@ -163,7 +163,7 @@ def run_driver(cfg: RunConfig, manifest: Manifest, run_dir: Path) -> dict:
             elif i == k:                    # then stream the rest as fast as the pipeline takes them
                 for j in range(k, n):
                     tx.submit(j, inputs[j], None)
-            _, frame = shared.get(rx.ready)
+            _, frame = rx.take()
             t_out.append(time.time())
             outputs.append({name: np.array(a, copy=True) for name, a in frame.items()})
             rx.release(frame)
