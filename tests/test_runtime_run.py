@@ -61,3 +61,18 @@ def test_resnet18_two_workers(tmp_path):
                       RunOptions(inputs=4, timeout_s=60, run_dir=tmp_path / "run"))
     assert report.verify["ok"] and report.verify["outputs_checked"] == 4
     assert not processes_of(tmp_path / "run")
+
+
+def test_pinned_workers_run_on_their_own_cpus(toy, tmp_path):
+    import json
+    import os
+
+    graph, path = toy
+    report = run_plan(plan_of(graph, [0, 4, graph.num_layers]), graph, path,
+                      RunOptions(inputs=3, latency_inputs=1, timeout_s=20, run_dir=tmp_path / "run", pin=True))
+    assert report.verify["ok"]
+    cpus = json.loads((tmp_path / "run" / "config.json").read_text())["cpus"]
+    avail = sorted(os.sched_getaffinity(0))
+    assert cpus == {"1": [avail[0]], "2": [avail[1 % len(avail)]]}
+    for rank in ("1", "2"):  # the workers really ran there
+        assert json.loads((tmp_path / "run" / f"rank{rank}.json").read_text())["cpus"] == cpus[rank]

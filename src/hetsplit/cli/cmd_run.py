@@ -36,6 +36,7 @@ def register(sub) -> None:
     p.add_argument("--compare", action="store_true", help="print predicted beside measured metrics")
     p.add_argument("--emulate-links", action="store_true",
                    help="shape every link to the cluster's bandwidth and latency (needs root, ip and tc)")
+    p.add_argument("--pin", action="store_true", help="pin each device's worker to its own CPU cores")
     p.add_argument("--cpu-only", action="store_true", help="run GPU devices' stages on the CPU too")
     p.add_argument("--hosts", default=None, metavar="DEV=HOST,...", help="place devices on hosts (multi-host run)")
     p.add_argument("--node", default=None, metavar="HOST", help="the host this command runs on (with --hosts)")
@@ -72,7 +73,7 @@ def _run(args, plan, graph, path, cluster, split_dir: Path) -> int:
     opts = RunOptions(inputs=args.inputs, latency_inputs=args.latency_inputs, timeout_s=args.timeout,
                       port=args.port, threads={w.device: args.threads for w in manifest.stages},
                       kinds=_kinds(cluster, manifest, args.cpu_only),
-                      run_dir=Path(args.run_dir) if args.run_dir else None)
+                      run_dir=Path(args.run_dir) if args.run_dir else None, pin=args.pin)
     if args.emulate_links:
         from hetsplit.runtime import LinkMatrix
 

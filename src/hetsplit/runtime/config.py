@@ -27,6 +27,7 @@ class RunConfig:
     atol: float = 1e-4                 # verification: |split - whole| <= atol + rtol * max|whole|
     rtol: float = 1e-3
     verify: bool = True
+    cpus: dict[str, list[int]] = field(default_factory=dict)  # rank -> CPUs it is pinned to (none: not pinned)
     faults: dict[str, dict] = field(default_factory=dict)   # rank -> {"kind": die|stall, "after": k}: rehearsals
 
     def addr(self, rank: int) -> str:

@@ -221,13 +221,16 @@ def main(argv: list[str]) -> int:
     device = f"rank {rank}"
     t0 = time.time()
     try:
-        limit_threads()
         cfg = RunConfig.load(run_dir / "config.json")
+        if cfg.cpus.get(str(rank)):
+            os.sched_setaffinity(0, cfg.cpus[str(rank)])
+        limit_threads()
         manifest = load_manifest(cfg.manifest)
         device = manifest.worker(rank).device
         result = run_driver(cfg, manifest, run_dir) if rank == 0 else run_worker(cfg, manifest, rank, run_dir)
         doc = {"ok": True, "rank": rank, "device": device, "t_start": t0, "t_end": time.time(),
-               "peak_rss_bytes": peak_rss_bytes(), **result}
+               "peak_rss_bytes": peak_rss_bytes(),
+               "cpus": sorted(os.sched_getaffinity(0)), **result}
         code = 0
     except BaseException as exc:  # noqa: BLE001 - every failure is reported, never raised past here
         kind = exc.kind if isinstance(exc, LinkFailure) else "error"

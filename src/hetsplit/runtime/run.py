@@ -36,6 +36,7 @@ class RunOptions:
     hosts: HostMap | None = None         # multi-host: where each device runs ...
     node: str = ""                       # ... and which host this command is
     faults: dict[str, dict] = field(default_factory=dict)  # rank -> {"kind": die|stall, "after": k} (rehearsal)
+    pin: bool = False                    # pin each worker to its own CPUs (as many as its threads)
 
 
 def make_config(manifest_path: Path, opts: RunOptions) -> RunConfig:
@@ -43,6 +44,20 @@ def make_config(manifest_path: Path, opts: RunOptions) -> RunConfig:
                      timeout_s=opts.timeout_s, startup_timeout_s=opts.startup_timeout_s, master_port=opts.port,
                      seed=opts.seed, depth=opts.depth, threads=dict(opts.threads), kinds=dict(opts.kinds),
                      verify=opts.verify, faults=dict(opts.faults))
+
+
+def pin_cpus(manifest: Manifest, threads: dict[str, int]) -> dict[str, list[int]]:
+    """Give each stage's worker its own CPUs of this process's affinity, in rank order (cyclic when
+    there are fewer CPUs than threads); the driver, mostly idle, is not pinned."""
+    import os
+
+    cpus = sorted(os.sched_getaffinity(0))
+    out, k = {}, 0
+    for w in manifest.stages:
+        n = max(1, int(threads.get(w.device, 1)))
+        out[str(w.rank)] = sorted({cpus[(k + j) % len(cpus)] for j in range(n)})
+        k += n
+    return out
 
 
 def run_manifest(manifest: Manifest, opts: RunOptions) -> RunReport | None:
@@ -56,6 +71,8 @@ def run_manifest(manifest: Manifest, opts: RunOptions) -> RunReport | None:
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         cfg = make_config(Path(manifest.directory or ".") / "manifest.json", opts)
+        if opts.pin:
+            cfg.cpus = pin_cpus(manifest, cfg.threads)
         wrap = None
         if opts.links is not None:
             from hetsplit.runtime.netem import Emulation
