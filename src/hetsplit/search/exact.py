@@ -8,10 +8,10 @@ of used-device multisets over cut positions (OR-reductions of packed words, no p
 
 Tie-break among the plans with the optimal bottleneck T*: least energy per inference, then least
 latency (a lexicographic DP under the bound T*, exact because energy and latency are additive).
-When its float tables over every multiset would exceed ``tie_break_budget_bytes``, the DP runs over
-the multisets of states that are both reachable and completable within T* (forward and backward
-families), which every optimal plan passes through; only if even those exceed the budget is the
-plan any optimal-bottleneck plan, and ``params["tie_break"]`` says so.
+When the dense tables of that DP would exceed ``tie_break_budget_bytes``, a sparse DP
+(``tie_break``) runs over the states both reachable and completable within T* (forward and backward
+families), which every optimal plan passes through (done for all-different devices, whose families
+are packed bits); otherwise the plan is any optimal-bottleneck plan and ``params["tie_break"]`` says so.
 """
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import InfeasibleError
 from hetsplit.plan.types import Plan
 from hetsplit.search.base import PipelineConstraints, SolveStats, register_partitioner
-from hetsplit.search.pipeline_dp import (ClassModel, MultisetSpace, Reach, backtrack_reach, build_classes, check_layers_fit,
+from hetsplit.search.pipeline_dp import (ClassModel, Reach, co_reach, families, backtrack_reach, build_classes, check_layers_fit,
                                          infeasible_message, path_bottleneck, path_is_valid, reach, relaxed_min_bottleneck,
-                                         to_plan, useful_multisets, value_dp)
+                                         to_plan, value_dp)
+from hetsplit.search.tie_break import sparse_tie_break
 
 
 def min_bottleneck(cm: ClassModel, stats: SolveStats | None = None) -> tuple[float, Reach | tuple[list, list]]:
@@ -92,21 +93,23 @@ class Exact:
         check_layers_fit(cm)
         t_star, r = min_bottleneck(cm, stats)
         params = {"bottleneck_s": t_star, **stats.extra}
-        # tie-break DP over every multiset when it fits the budget, else over the useful ones only
-        space = MultisetSpace(cm)
-        if 2 * 8 * (cm.num_layers + 1) * cm.num_classes * space.M > self.tie_break_budget_bytes:
-            if isinstance(r, tuple):
+        # tie-break: dense DP over every multiset when its tables fit the budget, else a sparse DP
+        # over the states both reachable and completable within T* (worth it with packed subsets)
+        dense = 2 * 8 * (cm.num_layers + 1) * cm.num_classes * cm.num_multisets
+        vr = None
+        if dense <= self.tie_break_budget_bytes:
+            vr = value_dp(cm, t_star, "energy", "latency")
+        elif families(cm).packed:
+            if isinstance(r, tuple) or r.bound != t_star:  # families at exactly T*
                 r = reach(cm, t_star)
-            space = MultisetSpace(cm, useful_multisets(cm, r))
-            params["tie_break_multisets"] = space.M
-        need = 2 * 8 * (cm.num_layers + 1) * cm.num_classes * space.M
-        if need <= self.tie_break_budget_bytes:
-            vr = value_dp(cm, t_star, "energy", "latency", space)
+            G = co_reach(cm, r)
+            states = int(np.unpackbits((r.A & G).view(np.uint8)).sum())
+            params["tie_break_states"] = states
+            if 64 * states <= self.tie_break_budget_bytes:
+                vr = sparse_tie_break(cm, r, G, t_star)
+        if vr is not None:
             params["tie_break"] = "energy, latency"
             return [to_plan(cm, vr.bounds, vr.classes, self.name, params)]
-        params["tie_break"] = f"none (tie-break DP needs {need / 2**20:.0f} MiB > budget)"
-        if isinstance(r, tuple):
-            bounds, classes = r
-        else:
-            bounds, classes = backtrack_reach(cm, r)
+        params["tie_break"] = "none (the tie-break DP would exceed tie_break_budget_bytes)"
+        bounds, classes = r if isinstance(r, tuple) else backtrack_reach(cm, r)
         return [to_plan(cm, bounds, classes, self.name, params)]

@@ -106,66 +106,38 @@ class ClassModel:
 
 
 class MultisetSpace:
-    """The multiset axis of a value DP: all M multisets, or a sorted subset U of them.
+    """The multiset axis of a value DP (all M multisets): shifts and stage-count limits."""
 
-    A subset keeps only states worth having (e.g. those on some plan within a bound); a shift that
-    leaves the subset is dropped, which is exact when U is closed under the DP's predecessors.
-    """
-
-    def __init__(self, cm: ClassModel, subset: np.ndarray | None = None):
+    def __init__(self, cm: ClassModel):
         self.cm = cm
-        self.U = None if subset is None else np.asarray(subset, dtype=np.int64)
-        self.M = cm.num_multisets if self.U is None else len(self.U)
-        stages = cm.num_stages if self.U is None else cm.num_stages[self.U]
-        self.size_ok = stages <= cm.max_stages
+        self.M = cm.num_multisets
+        self.size_ok = cm.num_stages <= cm.max_stages
 
     def index(self, S: int) -> int | None:
-        """Position of multiset S on the axis (None if it is not kept)."""
-        if self.U is None:
-            return S
-        i = int(np.searchsorted(self.U, S))
-        return i if i < self.M and self.U[i] == S else None
+        return S
 
     def multiset(self, i: int) -> int:
-        return i if self.U is None else int(self.U[i])
-
-    @cached_property
-    def class_maps(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Per class c: (source positions, destination positions) of S -> S + e_c within the axis."""
-        cm, out = self.cm, []
-        S = np.arange(cm.num_multisets) if self.U is None else self.U
-        for c in range(cm.num_classes):
-            free = (S // cm.strides[c]) % (cm.counts[c] + 1) < cm.counts[c]
-            src = np.flatnonzero(free)
-            tgt = S[src] + cm.strides[c]
-            if self.U is None:
-                out.append((src, tgt))
-                continue
-            pos = np.minimum(np.searchsorted(self.U, tgt), self.M - 1)
-            keep = self.U[pos] == tgt
-            out.append((src[keep], pos[keep]))
-        return out
+        return i
 
     @cached_property
     def flat_maps(self) -> tuple[np.ndarray, np.ndarray]:
-        """class_maps flattened into a (C, M) array."""
-        src = [c * self.M + a for c, (a, _) in enumerate(self.class_maps)]
-        dst = [c * self.M + b for c, (_, b) in enumerate(self.class_maps)]
+        """(source, destination) flat indices into a (C, M) array for S -> S + e_c in row c."""
+        cm, src, dst = self.cm, [], []
+        S = np.arange(self.M)
+        for c in range(cm.num_classes):
+            free = np.flatnonzero((S // cm.strides[c]) % (cm.counts[c] + 1) < cm.counts[c])
+            src.append(c * self.M + free)
+            dst.append(c * self.M + free + cm.strides[c])
         return np.concatenate(src), np.concatenate(dst)
 
     def shift(self, x: np.ndarray, c: int, fill) -> np.ndarray:
         """y[S + e_c] = x[S] where class c still has a free device; fill elsewhere."""
-        if self.U is None:
-            n, st = int(self.cm.counts[c]), int(self.cm.strides[c])
-            xv = x.reshape(-1, n + 1, st)
-            y = np.empty_like(xv)
-            y[:, 0, :] = fill
-            y[:, 1:, :] = xv[:, :-1, :]
-            return y.reshape(x.shape)
-        src, dst = self.class_maps[c]
-        y = np.full_like(x, fill)
-        y[dst] = x[src]
-        return y
+        n, st = int(self.cm.counts[c]), int(self.cm.strides[c])
+        xv = x.reshape(-1, n + 1, st)
+        y = np.empty_like(xv)
+        y[:, 0, :] = fill
+        y[:, 1:, :] = xv[:, :-1, :]
+        return y.reshape(x.shape)
 
 
 def build_classes(problem: SplitProblem, constraints: PipelineConstraints = PipelineConstraints(),
@@ -357,6 +329,7 @@ class Reach:
     comp_ok: np.ndarray   # (L+1, L+1, C)
     tr_ok: np.ndarray     # (L+1, C, C)
     goal_ok: np.ndarray   # (C,) sink transfer within the bound
+    bound: float = np.inf
 
 
 def _or_rows(a64: np.ndarray, ks: np.ndarray) -> np.ndarray:
@@ -395,14 +368,14 @@ def reach(cm: ClassModel, bound: float, fam: Families | None = None) -> Reach:
         if j == L:
             for c in np.flatnonzero(has_end & goal_ok):
                 if (end[c] & fam.size_ok).any():
-                    return Reach(True, fam, A, nonempty, comp_ok, tr_ok, goal_ok)
+                    return Reach(True, fam, A, nonempty, comp_ok, tr_ok, goal_ok, bound)
             break
         for v in range(C):
             us = np.flatnonzero(tr_ok[j, :, v] & has_end)
             if us.size:
                 fam.shift_into(A[v, j], _or_rows(end, us), v)
                 nonempty[j, v] = A[v, j].any()
-    return Reach(False, fam, A, nonempty, comp_ok, tr_ok, goal_ok)
+    return Reach(False, fam, A, nonempty, comp_ok, tr_ok, goal_ok, bound)
 
 
 def co_reach(cm: ClassModel, r: Reach) -> np.ndarray:
@@ -434,13 +407,6 @@ def co_reach(cm: ClassModel, r: Reach) -> np.ndarray:
                 H[u, k] = _or_rows(unshifted, vs)
                 has_h[k, u] = H[u, k].any()
     return G
-
-
-def useful_multisets(cm: ClassModel, r: Reach) -> np.ndarray:
-    """Sorted multisets that occur in a state both reachable and completable within the bound."""
-    G = co_reach(cm, r)
-    union = np.bitwise_or.reduce((r.A & G).reshape(-1, r.fam.words), axis=0)
-    return np.flatnonzero(r.fam.to_bool(union))
 
 
 def backtrack_reach(cm: ClassModel, r: Reach) -> tuple[list[int], list[int]]:
