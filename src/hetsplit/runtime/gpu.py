@@ -121,6 +121,7 @@ class TorchExecutor:
         self.consts = {i.name: self._tensor(numpy_helper.to_array(i)) for i in model.graph.initializer}
         self.nodes = [(n.op_type, list(n.input), list(n.output), self._attrs(n)) for n in model.graph.node]
         self.outputs = list(spec.outputs)
+        self.keep: set[str] = set()  # outputs returned as device tensors (they leave over NCCL)
 
     def _tensor(self, a: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.array(a, copy=True)).to(self.device)
@@ -141,13 +142,14 @@ class TorchExecutor:
     @torch.inference_mode()
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         env: dict[str, Any] = dict(self.consts)
-        env.update({k: torch.from_numpy(v).to(self.device, non_blocking=True) for k, v in feeds.items()})
+        env.update({k: (v if isinstance(v, torch.Tensor) else torch.from_numpy(v)).to(self.device, non_blocking=True)
+                    for k, v in feeds.items()})
         env[""] = None
         try:
             for op, ins, outs, attrs in self.nodes:
                 for name, value in zip(outs, OPS[op]([env[x] for x in ins], attrs)):
                     env[name] = value
-            return {name: env[name].cpu().numpy() for name in self.outputs}
+            return {name: env[name] if name in self.keep else env[name].cpu().numpy() for name in self.outputs}
         except Exception as exc:  # noqa: BLE001
             raise RuntimeFailure(f"device {self.name}: the sub-model failed on {self.device}: {exc}") from None
 

@@ -22,6 +22,7 @@ from typing import Callable
 from hetsplit.errors import RuntimeFailure
 from hetsplit.runtime.config import RunConfig
 from hetsplit.runtime.manifest import Manifest
+from hetsplit.runtime.nccl import BLOCKING_WAIT_ENV
 
 GRACE_S = 1.0
 POLL_S = 0.05
@@ -41,6 +42,7 @@ def child_env(threads: int) -> dict[str, str]:
     env = dict(os.environ)
     env.update({v: str(max(1, threads)) for v in THREAD_VARS})
     env["PYTHONUNBUFFERED"] = "1"
+    env.update(BLOCKING_WAIT_ENV)  # NCCL waits honour their timeout (GPU runs only)
     return env
 
 

@@ -75,7 +75,7 @@ class Receiver(threading.Thread):
         self.wire, self.edges, self.n, self.shared = wire, edges, n, shared
         self.pool: queue.Queue[Frame] = queue.Queue()
         for _ in range(depth):
-            self.pool.put({t.name: t.empty() for e in edges for t in e.tensors})
+            self.pool.put({t.name: self._buffer(e, t) for e in edges for t in e.tensors})
         self.ready: queue.Queue[tuple[int, Frame]] = queue.Queue()
         self.logs = [EdgeLog(e.peer, e.nbytes) for e in edges]
 
@@ -97,6 +97,13 @@ class Receiver(threading.Thread):
             self.shared.fail(self.wire.failure(self.edges[0].peer, False, exc))
         except BaseException as exc:  # noqa: BLE001 - handed to the main thread
             self.shared.fail(exc)
+
+    def _buffer(self, edge: Edge, spec):
+        if self.wire.on_gpu(edge):
+            from hetsplit.runtime.nccl import cuda_empty
+
+            return cuda_empty(spec)
+        return spec.empty()
 
     def take(self) -> tuple[int, Frame]:
         """The next input's frame, once all its tensors have arrived (Stop if any thread failed)."""
@@ -127,7 +134,7 @@ class Sender(threading.Thread):
     def _post(self, e: Edge, log: EdgeLog, arrays: dict[str, np.ndarray]) -> list:
         log.start.append(time.time())
         try:
-            return self.wire.post_send(e, [np.ascontiguousarray(arrays[t.name]) for t in e.tensors])
+            return self.wire.post_send(e, [arrays[t.name] for t in e.tensors])
         except RuntimeError as exc:
             raise self.wire.failure(e.peer, True, exc) from None
 
@@ -145,7 +152,7 @@ class Sender(threading.Thread):
                     if posted is None:  # emulated link latency: the link is busy for it, as the cost model says
                         log.start.append(time.time())
                         time.sleep(delay)
-                        works = self.wire.post_send(e, [np.ascontiguousarray(arrays[t.name]) for t in e.tensors])
+                        works = self.wire.post_send(e, [arrays[t.name] for t in e.tensors])
                     else:
                         works = posted[k]
                     self.wire.wait(works, e, sending=True)

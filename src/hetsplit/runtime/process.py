@@ -22,6 +22,7 @@ import numpy as np
 from hetsplit.errors import RuntimeFailure
 from hetsplit.runtime.config import RunConfig
 from hetsplit.runtime.manifest import Manifest, TensorSpec, load_manifest
+from hetsplit.runtime.nccl import NcclLinks, gpu_ranks
 from hetsplit.runtime.pipe import Receiver, Sender, Shared, Stop
 from hetsplit.runtime.wire import LinkFailure, Wire, open_group, open_store
 
@@ -53,6 +54,9 @@ def connect(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path) -> Wir
                              f"{cfg.startup_timeout_s:g} s ({str(exc).splitlines()[0]})") from None
     wire = Wire(pg, me, cfg.timeout_s)
     wire._store = store  # keep the store (and, on rank 0, its server) alive for the whole run
+    gpus = gpu_ranks(manifest, cfg.kinds)
+    if rank in gpus and any(e.rank in gpus for w in manifest.stages if w.rank in gpus for e in w.send):
+        wire.nccl = NcclLinks.open(store, rank, gpus, cfg.timeout_s, me)
     return wire
 
 
@@ -84,6 +88,8 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path) -> 
     n = cfg.inputs
     rx = Receiver(wire, spec.recv, n, cfg.depth, shared)
     tx = Sender(wire, spec.send, n, shared, [cfg.delay(rank, e.rank) for e in spec.send], release=rx.release)
+    if hasattr(exe, "keep"):  # outputs bound for another GPU stay on the device
+        exe.keep = {t.name for e in spec.send if wire.on_gpu(e) for t in e.tensors}
     meter = energy_meter(cfg.kinds.get(spec.device, "cpu"))
     meter.start()
     rx.start(), tx.start()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import socket
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -30,6 +31,13 @@ class LinkFailure(RuntimeFailure):
     def __init__(self, message: str, kind: str, peer: str):
         super().__init__(message)
         self.kind, self.peer = kind, peer
+
+
+def _host(a) -> torch.Tensor:
+    """A CPU tensor sharing memory with a numpy array (or a GPU tensor copied to the host)."""
+    if isinstance(a, torch.Tensor):
+        return a.detach().contiguous().cpu()
+    return torch.from_numpy(np.ascontiguousarray(a))
 
 
 def _td(seconds: float) -> datetime.timedelta:
@@ -73,11 +81,20 @@ class Wire:
     pg: dist.ProcessGroup
     me: str
     timeout_s: float
+    nccl: Any = None               # runtime.nccl.NcclLinks between GPU devices, where there are any
 
-    def post_send(self, edge: Edge, arrays: list[np.ndarray]) -> list:
-        return [self.pg.send([torch.from_numpy(a)], edge.rank, slot) for slot, a in enumerate(arrays)]
+    def on_gpu(self, edge: Edge) -> bool:
+        """True when the edge moves CUDA tensors over NCCL (both ends are GPU devices)."""
+        return self.nccl is not None and self.nccl.carries(edge.rank)
 
-    def post_recv(self, edge: Edge, arrays: list[np.ndarray]) -> list:
+    def post_send(self, edge: Edge, arrays: list) -> list:
+        if self.on_gpu(edge):
+            return self.nccl.send(arrays, edge.rank)
+        return [self.pg.send([_host(a)], edge.rank, slot) for slot, a in enumerate(arrays)]
+
+    def post_recv(self, edge: Edge, arrays: list) -> list:
+        if self.on_gpu(edge):
+            return self.nccl.recv(arrays, edge.rank)
         return [self.pg.recv([torch.from_numpy(a)], edge.rank, slot) for slot, a in enumerate(arrays)]
 
     def wait(self, works: list, edge: Edge, sending: bool) -> None:
