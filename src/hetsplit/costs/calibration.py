@@ -5,8 +5,8 @@
   t_layer ~= per_mac_s[c] x MACs + per_byte_s[c] x bytes moved + fixed_s[c]      (c = layer class)
 
 Rows are weighted by 1 / max(t, floor) so the fit minimises *relative* error (a 20 us layer matters
-as much as a 20 ms one); each training model adds one row for its whole-model sum, weighted
-``whole_weight`` times, so per-layer errors do not pile up. Layer targets are the profiled kernel
+as much as a 20 ms one); optionally (``whole_weight`` > 0) each training model adds one row for its
+whole-model sum. On this machine's CPU the per-layer rows alone predicted held-out models best. Layer targets are the profiled kernel
 times scaled to sum to the measured whole-model time (onnxruntime's profiler adds its own overhead
 per node; the scale puts the framework's work between kernels back into the layers). Layers that
 onnxruntime fuses away (0 s) stay in the fit, at the floor weight, so their class learns ~0.
@@ -114,7 +114,7 @@ def _solve(rows: np.ndarray, target: np.ndarray, weight: np.ndarray) -> np.ndarr
     return sol / scale
 
 
-def fit(models: list[Measured], floor_s: float = 5e-6, whole_weight: float = 3.0) -> Fit:
+def fit(models: list[Measured], floor_s: float = 5e-6, whole_weight: float = 0.0) -> Fit:
     """Per-class coefficients from the training models (plus a pooled ``default`` class)."""
     if not models:
         raise ProfileError("calibration needs at least one measured profile")
@@ -128,9 +128,13 @@ def fit(models: list[Measured], floor_s: float = 5e-6, whole_weight: float = 3.0
         for i, c in enumerate(cls):
             rows[i, 3 * index[c]: 3 * index[c] + 3] = feats[i]
         t = m.target_s
-        blocks += [rows, rows.sum(axis=0, keepdims=True)]
-        targets += [t, [t.sum()]]
-        weights += [1.0 / np.maximum(t, floor_s), [whole_weight * len(cls) / max(t.sum(), floor_s)]]
+        blocks.append(rows)
+        targets.append(t)
+        weights.append(1.0 / np.maximum(t, floor_s))
+        if whole_weight > 0:
+            blocks.append(rows.sum(axis=0, keepdims=True))
+            targets.append([t.sum()])
+            weights.append([whole_weight * np.sqrt(len(cls)) / max(t.sum(), floor_s)])
         pooled.append((feats, t))
     sol = _solve(np.vstack(blocks), np.concatenate(targets), np.concatenate(weights))
     coefficients = {c: [float(v) for v in sol[3 * k: 3 * k + 3]] for c, k in index.items()}

@@ -53,9 +53,10 @@ def profile_cpu(graph: Graph, onnx_path: str | Path, *, device_type: str = "loca
     ``statistic`` (median, p10 or min over the runs) gives both the layer times and the whole-model
     time; on a machine shared with other jobs ``min`` estimates the unloaded time best. The profile
     keeps the median, p10, p90 and min of every layer either way. ``clock="cpu"`` (one thread only)
-    times the whole model by the thread's CPU time, which leaves out time the core served others, and
-    scales each profiled run's layer times by that run's CPU time / wall time (preemption is assumed
-    spread over the run).
+    times the whole model by the thread's CPU time, which leaves out time the core served others; with
+    the median or p10 it also scales each profiled run's layer times by that run's CPU time / wall
+    time (preemption assumed spread over the run). The minimum is not scaled: a layer's fastest run
+    is already one the core was not taken away in, and scaling it by a run-wide share biases it low.
     """
     import onnxruntime as ort
 
@@ -70,7 +71,7 @@ def profile_cpu(graph: Graph, onnx_path: str | Path, *, device_type: str = "loca
     whole = cpu if clock == "cpu" else wall
     peak = peak_rss_bytes()
     per_run, attribution = layer_times(graph, runs)
-    if clock == "cpu":                   # take out the share of each run other processes held the core
+    if clock == "cpu" and statistic != "min":   # take out the share of each run others held the core
         per_run = per_run * runs.cpu_share()[:, None]
     layer = reduce(per_run, statistic)
     whole_stats = summary(whole)
