@@ -22,7 +22,7 @@ def register(sub) -> None:
                     ["hetsplit run out/plans.json resnet18 --inputs 16",
                      "hetsplit run plan.json resnet50 --cluster local --profile prof.json --compare --out cmp.json",
                      "hetsplit run plan.json resnet18 --cluster edge.yaml --emulate-links",
-                     "hetsplit run plan.json resnet18 --hosts cpu0=10.0.0.1,cpu1=10.0.0.2   # prints per-host commands"])
+                     "hetsplit run plan.json resnet18 --hosts cpu0=10.0.0.1,cpu1=10.0.0.2  # per-host commands"])
     p.add_argument("plan", help="plan or plan-set JSON; a set gives its best Pareto plan (or --index)")
     p.add_argument("model", help="zoo name or .onnx file the plan was made for")
     p.add_argument("--index", type=int, default=None, help="which plan of a plan set")
@@ -176,7 +176,8 @@ def _finish(args, report, plan, graph, cluster) -> int:
 def print_report(report, console: Console) -> None:
     t = Table(title=f"{report.model}: {report.inputs} inputs, every output verified "
                     f"(max abs err {report.verify.get('max_abs_err', float('nan')):.2e})")
-    for col in ("device", "compute/input", "idle/input", "recv/input", "send/input", "send time", "peak mem", "energy/input"):
+    for col in ("device", "compute/input", "idle/input", "recv/input", "send/input", "send time", "peak mem",
+                "energy/input"):
         t.add_column(col, justify="right")
     for d in report.devices:
         energy = format_quantity(d["energy_j"], "J") if d.get("energy_j") is not None else "-"

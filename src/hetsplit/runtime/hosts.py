@@ -44,7 +44,8 @@ class HostMap:
         devices = {w.device for w in manifest.stages}
         unknown = sorted(set(self.by_device) - devices)
         if unknown:
-            raise RuntimeFailure(f"--hosts names devices {unknown} that the plan does not use; it uses {sorted(devices)}")
+            raise RuntimeFailure(f"--hosts names devices {unknown} that the plan does not use; "
+                                 f"it uses {sorted(devices)}")
 
     def hosts(self, manifest: Manifest) -> list[str]:
         return list(dict.fromkeys(self.host_of(manifest, r) for r in range(manifest.world_size)))

@@ -51,7 +51,8 @@ def open_store(rank: int, world: int, host: str, port: int, timeout_s: float) ->
     except (RuntimeError, OSError) as exc:
         text = str(exc)
         if rank == 0 and ("in use" in text.lower() or "address already" in text.lower() or "errno: 98" in text.lower()):
-            raise RuntimeFailure(f"driver: port {port} on {host} is in use; pass another --port or 0 to pick a free one")
+            raise RuntimeFailure(f"driver: port {port} on {host} is in use; pass another --port or 0 to pick a "
+                                 "free one")
         role = "serve" if rank == 0 else "reach"
         raise RuntimeFailure(f"rank {rank}: cannot {role} the rendezvous at {host}:{port} within {timeout_s:g} s "
                              f"({text.splitlines()[0] if text else type(exc).__name__})") from None
