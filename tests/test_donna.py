@@ -68,3 +68,79 @@ def test_infeasible_names_the_layer():
     p = problem(g, cluster(["a", "b"], memory=[100.0, 100.0]), np.ones((2, 2)), np.ones((2, 2)))
     with pytest.raises(InfeasibleError, match="layer 'l1'"):
         donna_dp(p, 0.5)
+
+
+def literal_algorithm_1(p, alpha):
+    """Algorithm 1 transcribed loop by loop (with hetsplit's cut bytes and memory check)."""
+    from itertools import combinations
+
+    n, d = p.num_layers, p.num_devices
+    tn, en = normalizers(p)
+    h = {}
+    for u in range(d):
+        h[(0, frozenset(), u)] = (0.0, 0.0, 0.0)
+    pred = {}
+    best, index = np.inf, None
+    subsets = [frozenset(c) for r in range(d + 1) for c in combinations(range(d), r)]
+    subsets.sort(key=lambda s: sum(1 << x for x in s))
+    for i in range(n):
+        for s in subsets:
+            for u in range(d):
+                if u in s or (i, s, u) not in h:
+                    continue
+                hc, ht, he = h[(i, s, u)]
+                for j in range(i + 1, n + 1):
+                    tcomp = p.stage_time(i, j, u) / tn
+                    if not p.fits(i, j, u):
+                        tcomp = np.inf
+                    ecomp = p.stage_energy(i, j, u) / en
+                    if j == n:
+                        t, e = max(tcomp, ht), ecomp + he
+                        c = alpha * t + (1 - alpha) * e
+                        if np.isfinite(t) and c < best:
+                            best, index = c, (i, s, u)
+                        continue
+                    for v in range(d):
+                        if v == u or v in s:
+                            continue
+                        t = max(tcomp, p.cut_time(j, u, v) / tn, ht)
+                        e = ecomp + p.cut_energy(j, u, v) / en + he
+                        c = alpha * t + (1 - alpha) * e
+                        key = (j, s | {u}, v)
+                        if np.isfinite(t) and c < h.get(key, (np.inf,))[0]:
+                            h[key] = (c, t, e)
+                            pred[key] = (i, u)
+    i, s, u = index
+    bounds, devs = [n], [u]
+    while i > 0:
+        bounds.append(i)
+        pi, pu = pred[(i, s, u)]
+        s = s - {pu}
+        i, u = pi, pu
+        devs.append(u)
+    bounds.append(0)
+    return bounds[::-1], devs[::-1], best
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_vectorized_dp_equals_the_literal_pseudo_code(seed):
+    rng = np.random.default_rng(seed)
+    n, d = int(rng.integers(2, 8)), int(rng.integers(1, 5))
+    skips = {0: [n - 1]} if n > 2 else None
+    g = chain_graph(list(rng.integers(1, 50, n)), skips=skips)
+    mem = list(rng.uniform(200, 600, d)) if seed % 3 == 0 else None
+    cl = cluster([f"t{k}" for k in range(d)], bandwidth=rng.uniform(5, 50, (d, d)),
+                 energy_per_byte=rng.uniform(0, 0.05, (d, d)), memory=mem)
+    # round costs so that ties happen and the tie-breaking order is exercised
+    t, e = np.round(rng.uniform(0.5, 3, (n, d)), 1), np.round(rng.uniform(0.5, 3, (n, d)), 1)
+    p = problem(g, cl, t, e)
+    for alpha in (0.0, 0.3, 1.0):
+        try:
+            bounds, devs, cost = literal_algorithm_1(p, alpha)
+        except TypeError:  # no feasible index
+            with pytest.raises(InfeasibleError):
+                donna_dp(p, alpha)
+            continue
+        r = donna_dp(p, alpha)
+        assert r.cost == pytest.approx(cost)
+        assert (bounds, devs) == (r.bounds, r.devices)

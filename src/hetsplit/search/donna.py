@@ -16,7 +16,7 @@ Where hetsplit's semantics differ from the paper's pseudo code (and why):
   and communication operations of all device types"): time terms are divided by the largest
   whole-model compute time over device types plus the largest single cut transfer time; energy
   terms by the largest whole-model compute energy plus the largest single cut transfer energy.
-Complexity: O(L^2 * 2^D * D^2), vectorized over the end layer and the next device.
+Complexity: O(L^2 * 2^D * D^2), one array operation per start layer.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from hetsplit.plan.types import Plan
 from hetsplit.search.base import PipelineConstraints, register_partitioner
 
 DEFAULT_ALPHAS = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+MAX_DEVICES = 10  # 2^D subsets x D^2 pairs per layer: beyond this DONNA is too slow to be useful
 
 
 def normalizers(problem: SplitProblem) -> tuple[float, float]:
@@ -64,13 +65,36 @@ class DonnaResult:
     h_e: float
 
 
+def _member_table(n_dev: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For every subset s' (row), the states (s, u) with s | {u} = s', in the paper's loop order.
+
+    Returns (s, u, valid) arrays of shape (2^D, D), padded where s' has fewer than D members.
+    """
+    n_sub = 1 << n_dev
+    grp_s = np.zeros((n_sub, n_dev), dtype=np.int64)
+    grp_u = np.zeros((n_sub, n_dev), dtype=np.int64)
+    valid = np.zeros((n_sub, n_dev), dtype=bool)
+    for s_next in range(n_sub):
+        members = sorted((s_next & ~(1 << u), u) for u in range(n_dev) if (s_next >> u) & 1)
+        for k, (s, u) in enumerate(members):
+            grp_s[s_next, k], grp_u[s_next, k], valid[s_next, k] = s, u, True
+    return grp_s, grp_u, valid
+
+
 def donna_dp(problem: SplitProblem, alpha: float, constraints: PipelineConstraints = PipelineConstraints()) -> DonnaResult:
-    """Run Algorithm 1 for one alpha; raises InfeasibleError when no assignment exists."""
+    """Run Algorithm 1 for one alpha; raises InfeasibleError when no assignment exists.
+
+    The paper's loops over (i, s, u, j, v) are kept in order for i; for each i every state (s, u)
+    and every (j, v) is handled in one array operation. Ties resolve as the sequential pseudo code
+    does (strict "<", first state in (s, u) order wins), which tests check against a literal
+    transcription of the pseudo code.
+    """
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha must be in [0, 1], got {alpha}")
     n_layers, n_dev = problem.num_layers, problem.num_devices
-    if n_dev > 16:
-        raise InfeasibleError(f"DONNA enumerates device subsets (2^D); {n_dev} devices is too many, use --algo exact")
+    if n_dev > MAX_DEVICES:
+        raise InfeasibleError(f"DONNA enumerates device subsets (2^D); {n_dev} devices is more than {MAX_DEVICES}: "
+                              "use --algo exact or pareto")
     tn, en = normalizers(problem)
     n_sub = 1 << n_dev
     h_c = np.full((n_layers + 1, n_sub, n_dev), np.inf)
@@ -84,57 +108,77 @@ def donna_dp(problem: SplitProblem, alpha: float, constraints: PipelineConstrain
         e0 = problem.cut_energy(0, src, u) / en if src is not None else 0.0
         h_t[0, 0, u], h_e[0, 0, u] = t0, e0
         h_c[0, 0, u] = alpha * t0 + (1 - alpha) * e0
-    max_stages = constraints.max_stages or n_dev
-    popcount = np.array([bin(s).count("1") for s in range(n_sub)])
+
     devices = np.arange(n_dev)
+    ks = np.arange(n_layers + 1)
+    # transfers of every cut between every pair (u == v is never a transfer in DONNA)
+    t_comm = problem.cut_time(ks[:, None, None], devices[None, :, None], devices[None, None, :]) / tn
+    e_comm = problem.cut_energy(ks[:, None, None], devices[None, :, None], devices[None, None, :]) / en
+    t_comm[:, devices, devices] = np.inf
+    if snk is not None:
+        t_sink = problem.cut_time(n_layers, devices, snk) / tn
+        e_sink = problem.cut_energy(n_layers, devices, snk) / en
+    else:
+        t_sink = e_sink = np.zeros(n_dev)
+    grp_s, grp_u, valid = _member_table(n_dev)
+    max_stages = constraints.max_stages or n_dev
+    popcount = np.array([bin(x).count("1") for x in range(n_sub)])
+    may_extend = popcount < max_stages                                  # s' may be followed by a stage
+    v_free = ~((np.arange(n_sub)[:, None] >> devices[None, :]) & 1).astype(bool)  # v not in s'
+    state_key = grp_s * n_dev + grp_u                                   # paper's (s, u) loop order
+    valid &= popcount[np.arange(n_sub)][:, None] <= max_stages
+
     best = (np.inf, -1, -1, -1, np.inf, np.inf)  # cost, i, s, u, t, e
-    for i in range(n_layers):
-        j = np.arange(i + 1, n_layers + 1)
-        reachable = np.argwhere(np.isfinite(h_c[i]))
-        for s, u in reachable:
-            if (s >> u) & 1 or popcount[s] >= max_stages:
+    with np.errstate(invalid="ignore"):  # alpha x inf is nan where a stage cannot run; masked
+        for i in range(n_layers):
+            hc_i = h_c[i][grp_s, grp_u]                                     # (S', K)
+            live = valid & np.isfinite(hc_i)
+            if not live.any():
                 continue
-            tcomp = problem.stage_time(i, j, u) / tn
-            ecomp = problem.stage_energy(i, j, u) / en
+            j = ks[i + 1:]
+            tcomp = problem.stage_time(i, j[None, :], devices[:, None]) / tn   # (D, J)
+            ecomp = problem.stage_energy(i, j[None, :], devices[:, None]) / en
             if constraints.enforce_memory:
-                bad = ~problem.fits(i, j, u)
-                tcomp = np.where(bad, np.inf, tcomp)
-            ht, he = h_t[i, s, u], h_e[i, s, u]
-            # last stage: layers i..L-1 on u (plus the output transfer to a sink)
-            t_last, e_last = tcomp[-1], ecomp[-1]
-            if snk is not None:
-                t_last = max(t_last, problem.cut_time(n_layers, u, snk) / tn)
-                e_last = e_last + problem.cut_energy(n_layers, u, snk) / en
-            t_cost = max(t_last, ht)
-            e_cost = e_last + he
-            c = alpha * t_cost + (1 - alpha) * e_cost
-            if np.isfinite(t_cost) and c < best[0]:
-                best = (c, i, s, u, t_cost, e_cost)
-            if len(j) == 1 or popcount[s] + 1 >= max_stages:
+                tcomp = np.where(problem.fits(i, j[None, :], devices[:, None]), tcomp, np.inf)
+            ht, he = h_t[i][grp_s, grp_u], h_e[i][grp_s, grp_u]              # (S', K)
+
+            # the last stage: layers i..L-1 on u (and the sink transfer)
+            t_fin = np.maximum(np.maximum(tcomp[grp_u, -1], t_sink[grp_u]), ht)
+            e_fin = ecomp[grp_u, -1] + e_sink[grp_u] + he
+            c_fin = np.where(live & np.isfinite(t_fin), alpha * t_fin + (1 - alpha) * e_fin, np.inf)
+            c_min = c_fin.min()
+            if c_min < best[0]:
+                at = np.flatnonzero(c_fin.ravel() == c_min)
+                first = at[np.argmin(state_key.ravel()[at])]
+                g, k = np.unravel_index(first, c_fin.shape)
+                best = (float(c_min), i, int(grp_s[g, k]), int(grp_u[g, k]), float(t_fin[g, k]), float(e_fin[g, k]))
+            if len(j) == 1:
                 continue
-            # stages ending before L: send cut j to the next device v
+
+            # stages i..j-1 on u, then cut j to a device v not used yet
             jj = j[:-1]
-            s_next = s | (1 << u)
-            vs = devices[(devices != u) & ~((s_next >> devices) & 1).astype(bool)]
-            if len(vs) == 0:
-                continue
-            tcomm = problem.cut_time(jj[:, None], u, vs[None, :]) / tn
-            ecomm = problem.cut_energy(jj[:, None], u, vs[None, :]) / en
-            t_cost = np.maximum(np.maximum(tcomp[:-1, None], tcomm), ht)
-            e_cost = ecomp[:-1, None] + ecomm + he
-            c = alpha * t_cost + (1 - alpha) * e_cost
-            c = np.where(np.isfinite(t_cost), c, np.inf)
-            target = h_c[jj[:, None], s_next, vs[None, :]]
-            better = c < target
+            tc = tcomp[grp_u][:, :, :-1, None]                               # (S', K, J, 1)
+            ec = ecomp[grp_u][:, :, :-1, None]
+            tm = t_comm[jj][:, grp_u, :].transpose(1, 2, 0, 3)               # (S', K, J, V)
+            em = e_comm[jj][:, grp_u, :].transpose(1, 2, 0, 3)
+            t_cost = np.maximum(np.maximum(tc, tm), ht[:, :, None, None])
+            e_cost = ec + em + he[:, :, None, None]
+            ok = (live & may_extend[:, None])[:, :, None, None] & v_free[:, None, None, :] & np.isfinite(t_cost)
+            cost = np.where(ok, alpha * t_cost + (1 - alpha) * e_cost, np.inf)
+            pick = np.argmin(cost, axis=1)                                   # first state in loop order wins ties
+            c_new = np.take_along_axis(cost, pick[:, None], axis=1)[:, 0]    # (S', J, V)
+            target = h_c[i + 1:n_layers].transpose(1, 0, 2)                  # (S', J, V), a view
+            better = c_new < target
             if not better.any():
                 continue
-            rows, cols = np.nonzero(better)
-            jr, vr = jj[rows], vs[cols]
-            h_c[jr, s_next, vr] = c[rows, cols]
-            h_t[jr, s_next, vr] = t_cost[rows, cols]
-            h_e[jr, s_next, vr] = e_cost[rows, cols]
-            pred_i[jr, s_next, vr] = i
-            pred_u[jr, s_next, vr] = u
+            g_idx, j_idx, v_idx = np.nonzero(better)
+            k_idx = pick[g_idx, j_idx, v_idx]
+            rows = jj[j_idx]
+            h_c[rows, g_idx, v_idx] = c_new[g_idx, j_idx, v_idx]
+            h_t[rows, g_idx, v_idx] = t_cost[g_idx, k_idx, j_idx, v_idx]
+            h_e[rows, g_idx, v_idx] = e_cost[g_idx, k_idx, j_idx, v_idx]
+            pred_i[rows, g_idx, v_idx] = i
+            pred_u[rows, g_idx, v_idx] = grp_u[g_idx, k_idx]
     cost, i, s, u, t_best, e_best = best
     if not np.isfinite(cost):
         raise InfeasibleError(_why_infeasible(problem))
@@ -144,7 +188,7 @@ def donna_dp(problem: SplitProblem, alpha: float, constraints: PipelineConstrain
         bounds.append(i)
         pi, pu = pred_i[i, s, u], pred_u[i, s, u]
         s = s & ~(1 << pu)
-        i, u = pi, pu
+        i, u = int(pi), int(pu)
         devs.append(u)
     bounds.append(0)
     return DonnaResult(alpha, bounds[::-1], devs[::-1], float(cost), float(t_best), float(e_best))
