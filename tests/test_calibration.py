@@ -134,3 +134,12 @@ def test_cli_calibrate_on_measured_profiles(tmp_path, capsys):
     assert load_preset(str(out)).model == "calibrated"
     assert "held out" in capsys.readouterr().out
     assert main(["calibrate", "--device", "local-gpu", paths[0]]) == 2
+
+
+def test_the_shipped_calibrated_preset_is_a_usable_device():
+    p = load_preset("epyc-milan-1t-calibrated")
+    dev = Device("cpu0", p.kind, p.type, p.memory_bytes, p.model, p.params, p.name)
+    g = cnn("x", 16, 32)
+    costs = device_model(dev).layer_costs(g)
+    assert np.all(np.isfinite(costs.time_s)) and np.all(costs.time_s > 0)
+    assert set(p.params["coefficients"]) >= {"conv", "conv1x1", "gemm", "pool", "default"}
