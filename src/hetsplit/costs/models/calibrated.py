@@ -14,25 +14,16 @@ added to every layer).
 
 from __future__ import annotations
 
-from typing import Any
 
 import numpy as np
 
 from hetsplit.cluster.types import Device
 from hetsplit.costs.models.base import LayerCosts, default_mem_bytes, register_model
+from hetsplit.costs.models.layer_attrs import pair
 from hetsplit.errors import ClusterError
 from hetsplit.graph.types import CONV, ELTWISE, Graph
 
 CLASS_RULES = "hetsplit-classes/1"
-
-
-def _area(kernel: Any) -> int:
-    if kernel is None:
-        return 1
-    if isinstance(kernel, (int, float)):
-        return int(kernel) ** 2
-    k = list(kernel)
-    return int(np.prod(k)) if k else 1
 
 
 def layer_classes(graph: Graph) -> list[str]:
@@ -46,7 +37,8 @@ def layer_classes(graph: Graph) -> list[str]:
         a, op = layer.attrs, layer.op
         if op == CONV:
             groups, c_in = int(a.get("groups", 1) or 1), int(a.get("c_in", 0) or 0)
-            area = _area(a.get("kernel"))
+            kh, kw = pair(a.get("kernel"))
+            area = kh * kw
             if groups > 1 and groups == c_in:
                 op = "dwconv"
             elif area == 1:

@@ -40,6 +40,7 @@ import numpy as np
 
 from hetsplit.cluster.types import Device
 from hetsplit.costs.models.base import LayerCosts, default_mem_bytes, register_model
+from hetsplit.costs.models.layer_attrs import elements, pair
 from hetsplit.errors import ClusterError, ModelError
 from hetsplit.graph.types import ATTENTION, CONV, DWCONV, GEMM, MATMUL, Graph, Layer
 
@@ -145,19 +146,6 @@ class CimLayerCost:
         return self.e_array + self.e_buffer + self.e_digital
 
 
-def _pair(value: Any, default: int = 1) -> tuple[int, int]:
-    if value is None:
-        return default, default
-    if isinstance(value, (int, float)):
-        return int(value), int(value)
-    seq = list(value)
-    return (int(seq[0]), int(seq[-1])) if seq else (default, default)
-
-
-def _elem_count(layer: Layer, nbytes: float) -> float:
-    return nbytes / float(layer.attrs.get("elem_bytes", 4) or 4)
-
-
 class CimModel:
     """Per-layer latency and energy of a NeuroSim-like RRAM CIM chip (layer by layer, no pipeline)."""
 
@@ -167,7 +155,7 @@ class CimModel:
 
     # ---- mapping ----------------------------------------------------------------------------------
     def _dominant_kernel_area(self, graph: Graph) -> int:
-        areas = [k[0] * k[1] for k in (_pair(l.attrs.get("kernel")) for l in graph.layers if l.op == CONV)
+        areas = [k[0] * k[1] for k in (pair(l.attrs.get("kernel")) for l in graph.layers if l.op == CONV)
                  if k[0] * k[1] > 1]
         return max(set(areas), key=areas.count) if areas else 9
 
@@ -189,8 +177,8 @@ class CimModel:
             c_in, c_out = int(a["c_in"]), int(a["c_out"])
         except KeyError as exc:
             raise ModelError(f"layer {layer.name!r}: CIM model needs conv attrs c_in and c_out, missing {exc}") from None
-        kh, kw = _pair(a.get("kernel"))
-        sh, sw = _pair(a.get("stride"))
+        kh, kw = pair(a.get("kernel"))
+        sh, sw = pair(a.get("stride"))
         groups = int(a.get("groups", 1) or 1)
         n_vec = self._input_vectors(layer, kh, kw, sh, sw)
         cin_g, cout_g = c_in // groups, c_out // groups
@@ -211,10 +199,10 @@ class CimModel:
     def _input_vectors(self, layer: Layer, kh: int, kw: int, sh: int, sw: int) -> int:
         a = layer.attrs
         if self.p.input_vectors == "neurosim" and "in_hw" in a:
-            h, w = _pair(a["in_hw"])
+            h, w = pair(a["in_hw"])
             return max(1, (h - kh + 1) // sh) * max(1, (w - kw + 1) // sw)
         if "out_hw" in a:
-            oh, ow = _pair(a["out_hw"])
+            oh, ow = pair(a["out_hw"])
             return oh * ow
         raise ModelError(f"layer {layer.name!r}: CIM model needs conv attrs in_hw or out_hw")
 
@@ -245,8 +233,8 @@ class CimModel:
                                 e_array=reads * e_read, e_buffer=bits * bit_energy,
                                 e_digital=ops * p.digital_energy_per_op_j, bits_moved=bits)
         # digital periphery: data in and out through the buffer, one op per input element
-        in_elems = _elem_count(layer, layer.in_bytes or layer.out_bytes)
-        out_elems = _elem_count(layer, layer.out_bytes)
+        in_elems = elements(layer, layer.in_bytes or layer.out_bytes)
+        out_elems = elements(layer, layer.out_bytes)
         ops = float(layer.attrs.get("elements", 0) or 0) or max(in_elems, out_elems)
         if layer.op == "reshape":
             ops = 0.0

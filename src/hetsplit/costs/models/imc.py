@@ -28,6 +28,7 @@ import numpy as np
 
 from hetsplit.cluster.types import Device
 from hetsplit.costs.models.base import LayerCosts, register_model
+from hetsplit.costs.models.layer_attrs import pair
 from hetsplit.costs.models.roofline import RooflineModel
 from hetsplit.errors import ClusterError, ModelError
 from hetsplit.graph.types import CONV, DWCONV, GEMM, Graph, Layer
@@ -71,15 +72,6 @@ class ImcParams:
         return cls(**values)
 
 
-def _pair(value: Any) -> tuple[int, int]:
-    if value is None:
-        return 1, 1
-    if isinstance(value, (int, float)):
-        return int(value), int(value)
-    seq = list(value)
-    return int(seq[0]), int(seq[-1])
-
-
 class ImcModel:
     """Costs of an IMC processing unit; ``None`` (inf) for layers it cannot run."""
 
@@ -99,10 +91,10 @@ class ImcModel:
             if layer.op == GEMM:
                 rows, cols, groups, vectors = int(a["k"]), int(a["n"]), 1, int(a.get("m", 1) or 1)
             else:
-                kh, kw = _pair(a.get("kernel"))
+                kh, kw = pair(a.get("kernel"))
                 groups = int(a.get("groups", 1) or 1)
                 rows, cols = int(a["c_in"]) // groups * kh * kw, int(a["c_out"]) // groups
-                oh, ow = _pair(a["out_hw"])
+                oh, ow = pair(a["out_hw"])
                 vectors = oh * ow
         except KeyError as exc:
             raise ModelError(f"layer {layer.name!r}: the IMC model needs {layer.op} attribute {exc}") from None

@@ -33,6 +33,7 @@ import numpy as np
 
 from hetsplit.cluster.types import Device
 from hetsplit.costs.models.base import LayerCosts, register_model
+from hetsplit.costs.models.layer_attrs import elements
 from hetsplit.errors import ClusterError
 from hetsplit.graph.types import CONV, DWCONV, GEMM, MATMUL, RESHAPE, Graph, Layer
 
@@ -97,10 +98,6 @@ class McuCost:
     l2_bytes: float
 
 
-def _elements(layer: Layer, nbytes: float) -> float:
-    return nbytes / float(layer.attrs.get("elem_bytes", 4) or 4)
-
-
 def _is_gemv(layer: Layer) -> bool:
     return layer.op in (GEMM, MATMUL) and int(layer.attrs.get("m", 2) or 2) == 1
 
@@ -114,13 +111,13 @@ class McuModel:
 
     def weights(self, layer: Layer) -> float:
         """Bytes of this chip's share of the layer's weights (int8 by default)."""
-        return _elements(layer, layer.param_bytes) * self.p.weight_bytes * self.p.weight_fraction
+        return elements(layer, layer.param_bytes) * self.p.weight_bytes * self.p.weight_fraction
 
     def on_chip_time(self, layer: Layer) -> tuple[float, float]:
         """(time without L3, bytes moved L2 <-> L1) of one layer."""
         p = self.p
         f = p.weight_fraction if layer.op in (CONV, DWCONV, GEMM, MATMUL) else 1.0
-        act = (_elements(layer, layer.in_bytes) + _elements(layer, layer.out_bytes)) * p.act_bytes
+        act = (elements(layer, layer.in_bytes) + elements(layer, layer.out_bytes)) * p.act_bytes
         moved = self.weights(layer) + act
         if layer.op in (CONV, DWCONV, GEMM, MATMUL):
             rate = p.gemv_macs_per_cycle if _is_gemv(layer) else p.gemm_macs_per_cycle * p.gemm_efficiency
@@ -128,7 +125,7 @@ class McuModel:
         elif layer.op == RESHAPE:
             compute = 0.0
         else:
-            elems = float(layer.attrs.get("elements", 0) or 0) or _elements(layer, layer.out_bytes)
+            elems = float(layer.attrs.get("elements", 0) or 0) or elements(layer, layer.out_bytes)
             compute = elems / (p.elementwise_per_cycle * p.clock_hz)
         return max(compute, moved / p.l2_l1_bandwidth), moved
 
@@ -182,7 +179,7 @@ class McuModel:
 
     def costs(self, graph: Graph) -> LayerCosts:
         parts = self.layer_breakdown(graph)
-        mem = np.array([self.weights(layer) + (_elements(layer, layer.out_bytes) * self.p.act_bytes)
+        mem = np.array([self.weights(layer) + (elements(layer, layer.out_bytes) * self.p.act_bytes)
                         for layer in graph.layers])
         share = "" if self.p.weight_fraction == 1 else f", {self.p.weight_fraction:g} of each layer's weights"
         return LayerCosts(time_s=np.array([c.time_s for c in parts]), energy_j=np.array([c.energy_j for c in parts]),
