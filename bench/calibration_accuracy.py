@@ -1,7 +1,7 @@
 """Calibration accuracy on this machine's CPU: profile zoo CNNs, fit on some, predict the others.
 
-  .venv/bin/python bench/calibration_accuracy.py --out bench/out/calibration   # measure + fit + report
-  .venv/bin/python bench/calibration_accuracy.py --profiles DIR                # reuse measured profiles
+  .venv/bin/python bench/calibration_accuracy.py --out out/calibration   # measure + fit + report
+  .venv/bin/python bench/calibration_accuracy.py --profiles bench/data/epyc-milan-1t   # reuse the shipped ones
 
 Profiles are measured with 1 onnxruntime thread, the ``min`` statistic over the runs and the whole
 model timed by the thread's CPU time (this machine is shared with other jobs: the minimum is the
@@ -27,7 +27,7 @@ HOLDOUT = ["resnet18", "vgg8", "alexnet", "vgg19", "resnet101", "resnet152"]
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--profiles", help="directory with MODEL.json profiles (measure the missing ones)")
-    ap.add_argument("--out", default="bench/out/calibration", help="where profiles and the report go")
+    ap.add_argument("--out", default="out/calibration", help="where profiles and the report go")
     ap.add_argument("--fit", nargs="+", default=FIT)
     ap.add_argument("--holdout", nargs="+", default=HOLDOUT)
     ap.add_argument("--repeats", type=int, default=15)
