@@ -6,7 +6,7 @@ import pytest
 from hetsplit.errors import InfeasibleError
 from hetsplit.search import PipelineConstraints, make_partitioner
 from hetsplit.search.oracle import brute_force
-from hetsplit.search.pipeline_dp import build_classes
+from hetsplit.search.classes import build_classes
 
 from _check import assert_evaluator_metrics, close, seeds
 from _instances import random_problem

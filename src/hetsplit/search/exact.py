@@ -1,7 +1,7 @@
 """``exact``: the minimum-bottleneck pipeline under memory limits, exactly, on any cluster.
 
 Every device may differ in type, memory and every link (bandwidth, latency, energy), with source
-and sink transfers. Method (see ``pipeline_dp``): interchangeable devices collapse into classes;
+and sink transfers. Method (``classes``, ``reach``): interchangeable devices collapse into classes;
 a binary search over the sorted distinct values a bottleneck can take (stage compute times that
 fit memory, cut transfer times), with a feasibility test per bound that propagates boolean families
 of used-device multisets over cut positions (OR-reductions of packed words, no per-plan work).
@@ -24,9 +24,10 @@ from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import InfeasibleError
 from hetsplit.plan.types import Plan
 from hetsplit.search.base import PipelineConstraints, SolveStats, register_partitioner
-from hetsplit.search.pipeline_dp import (ClassModel, Reach, co_reach, families, backtrack_reach, build_classes, check_layers_fit,
-                                         infeasible_message, path_bottleneck, path_is_valid, reach, relaxed_min_bottleneck,
-                                         to_plan, value_dp)
+from hetsplit.search.classes import (ClassModel, build_classes, check_layers_fit, infeasible_message,
+                                     path_bottleneck, path_is_valid, relaxed_min_bottleneck, to_plan)
+from hetsplit.search.reach import Reach, backtrack_reach, co_reach, families, reach
+from hetsplit.search.value_dp import value_dp
 from hetsplit.search.tie_break import sparse_tie_break
 
 

@@ -1,4 +1,4 @@
-"""Families of device multisets as rows of uint64 words, for the feasibility DP of ``pipeline_dp``.
+"""Families of device multisets as rows of uint64 words, for the feasibility DP (``search.reach``).
 
 Two encodings of one row (a set of multiset indices 0..M-1):
 - packed bits, when every class has one device (multisets are subsets, index = bitmask): M bits,

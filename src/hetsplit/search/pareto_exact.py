@@ -20,9 +20,9 @@ from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import InfeasibleError
 from hetsplit.plan.types import Plan
 from hetsplit.search.base import PipelineConstraints, register_partitioner
-from hetsplit.search.pipeline_dp import (RTOL, ClassModel, ValueResult, build_classes, check_layers_fit,
-                                         check_state_budget,
-                                         infeasible_message, path_bottleneck, to_plan, value_dp)
+from hetsplit.search.classes import (ClassModel, build_classes, check_layers_fit, check_state_budget,
+                                     infeasible_message, path_bottleneck, to_plan)
+from hetsplit.search.value_dp import RTOL, ValueResult, value_dp
 
 REL_EPS = 1e-9  # relative tolerance when comparing bottlenecks and energies of different plans
 

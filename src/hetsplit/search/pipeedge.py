@@ -2,7 +2,7 @@
 
 Implemented from its description: state = (layers placed, multiset of device types used, type of
 the next stage); value = the slowest stage or transfer so far; memory limits enforced. Devices are
-grouped into the classes of ``pipeline_dp`` (same type, memory and links), which are PipeEdge's
+grouped into the classes of ``search.classes`` (same type, memory and links), which are PipeEdge's
 types when links are uniform; with all-different devices the multiset is a subset and the DP is
 exponential in the number of devices, as PipeEdge's is.
 
@@ -23,8 +23,8 @@ from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import InfeasibleError
 from hetsplit.plan.types import Plan
 from hetsplit.search.base import PipelineConstraints, register_partitioner
-from hetsplit.search.pipeline_dp import (build_classes, check_layers_fit, check_state_budget, infeasible_message,
-                                         to_plan, value_dp)
+from hetsplit.search.classes import build_classes, check_layers_fit, check_state_budget, infeasible_message, to_plan
+from hetsplit.search.value_dp import value_dp
 
 
 def last_output_cut_bytes(problem: SplitProblem) -> np.ndarray:

@@ -1,8 +1,8 @@
 """Least energy, then least latency, among plans within a bottleneck bound, over sparse states.
 
-When the dense tables of ``pipeline_dp.value_dp`` would not fit in memory, this DP keeps values only
+When the dense tables of ``value_dp.value_dp`` would not fit in memory, this DP keeps values only
 for states (class c, cut k, multiset S) that are both reachable from the input and completable to the
-output within the bound (the forward and backward families of ``pipeline_dp``). Every plan within the
+output within the bound (the forward and backward families of ``reach``). Every plan within the
 bound passes through such states only, so the result is the same as the dense DP's.
 
 Rows are sorted multiset arrays; a transition is a concatenation followed by a group minimum
@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from hetsplit.search.pipeline_dp import ClassModel, Reach, ValueResult
+from hetsplit.search.classes import ClassModel
+from hetsplit.search.reach import Reach
+from hetsplit.search.value_dp import ValueResult
 
 
 def _group_min(S: np.ndarray, p: np.ndarray, q: np.ndarray, tag: np.ndarray, M: int):

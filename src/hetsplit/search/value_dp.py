@@ -1,0 +1,269 @@
+"""Lexicographic value DP over (class, cut, device multiset) states under a bottleneck bound.
+
+Primary and secondary objectives are each ``energy`` (sum), ``latency`` (sum) or ``bottleneck``
+(max). (energy, bottleneck) and (energy, latency) are decomposable because the primary is an
+additive sum of non-negative terms; (bottleneck, *) is exact in its primary only (PipeEdge).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from hetsplit.search.classes import ClassModel
+
+
+RTOL = 1e-12  # primary values this close count as a tie (sums in a different order differ by ulps)
+
+
+class MultisetSpace:
+    """The multiset axis of a value DP (all M multisets): shifts and stage-count limits."""
+
+    def __init__(self, cm: ClassModel):
+        self.cm = cm
+        self.M = cm.num_multisets
+        self.size_ok = cm.num_stages <= cm.max_stages
+
+    @cached_property
+    def flat_maps(self) -> tuple[np.ndarray, np.ndarray]:
+        """(source, destination) flat indices into a (C, M) array for S -> S + e_c in row c."""
+        cm, src, dst = self.cm, [], []
+        S = np.arange(self.M)
+        for c in range(cm.num_classes):
+            free = np.flatnonzero((S // cm.strides[c]) % (cm.counts[c] + 1) < cm.counts[c])
+            src.append(c * self.M + free)
+            dst.append(c * self.M + free + cm.strides[c])
+        return np.concatenate(src), np.concatenate(dst)
+
+    def shift(self, x: np.ndarray, c: int, fill) -> np.ndarray:
+        """y[S + e_c] = x[S] where class c still has a free device; fill elsewhere."""
+        n, st = int(self.cm.counts[c]), int(self.cm.strides[c])
+        xv = x.reshape(-1, n + 1, st)
+        y = np.empty_like(xv)
+        y[:, 0, :] = fill
+        y[:, 1:, :] = xv[:, :-1, :]
+        return y.reshape(x.shape)
+
+
+OBJECTIVES = ("energy", "latency", "bottleneck")
+
+
+def _stage_terms(cm: ClassModel, obj: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(stage, transfer, source, sink) tables of one objective."""
+    if obj == "energy":
+        return cm.energy, cm.tr_energy, cm.src_energy, cm.snk_energy
+    if obj in ("latency", "bottleneck"):
+        return cm.time, cm.tr_time, cm.src_time, cm.snk_time
+    raise ValueError(f"unknown objective {obj!r}; expected one of {OBJECTIVES}")
+
+
+def _combine(obj: str):
+    return np.maximum if obj == "bottleneck" else np.add
+
+
+def _lexmin(p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Row-wise lexicographic minimum over axis 0 with a relative tie tolerance on p."""
+    if p.shape[0] == 1:
+        return p[0], q[0], np.zeros(p.shape[1], dtype=np.int64)
+    pmin = p.min(axis=0)
+    tie = p <= pmin + RTOL * np.abs(pmin)
+    q2 = np.where(tie, q, np.inf)
+    arg = np.argmin(q2, axis=0)
+    cols = np.arange(p.shape[1])
+    best_q = q2[arg, cols]
+    # where every tied q is inf (q unused), argmin picks the first tie: fine
+    return p[arg, cols], best_q, arg
+
+
+@dataclass
+class ValueResult:
+    primary: float
+    secondary: float
+    bounds: list[int]
+    classes: list[int]
+
+
+def value_dp(cm: ClassModel, bound: float, primary: str, secondary: str | None) -> ValueResult | None:
+    """Lexicographic minimum of (primary, secondary) over plans with every stage and transfer <= bound.
+
+    Returns None when no plan satisfies the bound. With an additive primary and no secondary (the
+    common case) the table keeps ``value - prefix[k]`` so that choosing a stage start is a plain
+    minimum over a (usually contiguous) block of rows, with no per-row arithmetic.
+    """
+    space = MultisetSpace(cm)
+    L, C, M = cm.num_layers, cm.num_classes, space.M
+    sp, tp, srcp, snkp = _stage_terms(cm, primary)
+    op_p = _combine(primary)
+    if secondary is None:
+        sq, tq, srcq, snkq = np.zeros_like(cm.time), np.zeros_like(cm.tr_time), np.zeros(C), np.zeros(C)
+        op_q = np.add
+    else:
+        sq, tq, srcq, snkq = _stage_terms(cm, secondary)
+        op_q = _combine(secondary)
+    fast = secondary is None and primary != "bottleneck"
+    reps = [m[0] for m in cm.members]
+    if fast:
+        prefix = cm.problem.costs.energy_prefix if primary == "energy" else cm.problem.costs.time_prefix
+        pre = prefix[:, cm.problem.device_type[reps]]      # (L+1, C)
+    else:
+        pre = np.zeros((L + 1, C))
+    comp_ok, tr_ok = cm.within(cm.time, bound), cm.within(cm.tr_time, bound)
+    size_ok = space.size_ok
+    P = np.full((C, L + 1, M), np.inf)
+    # without a secondary objective Q is a read-only zero view (no memory)
+    Q = np.full((C, L + 1, M), np.inf) if secondary else np.broadcast_to(0.0, (C, L + 1, M))
+    nonempty = np.zeros((L + 1, C), dtype=bool)
+    for c in range(C):
+        first = int(cm.strides[c])
+        if cm.within(cm.src_time[c], bound):
+            P[c, 0, first] = srcp[c]
+            if secondary:
+                Q[c, 0, first] = srcq[c]
+            nonempty[0, c] = True
+
+    def starts(j: int, c: int) -> np.ndarray:
+        return np.flatnonzero(comp_ok[:j, j, c] & nonempty[:j, c])
+
+    def rows(arr: np.ndarray, c: int, ks: np.ndarray, S):
+        if ks[-1] - ks[0] + 1 == ks.size:
+            return arr[c, ks[0]:ks[-1] + 1, S]
+        return arr[c, ks, S]
+
+    def end_labels(j: int, c: int, ks: np.ndarray, S=slice(None)):
+        """Labels of stages k..j-1 on class c for each start k in ks (rows: ks; columns: S)."""
+        col = (slice(None), None) if isinstance(S, slice) else (slice(None),)
+        if fast:
+            return rows(P, c, ks, S) + pre[j, c], None
+        return (op_p(rows(P, c, ks, S), sp[ks, j, c][col]), op_q(rows(Q, c, ks, S), sq[ks, j, c][col]))
+
+    best = (np.inf, np.inf, -1, -1)
+    endP = np.full((C, M), np.inf)
+    endQ = np.zeros((C, M))
+    vectorized = fast and C * L * M <= VECTOR_LIMIT
+    if vectorized:
+        best = _fast_sweep(cm, space, P, nonempty, pre, comp_ok, tr_ok, tp, snkp, bound)
+    for j in range(1, 1 if vectorized else L + 1):
+        has_end = np.zeros(C, dtype=bool)
+        for c in range(C):
+            ks = starts(j, c)
+            if ks.size == 0:
+                continue
+            if fast:
+                endP[c] = rows(P, c, ks, slice(None)).min(axis=0) + pre[j, c]
+            else:
+                pc, qc = end_labels(j, c, ks)
+                endP[c], endQ[c], _ = _lexmin(pc, qc)
+            has_end[c] = True
+        if j == L:
+            for c in np.flatnonzero(has_end & cm.within(cm.snk_time, bound)):
+                pf = np.where(size_ok, op_p(endP[c], snkp[c]), np.inf)
+                qf = op_q(endQ[c], snkq[c])
+                s = int(np.argmin(pf))
+                if not np.isfinite(pf[s]):
+                    continue
+                tie = pf <= pf[s] + RTOL * abs(pf[s])
+                s = int(np.argmin(np.where(tie, qf, np.inf))) if secondary else s
+                cand = (float(pf[s]), float(qf[s]))
+                if cand[0] < best[0] - RTOL * abs(best[0]) or (
+                        cand[0] <= best[0] + RTOL * abs(best[0]) and cand[1] < best[1]):
+                    best = (cand[0], cand[1], c, s)
+            break
+        for v in range(C):
+            us = np.flatnonzero(tr_ok[j, :, v] & has_end)
+            if us.size == 0:
+                continue
+            pv = op_p(endP[us], tp[j, us, v][:, None])
+            if fast:
+                bp = pv.min(axis=0) if us.size > 1 else pv[0]
+            else:
+                bp, bq, _ = _lexmin(pv, op_q(endQ[us], tq[j, us, v][:, None]))
+                if secondary:
+                    Q[v, j] = space.shift(bq, v, np.inf)
+            bp = np.where(size_ok, space.shift(bp, v, np.inf), np.inf)
+            nonempty[j, v] = np.isfinite(bp).any()
+            P[v, j] = bp - pre[j, v]
+    if best[2] < 0:
+        return None
+
+    def end_pick(j: int, c: int, S: int) -> tuple[int, float, float]:
+        """Best start k of the stage ending at j on class c for multiset S, and its label."""
+        ks = starts(j, c)
+        pc, qc = end_labels(j, c, ks, S)
+        qc = np.zeros_like(pc) if qc is None else qc
+        i = _pick(pc, qc)
+        return int(ks[i]), float(pc[i]), float(qc[i])
+
+    # trace back by recomputing each choice for the single multiset on the path
+    _, _, c, S = best
+    bounds, classes = [L], [c]
+    k = end_pick(L, c, S)[0]
+    while k > 0:
+        prev_S = S - int(cm.strides[c])
+        cands = []  # predecessor class u: the one whose end label plus the transfer is best
+        for u in np.flatnonzero(tr_ok[k, :, c]):
+            if starts(k, u).size == 0:
+                continue
+            kk, pe, qe = end_pick(k, int(u), prev_S)
+            cands.append((op_p(pe, tp[k, u, c]), op_q(qe, tq[k, u, c]), int(u), kk))
+        i = _pick(np.array([x[0] for x in cands]), np.array([x[1] for x in cands]))
+        _, _, u, kk = cands[i]
+        bounds.append(k)
+        classes.append(u)
+        c, S, k = u, prev_S, kk
+    bounds.append(0)
+    return ValueResult(best[0], best[1], bounds[::-1], classes[::-1])
+
+
+VECTOR_LIMIT = 4_000_000  # C * L * M up to which the fast DP handles all classes of a cut at once
+
+
+def _fast_sweep(cm: ClassModel, space: MultisetSpace, P: np.ndarray, nonempty: np.ndarray, pre: np.ndarray,
+                comp_ok: np.ndarray, tr_ok: np.ndarray, tp: np.ndarray, snkp: np.ndarray,
+                bound: float) -> tuple[float, float, int, int]:
+    """The additive-primary DP with the transfers of a cut in one array operation (small C * M).
+
+    Fills P (value - prefix) and nonempty exactly as the per-class loop does; returns the best goal.
+    """
+    L, C, M = cm.num_layers, cm.num_classes, space.M
+    src_idx, dst_idx = space.flat_maps
+    size_ok = space.size_ok
+    best = (np.inf, np.inf, -1, -1)
+    sink_ok = cm.within(cm.snk_time, bound)
+    for j in range(1, L + 1):
+        ok = comp_ok[:j, j, :] & nonempty[:j, :]                 # (k, C)
+        if not ok.any():
+            continue
+        endP = np.full((C, M), np.inf)
+        cnt = ok.sum(axis=0)
+        first = ok.argmax(axis=0)
+        last = j - 1 - ok[::-1].argmax(axis=0)
+        for c, n, a, b in zip(range(C), cnt.tolist(), first.tolist(), last.tolist()):
+            if n == 0:
+                continue
+            blk = P[c, a:b + 1] if n == b - a + 1 else P[c, np.flatnonzero(ok[:, c])]
+            np.min(blk, axis=0, out=endP[c])
+        endP += pre[j][:, None]
+        if j == L:
+            fin = np.where(sink_ok[:, None] & size_ok[None, :], endP + snkp[:, None], np.inf)
+            flat = int(np.argmin(fin))
+            if np.isfinite(fin.flat[flat]):
+                best = (float(fin.flat[flat]), 0.0, flat // M, flat % M)
+            break
+        cand = np.where(tr_ok[j][:, :, None], endP[:, None, :] + tp[j][:, :, None], np.inf)  # (u, v, M)
+        to_v = cand.min(axis=0)                                                           # (v, M)
+        nxt = np.full(C * M, np.inf)
+        nxt[dst_idx] = to_v.ravel()[src_idx]
+        nxt = np.where(size_ok[None, :], nxt.reshape(C, M), np.inf)
+        nonempty[j] = np.isfinite(nxt).any(axis=1)
+        P[:, j, :] = nxt - pre[j][:, None]
+    return best
+
+
+def _pick(p: np.ndarray, q: np.ndarray) -> int:
+    """Index of the lexicographic minimum of (p, q) (same tie rule as the DP)."""
+    pmin = p.min()
+    tie = p <= pmin + RTOL * abs(pmin)
+    return int(np.argmin(np.where(tie, q, np.inf))) if np.isfinite(q[tie]).any() else int(np.argmax(tie))
+
