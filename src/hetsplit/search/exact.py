@@ -2,9 +2,12 @@
 
 Every device may differ in type, memory and every link (bandwidth, latency, energy), with source
 and sink transfers. Method (``classes``, ``reach``): interchangeable devices collapse into classes;
-a binary search over the sorted distinct values a bottleneck can take (stage compute times that
-fit memory, cut transfer times), with a feasibility test per bound that propagates boolean families
-of used-device multisets over cut positions (OR-reductions of packed words, no per-plan work).
+the answer is one of the sorted distinct values a bottleneck can take (stage compute times that fit
+memory, cut transfer times). It is bracketed below by the optimum when classes may be reused (an
+O(L^2 C) relaxation; when its plan is valid it is the answer, with no search) and above by the best
+single-device plan; a binary search in between tests each bound by propagating boolean families of
+used-device multisets over cut positions (packed bit rows for all-different devices), and jumps to
+the bottleneck of each feasible witness plan.
 
 Tie-break among the plans with the optimal bottleneck T*: least energy per inference, then least
 latency (a lexicographic DP under the bound T*, exact because energy and latency are additive).
