@@ -21,7 +21,7 @@ from hetsplit.costs.profile import save_profile
 from hetsplit.costs.profiler import profile_model
 
 FIT = ["resnet8", "mobilenetv2", "resnet50", "vgg16", "densenet121"]
-HOLDOUT = ["resnet18", "vgg8", "alexnet", "vgg19", "resnet101", "resnet152"]
+HOLDOUT = ["resnet18", "vgg8", "alexnet", "vgg19", "resnet101", "resnet152", "yolov8n"]
 
 
 def main() -> None:
@@ -31,6 +31,8 @@ def main() -> None:
     ap.add_argument("--fit", nargs="+", default=FIT)
     ap.add_argument("--holdout", nargs="+", default=HOLDOUT)
     ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--leave-one-out", action="store_true",
+                    help="also fit on all models but one and predict that one, for every model")
     args = ap.parse_args()
     pdir = Path(args.profiles or args.out)
     pdir.mkdir(parents=True, exist_ok=True)
@@ -55,11 +57,21 @@ def main() -> None:
                                                                                    for a in held_rows)
     print(f"\nheld out: worst whole-model error {worst:.1%} (target 10%), layer MAPE over all held-out layers "
           f"{mape:.1%} (target 20%)")
+    loo = []
+    if args.leave_one_out:
+        every = train + held
+        print(f"\nleave one out ({len(every)} fits):")
+        for k, m in enumerate(every):
+            a = evaluate(fit(every[:k] + every[k + 1:]), m)
+            loo.append(a.row())
+            print(f"{a.model:12} whole {a.whole_error:+7.1%}  layer MAPE {a.layer_mape:6.1%}  within 10% "
+                  f"{a.within_10:4.0%}")
     report = Path(args.out) / "report.json"
     report.parent.mkdir(parents=True, exist_ok=True)
     report.write_text(json.dumps({"fit": args.fit, "holdout": args.holdout, "coefficients": fitted.coefficients,
                                   "rows": [{"set": s, **a.row()} for s, a in rows],
-                                  "worst_whole_error": worst, "holdout_layer_mape": mape}, indent=1))
+                                  "worst_whole_error": worst, "holdout_layer_mape": mape,
+                                  "leave_one_out": loo}, indent=1))
     print(f"wrote {report}")
 
 
