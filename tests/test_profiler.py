@@ -157,3 +157,18 @@ def test_cpu_clock_needs_one_thread(tmp_path):
 
     with pytest.raises(ProfileError, match="--threads 1"):
         profile_cpu(load_onnx(path), path, threads=2, repeats=1, clock="cpu")
+
+
+def test_torch_path_attributes_modules_to_layers_on_cpu():
+    from hetsplit.costs.profiler.torch_cuda import profile_torch
+    from hetsplit.graph import zoo
+    from hetsplit.graph.zoo.registry import MODELS
+
+    graph = zoo.load("resnet8")
+    module, shape = MODELS["resnet8"].build()
+    prof = profile_torch(graph, module, shape, device="cpu", device_type="cpu-torch", warmup=1, repeats=2)
+    t = prof.costs.time_s[:, 0]
+    convs = [i for i, layer in enumerate(graph.layers) if layer.op == "conv"]
+    assert np.all(t[convs] > 0)                                   # every conv layer found its module
+    assert prof.meta["layers_without_module"] == []
+    assert prof.meta["whole_model"]["time_s"] > 0 and prof.costs.types == ["cpu-torch"]

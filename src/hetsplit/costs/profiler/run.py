@@ -63,11 +63,12 @@ def profile_model(spec: str, device: str = LOCAL_CPU, *, repeats: int = 20, warm
         if zoo_name is None:
             raise ProfileError("--device local-gpu profiles zoo models (it needs the PyTorch module); "
                                "give a zoo name")
-        from hetsplit.costs.profiler.torch_cuda import profile_cuda_torch
+        from hetsplit.costs.profiler.torch_cuda import profile_torch
         from hetsplit.graph.zoo.registry import MODELS
 
         module, shape = MODELS[zoo_name].build()
-        return profile_cuda_torch(graph, module, shape, warmup=warmup, repeats=repeats, meter=meter_for("gpu"))
+        return profile_torch(graph, module, shape, device="cuda", warmup=warmup, repeats=repeats,
+                             meter=meter_for("gpu"))
     dev = resolve_device(device)
     if params:
         from hetsplit.units import parse_param

@@ -1,4 +1,5 @@
-"""Per-layer latency of a zoo model on an NVIDIA GPU with PyTorch (CUDA events around leaf modules).
+"""Per-layer latency of a zoo model with PyTorch: CUDA events around leaf modules on an NVIDIA GPU
+(perf_counter on the CPU, which is how the path is tested on machines without a GPU).
 
 Layers are matched to modules through the exporter's node names: ``/layer/layer.0/layer.0.0/conv1/
 conv1.0/Conv`` comes from module ``layer.0.0.conv1.0`` (each scope repeats its parent's name when
@@ -9,6 +10,7 @@ adds, flatten) is in the whole-model time but in no layer: the reported gap show
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -46,20 +48,42 @@ def layer_of_modules(graph: Graph) -> dict[str, int]:
     return out
 
 
-def profile_cuda_torch(graph: Graph, module: Any, input_shape: tuple[int, ...], *, device_type: str = "local-gpu",
-                       warmup: int = 5, repeats: int = 20, meter: Any = None) -> Profile:
+class _Marks:
+    """Timestamps on the device's own clock: CUDA events on a GPU, perf_counter on the CPU."""
+
+    def __init__(self, torch: Any, device: str) -> None:
+        self.torch, self.cuda = torch, device.startswith("cuda")
+
+    def mark(self) -> Any:
+        if not self.cuda:
+            return time.perf_counter()
+        ev = self.torch.cuda.Event(enable_timing=True)
+        ev.record()
+        return ev
+
+    def sync(self) -> None:
+        if self.cuda:
+            self.torch.cuda.synchronize()
+
+    def seconds(self, a: Any, b: Any) -> float:
+        return a.elapsed_time(b) * 1e-3 if self.cuda else b - a
+
+
+def profile_torch(graph: Graph, module: Any, input_shape: tuple[int, ...], *, device: str = "cuda",
+                  device_type: str = "local-gpu", warmup: int = 5, repeats: int = 20, meter: Any = None) -> Profile:
+    """Per-layer latency of a PyTorch module (a zoo model's builder) on ``device`` ("cuda" or "cpu")."""
     try:
         import torch
     except ImportError:
-        raise ProfileError("the GPU profiler needs PyTorch") from None
-    if not torch.cuda.is_available():
+        raise ProfileError("the PyTorch profiler needs torch") from None
+    if device.startswith("cuda") and not torch.cuda.is_available():
         raise ProfileError("the GPU profiler needs a CUDA GPU; none is visible")
     mapping = layer_of_modules(graph)
-    dev = torch.device("cuda")
-    module = module.to(dev).eval()
-    x = torch.randn(*input_shape, device=dev)
+    marks = _Marks(torch, device)
+    module = module.to(device).eval()
+    x = torch.randn(*input_shape, device=device)
     starts: dict[str, Any] = {}
-    events: list[tuple[int, Any, Any]] = []
+    spans: list[tuple[int, Any, Any]] = []
     handles = []
     last = [0]                      # leaf modules with no layer (eager BatchNorm...) join the one before
     for name, sub in module.named_modules():
@@ -67,16 +91,12 @@ def profile_cuda_torch(graph: Graph, module: Any, input_shape: tuple[int, ...], 
             continue
 
         def pre(_m, _inp, name=name):
-            ev = torch.cuda.Event(enable_timing=True)
-            ev.record()
-            starts[name] = ev
+            starts[name] = marks.mark()
 
         def post(_m, _inp, _out, name=name):
             layer = mapping.get(name, last[0])
             last[0] = layer
-            ev = torch.cuda.Event(enable_timing=True)
-            ev.record()
-            events.append((layer, starts[name], ev))
+            spans.append((layer, starts[name], marks.mark()))
 
         handles += [sub.register_forward_pre_hook(pre), sub.register_forward_hook(post)]
     per_run = np.zeros((repeats, graph.num_layers))
@@ -84,34 +104,35 @@ def profile_cuda_torch(graph: Graph, module: Any, input_shape: tuple[int, ...], 
         for _ in range(warmup):
             module(x)
         for r in range(repeats):
-            events.clear()
+            spans.clear()
             module(x)
-            torch.cuda.synchronize()
-            for layer, a, b in events:
-                per_run[r, layer] += a.elapsed_time(b) * 1e-3
+            marks.sync()
+            for layer, a, b in spans:
+                per_run[r, layer] += marks.seconds(a, b)
         for h in handles:
             h.remove()
         whole = []
         if meter is not None:
             meter.start()
         for _ in range(repeats):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
+            a = marks.mark()
             module(x)
-            b.record()
-            torch.cuda.synchronize()
-            whole.append(a.elapsed_time(b) * 1e-3)
+            b = marks.mark()
+            marks.sync()
+            whole.append(marks.seconds(a, b))
         joules = meter.stop() if meter is not None else None
     med = np.median(per_run, axis=0)
     stats = summary(whole)
     energy = (joules / repeats) * med / med.sum() if joules is not None and med.sum() > 0 else np.zeros_like(med)
-    source = f"measured: PyTorch {torch.__version__} CUDA events on {torch.cuda.get_device_name(0)}, median of {repeats}"
+    where = torch.cuda.get_device_name(0) if marks.cuda else "CPU"
+    source = f"measured: PyTorch {torch.__version__} eager on {where}, median of {repeats} runs after {warmup} warm-up"
     table = CostTable(graph.names, [device_type], med[:, None], energy[:, None],
                       live_bytes_per_layer(graph)[:, None], {device_type: source})
-    meta = {"source": source, "device": device_type, "warmup": warmup, "repeats": repeats,
-            "whole_model": stats, "layer_sum_s": float(med.sum()), "gap": float(med.sum()) / stats["median_s"] - 1,
+    meta = {"source": source, "device": device_type, "warmup": warmup, "repeats": repeats, "statistic": "median",
+            "whole_model": {**stats, "time_s": stats["median_s"], "statistic": "median", "clock": "wall"},
+            "layer_sum_s": float(med.sum()), "gap": float(med.sum()) / stats["median_s"] - 1,
             "energy": {"status": "measured" if joules is not None else "unavailable",
                        "meter": getattr(meter, "reason", "") or getattr(meter, "name", "none")},
-            "memory": {"peak_cuda_bytes": int(torch.cuda.max_memory_allocated())},
+            "memory": {"peak_cuda_bytes": int(torch.cuda.max_memory_allocated()) if marks.cuda else None},
             "layers_without_module": [graph.names[i] for i in range(graph.num_layers) if i not in set(mapping.values())]}
     return Profile(graph, table, meta)
