@@ -16,7 +16,7 @@ from hetsplit.costs.build import build_problem
 from hetsplit.costs.models import device_model
 from hetsplit.costs.models.imc import ImcModel, ImcParams
 from hetsplit.errors import ClusterError
-from hetsplit.search.base import make_partitioner
+from hetsplit.search.base import make_partitioner, partitioner_names
 
 
 def preset_device(name: str) -> Device:
@@ -77,6 +77,22 @@ def test_planners_respect_inf_through_the_cost_table():
             if stage.device == "imc0":
                 assert not {"p1", "add"} & set(stage.layers)
         assert math.isfinite(plan.metrics.bottleneck_s)
+
+
+def test_every_partitioner_keeps_imc_units_off_layers_they_cannot_run():
+    cluster = cluster_from_dict({"name": "imce", "devices": [{"name": "imc0", "preset": "imce-imc"},
+                                                             {"name": "imc1", "preset": "imce-imc"},
+                                                             {"name": "dpu0", "preset": "imce-dpu"}],
+                                 "links": {"default": {"bandwidth": "4GB/s", "energy": "20pJ/B"}}})
+    problem = build_problem(small_cnn(), cluster)
+    for name in partitioner_names():
+        plans = make_partitioner(name).solve(problem)
+        assert plans, name
+        for plan in plans:
+            assert math.isfinite(plan.metrics.bottleneck_s), name
+            for stage in plan.stages:
+                if stage.device.startswith("imc"):
+                    assert not {"p1", "add"} & set(stage.layers), (name, stage)
 
 
 def test_bad_imc_parameter():
