@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 from devmodel_graphs import chain, conv, eltwise, gemm, pool
 
-from hetsplit.cluster import load_cluster  # noqa: F401  (import check: the cluster package exposes it)
 from hetsplit.cluster.loader import cluster_from_dict
 from hetsplit.cluster.presets import load_preset
 from hetsplit.cluster.types import Device
