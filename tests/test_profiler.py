@@ -172,3 +172,22 @@ def test_torch_path_attributes_modules_to_layers_on_cpu():
     assert np.all(t[convs] > 0)                                   # every conv layer found its module
     assert prof.meta["layers_without_module"] == []
     assert prof.meta["whole_model"]["time_s"] > 0 and prof.costs.types == ["cpu-torch"]
+
+
+def test_cli_profiles_an_onnx_file_whose_nodes_have_no_names(tmp_path):
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal((8, 8, 3, 3)).astype(np.float32), "w2")]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("Conv", ["r", "w2"], ["y"], pads=[1, 1, 1, 1])]
+    graph = helper.make_graph(nodes, "u", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16, 16])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "unnamed.onnx")
+    out = tmp_path / "p.json"
+    assert main(["profile", str(tmp_path / "unnamed.onnx"), "--threads", "1", "--repeats", "2", "--warmup", "1",
+                 "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["nodes_attributed_by_order"] == []                    # canonical names found in onnxruntime's
+    assert all(t > 0 for t in doc["device_types"]["local-cpu"]["time_s"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -47,14 +48,23 @@ def profile_model(spec: str, device: str = LOCAL_CPU, *, repeats: int = 20, warm
     if device == LOCAL_CPU:
         dev = resolve_device(device, threads)
         n = threads or default_threads()
-        if onnx_file is None:
-            from hetsplit.graph import zoo
-
-            onnx_file = zoo.onnx_path(zoo_name)
         watts = power_w if power_w is not None else float(dev.params["power_active"]) * n / dev.params["threads"]
-        prof = profile_cpu(graph, onnx_file, device_type=LOCAL_CPU, threads=n, warmup=warmup, repeats=repeats,
-                           meter=meter_for("cpu"), power_w=watts, statistic=statistic,
-                           clock=clock)
+        with tempfile.TemporaryDirectory(prefix="hetsplit-prepared-") as tmp:
+            if onnx_file is None:
+                from hetsplit.graph import zoo
+
+                run_file = zoo.onnx_path(zoo_name)
+            else:     # layer nodes name the canonical (prepared) model's nodes: run that one
+                import onnx
+
+                from hetsplit.graph.onnx_prepare import prepare_model
+
+                run_file = Path(tmp) / onnx_file.name
+                onnx.save(prepare_model(onnx_file), run_file)
+            prof = profile_cpu(graph, run_file, device_type=LOCAL_CPU, threads=n, warmup=warmup, repeats=repeats,
+                               meter=meter_for("cpu"), power_w=watts, statistic=statistic, clock=clock)
+        if onnx_file is not None:
+            prof.meta["onnx"] = str(onnx_file)
         if power_w is None:
             prof.meta["energy"]["estimated_power_source"] = "assumption: 10 W per busy core (no --power given)"
         return prof
