@@ -189,5 +189,6 @@ def test_cli_profiles_an_onnx_file_whose_nodes_have_no_names(tmp_path):
     assert main(["profile", str(tmp_path / "unnamed.onnx"), "--threads", "1", "--repeats", "2", "--warmup", "1",
                  "--out", str(out)]) == 0
     doc = json.loads(out.read_text())
-    assert doc["nodes_attributed_by_order"] == []                    # canonical names found in onnxruntime's
+    # canonical names are found in onnxruntime's; only its own layout nodes go by execution order
+    assert all(n.startswith("Reorder") for n in doc["nodes_attributed_by_order"])
     assert all(t > 0 for t in doc["device_types"]["local-cpu"]["time_s"])
