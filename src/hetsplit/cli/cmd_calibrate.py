@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hetsplit.cli.common import add_command, progress
+from hetsplit.errors import HetsplitError
 from hetsplit.units import format_quantity
 
 
@@ -43,7 +44,7 @@ def run(args) -> int:
         try:
             base = resolve_device(args.device)
             kind, memory = base.kind, base.memory_bytes
-        except Exception:  # a device type that is neither local nor a preset: a CPU of unknown memory
+        except HetsplitError:  # a device type that is neither local nor a preset: a CPU of unknown memory
             kind, memory = "cpu", float(2**34)
         doc = preset_document(fitted, name, kind, memory, args.device)
         Path(args.out).write_text(yaml.safe_dump(doc, sort_keys=False, width=120))
