@@ -27,13 +27,21 @@ def off_diagonal(c, matrix):
 
 def test_names():
     names = builtin_names()
-    assert len(names) == len(set(names)) == 12 + 1 + 2 + 2 + len(SIRACUSA_SIZES)
+    assert len(names) == len(set(names)) == 12 + 1 + 2 + 2 + len(SIRACUSA_SIZES) + 1  # + local
     for label in DONNA_SETS:
         for medium in DONNA_MEDIA:
             assert f"donna-{label}-{medium}" in names
     for extra in ("donna-1gpu", "donna-edge-4cim-cloud-gpu", "donna-edge-4cim-cloud-cpu", "jetson-xavier-nx-8",
-                  "jetson-xavier-nx-4", "siracusa-1", "siracusa-64"):
+                  "jetson-xavier-nx-4", "siracusa-1", "siracusa-64", "local"):
         assert extra in names
+
+
+def test_local_has_one_device_per_usable_core(monkeypatch):
+    from hetsplit.cluster import examples, load_cluster
+
+    monkeypatch.setattr(examples, "usable_cores", lambda: 3)
+    monkeypatch.setattr(examples, "_BUILTIN", examples._build())
+    assert load_cluster("local").names == ["local-cpu0", "local-cpu1", "local-cpu2"]
 
 
 @pytest.mark.parametrize("name", builtin_names())

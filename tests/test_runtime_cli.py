@@ -37,10 +37,10 @@ def test_split_command_writes_sub_models_and_manifest(files, tmp_path, capsys):
 
 def test_run_command_compares_with_the_plan_and_writes_json(files, tmp_path, capsys):
     from hetsplit.runtime import resolve_model
-    from hetsplit.runtime.run import load_run_cluster
+    from hetsplit.cluster import load_cluster
 
     graph, _ = resolve_model(str(files / "toy.onnx"))
-    cluster = load_run_cluster("local")
+    cluster = load_cluster("local")
     add_metrics(files, graph, cluster)
     out = tmp_path / "cmp.json"
     code = main(["run", str(files / "plan.json"), str(files / "toy.onnx"), "-n", "5", "--timeout", "20",

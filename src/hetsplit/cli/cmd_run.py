@@ -110,12 +110,12 @@ def run_manifest_as(opts, node: str, manifest):
 
 def _cluster(spec: str | None, required: bool):
     from hetsplit.errors import HetsplitError
-    from hetsplit.runtime.run import load_run_cluster
+    from hetsplit.cluster import load_cluster
 
     if not spec:
         return None
     try:
-        return load_run_cluster(spec)
+        return load_cluster(spec)
     except HetsplitError:
         if required:
             raise

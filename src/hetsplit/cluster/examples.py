@@ -11,14 +11,21 @@ Each is loadable by name (``load_cluster("donna-2cpu-1gpu-1cim-hb-wcc")``) and p
   shared memory inside a board, Gigabit Ethernet between boards; and the 4-board (8-PE) cluster of
   Guo et al.'s hierarchical DSE (seed 004), on a Gigabit switch too.
 - Bochem et al. (seed 002): 1 to 64 Siracusa chips on MIPI, in groups of four.
+- Files in ``builtin/``: ``local``, this machine's own cores as devices (one per core it may use).
 """
 
 from __future__ import annotations
 
 import copy
+import os
+from pathlib import Path
 from typing import Any
 
+import yaml
+
 from hetsplit.cluster.loader import CLUSTER_FORMAT
+
+BUILTIN_DIR = Path(__file__).parent / "builtin"
 
 DONNA_MEDIA = ("pcie5", "hb-wcc", "lb-wcc")
 DONNA_SETS = {  # device-set label -> [(device prefix, preset, count)]
@@ -87,7 +94,24 @@ def _build() -> dict[str, dict[str, Any]]:
     specs += [_donna_edge_cloud("gpu", "rtx3070ti"), _donna_edge_cloud("cpu", "xeon-w3323")]
     specs += [_jetson(boards, paper) for boards, paper in JETSON_CLUSTERS.items()]
     specs += [_siracusa(n) for n in SIRACUSA_SIZES]
+    specs += [_from_file(path) for path in sorted(BUILTIN_DIR.glob("*.yaml"))]
     return {s["name"]: {"format": CLUSTER_FORMAT, **s} for s in specs}
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _from_file(path: Path) -> dict[str, Any]:
+    """A built-in kept as a YAML file; ``local`` gets one device per usable core of this machine."""
+    spec = yaml.safe_load(path.read_text())
+    if spec.get("name") == "local":
+        spec["devices"][0]["count"] = usable_cores()
+    return spec
 
 
 _BUILTIN = _build()

@@ -122,14 +122,3 @@ def resolve_model(spec: str) -> tuple[Graph, Path]:
         return load_onnx(full, name=spec), full
     raise ModelError(f"{spec!r} is neither an ONNX file nor a zoo model; zoo models are {', '.join(zoo.names())}")
 
-
-LOCAL_CLUSTER = Path(__file__).resolve().parents[1] / "cluster" / "builtin" / "local.yaml"
-
-
-def load_run_cluster(spec: str):
-    """A cluster by built-in name or YAML path; ``local`` is this machine's cores (cluster/builtin/local.yaml)."""
-    from hetsplit.cluster import builtin_names, load_cluster
-
-    if spec == "local" and "local" not in builtin_names():
-        return load_cluster(LOCAL_CLUSTER)
-    return load_cluster(spec)
