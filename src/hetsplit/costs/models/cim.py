@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from hetsplit.cluster.types import Device
-from hetsplit.costs.models.base import LayerCosts, default_mem_bytes, register_model
+from hetsplit.costs.models.base import LayerCosts, register_model
 from hetsplit.costs.models.layer_attrs import elements, pair
 from hetsplit.errors import ClusterError, ModelError
 from hetsplit.graph.types import ATTENTION, CONV, DWCONV, GEMM, MATMUL, Graph, Layer
@@ -250,8 +250,13 @@ class CimModel:
         parts = self.breakdown(graph)
         time_s = np.array([np.inf if c is None else c.time_s for c in parts])
         energy = np.array([np.inf if c is None else c.dynamic_j + self.p.leakage_power * c.time_s for c in parts])
-        return LayerCosts(time_s=time_s, energy_j=energy, mem_bytes=default_mem_bytes(graph),
+        return LayerCosts(time_s=time_s, energy_j=energy, mem_bytes=self.resident_bytes(graph),
                           source=f"analytical CIM model after DNN+NeuroSim V1.3 ({self.label})")
+
+    def resident_bytes(self, graph: Graph) -> np.ndarray:
+        """On-chip bytes per layer: weights at ``weight_bits`` in the arrays, outputs at ``activation_bits``."""
+        return np.array([elements(layer, layer.param_bytes) * self.p.weight_bits / 8
+                         + elements(layer, layer.out_bytes) * self.p.activation_bits / 8 for layer in graph.layers])
 
 
 @register_model("cim")
