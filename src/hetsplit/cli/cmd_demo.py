@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from hetsplit.cli.common import add_command, progress
 from hetsplit.plan import save_plans
-from hetsplit.report.tables import wide_console, describe_params, describe_stages, print_plans
+from hetsplit.report.tables import describe_params, describe_stages, print_plans, thin_front, wide_console
 from hetsplit.search import partitioner_names
+from hetsplit.search.pareto_exact import compare_to_front
 from hetsplit.workflow import PlanRequest, compare_to, find_plans, load_problem, output_dir
 
 DEMO_MODEL = "resnet152"
 DEMO_CLUSTER = "donna-2cpu-1gpu-1cim-hb-wcc"
+FRONT_ROWS = 8  # front plans shown in the table (all are in plans.json)
 
 
 def register(sub) -> None:
@@ -29,23 +31,32 @@ def run(args) -> int:
     algos = [a for a in ("donna", "exact", "pareto") if a in partitioner_names()]
     with progress(f"searching with {', '.join(algos)}"):
         plans = find_plans(problem, PlanRequest(algorithms=algos))
-    print_plans(plans, f"{problem.graph.name} ({problem.num_layers} layers, "
-                       f"{problem.graph.total_macs / 1e9:.1f} GMAC) on {problem.cluster.name}", console)
-    gpus = [p for p in plans if p.algorithm == "single" and
-            problem.cluster.device(p.stages[0].device).kind == "gpu"]
+    front = [p for p in plans if p.algorithm == "pareto"]
+    shown = [p for p in plans if p.algorithm != "pareto"] + thin_front(front, FRONT_ROWS)
+    print_plans(shown, f"{problem.graph.name} ({problem.num_layers} layers, {problem.graph.total_macs / 1e9:.1f} "
+                       f"GMAC) on {problem.cluster.name}: {len(plans)} plans, {len(shown)} shown", console)
+    if front:
+        donna = [p for p in plans if p.algorithm == "donna"]
+        dominated = [d for d in compare_to_front(donna, front) if d.dominated]
+        worst = max(dominated, key=lambda d: d.energy_saving_frac, default=None)
+        console.print(f"the exact Pareto front has {len(front)} plans ({len(thin_front(front, FRONT_ROWS))} shown); "
+                      f"{len(dominated)} of DONNA's {len(donna)} alpha plans are dominated"
+                      + (f", the worst by {worst.energy_saving_frac:.0%} of its energy at equal or better "
+                         f"throughput" if worst and worst.energy_saving_frac > 0 else ""))
+    gpus = [p for p in plans if p.algorithm == "single" and problem.cluster.device(p.stages[0].device).kind == "gpu"]
     if not gpus:
         console.print("no single-GPU baseline in this cluster: nothing to compare against")
         return 0
     baseline = gpus[0]
     split = [c for c in compare_to(plans, baseline) if c.plan.algorithm != "single"]
-    fastest = max(split, key=lambda c: c.speedup)
-    frugal = min(split, key=lambda c: c.plan.metrics.energy_j)
+    fastest = max(split, key=lambda c: (c.speedup, -c.plan.metrics.energy_j))
+    frugal = min(split, key=lambda c: (c.plan.metrics.energy_j, -c.speedup))
     console.print(f"\nagainst one GPU ({baseline.stages[0].device}: {baseline.metrics.throughput:.1f} inferences/s, "
                   f"{baseline.metrics.energy_j * 1e3:.1f} mJ per inference):")
     for label, c in (("fastest split", fastest), ("most frugal split", frugal)):
-        console.print(f"  {label:18s} {describe_params(c.plan):14s} {describe_stages(c.plan)}: "
-                      f"{c.speedup:.2f}x throughput, {c.energy_ratio:.2f}x total energy, "
-                      f"{c.energy_per_device_ratio:.2f}x energy per participating device")
+        console.print(f"  {label:18s} {describe_params(c.plan):12s} {describe_stages(c.plan, 60)}: "
+                      f"{c.speedup:.2f}x throughput, {c.energy_ratio:.3g}x total energy, "
+                      f"{c.energy_per_device_ratio:.3g}x energy per participating device")
     out = output_dir(args.out)
     if out is not None:
         from hetsplit.report.plots import pareto_plot  # matplotlib only when a plot is asked for

@@ -57,6 +57,15 @@ def plans_table(plans: list[Plan], title: str = "") -> Table:
     return table
 
 
+def thin_front(front: list[Plan], keep: int) -> list[Plan]:
+    """At most ``keep`` plans of a front, spread evenly by throughput rank, both ends kept."""
+    ordered = sorted(front, key=lambda p: -p.metrics.throughput)
+    if len(ordered) <= keep:
+        return ordered
+    picks = sorted({round(k * (len(ordered) - 1) / (keep - 1)) for k in range(keep)})
+    return [ordered[k] for k in picks]
+
+
 def wide_console(stderr: bool = False) -> Console:
     """A console that keeps table rows on one line when output goes to a file or a pipe."""
     probe = Console(stderr=stderr)
