@@ -92,3 +92,20 @@ def test_profile_from_graph_and_costs_exports(tmp_path):
     doc = json.loads(path.read_text())
     assert doc["format"] == "hetsplit.profile/1" and doc["source"] == "unit test"
     assert doc["layers"][1]["inputs"] == ["l0"]
+
+
+def test_attrs_survive_a_round_trip_so_device_models_can_cost_a_profile(tmp_path):
+    from hetsplit.cluster import load_cluster
+    from hetsplit.graph import load_model
+
+    g = load_model("resnet8")
+    cl = load_cluster("donna-2cpu-1gpu-1cim-hb-wcc")
+    direct = build_problem(g, cl)
+    path = save_profile(Profile(g, direct.costs), tmp_path / "r8.json")
+    again = load_profile(path)
+    assert again.graph.layers[0].attrs["kernel"] == list(g.layers[0].attrs["kernel"])
+    assert [layer.in_bytes for layer in again.graph.layers] == [layer.in_bytes for layer in g.layers]
+    from hetsplit.costs.models import device_model
+
+    recosted = device_model(cl.device("cim0")).layer_costs(again.graph)
+    np.testing.assert_allclose(recosted.time_s, direct.costs.time_s[:, direct.costs.type_index("neurosim-rram")])

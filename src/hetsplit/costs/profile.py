@@ -1,7 +1,9 @@
 """The ``hetsplit.profile/1`` format: per-layer measurements, enough to plan without the model.
 
 Import and export. A profile carries a graph-lite (layer names, output and parameter bytes, which
-layers read which) and a cost column per device type (time, energy, optional memory).
+layers read which) and a cost column per device type (time, energy, optional memory). Optional
+per-layer keys: ``op``, ``macs``, ``in_bytes`` and ``attrs`` (the shapes device models read), so
+that a profile written by hetsplit can be re-costed or calibrated without its model.
 """
 
 from __future__ import annotations
@@ -128,9 +130,11 @@ def profile_to_dict(profile: Profile) -> dict:
     layers = []
     for i, layer in enumerate(g.layers):
         entry: dict[str, Any] = {"name": layer.name, "op": layer.op, "macs": layer.macs,
-                                 "out_bytes": layer.out_bytes, "param_bytes": layer.param_bytes,
-                                 "mem_bytes": float(c.mem_bytes[i].max()),
+                                 "out_bytes": layer.out_bytes, "in_bytes": layer.in_bytes,
+                                 "param_bytes": layer.param_bytes, "mem_bytes": float(c.mem_bytes[i].max()),
                                  "inputs": [INPUT_NAME if p == INPUT else g.layers[p].name for p in preds[i]]}
+        if layer.attrs:
+            entry["attrs"] = _json_safe(layer.attrs)
         layers.append(entry)
 
     def col(values: np.ndarray) -> list:
@@ -143,6 +147,17 @@ def profile_to_dict(profile: Profile) -> dict:
     doc = {"format": FORMAT, "model": g.name, "input_bytes": g.input_bytes, "layers": layers, "device_types": types}
     doc.update({k: v for k, v in profile.meta.items() if k not in doc})
     return doc
+
+
+def _json_safe(value: Any) -> Any:
+    """Layer attributes as JSON values (tuples become lists, numpy scalars plain numbers)."""
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
 
 
 def save_profile(profile: Profile, path: str | Path) -> Path:
