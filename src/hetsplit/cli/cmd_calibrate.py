@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 
 from hetsplit.cli.common import add_command, progress
 from hetsplit.errors import HetsplitError
+from hetsplit.report.console import wide_console
 from hetsplit.units import format_quantity
 
 
@@ -49,11 +49,11 @@ def run(args) -> int:
             kind, memory = "cpu", float(2**34)
         doc = preset_document(fitted, name, kind, memory, args.device)
         Path(args.out).write_text(yaml.safe_dump(doc, sort_keys=False, width=120))
-        Console().print(f"wrote {args.out} (preset {name!r}; name it in a cluster as preset: {args.out})")
+        wide_console().print(f"wrote {args.out} (preset {name!r}; name it in a cluster as preset: {args.out})")
     if args.report:
         Path(args.report).write_text(json.dumps({"device": args.device, "coefficients": fitted.coefficients,
                                                  "rows": [{"set": s, **a.row()} for s, a in rows]}, indent=1))
-        Console().print(f"wrote {args.report}")
+        wide_console().print(f"wrote {args.report}")
     return 0
 
 
@@ -67,7 +67,4 @@ def show(rows) -> None:
         table.add_row(label, a.model, format_quantity(a.whole_measured_s, "s"), format_quantity(a.whole_predicted_s, "s"),
                       f"{a.whole_error * 100:+.1f}%", f"{a.layer_mape * 100:.1f}%",
                       f"{a.within_10 * 100:.0f}% of {a.layers - a.zero_layers}", f"{a.weighted_layer_error * 100:.1f}%")
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=160)
-    console.print(table)
+    wide_console().print(table)

@@ -6,12 +6,12 @@ import json
 import sys
 
 import yaml
-from rich.console import Console
 from rich.table import Table
 
 from hetsplit.cli.common import add_command
 from hetsplit.cluster import builtin_names, builtin_spec, load_cluster
 from hetsplit.cluster.describe import cluster_to_dict, spec_summary
+from hetsplit.report.console import wide_console
 from hetsplit.units import format_bytes, format_quantity
 
 
@@ -59,12 +59,12 @@ def _list(as_json: bool) -> int:
         mix = " + ".join(f"{n} {kind}" for kind, n in r["kinds"].items())
         table.add_row(r["name"], str(r["devices"]), mix, ", ".join(r["media"]) or "-", str(r["groups"] or "-"),
                       r["source"] or "-")
-    Console().print(table)
+    wide_console().print(table)
     return 0
 
 
 def _show(doc: dict) -> None:
-    console = Console()
+    console = wide_console()
     console.print(f"[bold]{doc['name']}[/bold] ({doc['origin']})")
     if doc["description"]:
         console.print(doc["description"])

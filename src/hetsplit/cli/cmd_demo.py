@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from hetsplit.cli.common import add_command, progress
 from hetsplit.plan import save_plans
-from hetsplit.report.tables import describe_params, describe_stages, print_plans, thin_front, wide_console
+from hetsplit.report.console import wide_console
+from hetsplit.report.tables import describe_params, describe_stages, print_plans, thin_front
 from hetsplit.search import partitioner_names
 from hetsplit.search.pareto_exact import compare_to_front
 from hetsplit.workflow import PlanRequest, compare_to, find_plans, load_problem, output_dir

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import sys
 
-from rich.console import Console
 from rich.table import Table
 
 from hetsplit.cli.common import add_command
 from hetsplit.cluster import load_preset, preset_names
 from hetsplit.cluster.describe import preset_key_figures, preset_to_dict
+from hetsplit.report.console import wide_console
 from hetsplit.units import format_bytes, format_quantity
 
 
@@ -37,7 +37,7 @@ def run(args) -> int:
         json.dump(rows, sys.stdout, indent=1)
         print()
         return 0
-    console = Console()
+    console = wide_console()
     devices = Table(title="device presets (hetsplit devices NAME shows sources)", header_style="bold")
     for col in ("name", "kind", "model", "peak", "memory", "mem BW", "power"):
         devices.add_column(col, justify="left" if col in ("name", "kind", "model") else "right", no_wrap=True)
@@ -62,7 +62,7 @@ def _q(value, unit: str) -> str:
 
 
 def _show(doc: dict) -> None:
-    console = Console()
+    console = wide_console()
     console.print(f"[bold]{doc['name']}[/bold] ({doc['kind']}{', model ' + doc['model'] if doc.get('model') else ''})"
                   f" — {doc['path']}")
     if doc["description"]:

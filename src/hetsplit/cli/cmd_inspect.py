@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import sys
 
-from rich.console import Console
 from rich.table import Table
 
 from hetsplit.cli.common import add_command, progress
+from hetsplit.report.console import wide_console
 from hetsplit.units import format_quantity
 from hetsplit.workflow import load_model_or_profile
 
@@ -37,7 +37,7 @@ def run(args) -> int:
         json.dump(doc, sys.stdout, indent=1, default=str)
         print()
         return 0
-    console = Console()
+    console = wide_console()
     table = Table(title=f"{graph.name}: {graph.num_layers} layers", header_style="bold")
     for col in ("#", "layer", "op", "fused ONNX ops", "MACs", "params", "output", "live after"):
         table.add_column(col, justify="right" if col in ("#", "MACs", "params", "output", "live after") else "left")

@@ -7,7 +7,8 @@ import sys
 
 from hetsplit.cli.common import add_command, progress
 from hetsplit.plan import save_plans
-from hetsplit.report.tables import wide_console, print_plans
+from hetsplit.report.console import wide_console
+from hetsplit.report.tables import print_plans
 from hetsplit.search import PipelineConstraints, partitioner_names
 from hetsplit.workflow import PlanRequest, find_plans, load_problem, output_dir
 

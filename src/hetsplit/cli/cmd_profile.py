@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import math
 
-from rich.console import Console
 from rich.table import Table
 
 from hetsplit.cli.common import add_command, progress
 from hetsplit.errors import ProfileError
+from hetsplit.report.console import wide_console
 from hetsplit.units import format_quantity
 
 
@@ -64,12 +64,12 @@ def run(args) -> int:
     show(prof, args.layers)
     if args.out:
         path = save_profile(prof, args.out)
-        Console().print(f"wrote {path}")
+        wide_console().print(f"wrote {path}")
     return 0
 
 
 def show(prof, max_layers: int) -> None:
-    console = Console()
+    console = wide_console()
     g, c = prof.graph, prof.costs
     col = c.types[0]
     t, e, m = c.time_s[:, 0], c.energy_j[:, 0], c.mem_bytes[:, 0]

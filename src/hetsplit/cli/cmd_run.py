@@ -5,8 +5,8 @@ from __future__ import annotations
 import contextlib
 import json
 import subprocess
-import tempfile
 import sys
+import tempfile
 from pathlib import Path
 
 from rich.console import Console
@@ -14,6 +14,7 @@ from rich.table import Table
 
 from hetsplit.cli.common import add_command, progress
 from hetsplit.plan.io import load_plan
+from hetsplit.report.console import wide_console
 from hetsplit.units import format_quantity
 
 
@@ -109,8 +110,8 @@ def run_manifest_as(opts, node: str, manifest):
 
 
 def _cluster(spec: str | None, required: bool):
-    from hetsplit.errors import HetsplitError
     from hetsplit.cluster import load_cluster
+    from hetsplit.errors import HetsplitError
 
     if not spec:
         return None
@@ -138,7 +139,7 @@ def _kinds(cluster, manifest, cpu_only: bool) -> dict[str, str]:
 
 
 def _finish(args, report, plan, graph, cluster) -> int:
-    console = Console(stderr=args.json)
+    console = wide_console(stderr=args.json)
     if report is None:
         console.print(f"node {args.node}: its devices finished; the driver's host reports the measurements")
         return 0

@@ -7,6 +7,7 @@ from rich.table import Table
 
 from hetsplit.cli.common import add_command, progress
 from hetsplit.plan.io import load_plan
+from hetsplit.report.console import wide_console
 from hetsplit.units import format_quantity
 
 
@@ -29,7 +30,7 @@ def run(args) -> int:
         graph, path = resolve_model(args.model)
     with progress("splitting"):
         manifest = split_model(plan, graph, path, args.out)
-    print_manifest(manifest, Console())
+    print_manifest(manifest, wide_console())
     return 0
 
 

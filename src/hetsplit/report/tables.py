@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from hetsplit.plan.types import Plan
+from hetsplit.report.console import wide_console
 from hetsplit.units import format_quantity
 
 
@@ -64,12 +65,6 @@ def thin_front(front: list[Plan], keep: int) -> list[Plan]:
         return ordered
     picks = sorted({round(k * (len(ordered) - 1) / (keep - 1)) for k in range(keep)})
     return [ordered[k] for k in picks]
-
-
-def wide_console(stderr: bool = False) -> Console:
-    """A console that keeps table rows on one line when output goes to a file or a pipe."""
-    probe = Console(stderr=stderr)
-    return probe if probe.is_terminal else Console(stderr=stderr, width=160)
 
 
 def print_plans(plans: list[Plan], title: str = "", console: Console | None = None) -> None:

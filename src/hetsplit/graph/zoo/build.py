@@ -9,7 +9,6 @@ from __future__ import annotations
 import sys
 import time
 
-import onnx
 
 from hetsplit.graph.onnx_prepare import strip_weights
 from hetsplit.graph.zoo.export import SHIPPED_DIR, _save, _shipped_stamp, cache_dir, export_model
