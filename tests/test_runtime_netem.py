@@ -13,19 +13,21 @@ pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
 WHY = emulation_available()
 
 
-@pytest.fixture(scope="module")
-def wide(tmp_path_factory):
-    path = tmp_path_factory.mktemp("netem") / "wide.onnx"
-    graph = toy_model(path, channels=32, size=64)  # 512 KiB activations: 1 MiB across the first cut
+def two_stage_toy(folder, size: int):
+    """The toy model cut after its second layer: 2 x 32 x size^2 x 4 bytes cross the cut."""
+    path = folder / f"wide{size}.onnx"
+    graph = toy_model(path, channels=32, size=size)
     n = graph.names
     return Plan(graph.name, "emu", "hand", [Stage("edge", n[:2]), Stage("cloud", n[2:])]), graph, path
 
 
+# Transfers big enough that the link, not the per-message software cost of ~1-3 ms on a busy 2-core
+# machine, sets their time: 1 MiB at 3.5 MB/s (0.3 s), 4 MiB at 1 Gb/s (34 ms).
 @pytest.mark.skipif(WHY is not None, reason=f"link emulation unavailable: {WHY}")
-@pytest.mark.parametrize("bandwidth, latency_s, inputs", [(3.5e6, 0.002, 4), (125e6, 0.0005, 8)],
+@pytest.mark.parametrize("bandwidth, latency_s, inputs, size", [(3.5e6, 0.002, 4, 64), (125e6, 0.0005, 8, 128)],
                          ids=["3.5MB/s", "1Gb/s"])
-def test_emulated_link_follows_the_link_model(wide, tmp_path, bandwidth, latency_s, inputs):
-    plan, graph, path = wide
+def test_emulated_link_follows_the_link_model(tmp_path, bandwidth, latency_s, inputs, size):
+    plan, graph, path = two_stage_toy(tmp_path, size)
     links = LinkMatrix.uniform(3, bandwidth, latency_s)
     report = run_plan(plan, graph, path, RunOptions(inputs=inputs, timeout_s=30, links=links,
                                                     run_dir=tmp_path / "run"))
