@@ -62,3 +62,13 @@ def test_demo_compares_with_one_gpu(capsys):
 def test_bad_names_exit_2_with_the_valid_ones(argv, message, capsys):
     assert main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_plan_out_writes_an_html_report_and_report_rewrites_it(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["plan", "vgg8", "--cluster", CLUSTER, "--out", str(out)]) == 0
+    page = (out / "report.html").read_text()
+    assert page.startswith("<!doctype html>") and "data:image/png;base64," in page
+    assert page.count("<details>") == len(json.loads((out / "plans.json").read_text())["plans"])
+    assert main(["report", str(out / "plans.json"), "--out", str(tmp_path / "again.html")]) == 0
+    assert (tmp_path / "again.html").read_text().count("<tr class=") == page.count("<tr class=")

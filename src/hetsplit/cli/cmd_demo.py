@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 from hetsplit.cli.common import add_command, progress
-from hetsplit.plan import save_plans
 from hetsplit.report.console import wide_console
-from hetsplit.report.tables import describe_params, describe_stages, print_plans, thin_front
+from hetsplit.report.files import write_plan_outputs
+from hetsplit.report.tables import (
+    describe_params,
+    describe_stages,
+    print_plans,
+    thin_front,
+)
 from hetsplit.search import partitioner_names
 from hetsplit.search.pareto_exact import compare_to_front
-from hetsplit.workflow import PlanRequest, compare_to, find_plans, load_problem, output_dir
+from hetsplit.workflow import (
+    PlanRequest,
+    compare_to,
+    find_plans,
+    load_problem,
+    output_dir,
+)
 
 DEMO_MODEL = "resnet152"
 DEMO_CLUSTER = "donna-2cpu-1gpu-1cim-hb-wcc"
@@ -21,7 +32,7 @@ def register(sub) -> None:
                      "hetsplit demo --model vgg19 --cluster donna-2cpu-2gpu-hb-wcc"])
     p.add_argument("--model", default=DEMO_MODEL, help=f"zoo model (default {DEMO_MODEL})")
     p.add_argument("--cluster", default=DEMO_CLUSTER, help=f"built-in cluster (default {DEMO_CLUSTER})")
-    p.add_argument("--out", default=None, metavar="DIR", help="also write plans.json and pareto.png to DIR")
+    p.add_argument("--out", default=None, metavar="DIR", help="also write plans.json, pareto.png and report.html to DIR")
     p.set_defaults(func=run)
 
 
@@ -60,9 +71,6 @@ def run(args) -> int:
                       f"{c.energy_per_device_ratio:.3g}x energy per participating device")
     out = output_dir(args.out)
     if out is not None:
-        from hetsplit.report.plots import pareto_plot  # matplotlib only when a plot is asked for
-
-        save_plans(plans, out / "plans.json", model=problem.graph.name, cluster=problem.cluster.name)
-        pareto_plot(plans, out / "pareto.png", f"{problem.graph.name} on {problem.cluster.name}")
-        console.print(f"wrote {out / 'plans.json'} and {out / 'pareto.png'}")
+        written = write_plan_outputs(plans, out, problem.graph.name, problem.cluster.name)
+        console.print("wrote " + ", ".join(str(p) for p in written))
     return 0

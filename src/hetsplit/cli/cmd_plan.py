@@ -6,8 +6,8 @@ import json
 import sys
 
 from hetsplit.cli.common import add_command, progress
-from hetsplit.plan import save_plans
 from hetsplit.report.console import wide_console
+from hetsplit.report.files import write_plan_outputs
 from hetsplit.report.tables import print_plans
 from hetsplit.search import PipelineConstraints, partitioner_names
 from hetsplit.workflow import PlanRequest, find_plans, load_problem, output_dir
@@ -29,7 +29,7 @@ def register(sub) -> None:
     p.add_argument("--ignore-memory", action="store_true", help="do not drop stages that overflow memory")
     p.add_argument("--no-baselines", action="store_true", help="leave out the single-device plans")
     p.add_argument("--seed", type=int, default=0, help="seed for stochastic algorithms")
-    p.add_argument("--out", "-o", default=None, metavar="DIR", help="write DIR/plans.json and DIR/pareto.png")
+    p.add_argument("--out", "-o", default=None, metavar="DIR", help="write DIR/plans.json, DIR/pareto.png and DIR/report.html")
     p.add_argument("--json", action="store_true", help="print the plan set as JSON")
     p.set_defaults(func=run)
 
@@ -53,9 +53,6 @@ def run(args) -> int:
                            f"({problem.num_layers} layers, {problem.num_devices} devices)", console)
     out = output_dir(args.out)
     if out is not None:
-        from hetsplit.report.plots import pareto_plot  # matplotlib only when a plot is asked for
-
-        save_plans(plans, out / "plans.json", model=problem.graph.name, cluster=problem.cluster.name)
-        pareto_plot(plans, out / "pareto.png", f"{problem.graph.name} on {problem.cluster.name}")
-        console.print(f"wrote {out / 'plans.json'} and {out / 'pareto.png'}")
+        written = write_plan_outputs(plans, out, problem.graph.name, problem.cluster.name)
+        console.print("wrote " + ", ".join(str(p) for p in written))
     return 0
