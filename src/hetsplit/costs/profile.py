@@ -18,6 +18,7 @@ import numpy as np
 from hetsplit.costs.table import CostTable
 from hetsplit.errors import ProfileError
 from hetsplit.graph.types import INPUT, LAYER_KINDS, OTHER, Graph, Layer, Tensor
+from hetsplit.jsonfile import read_json
 
 FORMAT = "hetsplit.profile/1"
 INPUT_NAME = "input"
@@ -113,14 +114,7 @@ def profile_from_dict(data: dict, where: str = "<profile>") -> Profile:
 
 def load_profile(path: str | Path) -> Profile:
     """Read a ``hetsplit.profile/1`` JSON file."""
-    p = Path(path)
-    try:
-        data = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise ProfileError(f"{p}: no such profile file") from None
-    except json.JSONDecodeError as exc:
-        raise ProfileError(f"{p}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
-    return profile_from_dict(data, str(p))
+    return profile_from_dict(read_json(path, ProfileError, "no such profile file"), str(path))
 
 
 def profile_to_dict(profile: Profile) -> dict:

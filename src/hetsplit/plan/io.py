@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from hetsplit.errors import PlanError
+from hetsplit.jsonfile import read_json
 from hetsplit.plan.types import SET_FORMAT, Plan
 
 
@@ -28,12 +29,7 @@ def save_plan(plan: Plan, path: str | Path) -> Path:
 def load_plans(path: str | Path) -> list[Plan]:
     """Read a plan file or a plan-set file; always returns a list."""
     p = Path(path)
-    try:
-        doc = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise PlanError(f"{p}: no such plan file") from None
-    except json.JSONDecodeError as exc:
-        raise PlanError(f"{p}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    doc = read_json(p, PlanError, "no such plan file")
     if isinstance(doc, dict) and doc.get("format") == SET_FORMAT:
         return [Plan.from_dict(d, f"{p}: plans[{i}]") for i, d in enumerate(doc.get("plans", []))]
     if isinstance(doc, list):

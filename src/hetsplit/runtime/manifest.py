@@ -20,6 +20,7 @@ import numpy as np
 
 from hetsplit.errors import PlanError, RuntimeFailure
 from hetsplit.graph.types import INPUT, Graph, Tensor
+from hetsplit.jsonfile import read_json
 from hetsplit.plan.types import Plan
 
 FORMAT = "hetsplit.manifest/1"
@@ -162,12 +163,7 @@ def load_manifest(path: str | Path) -> Manifest:
     p = Path(path)
     if p.is_dir():
         p = p / "manifest.json"
-    try:
-        d = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise RuntimeFailure(f"{p}: no manifest; make one with `hetsplit split PLAN MODEL --out DIR`") from None
-    except json.JSONDecodeError as exc:
-        raise RuntimeFailure(f"{p}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    d = read_json(p, RuntimeFailure, "no manifest; make one with `hetsplit split PLAN MODEL --out DIR`")
     if d.get("format") != FORMAT:
         raise RuntimeFailure(f"{p}: 'format' is {d.get('format')!r}; expected {FORMAT!r}")
     try:
