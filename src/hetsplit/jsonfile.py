@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from hetsplit.errors import HetsplitError
 
 
@@ -18,3 +20,14 @@ def read_json(path: str | Path, error: type[HetsplitError], missing: str) -> Any
         raise error(f"{p}: {missing}") from None
     except json.JSONDecodeError as exc:
         raise error(f"{p}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+
+
+def json_safe(value: Any) -> Any:
+    """A JSON-friendly copy: tuples become lists, numpy scalars plain numbers, keys strings."""
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value

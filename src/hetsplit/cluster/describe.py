@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-import numpy as np
-
 from hetsplit.cluster.presets import Preset, load_preset
 from hetsplit.cluster.types import Cluster
+from hetsplit.jsonfile import json_safe
 
 _DEVICE_FIGURES = ("peak_macs", "mem_bandwidth", "power_active")
 
@@ -53,7 +52,7 @@ def cluster_to_dict(cluster: Cluster) -> dict[str, Any]:
             "source": cluster.source, "sink": cluster.sink, "groups": cluster.groups, "types": cluster.types,
             "devices": [{"name": d.name, "kind": d.kind, "type": d.type, "preset": d.preset, "model": d.model,
                          "memory_bytes": d.memory_bytes, "group": d.group, "host": d.host,
-                         "params": _plain(d.params)} for d in cluster.devices],
+                         "params": json_safe(d.params)} for d in cluster.devices],
             "links": list(links.values())}
 
 
@@ -74,16 +73,5 @@ def preset_to_dict(preset: Preset) -> dict[str, Any]:
                                                            **{f"params.{k}": v for k, v in preset.params.items()}}
     return {**preset_key_figures(preset), "path": str(preset.path), "references": list(preset.references),
             "notes": preset.notes,
-            "figures": [{"key": k, "written": preset.written[k], "si": _plain(values[k]), "source": s}
+            "figures": [{"key": k, "written": preset.written[k], "si": json_safe(values[k]), "source": s}
                         for k, s in preset.sources.items()]}
-
-
-def _plain(value: Any) -> Any:
-    """JSON-friendly copy (inf stays a float; numpy scalars become Python numbers)."""
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, np.generic):
-        return value.item()
-    return value

@@ -18,7 +18,7 @@ import numpy as np
 from hetsplit.costs.table import CostTable
 from hetsplit.errors import ProfileError
 from hetsplit.graph.types import INPUT, LAYER_KINDS, OTHER, Graph, Layer, Tensor
-from hetsplit.jsonfile import read_json
+from hetsplit.jsonfile import json_safe, read_json
 
 FORMAT = "hetsplit.profile/1"
 INPUT_NAME = "input"
@@ -128,7 +128,7 @@ def profile_to_dict(profile: Profile) -> dict:
                                  "param_bytes": layer.param_bytes, "mem_bytes": float(c.mem_bytes[i].max()),
                                  "inputs": [INPUT_NAME if p == INPUT else g.layers[p].name for p in preds[i]]}
         if layer.attrs:
-            entry["attrs"] = _json_safe(layer.attrs)
+            entry["attrs"] = json_safe(layer.attrs)
         layers.append(entry)
 
     def col(values: np.ndarray) -> list:
@@ -141,17 +141,6 @@ def profile_to_dict(profile: Profile) -> dict:
     doc = {"format": FORMAT, "model": g.name, "input_bytes": g.input_bytes, "layers": layers, "device_types": types}
     doc.update({k: v for k, v in profile.meta.items() if k not in doc})
     return doc
-
-
-def _json_safe(value: Any) -> Any:
-    """Layer attributes as JSON values (tuples become lists, numpy scalars plain numbers)."""
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
 
 
 def save_profile(profile: Profile, path: str | Path) -> Path:
