@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import numpy as np
 import onnx
@@ -192,3 +193,83 @@ def test_cli_profiles_an_onnx_file_whose_nodes_have_no_names(tmp_path):
     # canonical names are found in onnxruntime's; only its own layout nodes go by execution order
     assert all(n.startswith("Reorder") for n in doc["nodes_attributed_by_order"])
     assert all(t > 0 for t in doc["device_types"]["local-cpu"]["time_s"])
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        state = open(f"/proc/{pid}/stat").read().split(") ")[-1][:1]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="co-load needs 2 usable cores")
+def test_co_load_helpers_run_pinned_and_are_reaped_even_on_interrupt(tmp_path):
+    from hetsplit.costs.profiler.coload import CoLoad
+
+    path = tmp_path / "tiny.onnx"
+    tiny_onnx(path)
+    before = os.sched_getaffinity(0)
+    with pytest.raises(KeyboardInterrupt):
+        with CoLoad(path, 1) as load:
+            (pid,) = load.pids
+            assert _alive(pid) and os.sched_getaffinity(pid) == set(load.helper_cpus[0])
+            assert os.sched_getaffinity(0) == set(load.own_cpus) and not set(load.own_cpus) & set(load.helper_cpus[0])
+            raise KeyboardInterrupt
+    assert not _alive(pid) and load.procs[0].returncode is not None
+    assert os.sched_getaffinity(0) == before
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="co-load needs 2 usable cores")
+def test_profile_with_co_load_records_it_and_leaves_nothing_behind(tmp_path, monkeypatch):
+    from hetsplit.costs.profiler import coload
+    from hetsplit.graph.onnx_import import load_onnx
+
+    path = tmp_path / "tiny.onnx"
+    tiny_onnx(path)
+    seen: list[coload.CoLoad] = []
+    enter = coload.CoLoad.__enter__
+    monkeypatch.setattr(coload.CoLoad, "__enter__", lambda self: seen.append(self) or enter(self))
+    prof = profile_cpu(load_onnx(path), path, threads=1, warmup=1, repeats=2, co_load=1)
+    assert prof.meta["co_load"] == 1 and len(prof.meta["co_load_cpus"]) == 1
+    assert "1 other core(s)" in prof.meta["source"]
+    (load,) = seen
+    assert len(load.pids) == 1 and not any(_alive(p) for p in load.pids)
+    assert profile_from_dict(json.loads(json.dumps(profile_to_dict(prof)))).meta["co_load"] == 1
+
+
+def test_co_load_refuses_more_helpers_than_cores_and_a_helper_that_cannot_start(tmp_path):
+    from hetsplit.costs.profiler.coload import CoLoad, cpu_sets
+
+    assert cpu_sets(1, 2, [0, 1, 2, 3]) == [[0, 1], [2, 3]]
+    with pytest.raises(ProfileError, match="needs 3 cores"):
+        cpu_sets(2, 1, [0, 1])
+    if len(os.sched_getaffinity(0)) >= 2:
+        bad = tmp_path / "bad.onnx"
+        bad.write_text("not a model")
+        before = os.sched_getaffinity(0)
+        with pytest.raises(ProfileError, match="exited with code"):
+            CoLoad(bad, 1).__enter__()
+        assert os.sched_getaffinity(0) == before
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="co-load needs 2 usable cores")
+def test_co_load_helper_ends_when_its_parent_is_killed(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    path = tmp_path / "tiny.onnx"
+    tiny_onnx(path)
+    code = ("import sys, time\nfrom hetsplit.costs.profiler.coload import CoLoad\n"
+            f"with CoLoad({str(path)!r}, 1) as c:\n    print(c.pids[0], flush=True)\n    time.sleep(60)\n")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    pid = int(parent.stdout.readline())
+    assert _alive(pid)
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pid)

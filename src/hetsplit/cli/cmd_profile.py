@@ -17,6 +17,8 @@ def register(sub) -> None:
                     ["hetsplit profile resnet18 --device local-cpu --repeats 20 --out resnet18.cpu.json",
                      "hetsplit profile resnet50 --threads 1 --statistic min --clock cpu --out resnet50.json"
                      "   # a busy machine",
+                     "hetsplit profile resnet50 --threads 1 --co-load 1 --out resnet50.json"
+                     "   # for a 2-stage pipeline on the 'local' cluster",
                      "hetsplit profile vgg8 --device neurosim-rram",
                      "hetsplit profile tinyllama-42m --device siracusa --param weight_fraction=0.125",
                      "hetsplit profile resnet8 --device imce-imc --out resnet8.imc.json"])
@@ -32,6 +34,10 @@ def register(sub) -> None:
                    help="time the whole model by the wall clock (default) or, with --threads 1, by the thread's CPU "
                         "time (leaves out time other processes held the core)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads for onnxruntime (default: all cores here)")
+    p.add_argument("--co-load", type=int, default=0, metavar="K",
+                   help="keep K other cores busy running the same model (pinned helper processes) while measuring "
+                        "on a pinned core: the load each stage meets when K + 1 stages of a pipeline compute at once "
+                        "here (default 0: the rest of the machine idle)")
     p.add_argument("--power", default=None, metavar="WATTS",
                    help="power to estimate energy from when no energy meter can read (e.g. 35W)")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
@@ -60,7 +66,7 @@ def run(args) -> int:
     with progress(f"profiling {args.model} on {args.device}"):
         prof = profile_model(args.model, args.device, repeats=args.repeats, warmup=args.warmup,
                              threads=args.threads, power_w=power, params=_params(args.param),
-                             statistic=args.statistic, clock=args.clock)
+                             statistic=args.statistic, clock=args.clock, co_load=args.co_load)
     show(prof, args.layers)
     if args.out:
         path = save_profile(prof, args.out)
@@ -96,6 +102,10 @@ def show(prof, max_layers: int) -> None:
                       f"median {format_quantity(whole['median_s'], 's')}, min {format_quantity(whole['min_s'], 's')}, "
                       f"p90 {format_quantity(whole['p90_s'], 's')}, {whole['n']} runs); "
                       f"sum of layers vs whole model: {meta['gap'] * 100:+.1f}%")
+        if meta.get("co_load"):
+            helpers = ", ".join(",".join(map(str, cpus)) for cpus in meta["co_load_cpus"])
+            console.print(f"co-load: {meta['co_load']} helper(s) on CPUs {helpers} ran the model meanwhile; "
+                          f"measured on CPUs {','.join(map(str, meta['measured_on_cpus']))}")
         energy = meta.get("energy", {})
         console.print(f"energy: {energy.get('status')} ({energy.get('meter')})")
         mem = meta.get("memory", {})

@@ -5,6 +5,8 @@ thread count), once with the profiler on to get per-node kernel times over ``rep
 ``warmup``, and once with it off to get the whole-model time. Per-node times are summed per layer
 (``NodeAttributor``); the layer time is the median over runs, with p10/p90 kept. Energy comes from
 the meter (RAPL) when it can read, else it is estimated as ``power_w`` x time and marked so.
+With ``co_load`` K > 0, K other cores run the same model throughout (``coload.CoLoad``), so each
+layer is timed under the load it meets when K + 1 pipeline stages compute at once on this machine.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import numpy as np
 from hetsplit.costs.meters import EnergyMeter, describe
 from hetsplit.costs.profile import Profile
 from hetsplit.costs.profiler.attribution import NodeAttributor
+from hetsplit.costs.profiler.coload import CoLoad
 from hetsplit.costs.profiler.memory import live_bytes_per_layer, peak_rss_bytes, reset_peak_rss, rss_bytes
 from hetsplit.costs.profiler.ort_timing import NodeRuns, measure, reduce, summary
 from hetsplit.costs.table import CostTable
@@ -47,7 +50,8 @@ def layer_times(graph: Graph, runs: NodeRuns) -> tuple[np.ndarray, dict[str, Any
 
 def profile_cpu(graph: Graph, onnx_path: str | Path, *, device_type: str = "local-cpu", threads: int = 1,
                 warmup: int = 5, repeats: int = 20, meter: EnergyMeter | None = None,
-                power_w: float | None = None, statistic: str = "median", clock: str = "wall") -> Profile:
+                power_w: float | None = None, statistic: str = "median", clock: str = "wall",
+                co_load: int = 0) -> Profile:
     """A measured ``hetsplit.profile/1`` Profile of ``graph`` (from ``onnx_path``) on this CPU.
 
     ``statistic`` (median, p10 or min over the runs) gives both the layer times and the whole-model
@@ -57,6 +61,8 @@ def profile_cpu(graph: Graph, onnx_path: str | Path, *, device_type: str = "loca
     the median or p10 it also scales each profiled run's layer times by that run's CPU time / wall
     time (preemption assumed spread over the run). The minimum is not scaled: a layer's fastest run
     is already one the core was not taken away in, and scaling it by a run-wide share biases it low.
+    ``co_load`` K > 0 pins this process to ``threads`` cores and keeps K helpers, each on ``threads``
+    cores of its own, running the same model from before warm-up until the measurement ends.
     """
     import onnxruntime as ort
 
@@ -67,7 +73,9 @@ def profile_cpu(graph: Graph, onnx_path: str | Path, *, device_type: str = "loca
 
     rss0 = rss_bytes()
     peak_reset = reset_peak_rss()
-    runs, wall, cpu, joules = measure(onnx_path, threads, warmup, repeats, ["CPUExecutionProvider"], meter)
+    coload = CoLoad(onnx_path, co_load, threads)
+    with coload:
+        runs, wall, cpu, joules = measure(onnx_path, threads, warmup, repeats, ["CPUExecutionProvider"], meter)
     whole = cpu if clock == "cpu" else wall
     peak = peak_rss_bytes()
     per_run, attribution = layer_times(graph, runs)
@@ -82,6 +90,8 @@ def profile_cpu(graph: Graph, onnx_path: str | Path, *, device_type: str = "loca
         per_inference = joules / repeats
         energy = per_inference * layer / layer_sum if layer_sum > 0 else np.zeros_like(layer)
         energy_meta = {"status": "measured", "meter": describe(meter), "per_inference_j": per_inference}
+        if co_load:
+            energy_meta["note"] = f"a package meter's reading includes the {co_load} co-load process(es)"
     else:
         watts = float(power_w) if power_w is not None else 0.0
         energy = layer * watts
@@ -91,13 +101,15 @@ def profile_cpu(graph: Graph, onnx_path: str | Path, *, device_type: str = "loca
                        "note": "energy_j = estimated_power_w x layer time" if power_w is not None
                        else "no meter and no power figure: energy_j is 0"}
     source = (f"measured: onnxruntime {ort.__version__} {runs.providers[0]}, {threads} thread(s), "
-              f"{statistic} of {repeats} runs after {warmup} warm-up, whole model by {clock} clock")
+              f"{statistic} of {repeats} runs after {warmup} warm-up, whole model by {clock} clock"
+              + (f", {co_load} other core(s) running the model meanwhile" if co_load else ""))
     table = CostTable(graph.names, [device_type], layer[:, None], energy[:, None],
                       live_bytes_per_layer(graph)[:, None], {device_type: source})
     pct = np.percentile(per_run, [10, 50, 90], axis=0)
     meta = {
         "source": source, "device": device_type, "threads": threads, "warmup": warmup, "repeats": repeats,
         "statistic": statistic, "onnx": str(onnx_path),
+        **(coload.describe() if co_load else {"co_load": 0}),
         "whole_model": {**whole_stats, "time_s": whole_s, "statistic": statistic, "clock": clock,
                         "wall": summary(wall), "cpu": summary(cpu),
                         "profiled_run_median_s": float(np.median(runs.run_s))},

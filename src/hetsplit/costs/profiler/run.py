@@ -37,14 +37,18 @@ def load_for_profiling(spec: str) -> tuple[Graph, Path | None, str | None]:
 def profile_model(spec: str, device: str = LOCAL_CPU, *, repeats: int = 20, warmup: int = 5,
                   threads: int | None = None, power_w: float | None = None,
                   params: dict[str, Any] | None = None, statistic: str = "median",
-                  clock: str = "wall") -> Profile:
+                  clock: str = "wall", co_load: int = 0) -> Profile:
     """Measure ``spec`` on this machine (local-cpu / local-gpu) or write a preset's modelled profile.
 
     ``params`` override a modelled device's parameters (e.g. ``{"weight_fraction": 0.125}``).
+    ``co_load`` (local-cpu only): other cores kept busy with the same model while measuring.
     """
     graph, onnx_file, zoo_name = load_for_profiling(spec)
     if repeats < 1 or warmup < 0:
         raise ProfileError(f"--repeats must be >= 1 and --warmup >= 0, got {repeats} and {warmup}")
+    if co_load and device != LOCAL_CPU:
+        raise ProfileError(f"--co-load measures under load on this machine's CPU: it needs --device {LOCAL_CPU}, "
+                           f"not {device}")
     if device == LOCAL_CPU:
         dev = resolve_device(device, threads)
         n = threads or default_threads()
@@ -62,7 +66,8 @@ def profile_model(spec: str, device: str = LOCAL_CPU, *, repeats: int = 20, warm
                 run_file = Path(tmp) / onnx_file.name
                 onnx.save(prepare_model(onnx_file), run_file)
             prof = profile_cpu(graph, run_file, device_type=LOCAL_CPU, threads=n, warmup=warmup, repeats=repeats,
-                               meter=meter_for("cpu"), power_w=watts, statistic=statistic, clock=clock)
+                               meter=meter_for("cpu"), power_w=watts, statistic=statistic, clock=clock,
+                               co_load=co_load)
         if onnx_file is not None:
             prof.meta["onnx"] = str(onnx_file)
         if power_w is None:
