@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -14,7 +15,12 @@ from onnx import TensorProto, helper, numpy_helper
 from hetsplit.cli.main import main
 from hetsplit.costs.meters import RaplMeter
 from hetsplit.costs.profile import load_profile, profile_from_dict, profile_to_dict
-from hetsplit.costs.profiler import layer_times, modelled_profile, profile_cpu, resolve_device
+from hetsplit.costs.profiler import (
+    layer_times,
+    modelled_profile,
+    profile_cpu,
+    resolve_device,
+)
 from hetsplit.costs.profiler.attribution import NodeAttributor
 from hetsplit.costs.profiler.ort_timing import NodeRuns, parse_trace
 from hetsplit.costs.profiler.torch_cuda import module_path
@@ -198,7 +204,7 @@ def test_cli_profiles_an_onnx_file_whose_nodes_have_no_names(tmp_path):
 def _alive(pid: int) -> bool:
     """True while ``pid`` exists and is not a zombie."""
     try:
-        state = open(f"/proc/{pid}/stat").read().split(") ")[-1][:1]
+        state = Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][:1]
     except OSError:
         return False
     return state != "Z"
@@ -211,12 +217,11 @@ def test_co_load_helpers_run_pinned_and_are_reaped_even_on_interrupt(tmp_path):
     path = tmp_path / "tiny.onnx"
     tiny_onnx(path)
     before = os.sched_getaffinity(0)
-    with pytest.raises(KeyboardInterrupt):
-        with CoLoad(path, 1) as load:
-            (pid,) = load.pids
-            assert _alive(pid) and os.sched_getaffinity(pid) == set(load.helper_cpus[0])
-            assert os.sched_getaffinity(0) == set(load.own_cpus) and not set(load.own_cpus) & set(load.helper_cpus[0])
-            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt), CoLoad(path, 1) as load:
+        (pid,) = load.pids
+        assert _alive(pid) and os.sched_getaffinity(pid) == set(load.helper_cpus[0])
+        assert os.sched_getaffinity(0) == set(load.own_cpus) and not set(load.own_cpus) & set(load.helper_cpus[0])
+        raise KeyboardInterrupt
     assert not _alive(pid) and load.procs[0].returncode is not None
     assert os.sched_getaffinity(0) == before
 

@@ -15,10 +15,10 @@ from hetsplit.units import format_quantity
 def register(sub) -> None:
     p = add_command(sub, "profile", "measure a model's per-layer latency, memory and energy, or a device model's estimate",
                     ["hetsplit profile resnet18 --device local-cpu --repeats 20 --out resnet18.cpu.json",
-                     "hetsplit profile resnet50 --threads 1 --statistic min --clock cpu --out resnet50.json"
-                     "   # a busy machine",
-                     "hetsplit profile resnet50 --threads 1 --co-load 1 --out resnet50.json"
-                     "   # for a 2-stage pipeline on the 'local' cluster",
+                     ("hetsplit profile resnet50 --threads 1 --statistic min --clock cpu --out resnet50.json"
+                      "   # a busy machine"),
+                     ("hetsplit profile resnet50 --threads 1 --co-load 1 --out resnet50.json"
+                      "   # for 2 pipeline stages computing at once here"),
                      "hetsplit profile vgg8 --device neurosim-rram",
                      "hetsplit profile tinyllama-42m --device siracusa --param weight_fraction=0.125",
                      "hetsplit profile resnet8 --device imce-imc --out resnet8.imc.json"])

@@ -20,6 +20,7 @@ import threading
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 
 from hetsplit.errors import ProfileError
 
@@ -66,7 +67,7 @@ class CoLoad:
                 "co_load_note": f"{self.k} other process(es), each pinned to its own core(s), ran the same model "
                                 "in a loop during warm-up and measurement"}
 
-    def __enter__(self) -> "CoLoad":
+    def __enter__(self) -> Self:
         if self.k == 0:
             return self
         self._saved = usable_cpus()

@@ -20,7 +20,12 @@ from hetsplit.costs.meters import EnergyMeter, describe
 from hetsplit.costs.profile import Profile
 from hetsplit.costs.profiler.attribution import NodeAttributor
 from hetsplit.costs.profiler.coload import CoLoad
-from hetsplit.costs.profiler.memory import live_bytes_per_layer, peak_rss_bytes, reset_peak_rss, rss_bytes
+from hetsplit.costs.profiler.memory import (
+    live_bytes_per_layer,
+    peak_rss_bytes,
+    reset_peak_rss,
+    rss_bytes,
+)
 from hetsplit.costs.profiler.ort_timing import NodeRuns, measure, reduce, summary
 from hetsplit.costs.table import CostTable
 from hetsplit.errors import ProfileError
