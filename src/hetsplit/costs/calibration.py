@@ -3,6 +3,7 @@
 ``fit`` solves a non-negative least-squares problem over the layers of the training profiles:
 
   t_layer ~= per_mac_s[c] x MACs + per_byte_s[c] x bytes moved + fixed_s[c]      (c = layer class)
+             + sum_k term_s[k] x term_k                   (shared terms: streamed bytes, exp-like elements, softmax rows)
 
 Rows are weighted by 1 / max(t, floor) so the fit minimises *relative* error (a 20 us layer matters
 as much as a 20 ms one); optionally (``whole_weight`` > 0) each training model adds one row for its
@@ -24,7 +25,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import nnls
 
-from hetsplit.costs.models.calibrated import CLASS_RULES, layer_classes, layer_features, predict
+from hetsplit.costs.models.calibrated import CLASS_RULES, TERMS, layer_classes, layer_features, predict, term_features
 from hetsplit.costs.profile import Profile, load_profile
 from hetsplit.errors import ProfileError
 from hetsplit.graph.types import Graph
@@ -103,9 +104,10 @@ class Fit:
     power_w: float | None
     power_source: str
     trained_on: list[str] = field(default_factory=list)
+    terms: dict[str, float] = field(default_factory=dict)   # shared term -> seconds per unit
 
     def predict(self, graph: Graph) -> np.ndarray:
-        return predict(graph, self.coefficients)
+        return predict(graph, self.coefficients, self.terms)
 
 
 def _solve(rows: np.ndarray, target: np.ndarray, weight: np.ndarray) -> np.ndarray:
@@ -115,18 +117,23 @@ def _solve(rows: np.ndarray, target: np.ndarray, weight: np.ndarray) -> np.ndarr
 
 
 def fit(models: list[Measured], floor_s: float = 5e-6, whole_weight: float = 0.0) -> Fit:
-    """Per-class coefficients from the training models (plus a pooled ``default`` class)."""
+    """Per-class coefficients and shared term coefficients from the training models.
+
+    A pooled ``default`` class (for classes the fit never saw) is fitted with the shared terms held.
+    """
     if not models:
         raise ProfileError("calibration needs at least one measured profile")
     classes = sorted({c for m in models for c in layer_classes(m.graph)})
     index = {c: k for k, c in enumerate(classes)}
+    nc, nt = 3 * len(classes), len(TERMS)
     blocks, targets, weights, pooled = [], [], [], []
     for m in models:
-        feats = layer_features(m.graph)
+        feats, terms = layer_features(m.graph), term_features(m.graph)
         cls = layer_classes(m.graph)
-        rows = np.zeros((len(cls), 3 * len(classes)))
+        rows = np.zeros((len(cls), nc + nt))
         for i, c in enumerate(cls):
             rows[i, 3 * index[c]: 3 * index[c] + 3] = feats[i]
+        rows[:, nc:] = terms
         t = m.target_s
         blocks.append(rows)
         targets.append(t)
@@ -135,16 +142,18 @@ def fit(models: list[Measured], floor_s: float = 5e-6, whole_weight: float = 0.0
             blocks.append(rows.sum(axis=0, keepdims=True))
             targets.append([t.sum()])
             weights.append([whole_weight * np.sqrt(len(cls)) / max(t.sum(), floor_s)])
-        pooled.append((feats, t))
+        pooled.append((feats, terms, t))
     sol = _solve(np.vstack(blocks), np.concatenate(targets), np.concatenate(weights))
     coefficients = {c: [float(v) for v in sol[3 * k: 3 * k + 3]] for c, k in index.items()}
-    feats = np.vstack([f for f, _ in pooled])
-    t = np.concatenate([t for _, t in pooled])
-    coefficients[DEFAULT] = [float(v) for v in _solve(feats, t, 1.0 / np.maximum(t, floor_s))]
+    term_s = {k: float(v) for k, v in zip(TERMS, sol[nc:])}
+    feats = np.vstack([f for f, _, _ in pooled])
+    rest = np.concatenate([t - tf @ sol[nc:] for _, tf, t in pooled])
+    t = np.concatenate([t for _, _, t in pooled])
+    coefficients[DEFAULT] = [float(v) for v in _solve(feats, np.maximum(rest, 0.0), 1.0 / np.maximum(t, floor_s))]
     counts = {c: sum(layer_classes(m.graph).count(c) for m in models) for c in classes}
     powers = [(m.power_w, m.power_source) for m in models if m.power_w]
     power, psource = (float(np.median([p for p, _ in powers])), powers[0][1]) if powers else (None, "")
-    return Fit(coefficients, counts, power, psource, [m.path or m.name for m in models])
+    return Fit(coefficients, counts, power, psource, [m.path or m.name for m in models], term_s)
 
 
 @dataclass
@@ -192,6 +201,9 @@ def preset_document(fitted: Fit, name: str, kind: str, memory_bytes: float, devi
             "coefficients": {"value": fitted.coefficients,
                              "source": f"hetsplit calibrate: NNLS fit of [per_mac_s, per_byte_s, fixed_s] per layer "
                                        f"class ({CLASS_RULES}) to {trained}"},
+            "terms": {"value": fitted.terms,
+                      "source": f"hetsplit calibrate: NNLS fit of seconds per unit of the shared terms "
+                                f"{list(TERMS)} (same fit)"},
             "power_active": {"value": float(power) if power else 0.0,
                              "source": fitted.power_source or "no energy measured or estimated: 0 W"},
         },

@@ -1,19 +1,28 @@
 """A device model fitted to measured profiles (``hetsplit calibrate`` writes its preset).
 
-Each layer falls into a class (``layer_class``): the op kind, with convolutions split by shape
+Each layer falls into a class (``layer_classes``): the op kind, with convolutions split by shape
 (1x1, the thin-input stem, KxK, grouped, depthwise) and additions that onnxruntime fuses into the
-convolution before them ("eltwise_fused": an ONNX Add/Sum layer whose conv input feeds nothing else). Per class:
+convolution before them ("eltwise_fused": an ONNX Add/Sum layer whose input is a bare Conv that feeds
+nothing else). Per class:
 
   time = per_mac_s x MACs + per_byte_s x (input + output + parameter bytes) + fixed_s
-  energy = power_active x time
 
-Parameters: ``coefficients: {class: [per_mac_s, per_byte_s, fixed_s]}`` (a ``default`` entry for
-classes the fit never saw), ``power_active`` (W), ``overhead_s`` (a per-layer framework overhead,
-added to every layer).
+plus shared terms (``TERMS``) for the work a CPU runtime does outside its main kernel, the same
+whatever the class, so one model family teaches another:
+
+  stream_bytes             bytes read and written by the unfused element-wise / data-moving ONNX
+                           ops of a layer (SiLU's Sigmoid and Mul after a conv, Concat, Split,
+                           Resize, Transpose, a standalone BatchNorm...): one pass each
+  transcendental_elements  elements through exp-like ops (Sigmoid, Softmax, Tanh, Erf, Sqrt, Pow)
+  softmax_rows             softmax rows (elements / the length of the reduced axis): per-row set-up
+
+energy = power_active x time. Parameters: ``coefficients: {class: [per_mac_s, per_byte_s, fixed_s]}``
+(a ``default`` entry for classes the fit never saw; an unseen convolution shape uses ``conv``),
+``terms: {term: seconds per unit}`` (optional, 0 when absent), ``power_active`` (W), ``overhead_s``
+(a per-layer framework overhead, added to every layer).
 """
 
 from __future__ import annotations
-
 
 import numpy as np
 
@@ -21,9 +30,14 @@ from hetsplit.cluster.types import Device
 from hetsplit.costs.models.base import LayerCosts, default_mem_bytes, register_model
 from hetsplit.costs.models.layer_attrs import pair
 from hetsplit.errors import ClusterError
-from hetsplit.graph.types import CONV, ELTWISE, Graph
+from hetsplit.graph.types import CONV, ELTWISE, MAC_KINDS, SOFTMAX, Graph, Layer
 
-CLASS_RULES = "hetsplit-classes/1"
+CLASS_RULES = "hetsplit-classes/2"
+TERMS = ("stream_bytes", "transcendental_elements", "softmax_rows")
+CONV_CLASSES = ("conv1x1", "conv_stem", "conv_grouped", "dwconv")   # fall back to "conv" when unseen
+SHAPE_ONLY = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Shape", "Constant", "Dropout"})
+FUSED_INTO_KERNEL = frozenset({"Relu", "Clip"})   # onnxruntime fuses these into Conv / Gemm (FusedConv, FusedGemm)
+TRANSCENDENTAL = frozenset({"Sigmoid", "Softmax", "Tanh", "Erf", "Exp", "Log", "Sqrt", "Pow", "HardSwish"})
 
 
 def layer_classes(graph: Graph) -> list[str]:
@@ -38,10 +52,9 @@ def layer_classes(graph: Graph) -> list[str]:
         if op == CONV:
             groups, c_in = int(a.get("groups", 1) or 1), int(a.get("c_in", 0) or 0)
             kh, kw = pair(a.get("kernel"))
-            area = kh * kw
             if groups > 1 and groups == c_in:
                 op = "dwconv"
-            elif area == 1:
+            elif kh * kw == 1:
                 op = "conv1x1"
             elif c_in and c_in <= 4:
                 op = "conv_stem"
@@ -52,29 +65,98 @@ def layer_classes(graph: Graph) -> list[str]:
         elif op == ELTWISE:
             preds = [p for p in graph.predecessors[i] if p >= 0]
             is_add = bool(layer.onnx_ops) and layer.onnx_ops[0] in ("Add", "Sum")
-            fused = is_add and any(graph.layers[p].op == CONV and consumers.get(p, set()) == {i} for p in preds)
+            fused = is_add and any(_bare_conv(graph.layers[p]) and consumers.get(p, set()) == {i} for p in preds)
             op = "eltwise_fused" if fused else ELTWISE
         out.append(op)
     return out
 
 
+def _bare_conv(layer: Layer) -> bool:
+    """A convolution whose output leaves its kernel untouched (no activation after it): Conv+Add can fuse."""
+    return layer.op == CONV and (not layer.onnx_ops or layer.onnx_ops[-1] == "Conv")
+
+
 def layer_features(graph: Graph) -> np.ndarray:
-    """L x 3: MACs, bytes moved (in + out + parameters), 1."""
+    """L x 3: MACs, bytes moved (in + out + parameters), 1; layers without MACs keep only the 1.
+
+    A layer without MACs is memory-bound: its bytes count in the shared ``stream_bytes`` term, so a
+    concat learns from every model's concats whatever layer class wraps it.
+    """
     moved = graph.in_bytes + graph.out_bytes + graph.param_bytes
-    return np.stack([graph.macs, moved, np.ones(graph.num_layers)], axis=1)
+    has_macs = np.array([layer.op in MAC_KINDS for layer in graph.layers], dtype=bool)
+    return np.stack([graph.macs * has_macs, moved * has_macs, np.ones(graph.num_layers)], axis=1)
 
 
-def predict(graph: Graph, coefficients: dict[str, list[float]], overhead_s: float = 0.0) -> np.ndarray:
-    """Per-layer seconds from fitted coefficients (``default`` for classes without their own)."""
-    feats = layer_features(graph)
+def main_out_bytes(layer: Layer) -> float:
+    """Bytes of a MAC layer's kernel output: MACs / the reduction length x element size."""
+    a = layer.attrs
+    elem = float(a.get("elem_bytes", 4) or 4)
+    if layer.op == CONV or layer.op == "dwconv":
+        kh, kw = pair(a.get("kernel"))
+        c_in, groups = int(a.get("c_in", 0) or 0), int(a.get("groups", 1) or 1)
+        reduction = max(c_in // max(groups, 1), 1) * kh * kw
+    else:
+        reduction = int(a.get("k", 0) or 0)
+    return layer.macs / reduction * elem if reduction > 0 else float(layer.out_bytes)
+
+
+def softmax_row_length(graph: Graph, i: int) -> int:
+    """Length of the axis a softmax layer reduces: ``attrs['axis']`` of its output shape, else the last."""
+    shapes = [t.shape for t in graph.tensors if t.producer == i and t.shape]
+    if not shapes:
+        return 0
+    shape = shapes[0]
+    axis = int(graph.layers[i].attrs.get("axis", -1))
+    return int(shape[axis]) if -len(shape) <= axis < len(shape) else int(shape[-1])
+
+
+def term_features(graph: Graph) -> np.ndarray:
+    """L x len(TERMS): stream bytes, transcendental elements, softmax rows (see the module docstring)."""
+    feats = np.zeros((graph.num_layers, len(TERMS)))
+    for i, (layer, cls) in enumerate(zip(graph.layers, layer_classes(graph))):
+        if cls == "eltwise_fused":      # done inside the convolution's kernel
+            continue
+        elem = float(layer.attrs.get("elem_bytes", 4) or 4)
+        ops = [o for o in layer.onnx_ops if o not in SHAPE_ONLY]
+        if layer.op in MAC_KINDS or layer.op == "dwconv":
+            size = main_out_bytes(layer)
+            passes = [o for o in ops[1:] if o not in FUSED_INTO_KERNEL]
+            streamed = 2.0 * size * len(passes)
+        else:
+            size = float(layer.out_bytes)
+            passes = ops
+            streamed = (float(layer.in_bytes) + size + 2.0 * size * (len(passes) - 1)) if passes else 0.0
+        feats[i, 0] = streamed
+        feats[i, 1] = size / elem * sum(o in TRANSCENDENTAL for o in passes)
+        if layer.op == SOFTMAX:
+            row = softmax_row_length(graph, i)
+            feats[i, 2] = size / elem / row if row > 0 else 0.0
+    return feats
+
+
+def class_coefficients(classes: list[str], coefficients: dict[str, list[float]]) -> np.ndarray:
+    """L x 3 per-layer coefficients: the class's, ``conv``'s for an unseen conv shape, else ``default``."""
     default = coefficients.get("default", [0.0, 0.0, 0.0])
-    rows = np.array([coefficients.get(c, default) for c in layer_classes(graph)], dtype=np.float64)
-    return (feats * rows).sum(axis=1) + overhead_s
+    rows = []
+    for c in classes:
+        if c not in coefficients and c in CONV_CLASSES:
+            c = "conv"
+        rows.append(coefficients.get(c, default))
+    return np.array(rows, dtype=np.float64).reshape(len(classes), 3)
+
+
+def predict(graph: Graph, coefficients: dict[str, list[float]], terms: dict[str, float] | None = None,
+            overhead_s: float = 0.0) -> np.ndarray:
+    """Per-layer seconds from fitted per-class coefficients and shared term coefficients."""
+    t = (layer_features(graph) * class_coefficients(layer_classes(graph), coefficients)).sum(axis=1)
+    if terms:
+        t = t + term_features(graph) @ np.array([float(terms.get(k, 0.0)) for k in TERMS])
+    return t + overhead_s
 
 
 @register_model("calibrated")
 class CalibratedModel:
-    """Per-class linear time model fitted by ``hetsplit calibrate``."""
+    """Per-class linear time model plus shared runtime terms, fitted by ``hetsplit calibrate``."""
 
     def __init__(self, device: Device) -> None:
         self.device = device
@@ -90,12 +172,17 @@ class CalibratedModel:
                 raise ClusterError(f"device {device.name!r}: coefficients.{cls} must be three numbers >= 0 "
                                    f"[per_mac_s, per_byte_s, fixed_s], got {values!r}")
             self.coefficients[str(cls)] = [float(v) for v in vals]
+        terms = p.get("terms", {}) or {}
+        if not isinstance(terms, dict) or any(k not in TERMS or float(v) < 0 for k, v in terms.items()):
+            raise ClusterError(f"device {device.name!r}: terms must map some of {list(TERMS)} to seconds >= 0, "
+                               f"got {terms!r}")
+        self.terms = {str(k): float(v) for k, v in terms.items()}
         if "power_active" not in p:
             raise ClusterError(f"device {device.name!r}: the calibrated model needs power_active (W)")
         self.power = float(p["power_active"])
         self.overhead = float(p.get("overhead_s", 0.0))
 
     def layer_costs(self, graph: Graph) -> LayerCosts:
-        t = predict(graph, self.coefficients, self.overhead)
+        t = predict(graph, self.coefficients, self.terms, self.overhead)
         return LayerCosts(time_s=t, energy_j=t * self.power, mem_bytes=default_mem_bytes(graph),
                           source=f"calibrated model ({self.device.preset or self.device.name})")
