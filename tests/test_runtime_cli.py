@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -103,3 +104,35 @@ def test_two_hosts_meet_at_the_rendezvous(files, tmp_path):
     report = json.loads(outs[0][0])
     assert report["verify"]["ok"] and [d["device"] for d in report["devices"]] == ["local-cpu0"]
     assert not processes_of(tmp_path)
+
+
+def test_profile_notes_name_a_co_load_that_does_not_match_the_run():
+    from hetsplit.runtime.measure import profile_notes
+
+    meta = {"device": "local-cpu", "whole_model": {}, "threads": 1, "model": "resnet50"}
+    assert profile_notes({**meta, "co_load": 1}, workers=2, cores=2) == []
+    (note,) = profile_notes(meta, workers=2, cores=4)             # an old profile: no co_load, read as 0
+    assert "co-load 0" in note and "slower" in note and "hetsplit profile resnet50" in note and "--co-load 1" in note
+    assert "faster" in profile_notes({**meta, "co_load": 3}, workers=2, cores=4)[0]
+    notes = profile_notes({**meta, "co_load": 1}, workers=3, cores=2)
+    assert len(notes) == 1 and "time-share" in notes[0]
+    assert profile_notes({"device": "neurosim-rram", "co_load": 0}, workers=2, cores=2) == []
+    assert profile_notes({**meta, "co_load": 0}, workers=1, cores=2) == []
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two workers on cores of their own")
+def test_run_compare_notes_a_profile_taken_without_co_load(files, tmp_path):
+    from hetsplit.costs.profile import save_profile
+    from hetsplit.costs.profiler import profile_cpu
+    from hetsplit.runtime import resolve_model
+
+    graph, path = resolve_model(str(files / "toy.onnx"))
+    save_profile(profile_cpu(graph, path, warmup=1, repeats=2), tmp_path / "prof.json")
+    out = tmp_path / "cmp.json"
+    code = main(["run", str(files / "plan.json"), str(files / "toy.onnx"), "-n", "4", "--timeout", "20",
+                 "--cluster", "local", "--profile", str(tmp_path / "prof.json"), "--compare", "--pin",
+                 "--out", str(out), "--run-dir", str(tmp_path / "run")])
+    assert code == 0
+    doc = json.loads(out.read_text())
+    assert any("--co-load 1" in n for n in doc["notes"]) and all(d["kind"] == "cpu" for d in doc["measured"]["devices"])
+    assert not processes_of(tmp_path / "run")

@@ -146,14 +146,18 @@ def _finish(args, report, plan, graph, cluster) -> int:
     doc = report.to_dict()
     if args.compare:
         from hetsplit.runtime import compare
-        from hetsplit.runtime.measure import predict
+        from hetsplit.runtime.measure import predict, profile_notes
 
+        notes: list[str] = []
         if args.profile:
             from hetsplit.costs import load_profile
 
             if cluster is None:
                 cluster = _cluster(args.cluster or plan.cluster, required=True)
-            predicted = predict(plan, graph, cluster, load_profile(args.profile).costs)
+            profile = load_profile(args.profile)
+            predicted = predict(plan, graph, cluster, profile.costs)
+            cpu_workers = sum(1 for d in report.devices if d.get("kind", "cpu") == "cpu")
+            notes = profile_notes(profile.meta, cpu_workers, args.threads)
         elif plan.metrics is not None:
             predicted = plan.metrics
         else:
@@ -161,7 +165,10 @@ def _finish(args, report, plan, graph, cluster) -> int:
 
             raise RuntimeFailure("--compare needs predictions: give --profile (with --cluster) or a plan with metrics")
         doc = compare(report, predicted, cluster)
+        doc["notes"] = notes
         print_compare(doc["rows"], console)
+        for note in notes:
+            console.print(f"note: {note}")
     if args.json:
         json.dump(doc, sys.stdout, indent=1)
         print()

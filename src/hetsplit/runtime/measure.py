@@ -62,6 +62,7 @@ def summarize(manifest: Manifest, docs: dict[int, dict]) -> RunReport:
         comp = d["compute_s"]
         devices.append({
             "device": spec.device, "rank": spec.rank, "stage": spec.stage, "threads": d.get("threads", 1),
+            "kind": d.get("kind", "cpu"),
             "compute_s": _med(comp[steady]), "compute_mean_s": float(np.mean(comp[steady])) if comp else 0.0,
             "idle_s": float(np.sum(d["idle_s"][steady])) / max(1, len(d["idle_s"][steady])),
             "recv_bytes": sum(e["nbytes"] for e in d["recv"]), "send_bytes": sum(e["nbytes"] for e in d["send"]),
@@ -114,6 +115,36 @@ def compare(report: RunReport, predicted: Any, cluster: Any = None, cut_bytes: d
         pr, me = r["predicted"], r["measured"]
         r["ratio"] = (me / pr) if pr and me is not None else None
     return {"predicted": p, "measured": report.to_dict(), "rows": rows}
+
+
+def profile_notes(meta: dict[str, Any], workers: int, threads: int = 1, cores: int | None = None) -> list[str]:
+    """Where a local-cpu profile behind a prediction was measured under other conditions than a run.
+
+    ``workers``: the run's stages computing on this machine's CPUs, ``threads`` each; ``cores``:
+    usable here (default: this process's). Stages that compute at once share the L3 cache and memory
+    bandwidth, so each runs slower than it did alone; a profile taken with ``--co-load K`` had K
+    other cores running the model meanwhile: the load a stage meets beside K others.
+    """
+    import os
+
+    if meta.get("device") != "local-cpu" or "whole_model" not in meta:
+        return []                                      # not measured on this machine's CPU
+    cores = cores or len(os.sched_getaffinity(0))
+    co_load = int(meta.get("co_load", 0))
+    busy = min(workers, max(1, cores // max(1, threads)))    # stages computing at once on cores of their own
+    notes = []
+    if co_load != busy - 1 and workers > 1:
+        how = "slower" if co_load < busy - 1 else "faster"
+        notes.append(f"the profile was measured with co-load {co_load} (other cores running the model meanwhile) "
+                     f"but {busy} stages computed at once here, so stage compute tends to run {how} than "
+                     f"predicted; profile for this run with: hetsplit profile {meta.get('model', 'MODEL')} "
+                     f"--device local-cpu --threads {threads} --co-load {busy - 1}")
+    if workers * threads > cores:
+        notes.append(f"{workers} stages x {threads} thread(s) share {cores} core(s): stages time-share cores, which "
+                     "no profile captures; use a plan with at most as many devices as cores")
+    if meta.get("threads") not in (None, threads):
+        notes.append(f"the profile used {meta['threads']} thread(s) per device, this run {threads}")
+    return notes
 
 
 def predict(plan: Any, graph: Any, cluster: Any, profile_costs: Any = None) -> Any:

@@ -113,7 +113,7 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path) -> 
         shared.fail(exc)
     wait_threads(shared, rx, tx)
     energy = meter.stop()
-    return {"compute_s": compute, "idle_s": idle, "threads": threads,
+    return {"compute_s": compute, "idle_s": idle, "threads": threads, "kind": cfg.kinds.get(spec.device, "cpu"),
             "energy_j": energy, "energy_meter": meter.name if energy is not None else meter.reason,
             "recv": [log.to_dict() for log in rx.logs], "send": [log.to_dict() for log in tx.logs]}
 
