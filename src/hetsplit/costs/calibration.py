@@ -3,7 +3,7 @@
 ``fit`` solves a non-negative least-squares problem over the layers of the training profiles:
 
   t_layer ~= per_mac_s[c] x MACs + per_byte_s[c] x bytes moved + fixed_s[c]      (c = layer class)
-             + sum_k term_s[k] x term_k                   (shared terms: streamed bytes, exp-like elements, softmax rows)
+             + sum_k term_s[k] x term_k                   (shared terms: streamed bytes, activation and softmax elements, softmax rows)
 
 Rows are weighted by 1 / max(t, floor) so the fit minimises *relative* error (a 20 us layer matters
 as much as a 20 ms one); optionally (``whole_weight`` > 0) each training model adds one row for its

@@ -13,7 +13,9 @@ whatever the class, so one model family teaches another:
   stream_bytes             bytes read and written by the unfused element-wise / data-moving ONNX
                            ops of a layer (SiLU's Sigmoid and Mul after a conv, Concat, Split,
                            Resize, Transpose, a standalone BatchNorm...): one pass each
-  transcendental_elements  elements through exp-like ops (Sigmoid, Softmax, Tanh, Erf, Sqrt, Pow)
+  activation_elements      elements through unfused exp-like activations (Sigmoid, Tanh, Erf, ...):
+                           SiLU = Sigmoid + Mul costs one of these plus two streamed passes
+  softmax_elements         elements of a softmax (max, exp, sum, scale over each row)
   softmax_rows             softmax rows (elements / the length of the reduced axis): per-row set-up
 
 energy = power_active x time. Parameters: ``coefficients: {class: [per_mac_s, per_byte_s, fixed_s]}``
@@ -33,11 +35,11 @@ from hetsplit.errors import ClusterError
 from hetsplit.graph.types import CONV, ELTWISE, MAC_KINDS, SOFTMAX, Graph, Layer
 
 CLASS_RULES = "hetsplit-classes/2"
-TERMS = ("stream_bytes", "transcendental_elements", "softmax_rows")
+TERMS = ("stream_bytes", "activation_elements", "softmax_elements", "softmax_rows")
 CONV_CLASSES = ("conv1x1", "conv_stem", "conv_grouped", "dwconv")   # fall back to "conv" when unseen
 SHAPE_ONLY = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Shape", "Constant", "Dropout"})
 FUSED_INTO_KERNEL = frozenset({"Relu", "Clip"})   # onnxruntime fuses these into Conv / Gemm (FusedConv, FusedGemm)
-TRANSCENDENTAL = frozenset({"Sigmoid", "Softmax", "Tanh", "Erf", "Exp", "Log", "Sqrt", "Pow", "HardSwish"})
+TRANSCENDENTAL = frozenset({"Sigmoid", "Tanh", "Erf", "Exp", "Log", "HardSwish", "HardSigmoid"})
 
 
 def layer_classes(graph: Graph) -> list[str]:
@@ -111,7 +113,7 @@ def softmax_row_length(graph: Graph, i: int) -> int:
 
 
 def term_features(graph: Graph) -> np.ndarray:
-    """L x len(TERMS): stream bytes, transcendental elements, softmax rows (see the module docstring)."""
+    """L x len(TERMS): the shared terms of every layer (see the module docstring)."""
     feats = np.zeros((graph.num_layers, len(TERMS)))
     for i, (layer, cls) in enumerate(zip(graph.layers, layer_classes(graph))):
         if cls == "eltwise_fused":      # done inside the convolution's kernel
@@ -130,7 +132,8 @@ def term_features(graph: Graph) -> np.ndarray:
         feats[i, 1] = size / elem * sum(o in TRANSCENDENTAL for o in passes)
         if layer.op == SOFTMAX:
             row = softmax_row_length(graph, i)
-            feats[i, 2] = size / elem / row if row > 0 else 0.0
+            feats[i, 2] = size / elem
+            feats[i, 3] = size / elem / row if row > 0 else 0.0
     return feats
 
 
