@@ -2,7 +2,8 @@
 
 ``fit`` solves a non-negative least-squares problem over the layers of the training profiles:
 
-  t_layer ~= per_mac_s[c] x MACs + per_byte_s[c] x bytes moved + fixed_s[c]      (c = layer class)
+  t_layer ~= per_mac_s[c] x MACs + per_byte_s[c] x (in + out bytes) + per_param_byte_s[c] x parameter bytes
+             + fixed_s[c]                                  (c = layer class)
              + sum_k term_s[k] x term_k                   (shared terms: streamed bytes, activation and softmax elements, softmax rows)
 
 Rows are weighted by 1 / max(t, floor) so the fit minimises *relative* error (a 20 us layer matters
@@ -25,7 +26,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import nnls
 
-from hetsplit.costs.models.calibrated import CLASS_RULES, TERMS, layer_classes, layer_features, predict, term_features
+from hetsplit.costs.models.calibrated import CLASS_RULES, NCOEF, TERMS, layer_classes, layer_features, predict, term_features
 from hetsplit.costs.profile import Profile, load_profile
 from hetsplit.errors import ProfileError
 from hetsplit.graph.types import Graph
@@ -125,14 +126,14 @@ def fit(models: list[Measured], floor_s: float = 5e-6, whole_weight: float = 0.0
         raise ProfileError("calibration needs at least one measured profile")
     classes = sorted({c for m in models for c in layer_classes(m.graph)})
     index = {c: k for k, c in enumerate(classes)}
-    nc, nt = 3 * len(classes), len(TERMS)
+    nc, nt = NCOEF * len(classes), len(TERMS)
     blocks, targets, weights, pooled = [], [], [], []
     for m in models:
         feats, terms = layer_features(m.graph), term_features(m.graph)
         cls = layer_classes(m.graph)
         rows = np.zeros((len(cls), nc + nt))
         for i, c in enumerate(cls):
-            rows[i, 3 * index[c]: 3 * index[c] + 3] = feats[i]
+            rows[i, NCOEF * index[c]: NCOEF * (index[c] + 1)] = feats[i]
         rows[:, nc:] = terms
         t = m.target_s
         blocks.append(rows)
@@ -144,7 +145,7 @@ def fit(models: list[Measured], floor_s: float = 5e-6, whole_weight: float = 0.0
             weights.append([whole_weight * np.sqrt(len(cls)) / max(t.sum(), floor_s)])
         pooled.append((feats, terms, t))
     sol = _solve(np.vstack(blocks), np.concatenate(targets), np.concatenate(weights))
-    coefficients = {c: [float(v) for v in sol[3 * k: 3 * k + 3]] for c, k in index.items()}
+    coefficients = {c: [float(v) for v in sol[NCOEF * k: NCOEF * (k + 1)]] for c, k in index.items()}
     term_s = {k: float(v) for k, v in zip(TERMS, sol[nc:])}
     feats = np.vstack([f for f, _, _ in pooled])
     rest = np.concatenate([t - tf @ sol[nc:] for _, tf, t in pooled])
@@ -199,7 +200,7 @@ def preset_document(fitted: Fit, name: str, kind: str, memory_bytes: float, devi
         "memory": {"value": float(memory_bytes), "source": f"memory of {device_type} when profiled"},
         "params": {
             "coefficients": {"value": fitted.coefficients,
-                             "source": f"hetsplit calibrate: NNLS fit of [per_mac_s, per_byte_s, fixed_s] per layer "
+                             "source": f"hetsplit calibrate: NNLS fit of [per_mac_s, per_byte_s, per_param_byte_s, fixed_s] per layer "
                                        f"class ({CLASS_RULES}) to {trained}"},
             "terms": {"value": fitted.terms,
                       "source": f"hetsplit calibrate: NNLS fit of seconds per unit of the shared terms "

@@ -5,7 +5,9 @@ Each layer falls into a class (``layer_classes``): the op kind, with convolution
 convolution before them ("eltwise_fused": an ONNX Add/Sum layer whose input is a bare Conv that feeds
 nothing else). Per class:
 
-  time = per_mac_s x MACs + per_byte_s x (input + output + parameter bytes) + fixed_s
+  time = per_mac_s x MACs + per_byte_s x (input + output bytes) + per_param_byte_s x parameter bytes + fixed_s
+
+(layers that only stream data, ``STREAMING_KINDS``, keep only fixed_s: their bytes are a shared term)
 
 plus shared terms (``TERMS``) for the work a CPU runtime does outside its main kernel, the same
 whatever the class, so one model family teaches another:
@@ -18,7 +20,9 @@ whatever the class, so one model family teaches another:
   softmax_elements         elements of a softmax (max, exp, sum, scale over each row)
   softmax_rows             softmax rows (elements / the length of the reduced axis): per-row set-up
 
-energy = power_active x time. Parameters: ``coefficients: {class: [per_mac_s, per_byte_s, fixed_s]}``
+energy = power_active x time. Parameters: ``coefficients: {class: [per_mac_s, per_byte_s,
+per_param_byte_s, fixed_s]}`` (a 3-number entry of hetsplit-classes/1, [per_mac_s, per_byte_s, fixed_s]
+with parameters counted as bytes moved, still loads)
 (a ``default`` entry for classes the fit never saw; an unseen convolution shape uses ``conv``),
 ``terms: {term: seconds per unit}`` (optional, 0 when absent), ``power_active`` (W), ``overhead_s``
 (a per-layer framework overhead, added to every layer).
@@ -32,10 +36,12 @@ from hetsplit.cluster.types import Device
 from hetsplit.costs.models.base import LayerCosts, default_mem_bytes, register_model
 from hetsplit.costs.models.layer_attrs import pair
 from hetsplit.errors import ClusterError
-from hetsplit.graph.types import CONV, ELTWISE, MAC_KINDS, SOFTMAX, Graph, Layer
+from hetsplit.graph.types import CONV, ELTWISE, MAC_KINDS, NORM, OTHER, RESHAPE, SOFTMAX, Graph, Layer
 
 CLASS_RULES = "hetsplit-classes/2"
 TERMS = ("stream_bytes", "activation_elements", "softmax_elements", "softmax_rows")
+NCOEF = 4                                                            # per class: MACs, bytes, param bytes, 1
+STREAMING_KINDS = (ELTWISE, NORM, SOFTMAX, RESHAPE, OTHER)          # no MACs, no window: pure data movement
 CONV_CLASSES = ("conv1x1", "conv_stem", "conv_grouped", "dwconv")   # fall back to "conv" when unseen
 SHAPE_ONLY = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Shape", "Constant", "Dropout"})
 FUSED_INTO_KERNEL = frozenset({"Relu", "Clip"})   # onnxruntime fuses these into Conv / Gemm (FusedConv, FusedGemm)
@@ -79,14 +85,14 @@ def _bare_conv(layer: Layer) -> bool:
 
 
 def layer_features(graph: Graph) -> np.ndarray:
-    """L x 3: MACs, bytes moved (in + out + parameters), 1; layers without MACs keep only the 1.
+    """L x 4: MACs, activation bytes (in + out), parameter bytes, 1; streaming layers keep only the 1.
 
-    A layer without MACs is memory-bound: its bytes count in the shared ``stream_bytes`` term, so a
-    concat learns from every model's concats whatever layer class wraps it.
+    A streaming layer (concat, split, add, norm, softmax...) is memory-bound: its bytes count in the
+    shared ``stream_bytes`` term, so a concat learns from every model's concats whatever class wraps it.
     """
-    moved = graph.in_bytes + graph.out_bytes + graph.param_bytes
-    has_macs = np.array([layer.op in MAC_KINDS for layer in graph.layers], dtype=bool)
-    return np.stack([graph.macs * has_macs, moved * has_macs, np.ones(graph.num_layers)], axis=1)
+    keep = np.array([layer.op not in STREAMING_KINDS for layer in graph.layers], dtype=np.float64)
+    return np.stack([graph.macs * keep, (graph.in_bytes + graph.out_bytes) * keep, graph.param_bytes * keep,
+                     np.ones(graph.num_layers)], axis=1)
 
 
 def main_out_bytes(layer: Layer) -> float:
@@ -119,6 +125,8 @@ def term_features(graph: Graph) -> np.ndarray:
         if cls == "eltwise_fused":      # done inside the convolution's kernel
             continue
         elem = float(layer.attrs.get("elem_bytes", 4) or 4)
+        if layer.op not in MAC_KINDS and layer.op not in STREAMING_KINDS:   # pools: their own class
+            continue
         ops = [o for o in layer.onnx_ops if o not in SHAPE_ONLY]
         if layer.op in MAC_KINDS or layer.op == "dwconv":
             size = main_out_bytes(layer)
@@ -138,14 +146,20 @@ def term_features(graph: Graph) -> np.ndarray:
 
 
 def class_coefficients(classes: list[str], coefficients: dict[str, list[float]]) -> np.ndarray:
-    """L x 3 per-layer coefficients: the class's, ``conv``'s for an unseen conv shape, else ``default``."""
-    default = coefficients.get("default", [0.0, 0.0, 0.0])
+    """L x 4 per-layer coefficients: the class's, ``conv``'s for an unseen conv shape, else ``default``."""
+    default = coefficients.get("default", [0.0] * NCOEF)
     rows = []
     for c in classes:
         if c not in coefficients and c in CONV_CLASSES:
             c = "conv"
         rows.append(coefficients.get(c, default))
-    return np.array(rows, dtype=np.float64).reshape(len(classes), 3)
+    return np.array([as_four(r) for r in rows], dtype=np.float64).reshape(len(classes), NCOEF)
+
+
+def as_four(values: list[float]) -> list[float]:
+    """[per_mac_s, per_byte_s, per_param_byte_s, fixed_s]; hetsplit-classes/1's three numbers expanded."""
+    vals = [float(v) for v in values]
+    return [vals[0], vals[1], vals[1], vals[2]] if len(vals) == 3 else vals
 
 
 def predict(graph: Graph, coefficients: dict[str, list[float]], terms: dict[str, float] | None = None,
@@ -167,14 +181,14 @@ class CalibratedModel:
         coef = p.get("coefficients")
         if not isinstance(coef, dict) or not coef:
             raise ClusterError(f"device {device.name!r}: the calibrated model needs 'coefficients' "
-                               "({class: [per_mac_s, per_byte_s, fixed_s]}); run `hetsplit calibrate` to write them")
+                               "({class: [per_mac_s, per_byte_s, per_param_byte_s, fixed_s]}); run `hetsplit calibrate` to write them")
         self.coefficients: dict[str, list[float]] = {}
         for cls, values in coef.items():
             vals = list(values) if isinstance(values, (list, tuple)) else []
-            if len(vals) != 3 or any(float(v) < 0 for v in vals):
-                raise ClusterError(f"device {device.name!r}: coefficients.{cls} must be three numbers >= 0 "
-                                   f"[per_mac_s, per_byte_s, fixed_s], got {values!r}")
-            self.coefficients[str(cls)] = [float(v) for v in vals]
+            if len(vals) not in (3, NCOEF) or any(float(v) < 0 for v in vals):
+                raise ClusterError(f"device {device.name!r}: coefficients.{cls} must be four numbers >= 0 "
+                                   f"[per_mac_s, per_byte_s, per_param_byte_s, fixed_s], got {values!r}")
+            self.coefficients[str(cls)] = as_four(vals)
         terms = p.get("terms", {}) or {}
         if not isinstance(terms, dict) or any(k not in TERMS or float(v) < 0 for k, v in terms.items()):
             raise ClusterError(f"device {device.name!r}: terms must map some of {list(TERMS)} to seconds >= 0, "
