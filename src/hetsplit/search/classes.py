@@ -3,15 +3,17 @@
 Search space (shared with DONNA and PipeEdge): a plan is a sequence of stages of consecutive
 layers, each on a distinct device; not every device has to take part.
 
-Devices are collapsed into *classes* of interchangeable devices: same cost type, same memory, the
-same link (bandwidth, latency, energy) to and from every other device, the same role (source,
-sink, allowed to run the first stage). A class of n devices contributes a digit 0..n to a
-mixed-radix *multiset index* S in 0..M-1 (M = prod(n_c + 1)); for all-different devices this is
-the usual subset bitmask, for a typed cluster with uniform links it is PipeEdge's multiset of
-types. Every table below is indexed by classes, never by devices.
+Devices are collapsed into classes of interchangeable *units* (``search.units``): single devices
+with the same cost type, memory, links and role, or whole multi-device units (boards) that can be
+permuted as blocks. States count units per usage pattern (``search.states``): for single-device
+units a mixed-radix multiset index S in 0..M-1 (M = prod(n_c + 1)), the subset bitmask for
+all-different devices, PipeEdge's multiset of types for a typed cluster with uniform links. A
+stage is described by a *label* (with single-device units: its class) and entered by a *move*
+(which also says whether it stays on the current unit). Every table below is indexed by labels
+and moves, never by devices.
 
-The kernels (``reach`` for feasibility families, ``value_dp`` for lexicographic values) run over states (cut position k, class c of the stage starting at k, multiset S of
-classes used so far, c included):
+The kernels (``reach`` for feasibility families, ``value_dp`` for lexicographic values) run over states (cut position k, label c of
+the stage starting at k, usage state S so far, c included):
 
 - ``reach``: boolean families, "which S can have a stage of class c start at cut k with every
   stage and transfer <= T"; a feasibility test for a bottleneck bound T (bool arrays, OR-reduced
@@ -25,7 +27,6 @@ classes used so far, c included):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
 
@@ -34,23 +35,28 @@ from hetsplit.errors import HetsplitError, InfeasibleError
 from hetsplit.plan.evaluate import make_plan
 from hetsplit.plan.types import Plan
 from hetsplit.search.base import PipelineConstraints
+from hetsplit.search.states import StateSpace
+from hetsplit.search.units import unit_classes
 
 
 @dataclass
 class ClassModel:
-    """Class-indexed cost tables of a SplitProblem under PipelineConstraints."""
+    """Label-indexed cost tables of a SplitProblem under PipelineConstraints (``search.states``)."""
 
     problem: SplitProblem
-    members: list[list[int]]      # device indices of each class
+    members: list[list[int]]      # devices each label may stand for (a plain class: its devices)
+    label_device: np.ndarray      # (C,) the device whose costs a label uses (unit 0 of its class)
     time: np.ndarray              # (L+1, L+1, C) stage compute seconds, inf if invalid/not fitting
     energy: np.ndarray            # (L+1, L+1, C) stage compute joules
-    tr_time: np.ndarray           # (L+1, C, C) transfer seconds at cut k, inf if not allowed
-    tr_energy: np.ndarray         # (L+1, C, C)
-    src_time: np.ndarray          # (C,) input transfer to a first stage of class c (inf: not allowed)
+    tr_time: np.ndarray           # (L+1, C, Mv) transfer seconds at cut k from label u by move m, inf if not allowed
+    tr_energy: np.ndarray         # (L+1, C, Mv)
+    src_time: np.ndarray          # (C,) input transfer to a first stage of label c (inf: not allowed)
     src_energy: np.ndarray
-    snk_time: np.ndarray          # (C,) output transfer from a last stage of class c
+    snk_time: np.ndarray          # (C,) output transfer from a last stage of label c
     snk_energy: np.ndarray
     max_stages: int
+    space: StateSpace
+    units: list[list[list[int]]]  # unit classes: units, each its devices in position order
 
     @property
     def num_layers(self) -> int:
@@ -58,28 +64,30 @@ class ClassModel:
 
     @property
     def num_classes(self) -> int:
+        """Number of labels (with single-device units: device classes)."""
         return len(self.members)
 
-    @cached_property
+    @property
     def counts(self) -> np.ndarray:
-        return np.array([len(m) for m in self.members], dtype=np.int64)
+        """Units per unit class (with single-device units: devices per class)."""
+        return self.space.sizes
 
-    @cached_property
+    @property
     def strides(self) -> np.ndarray:
-        return np.concatenate([[1], np.cumprod(self.counts + 1)[:-1]]).astype(np.int64)
+        return self.space.strides
 
-    @cached_property
+    @property
     def num_multisets(self) -> int:
-        return int(np.prod(self.counts + 1))
+        return self.space.M
 
-    @cached_property
+    @property
     def num_stages(self) -> np.ndarray:
-        """Digit sum of each multiset index (how many stages it stands for)."""
-        m = np.arange(self.num_multisets)
-        total = np.zeros(self.num_multisets, dtype=np.int64)
-        for c in range(self.num_classes):
-            total += (m // self.strides[c]) % (self.counts[c] + 1)
-        return total
+        """Stages (used devices) each state stands for."""
+        return self.space.num_stages
+
+    @property
+    def move_label(self) -> np.ndarray:
+        return self.space.move_label
 
     @staticmethod
     def within(values, bound: float):
@@ -96,18 +104,43 @@ class ClassModel:
         """Largest single layer at its fastest class (every plan runs every layer somewhere)."""
         if self.num_layers == 0:
             return 0.0
-        reps = [m[0] for m in self.members]
-        per_layer = self.problem.costs.time_s[:, self.problem.device_type[reps]].min(axis=1)
+        per_layer = self.problem.costs.time_s[:, self.problem.device_type[self.label_device]].min(axis=1)
         lb = float(per_layer.max())
         return lb if np.isfinite(lb) else 0.0
 
+    def realize(self, moves: list[int]) -> list[int] | None:
+        """Devices for a path of moves (first: the label of the first stage), or None if impossible.
+
+        A move to pattern rho at position q takes the current unit when its reserve is 0 and the
+        current unit is of the same class with pattern rho - {q}, else the first other unit of that
+        class with pattern rho - {q} (any such unit gives the same costs, by symmetry).
+        """
+        pattern = [np.zeros(len(c), dtype=np.int64) for c in self.units]
+        cur: tuple[int, int] | None = None
+        out = []
+        for s, m in enumerate(moves):
+            U, sig, r = self.space.sigma(int(m))
+            q = self.space.labels[self.move_label[m]][2]
+            if s and r == 0 and cur is not None and cur[0] == U and pattern[U][cur[1]] == sig:
+                unit = cur[1]
+            else:
+                free = [i for i in np.flatnonzero(pattern[U] == sig) if cur is None or (U, i) != cur]
+                if not free or (s == 0 and (r or sig)):
+                    return None
+                unit = int(free[0])
+            pattern[U][unit] |= 1 << q
+            cur = (U, unit)
+            out.append(self.units[U][unit][q])
+        return out if len(out) <= self.max_stages else None
+
 
 def build_classes(problem: SplitProblem, constraints: PipelineConstraints = PipelineConstraints(),
-                  cut_bytes: np.ndarray | None = None) -> ClassModel:
-    """Group interchangeable devices and tabulate stage and transfer costs per class.
+                  cut_bytes: np.ndarray | None = None, units: bool = True) -> ClassModel:
+    """Group interchangeable devices (or whole units) and tabulate stage and transfer costs per label.
 
     ``cut_bytes`` replaces the problem's cut sizes in transfers and stage memory (PipeEdge's
-    last-output-only accounting); default: all bytes live across each cut.
+    last-output-only accounting); default: all bytes live across each cut. ``units=False`` groups
+    single devices only (PipeEdge's multiset of device types).
     """
     cl = problem.cluster
     n_dev, L = problem.num_devices, problem.num_layers
@@ -115,31 +148,12 @@ def build_classes(problem: SplitProblem, constraints: PipelineConstraints = Pipe
     first = set(constraints.first_stage_indices(problem))
     src, snk = cl.source_index, cl.sink_index
     bw, lat, epb = cl.bandwidth, cl.latency_s, cl.energy_per_byte
-
-    def swappable(a: int, b: int) -> bool:
-        """Swapping devices a and b changes no cost (an automorphism; so this is an equivalence)."""
-        if a in (src, snk) or b in (src, snk):
-            return False
-        if (problem.device_type[a] != problem.device_type[b] or problem.memory_bytes[a] != problem.memory_bytes[b]
-                or (a in first) != (b in first)):
-            return False
-        rest = np.array([x for x in range(n_dev) if x not in (a, b)], dtype=np.int64)
-        for m in (bw, lat, epb):
-            if m[a, b] != m[b, a] or not (np.array_equal(m[a, rest], m[b, rest])
-                                          and np.array_equal(m[rest, a], m[rest, b])):
-                return False
-        return True
-
-    members: list[list[int]] = []
-    for d in range(n_dev):
-        for group in members:
-            if swappable(group[0], d):
-                group.append(d)
-                break
-        else:
-            members.append([d])
-    reps = np.array([m[0] for m in members], dtype=np.int64)
-    C = len(members)
+    ucs = unit_classes(problem, first, units)
+    max_stages = min(constraints.max_stages or n_dev, n_dev, L)
+    space = StateSpace([len(c) for c in ucs], [len(c[0]) for c in ucs], max_stages)
+    members = [[u[q] for u in ucs[U]] for U, _, q in space.labels]
+    reps = np.array([ucs[U][0][q] for U, _, q in space.labels], dtype=np.int64)
+    C, Mv = space.num_labels, space.num_moves
 
     i = np.arange(L + 1)[:, None, None]
     j = np.arange(L + 1)[None, :, None]
@@ -154,22 +168,30 @@ def build_classes(problem: SplitProblem, constraints: PipelineConstraints = Pipe
         time = np.where(fits, time, np.inf)
     energy = np.where(np.isfinite(time), energy, np.inf)
 
-    # transfers between a class u and a class v at every cut k (same class: two of its devices)
-    def pair_devices(cu: int, cv: int) -> tuple[int, int] | None:
-        if cu != cv:
-            return members[cu][0], members[cv][0]
-        return (members[cu][0], members[cu][1]) if len(members[cu]) > 1 else None
+    def pair_devices(u: int, m: int) -> tuple[int, int] | None:
+        """Devices standing for a transfer from label u by move m (None: the move cannot follow u)."""
+        Uu, pat_u, p = space.labels[u]
+        U, sig, r = space.sigma(m)
+        q = space.labels[space.move_label[m]][2]
+        same_pattern = Uu == U and pat_u == sig
+        if r == 0 and same_pattern:
+            return ucs[U][0][p], ucs[U][0][q]          # the same unit: its inner link
+        if r == 1 and not same_pattern:
+            return None
+        if Uu != U:
+            return ucs[Uu][0][p], ucs[U][0][q]
+        return (ucs[U][0][p], ucs[U][1][q]) if len(ucs[U]) > 1 else None
 
-    tr_time = np.full((L + 1, C, C), np.inf)
-    tr_energy = np.full((L + 1, C, C), np.inf)
-    for cu in range(C):
-        for cv in range(C):
-            pd = pair_devices(cu, cv)
+    tr_time = np.full((L + 1, C, Mv), np.inf)
+    tr_energy = np.full((L + 1, C, Mv), np.inf)
+    for u in range(C):
+        for m in range(Mv):
+            pd = pair_devices(u, m)
             if pd is None:
                 continue
             a, b = pd
-            tr_time[:, cu, cv] = np.where(cb <= 0, 0.0, lat[a, b] + cb / bw[a, b])
-            tr_energy[:, cu, cv] = cb * epb[a, b]
+            tr_time[:, u, m] = np.where(cb <= 0, 0.0, lat[a, b] + cb / bw[a, b])
+            tr_energy[:, u, m] = cb * epb[a, b]
     src_time = np.zeros(C)
     src_energy = np.zeros(C)
     snk_time = np.zeros(C)
@@ -181,64 +203,71 @@ def build_classes(problem: SplitProblem, constraints: PipelineConstraints = Pipe
         if snk is not None:
             snk_time[c] = 0.0 if (r == snk or cb[L] <= 0) else lat[r, snk] + cb[L] / bw[r, snk]
             snk_energy[c] = cb[L] * epb[r, snk]
-        if r not in first:
+        if r not in first or space.initial(c) < 0:
             src_time[c] = np.inf
-    max_stages = min(constraints.max_stages or n_dev, n_dev, L)
-    return ClassModel(problem, members, time, energy, tr_time, tr_energy, src_time, src_energy,
-                      snk_time, snk_energy, max_stages)
+    return ClassModel(problem, members, reps, time, energy, tr_time, tr_energy, src_time, src_energy,
+                      snk_time, snk_energy, max_stages, space, ucs)
 
 
 def relaxed_min_bottleneck(cm: ClassModel) -> tuple[float, list[int], list[int]]:
-    """Min bottleneck when a class may be used any number of times (a lower bound), and its path.
+    """Min bottleneck when a label may be used any number of times (a lower bound), and its path.
 
-    O(L^2 C + L C^2); if the returned path uses no class more often than it has devices (and has
-    at most ``max_stages`` stages) it is optimal for the real problem too.
+    O(L^2 C + L C Mv); returns (bound, cut bounds, moves). If the path can be realized on real
+    devices (``ClassModel.realize``) it is optimal for the real problem too.
     """
     L, C = cm.num_layers, cm.num_classes
+    Mv = cm.space.num_moves
     r = np.full((L + 1, C), np.inf)
     r[0] = np.where(np.isfinite(cm.src_time), cm.src_time, np.inf)
     arg_k = np.zeros((L + 1, C), dtype=np.int64)
     arg_u = np.zeros((L + 1, C), dtype=np.int64)
+    arg_m = np.zeros((L + 1, C), dtype=np.int64)
     end = np.full((L + 1, C), np.inf)
+    cols = np.arange(Mv)
     for j in range(1, L + 1):
         cand = np.maximum(r[:j], cm.time[:j, j, :])          # (j, C)
         arg_k[j] = np.argmin(cand, axis=0)
         end[j] = cand[arg_k[j], np.arange(C)]
         if j < L:
-            via = np.maximum(end[j][:, None], cm.tr_time[j])   # (u, v)
-            arg_u[j] = np.argmin(via, axis=0)
-            r[j] = via[arg_u[j], np.arange(C)]
+            via = np.maximum(end[j][:, None], cm.tr_time[j])   # (u, m)
+            u_best = np.argmin(via, axis=0)
+            val = via[u_best, cols]
+            for m in range(Mv):
+                v = int(cm.move_label[m])
+                if val[m] < r[j, v]:
+                    r[j, v], arg_u[j, v], arg_m[j, v] = val[m], u_best[m], m
     final = np.maximum(end[L], cm.snk_time)
     c = int(np.argmin(final))
     best = float(final[c])
     if not np.isfinite(best):
         return best, [], []
-    bounds, classes, j = [L], [c], L
+    bounds, moves, j = [L], [], L
     while True:
         k = int(arg_k[j, c])
         if k == 0:
+            moves.append(c)
             break
+        moves.append(int(arg_m[k, c]))
         u = int(arg_u[k, c])
         bounds.append(k)
-        classes.append(u)
         j, c = k, u
     bounds.append(0)
-    return best, bounds[::-1], classes[::-1]
+    return best, bounds[::-1], moves[::-1]
 
 
-def path_is_valid(cm: ClassModel, classes: list[int]) -> bool:
-    """No class used more often than it has devices, and at most max_stages stages."""
-    used = np.bincount(np.asarray(classes, dtype=np.int64), minlength=cm.num_classes)
-    return bool((used <= cm.counts).all() and len(classes) <= cm.max_stages)
+def path_is_valid(cm: ClassModel, moves: list[int]) -> bool:
+    """The path can be placed on distinct real devices, in at most max_stages stages."""
+    return cm.realize(moves) is not None
 
 
-def path_bottleneck(cm: ClassModel, bounds: list[int], classes: list[int]) -> float:
-    """The bottleneck of a class path from the tables (equals the evaluator's, bit for bit)."""
-    terms = [cm.src_time[classes[0]], cm.snk_time[classes[-1]]]
-    for s, c in enumerate(classes):
+def path_bottleneck(cm: ClassModel, bounds: list[int], moves: list[int]) -> float:
+    """The bottleneck of a path of moves from the tables (equals the evaluator's, bit for bit)."""
+    labels = cm.move_label[np.asarray(moves, dtype=np.int64)]
+    terms = [cm.src_time[labels[0]], cm.snk_time[labels[-1]]]
+    for s, c in enumerate(labels):
         terms.append(cm.time[bounds[s], bounds[s + 1], c])
         if s:
-            terms.append(cm.tr_time[bounds[s], classes[s - 1], c])
+            terms.append(cm.tr_time[bounds[s], labels[s - 1], moves[s]])
     return float(max(terms))
 
 
@@ -275,7 +304,7 @@ def check_state_budget(cm: ClassModel, arrays: int, budget_bytes: float, algorit
     need = arrays * 8 * (cm.num_layers + 1) * cm.num_classes * cm.num_multisets
     if need > budget_bytes:
         raise HetsplitError(
-            f"{algorithm}: {cm.num_classes} device classes ({cm.num_multisets} device multisets) x "
+            f"{algorithm}: {cm.num_classes} device labels ({cm.num_multisets} usage states) x "
             f"{cm.num_layers + 1} cuts need {need / 2**30:.1f} GiB of DP tables (budget "
             f"{budget_bytes / 2**30:.1f} GiB); devices collapse into classes only when type, memory and links "
             "agree. Use --algo exact (bounded memory) or fewer distinct devices")
@@ -288,18 +317,9 @@ def infeasible_message(cm: ClassModel, bound: float | None = None) -> str:
             f" fits memory{what}")
 
 
-def class_path_devices(cm: ClassModel, classes: list[int]) -> list[int]:
-    """Concrete devices for a path of classes (the k-th use of a class takes its k-th member)."""
-    used: dict[int, int] = {}
-    out = []
-    for c in classes:
-        n = used.get(c, 0)
-        out.append(cm.members[c][n])
-        used[c] = n + 1
-    return out
-
-
-def to_plan(cm: ClassModel, bounds: list[int], classes: list[int], algorithm: str, params: dict) -> Plan:
-    """A Plan with the evaluator's metrics."""
-    return make_plan(cm.problem, bounds, class_path_devices(cm, classes), algorithm, params)
-
+def to_plan(cm: ClassModel, bounds: list[int], moves: list[int], algorithm: str, params: dict) -> Plan:
+    """A Plan with the evaluator's metrics, on the devices the path of moves stands for."""
+    devices = cm.realize(moves)
+    if devices is None:
+        raise AssertionError(f"a DP path cannot be placed on devices: moves {moves}")
+    return make_plan(cm.problem, bounds, devices, algorithm, params)

@@ -113,7 +113,7 @@ class Exact:
                 vr = sparse_tie_break(cm, r, G, t_star)
         if vr is not None:
             params["tie_break"] = "energy, latency"
-            return [to_plan(cm, vr.bounds, vr.classes, self.name, params)]
+            return [to_plan(cm, vr.bounds, vr.moves, self.name, params)]
         params["tie_break"] = "none (the tie-break DP would exceed tie_break_budget_bytes)"
         bounds, classes = r if isinstance(r, tuple) else backtrack_reach(cm, r)
         return [to_plan(cm, bounds, classes, self.name, params)]

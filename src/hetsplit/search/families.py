@@ -1,32 +1,35 @@
 """Families of device multisets as rows of uint64 words, for the feasibility DP (``search.reach``).
 
-Two encodings of one row (a set of multiset indices 0..M-1):
+Two encodings of one row (a set of state indices 0..M-1, ``search.states``):
 - packed bits, when every class has one device (multisets are subsets, index = bitmask): M bits,
   so 16 all-different devices take 1,024 words (8 KiB) per row;
 - one byte per multiset otherwise (mixed-radix indices), viewed as uint64 words for ORs.
-Rows are ORed as words either way; only ``shift`` (add one device of a class) and membership
-differ.
+Rows are ORed as words either way; only ``shift`` (apply a move) and membership differ. With
+multi-device units a move is a gather through the state space's index maps.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from hetsplit.search.states import StateSpace
+
 # bit i of _LOW_HALF[c] is set when bit c of i is 0 (entries without element c, for c < 6)
 _LOW_HALF = [np.uint64(sum(1 << i for i in range(64) if not (i >> c) & 1)) for c in range(6)]
 
 
 class Families:
-    """Row layout and operations for multisets of ``counts`` devices per class."""
+    """Row layout and operations over the states of ``space``."""
 
-    def __init__(self, counts: np.ndarray, strides: np.ndarray, num_stages: np.ndarray, max_stages: int):
-        self.counts = np.asarray(counts, dtype=np.int64)
-        self.strides = np.asarray(strides, dtype=np.int64)
-        self.M = int(np.prod(self.counts + 1))
-        self.packed = bool((self.counts == 1).all())
+    def __init__(self, space: StateSpace):
+        self.space = space
+        self.counts = space.sizes
+        self.strides = space.strides
+        self.M = space.M
+        self.packed = space.packed
         self.words = max(1, self.M // 64) if self.packed else -(-self.M // 8)
-        self.limited = max_stages < int(self.counts.sum())
-        self.size_ok = self.from_bool(num_stages <= max_stages)
+        self.limited = not space.size_ok[space.valid].all()
+        self.size_ok = self.from_bool(space.size_ok)
 
     def zeros(self, *shape: int) -> np.ndarray:
         return np.zeros((*shape, self.words), dtype=np.uint64)
@@ -69,8 +72,12 @@ class Families:
         return w * 8 + int(np.flatnonzero(row[w:w + 1].view(bool))[0])
 
     def shift_into(self, dst: np.ndarray, x: np.ndarray, c: int) -> None:
-        """dst = {S + e_c : S in x, class c has a free device in S}; dst must be a zero row."""
-        if self.packed:
+        """dst = {move c applied to S : S in x} (plain: S + e_c where class c has a free device);
+        dst must be a zero row."""
+        if not self.space.plain:
+            src, to = self.space.maps[c]
+            dst.view(bool)[to] = x.view(bool)[src]
+        elif self.packed:
             if c < 6:
                 np.left_shift(x & _LOW_HALF[c], np.uint64(1 << c), out=dst)
             else:
@@ -84,8 +91,11 @@ class Families:
             dst &= self.size_ok
 
     def unshift_into(self, dst: np.ndarray, x: np.ndarray, c: int) -> None:
-        """dst = {S : S + e_c in x} (S with a free device of class c); dst must be a zero row."""
-        if self.packed:
+        """dst = {S : move c applied to S is in x}; dst must be a zero row."""
+        if not self.space.plain:
+            src, to = self.space.maps[c]
+            dst.view(bool)[src] = x.view(bool)[to]
+        elif self.packed:
             if c < 6:
                 np.bitwise_and(x >> np.uint64(1 << c), _LOW_HALF[c], out=dst)
             else:

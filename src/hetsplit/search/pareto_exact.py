@@ -42,7 +42,7 @@ def pareto_sweep(cm: ClassModel, max_points: int | None = None) -> list[ValueRes
         vr = value_dp(cm, bound, "energy", None)
         if vr is None:
             break
-        vr.secondary = path_bottleneck(cm, vr.bounds, vr.classes)
+        vr.secondary = path_bottleneck(cm, vr.bounds, vr.moves)
         raw.append(vr)
         idx = int(np.searchsorted(cand, vr.secondary, side="left")) - 1
         if idx < 0 or cand[idx] < lb:
@@ -73,7 +73,7 @@ class ParetoExact:
             raise InfeasibleError(infeasible_message(cm))
         plans = []
         for rank, vr in enumerate(reversed(points)):  # fastest first
-            p = to_plan(cm, vr.bounds, vr.classes, self.name, {"front_index": rank})
+            p = to_plan(cm, vr.bounds, vr.moves, self.name, {"front_index": rank})
             p.pareto = True
             plans.append(p)
         return plans

@@ -45,7 +45,7 @@ class PipeEdge:
 
     def solve(self, problem: SplitProblem) -> list[Plan]:
         cb = last_output_cut_bytes(problem) if self.last_output_only else None
-        cm = build_classes(problem, self.constraints, cut_bytes=cb)
+        cm = build_classes(problem, self.constraints, cut_bytes=cb, units=False)
         check_layers_fit(cm)
         check_state_budget(cm, 1, self.state_budget_bytes, self.name)
         vr = value_dp(cm, np.inf, "bottleneck", None)
@@ -53,4 +53,4 @@ class PipeEdge:
             raise InfeasibleError(infeasible_message(cm))
         params = {"last_output_only": self.last_output_only, "dp_bottleneck_s": vr.primary,
                   "classes": cm.num_classes, "multisets": cm.num_multisets}
-        return [to_plan(cm, vr.bounds, vr.classes, self.name, params)]
+        return [to_plan(cm, vr.bounds, vr.moves, self.name, params)]

@@ -1,4 +1,4 @@
-"""Feasibility families: which device multisets can reach each (class, cut) within a bottleneck bound.
+"""Feasibility families: which usage states can reach each (label, cut) within a bottleneck bound.
 
 ``reach`` propagates forward from the input, ``co_reach`` backward from the output; ``exact``
 binary-searches the bound with ``reach`` and backtracks a plan from its families.
@@ -23,7 +23,7 @@ class Reach:
     A: np.ndarray         # (C, L+1, words) uint64 rows
     nonempty: np.ndarray  # (L+1, C)
     comp_ok: np.ndarray   # (L+1, L+1, C)
-    tr_ok: np.ndarray     # (L+1, C, C)
+    tr_ok: np.ndarray     # (L+1, C, Mv)
     goal_ok: np.ndarray   # (C,) sink transfer within the bound
     bound: float = np.inf
 
@@ -38,7 +38,12 @@ def _or_rows(a64: np.ndarray, ks: np.ndarray) -> np.ndarray:
 
 
 def families(cm: ClassModel) -> Families:
-    return Families(cm.counts, cm.strides, cm.num_stages, cm.max_stages)
+    return Families(cm.space)
+
+
+def moves_into(cm: ClassModel) -> list[np.ndarray]:
+    """The moves that place a stage of each label."""
+    return [np.flatnonzero(cm.move_label == v) for v in range(cm.num_classes)]
 
 
 def reach(cm: ClassModel, bound: float, fam: Families | None = None) -> Reach:
@@ -51,9 +56,11 @@ def reach(cm: ClassModel, bound: float, fam: Families | None = None) -> Reach:
     nonempty = np.zeros((L + 1, C), dtype=bool)
     for c in range(C):
         if cm.within(cm.src_time[c], bound):
-            fam.add(A[c, 0], int(cm.strides[c]))
+            fam.add(A[c, 0], cm.space.initial(c))
             nonempty[0, c] = True
     end = fam.zeros(C)
+    into = moves_into(cm)
+    tmp = fam.zeros()
     for j in range(1, L + 1):
         has_end = np.zeros(C, dtype=bool)
         for c in range(C):
@@ -67,9 +74,19 @@ def reach(cm: ClassModel, bound: float, fam: Families | None = None) -> Reach:
                     return Reach(True, fam, A, nonempty, comp_ok, tr_ok, goal_ok, bound)
             break
         for v in range(C):
-            us = np.flatnonzero(tr_ok[j, :, v] & has_end)
-            if us.size:
-                fam.shift_into(A[v, j], _or_rows(end, us), v)
+            wrote = False
+            for m in into[v]:
+                us = np.flatnonzero(tr_ok[j, :, m] & has_end)
+                if not us.size:
+                    continue
+                if wrote:
+                    tmp[:] = 0
+                    fam.shift_into(tmp, _or_rows(end, us), int(m))
+                    A[v, j] |= tmp
+                else:
+                    fam.shift_into(A[v, j], _or_rows(end, us), int(m))
+                    wrote = True
+            if wrote:
                 nonempty[j, v] = A[v, j].any()
     return Reach(False, fam, A, nonempty, comp_ok, tr_ok, goal_ok, bound)
 
@@ -84,7 +101,7 @@ def co_reach(cm: ClassModel, r: Reach) -> np.ndarray:
     for c in np.flatnonzero(r.goal_ok):
         H[c, L] = fam.size_ok
         has_h[L, c] = True
-    unshifted = fam.zeros(C)
+    unshifted = fam.zeros(cm.space.num_moves)
     for k in range(L - 1, -1, -1):
         has_g = np.zeros(C, dtype=bool)
         for c in range(C):
@@ -95,18 +112,19 @@ def co_reach(cm: ClassModel, r: Reach) -> np.ndarray:
         if k == 0:
             break
         unshifted[:] = 0
-        for v in np.flatnonzero(has_g):
-            fam.unshift_into(unshifted[v], G[v, k], int(v))
+        g_move = has_g[cm.move_label]
+        for m in np.flatnonzero(g_move):
+            fam.unshift_into(unshifted[m], G[cm.move_label[m], k], int(m))
         for u in range(C):
-            vs = np.flatnonzero(r.tr_ok[k, u, :] & has_g)
-            if vs.size:
-                H[u, k] = _or_rows(unshifted, vs)
+            ms = np.flatnonzero(r.tr_ok[k, u, :] & g_move)
+            if ms.size:
+                H[u, k] = _or_rows(unshifted, ms)
                 has_h[k, u] = H[u, k].any()
     return G
 
 
 def backtrack_reach(cm: ClassModel, r: Reach) -> tuple[list[int], list[int]]:
-    """Some plan (bounds, class per stage) inside a feasible Reach."""
+    """Some plan (bounds, move per stage; the first is its label) inside a feasible Reach."""
     L, fam = cm.num_layers, r.fam
 
     def starts(j: int, c: int) -> np.ndarray:
@@ -127,18 +145,27 @@ def backtrack_reach(cm: ClassModel, r: Reach) -> tuple[list[int], list[int]]:
                 break
     c = int(c)
     k = start_with(L, c, S)
-    bounds, classes = [L], [c]
+    bounds, moves = [L], []
+    into = moves_into(cm)
     while k > 0:
         bounds.append(k)
-        prev_S = S - int(cm.strides[c])
-        for u in np.flatnonzero(r.tr_ok[k, :, c]):
-            kk = start_with(k, int(u), prev_S)
-            if kk is not None:
-                c, S, k = int(u), prev_S, kk
+        found = None
+        for m in into[c]:
+            prev_S = cm.space.prev(S, int(m))
+            if prev_S < 0:
+                continue
+            for u in np.flatnonzero(r.tr_ok[k, :, m]):
+                kk = start_with(k, int(u), prev_S)
+                if kk is not None:
+                    found = (int(m), int(u), prev_S, kk)
+                    break
+            if found:
                 break
-        else:
+        if found is None:
             raise AssertionError("reachability families are inconsistent")
-        classes.append(c)
+        moves.append(found[0])
+        c, S, k = found[1], found[2], found[3]
+    moves.append(c)
     bounds.append(0)
-    return bounds[::-1], classes[::-1]
+    return bounds[::-1], moves[::-1]
 

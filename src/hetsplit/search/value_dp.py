@@ -1,4 +1,4 @@
-"""Lexicographic value DP over (class, cut, device multiset) states under a bottleneck bound.
+"""Lexicographic value DP over (label, cut, usage state) states under a bottleneck bound.
 
 Primary and secondary objectives are each ``energy`` (sum), ``latency`` (sum) or ``bottleneck``
 (max). (energy, bottleneck) and (energy, latency) are decomposable because the primary is an
@@ -8,43 +8,12 @@ additive sum of non-negative terms; (bottleneck, *) is exact in its primary only
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
-
 import numpy as np
 
 from hetsplit.search.classes import ClassModel
 
 
 RTOL = 1e-12  # primary values this close count as a tie (sums in a different order differ by ulps)
-
-
-class MultisetSpace:
-    """The multiset axis of a value DP (all M multisets): shifts and stage-count limits."""
-
-    def __init__(self, cm: ClassModel):
-        self.cm = cm
-        self.M = cm.num_multisets
-        self.size_ok = cm.num_stages <= cm.max_stages
-
-    @cached_property
-    def flat_maps(self) -> tuple[np.ndarray, np.ndarray]:
-        """(source, destination) flat indices into a (C, M) array for S -> S + e_c in row c."""
-        cm, src, dst = self.cm, [], []
-        S = np.arange(self.M)
-        for c in range(cm.num_classes):
-            free = np.flatnonzero((S // cm.strides[c]) % (cm.counts[c] + 1) < cm.counts[c])
-            src.append(c * self.M + free)
-            dst.append(c * self.M + free + cm.strides[c])
-        return np.concatenate(src), np.concatenate(dst)
-
-    def shift(self, x: np.ndarray, c: int, fill) -> np.ndarray:
-        """y[S + e_c] = x[S] where class c still has a free device; fill elsewhere."""
-        n, st = int(self.cm.counts[c]), int(self.cm.strides[c])
-        xv = x.reshape(-1, n + 1, st)
-        y = np.empty_like(xv)
-        y[:, 0, :] = fill
-        y[:, 1:, :] = xv[:, :-1, :]
-        return y.reshape(x.shape)
 
 
 OBJECTIVES = ("energy", "latency", "bottleneck")
@@ -82,7 +51,7 @@ class ValueResult:
     primary: float
     secondary: float
     bounds: list[int]
-    classes: list[int]
+    moves: list[int]      # move entering each stage; the first is its label (``search.states``)
 
 
 def value_dp(cm: ClassModel, bound: float, primary: str, secondary: str | None) -> ValueResult | None:
@@ -92,7 +61,7 @@ def value_dp(cm: ClassModel, bound: float, primary: str, secondary: str | None) 
     common case) the table keeps ``value - prefix[k]`` so that choosing a stage start is a plain
     minimum over a (usually contiguous) block of rows, with no per-row arithmetic.
     """
-    space = MultisetSpace(cm)
+    space = cm.space
     L, C, M = cm.num_layers, cm.num_classes, space.M
     sp, tp, srcp, snkp = _stage_terms(cm, primary)
     op_p = _combine(primary)
@@ -103,10 +72,9 @@ def value_dp(cm: ClassModel, bound: float, primary: str, secondary: str | None) 
         sq, tq, srcq, snkq = _stage_terms(cm, secondary)
         op_q = _combine(secondary)
     fast = secondary is None and primary != "bottleneck"
-    reps = [m[0] for m in cm.members]
     if fast:
         prefix = cm.problem.costs.energy_prefix if primary == "energy" else cm.problem.costs.time_prefix
-        pre = prefix[:, cm.problem.device_type[reps]]      # (L+1, C)
+        pre = prefix[:, cm.problem.device_type[cm.label_device]]      # (L+1, C)
     else:
         pre = np.zeros((L + 1, C))
     comp_ok, tr_ok = cm.within(cm.time, bound), cm.within(cm.tr_time, bound)
@@ -116,8 +84,8 @@ def value_dp(cm: ClassModel, bound: float, primary: str, secondary: str | None) 
     Q = np.full((C, L + 1, M), np.inf) if secondary else np.broadcast_to(0.0, (C, L + 1, M))
     nonempty = np.zeros((L + 1, C), dtype=bool)
     for c in range(C):
-        first = int(cm.strides[c])
-        if cm.within(cm.src_time[c], bound):
+        first = space.initial(c)
+        if first >= 0 and cm.within(cm.src_time[c], bound):
             P[c, 0, first] = srcp[c]
             if secondary:
                 Q[c, 0, first] = srcq[c]
@@ -132,7 +100,7 @@ def value_dp(cm: ClassModel, bound: float, primary: str, secondary: str | None) 
         return arr[c, ks, S]
 
     def end_labels(j: int, c: int, ks: np.ndarray, S=slice(None)):
-        """Labels of stages k..j-1 on class c for each start k in ks (rows: ks; columns: S)."""
+        """Labels of stages k..j-1 on label c for each start k in ks (rows: ks; columns: S)."""
         col = (slice(None), None) if isinstance(S, slice) else (slice(None),)
         if fast:
             return rows(P, c, ks, S) + pre[j, c], None
@@ -141,9 +109,10 @@ def value_dp(cm: ClassModel, bound: float, primary: str, secondary: str | None) 
     best = (np.inf, np.inf, -1, -1)
     endP = np.full((C, M), np.inf)
     endQ = np.zeros((C, M))
+    into = [np.flatnonzero(cm.move_label == v) for v in range(C)]
     vectorized = fast and C * L * M <= VECTOR_LIMIT
     if vectorized:
-        best = _fast_sweep(cm, space, P, nonempty, pre, comp_ok, tr_ok, tp, snkp, bound)
+        best = _fast_sweep(cm, P, nonempty, pre, comp_ok, tr_ok, tp, snkp, bound)
     for j in range(1, 1 if vectorized else L + 1):
         has_end = np.zeros(C, dtype=bool)
         for c in range(C):
@@ -171,61 +140,76 @@ def value_dp(cm: ClassModel, bound: float, primary: str, secondary: str | None) 
                     best = (cand[0], cand[1], c, s)
             break
         for v in range(C):
-            us = np.flatnonzero(tr_ok[j, :, v] & has_end)
-            if us.size == 0:
+            got_p, got_q = [], []
+            for m in into[v]:
+                us = np.flatnonzero(tr_ok[j, :, m] & has_end)
+                if us.size == 0:
+                    continue
+                pv = op_p(endP[us], tp[j, us, m][:, None])
+                if fast:
+                    got_p.append(space.shift(pv.min(axis=0) if us.size > 1 else pv[0], int(m), np.inf))
+                else:
+                    bp, bq, _ = _lexmin(pv, op_q(endQ[us], tq[j, us, m][:, None]))
+                    got_p.append(space.shift(bp, int(m), np.inf))
+                    got_q.append(space.shift(bq, int(m), np.inf))
+            if not got_p:
                 continue
-            pv = op_p(endP[us], tp[j, us, v][:, None])
             if fast:
-                bp = pv.min(axis=0) if us.size > 1 else pv[0]
+                bp = got_p[0] if len(got_p) == 1 else np.minimum.reduce(got_p)
             else:
-                bp, bq, _ = _lexmin(pv, op_q(endQ[us], tq[j, us, v][:, None]))
+                bp, bq, _ = _lexmin(np.array(got_p), np.array(got_q))
                 if secondary:
-                    Q[v, j] = space.shift(bq, v, np.inf)
-            bp = np.where(size_ok, space.shift(bp, v, np.inf), np.inf)
+                    Q[v, j] = bq
+            bp = np.where(size_ok, bp, np.inf)
             nonempty[j, v] = np.isfinite(bp).any()
             P[v, j] = bp - pre[j, v]
     if best[2] < 0:
         return None
 
     def end_pick(j: int, c: int, S: int) -> tuple[int, float, float]:
-        """Best start k of the stage ending at j on class c for multiset S, and its label."""
+        """Best start k of the stage ending at j on label c for state S, and its label."""
         ks = starts(j, c)
         pc, qc = end_labels(j, c, ks, S)
         qc = np.zeros_like(pc) if qc is None else qc
         i = _pick(pc, qc)
         return int(ks[i]), float(pc[i]), float(qc[i])
 
-    # trace back by recomputing each choice for the single multiset on the path
+    # trace back by recomputing each choice for the single state on the path
     _, _, c, S = best
-    bounds, classes = [L], [c]
+    bounds, moves = [L], []
     k = end_pick(L, c, S)[0]
     while k > 0:
-        prev_S = S - int(cm.strides[c])
-        cands = []  # predecessor class u: the one whose end label plus the transfer is best
-        for u in np.flatnonzero(tr_ok[k, :, c]):
-            if starts(k, u).size == 0:
+        cands = []  # (predecessor label u, move m): the one whose end label plus the transfer is best
+        for m in into[c]:
+            prev_S = space.prev(S, int(m))
+            if prev_S < 0:
                 continue
-            kk, pe, qe = end_pick(k, int(u), prev_S)
-            cands.append((op_p(pe, tp[k, u, c]), op_q(qe, tq[k, u, c]), int(u), kk))
+            for u in np.flatnonzero(tr_ok[k, :, m]):
+                if starts(k, u).size == 0:
+                    continue
+                kk, pe, qe = end_pick(k, int(u), prev_S)
+                cands.append((op_p(pe, tp[k, u, m]), op_q(qe, tq[k, u, m]), int(u), kk, int(m), prev_S))
         i = _pick(np.array([x[0] for x in cands]), np.array([x[1] for x in cands]))
-        _, _, u, kk = cands[i]
+        _, _, u, kk, m, prev_S = cands[i]
         bounds.append(k)
-        classes.append(u)
+        moves.append(m)
         c, S, k = u, prev_S, kk
+    moves.append(c)
     bounds.append(0)
-    return ValueResult(best[0], best[1], bounds[::-1], classes[::-1])
+    return ValueResult(best[0], best[1], bounds[::-1], moves[::-1])
 
 
-VECTOR_LIMIT = 4_000_000  # C * L * M up to which the fast DP handles all classes of a cut at once
+VECTOR_LIMIT = 4_000_000  # C * L * M up to which the fast DP handles all labels of a cut at once
 
 
-def _fast_sweep(cm: ClassModel, space: MultisetSpace, P: np.ndarray, nonempty: np.ndarray, pre: np.ndarray,
+def _fast_sweep(cm: ClassModel, P: np.ndarray, nonempty: np.ndarray, pre: np.ndarray,
                 comp_ok: np.ndarray, tr_ok: np.ndarray, tp: np.ndarray, snkp: np.ndarray,
                 bound: float) -> tuple[float, float, int, int]:
     """The additive-primary DP with the transfers of a cut in one array operation (small C * M).
 
-    Fills P (value - prefix) and nonempty exactly as the per-class loop does; returns the best goal.
+    Fills P (value - prefix) and nonempty exactly as the per-label loop does; returns the best goal.
     """
+    space = cm.space
     L, C, M = cm.num_layers, cm.num_classes, space.M
     src_idx, dst_idx = space.flat_maps
     size_ok = space.size_ok
@@ -251,10 +235,13 @@ def _fast_sweep(cm: ClassModel, space: MultisetSpace, P: np.ndarray, nonempty: n
             if np.isfinite(fin.flat[flat]):
                 best = (float(fin.flat[flat]), 0.0, flat // M, flat % M)
             break
-        cand = np.where(tr_ok[j][:, :, None], endP[:, None, :] + tp[j][:, :, None], np.inf)  # (u, v, M)
-        to_v = cand.min(axis=0)                                                           # (v, M)
+        cand = np.where(tr_ok[j][:, :, None], endP[:, None, :] + tp[j][:, :, None], np.inf)  # (u, m, M)
+        to_m = cand.min(axis=0)                                                           # (m, M)
         nxt = np.full(C * M, np.inf)
-        nxt[dst_idx] = to_v.ravel()[src_idx]
+        if space.num_moves == C:   # one move per label: destinations are distinct
+            nxt[dst_idx] = to_m.ravel()[src_idx]
+        else:
+            np.minimum.at(nxt, dst_idx, to_m.ravel()[src_idx])
         nxt = np.where(size_ok[None, :], nxt.reshape(C, M), np.inf)
         nonempty[j] = np.isfinite(nxt).any(axis=1)
         P[:, j, :] = nxt - pre[j][:, None]

@@ -1,0 +1,81 @@
+"""Whole boards as interchangeable units: detection, and ``exact``/``pareto`` against the oracle."""
+
+import numpy as np
+import pytest
+
+from hetsplit.cluster import load_cluster
+from hetsplit.costs.build import build_problem
+from hetsplit.errors import InfeasibleError
+from hetsplit.graph import load_model
+from hetsplit.search import make_partitioner
+from hetsplit.search.classes import build_classes
+from hetsplit.search.oracle import brute_force
+
+from _check import assert_evaluator_metrics, close, seeds
+from _instances import board_problem
+
+
+def _oracle_or_none(p):
+    try:
+        return brute_force(p)
+    except InfeasibleError:
+        return None
+
+
+def _check_against_oracle(p):
+    o = _oracle_or_none(p)
+    if o is None:
+        for algo in ("exact", "pareto"):
+            with pytest.raises(InfeasibleError):
+                make_partitioner(algo).solve(p)
+        return
+    (plan,) = make_partitioner("exact").solve(p)
+    assert_evaluator_metrics(p, [plan])
+    best = o.min_bottleneck()
+    assert close(plan.metrics.bottleneck_s, best)
+    m = o.metrics
+    assert close(plan.metrics.energy_j, m.energy_j[m.bottleneck_s <= best * (1 + 1e-9)].min())
+    front = make_partitioner("pareto").solve(p)
+    assert_evaluator_metrics(p, front)
+    got = np.array(sorted((f.metrics.bottleneck_s, f.metrics.energy_j) for f in front))
+    want = o.front()
+    assert got.shape == want.shape
+    assert np.allclose(got, want, rtol=1e-9, atol=0)
+
+
+@pytest.mark.parametrize("seed", seeds(40, 3000))
+def test_boards_equal_oracle(seed):
+    p = board_problem(seed)
+    cm = build_classes(p)
+    boards = p.num_devices // 2 - (1 if p.cluster.source or p.cluster.sink else 0)
+    if boards >= 2:   # the boards without source or sink form one unit class
+        assert any(len(c) == boards and len(c[0]) == 2 for c in cm.units)
+    _check_against_oracle(p)
+
+
+@pytest.mark.parametrize("seed", seeds(8, 3100))
+def test_one_perturbed_link_falls_back_and_stays_exact(seed):
+    p = board_problem(seed, n_boards=3, n_layers=5, source=True, sink=False, perturb=True)
+    cm = build_classes(p)
+    assert all(len(c) == 1 and len(c[0]) == 1 for c in cm.units)   # six distinct devices
+    _check_against_oracle(p)
+
+
+def test_inner_link_of_one_board_differs():
+    p = board_problem(3, n_boards=3, n_layers=5, source=False, sink=False)
+    p.cluster.bandwidth[4, 5] *= 2           # board 2's CPU -> GPU link only
+    cm = build_classes(p)
+    assert sorted(len(c) for c in cm.units if len(c[0]) == 2) == [2]   # boards 0 and 1 remain a class
+    _check_against_oracle(p)
+
+
+def test_jetson_boards_are_units():
+    p = build_problem(load_model("vgg8"), load_cluster("jetson-xavier-nx-8"))
+    cm = build_classes(p)
+    names = [[[p.cluster.names[d] for d in u] for u in c] for c in cm.units]
+    # board 0 holds the source, so it stays two single devices; boards 1..7 are one class of units
+    assert [["nx0-cpu"]] in names and [["nx0-gpu"]] in names
+    (boards,) = [c for c in names if len(c) > 1]
+    assert sorted(u[0] for u in boards) == [f"nx{b}-cpu" for b in range(1, 8)]
+    assert all(u[1] == u[0].replace("cpu", "gpu") for u in boards)
+    assert cm.num_multisets == 4 * 120   # 2 x 2 for board 0, C(7 + 3, 3) patterns of 7 boards
