@@ -9,6 +9,7 @@
 
     python bench/runtime_overhead.py                 # both parts
     python bench/runtime_overhead.py --model resnet50 --stages 2 --inputs 24 --json out.json
+    python bench/runtime_overhead.py --skip-hops --pin   # workers pinned to their own cores
 Targets: overhead <= 10% from 1 MB up; efficiency >= 90%.
 """
 
@@ -118,7 +119,7 @@ def hop_overhead(sizes: list[int], rounds: int, blocks: int) -> list[dict]:
     return rows
 
 
-def pipeline_efficiency(model: str, stages: int, inputs: int) -> dict:
+def pipeline_efficiency(model: str, stages: int, inputs: int, pin: bool = False) -> dict:
     from hetsplit.plan.types import Plan, Stage
     from hetsplit.runtime import RunOptions, resolve_model, run_plan
 
@@ -127,8 +128,8 @@ def pipeline_efficiency(model: str, stages: int, inputs: int) -> dict:
     bounds = [0] + [int(np.searchsorted(c, (i + 1) / stages)) + 1 for i in range(stages - 1)] + [graph.num_layers]
     plan = Plan(graph.name, "local", "even-macs", [Stage(f"local-cpu{i}", graph.names[a:b])
                                                    for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))])
-    r = run_plan(plan, graph, path, RunOptions(inputs=inputs, timeout_s=120))
-    return {"model": model, "stages": stages, "inputs": inputs, "throughput": r.throughput,
+    r = run_plan(plan, graph, path, RunOptions(inputs=inputs, timeout_s=120, pin=pin))
+    return {"model": model, "stages": stages, "inputs": inputs, "pinned": pin, "throughput": r.throughput,
             "stage_bound_throughput": r.stage_bound_throughput, "efficiency": r.pipeline_efficiency,
             "stage_compute_s": [d["compute_s"] for d in r.devices],
             "hop_wire_s": {f"{h['from']}->{h['to']}": h["wire_s"] for h in r.hops}}
@@ -141,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default="resnet50")
     ap.add_argument("--stages", type=int, default=2)
     ap.add_argument("--inputs", type=int, default=24)
+    ap.add_argument("--pin", action="store_true", help="pin each stage's worker to its own core (as run --pin)")
     ap.add_argument("--skip-hops", action="store_true")
     ap.add_argument("--skip-pipeline", action="store_true")
     ap.add_argument("--json", default=None, help="write the figures here")
@@ -159,8 +161,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"max overhead from 1 MB up: median {max(r['overhead'] for r in big):+.1%}, "
               f"min {max(r['overhead_min'] for r in big):+.1%} (target <= +10%)")
     if not args.skip_pipeline:
-        doc["pipeline"] = p = pipeline_efficiency(args.model, args.stages, args.inputs)
-        print(f"pipeline {p['model']} x{p['stages']}: measured {p['throughput']:.2f}/s, stage-bound "
+        doc["pipeline"] = p = pipeline_efficiency(args.model, args.stages, args.inputs, args.pin)
+        print(f"pipeline {p['model']} x{p['stages']}{' pinned' if p['pinned'] else ''}: measured {p['throughput']:.2f}/s, stage-bound "
               f"{p['stage_bound_throughput']:.2f}/s, efficiency {p['efficiency']:.1%} (target >= 90%)")
     if args.json:
         Path(args.json).write_text(json.dumps(doc, indent=1))
