@@ -58,7 +58,8 @@ def measured_from_profile(profile: Profile, device_type: str | None = None, path
     """A Measured from a profile written by ``hetsplit profile --device local-...``.
 
     The profile file keeps no layer attributes, so the full graph is reloaded from the model the
-    profile names (zoo name or its ONNX file) unless ``graph`` is given; layer names must agree.
+    profile names (zoo name, its ONNX file, or that file's name next to the profile) unless ``graph``
+    is given; layer names must agree.
     """
     where = path or profile.graph.name
     types = profile.costs.types
@@ -69,6 +70,9 @@ def measured_from_profile(profile: Profile, device_type: str | None = None, path
         from hetsplit.costs.profiler.run import load_for_profiling
 
         spec = str(profile.meta.get("onnx") or profile.graph.name)
+        beside = Path(path).parent / Path(spec).name if path else None   # an ONNX file shipped next to the profile
+        if spec.endswith(".onnx") and not Path(spec).is_file() and beside is not None and beside.is_file():
+            spec = str(beside)
         model = profile.graph.name if not spec.endswith(".onnx") or not Path(spec).is_file() else spec
         try:
             graph = load_for_profiling(model)[0]
