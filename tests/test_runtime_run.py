@@ -33,12 +33,14 @@ def test_three_stage_run_with_relays_is_verified_and_measured(toy, tmp_path):
     assert report.verify["max_abs_err"] < 1e-4
     assert [d["device"] for d in report.devices] == ["local-cpu0", "local-cpu1", "local-cpu2"]
     for s, d in enumerate(report.devices):
-        assert d["compute_s"] > 0 and d["peak_rss_bytes"] > 0
+        assert d["compute_s"] > 0 and d["peak_rss_bytes"] > 0 and d["kind"] == "cpu"
+        assert d["cpu_per_input_s"] > 0     # the process's CPU time (compute and its transfer threads)
         assert d["recv_bytes"] == graph.cut_bytes[bounds[s]] and d["send_bytes"] == graph.cut_bytes[bounds[s + 1]]
     inner = [h for h in report.hops if "driver" not in (h["from"], h["to"])]
     assert [h["nbytes"] for h in inner] == [graph.cut_bytes[4], graph.cut_bytes[6]]
     assert all(len(h["wire_all_s"]) == 6 and min(h["wire_all_s"]) > 0 for h in report.hops)
     assert report.throughput > 0 and report.latency_s > 0 and len(report.latencies_s) == 6
+    assert report.extra["driver_cpu_per_input_s"] > 0
     assert not processes_of(tmp_path / "run")
 
 

@@ -184,18 +184,22 @@ def _finish(args, report, plan, graph, cluster) -> int:
 def print_report(report, console: Console) -> None:
     t = Table(title=f"{report.model}: {report.inputs} inputs, every output verified "
                     f"(max abs err {report.verify.get('max_abs_err', float('nan')):.2e})")
-    for col in ("device", "compute/input", "idle/input", "recv/input", "send/input", "send time", "peak mem",
-                "energy/input"):
+    for col in ("device", "compute/input", "CPU/input", "idle/input", "recv/input", "send/input", "send time",
+                "peak mem", "energy/input"):
         t.add_column(col, justify="right")
     for d in report.devices:
         energy = format_quantity(d["energy_j"], "J") if d.get("energy_j") is not None else "-"
-        t.add_row(d["device"], format_quantity(d["compute_s"], "s"), format_quantity(d["idle_s"], "s"),
+        cpu = format_quantity(d["cpu_per_input_s"], "s") if d.get("cpu_per_input_s") is not None else "-"
+        t.add_row(d["device"], format_quantity(d["compute_s"], "s"), cpu, format_quantity(d["idle_s"], "s"),
                   format_quantity(d["recv_bytes"], "B"), format_quantity(d["send_bytes"], "B"),
                   format_quantity(d["send_s"], "s"), format_quantity(d["peak_rss_bytes"], "B"), energy)
     console.print(t)
     console.print(f"throughput {report.throughput:.2f}/s   latency {format_quantity(report.latency_s, 's')} "
                   f"(under load {format_quantity(report.latency_loaded_s, 's')})   pipeline efficiency "
                   f"{report.pipeline_efficiency:.0%}")
+    if report.extra.get("driver_cpu_per_input_s") is not None:
+        console.print(f"driver (feeds inputs, collects outputs): CPU "
+                      f"{format_quantity(report.extra['driver_cpu_per_input_s'], 's')}/input")
 
 
 def print_compare(rows: list[dict], console: Console) -> None:

@@ -1,6 +1,8 @@
 """Turning the per-process logs of a run into measurements, and setting them beside predictions.
 
-Per device: compute time per input, idle time, bytes and time sent / received, peak memory.
+Per device: compute time per input, idle time, bytes and time sent / received, peak memory, and
+the process's CPU time per input (compute plus its transfer threads; the driver's too: on a machine
+whose cores all run stages, the driver's CPU time is taken from theirs).
 Per hop (u -> v): the wire time of each input, ``recv done at v - max(send posted at u, recv posted
 at v)``: the time the transfer took once both ends were ready. End to end: unloaded latency (the
 first inputs go one at a time), latency under load, and throughput over the streamed inputs.
@@ -63,6 +65,7 @@ def summarize(manifest: Manifest, docs: dict[int, dict]) -> RunReport:
         devices.append({
             "device": spec.device, "rank": spec.rank, "stage": spec.stage, "threads": d.get("threads", 1),
             "kind": d.get("kind", "cpu"),
+            "cpu_per_input_s": d["process_cpu_s"] / len(comp) if d.get("process_cpu_s") is not None and comp else None,
             "compute_s": _med(comp[steady]), "compute_mean_s": float(np.mean(comp[steady])) if comp else 0.0,
             "idle_s": float(np.sum(d["idle_s"][steady])) / max(1, len(d["idle_s"][steady])),
             "recv_bytes": sum(e["nbytes"] for e in d["recv"]), "send_bytes": sum(e["nbytes"] for e in d["send"]),
@@ -89,8 +92,9 @@ def summarize(manifest: Manifest, docs: dict[int, dict]) -> RunReport:
     # throughput the measured stage and hop times allow: mean time per input of the slowest one
     mean_wire = [float(np.mean(h["wire_all_s"][steady])) for h in hops if "driver" not in (h["from"], h["to"])]
     worst = max([0.0] + [d["compute_mean_s"] for d in devices] + mean_wire)
+    extra = {"driver_cpu_per_input_s": drv["process_cpu_s"] / n} if drv.get("process_cpu_s") is not None and n else {}
     return RunReport(manifest.model, devices, hops, n, thr, _med(lat[:k]) if k else _med(lat),
-                     _med(lat[steady]), lat, drv.get("verify", {}), 1.0 / worst if worst > 0 else 0.0)
+                     _med(lat[steady]), lat, drv.get("verify", {}), 1.0 / worst if worst > 0 else 0.0, extra)
 
 
 def compare(report: RunReport, predicted: Any, cluster: Any = None, cut_bytes: dict | None = None) -> dict:

@@ -94,6 +94,7 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path) -> 
     meter.start()
     rx.start(), tx.start()
     compute, idle = [], []
+    cpu0 = time.process_time()
     try:
         fault = cfg.faults.get(str(rank))
         for i in range(n):
@@ -112,8 +113,10 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path) -> 
     except BaseException as exc:  # noqa: BLE001
         shared.fail(exc)
     wait_threads(shared, rx, tx)
+    cpu = time.process_time() - cpu0
     energy = meter.stop()
     return {"compute_s": compute, "idle_s": idle, "threads": threads, "kind": cfg.kinds.get(spec.device, "cpu"),
+            "process_cpu_s": cpu,
             "energy_j": energy, "energy_meter": meter.name if energy is not None else meter.reason,
             "recv": [log.to_dict() for log in rx.logs], "send": [log.to_dict() for log in tx.logs]}
 
@@ -162,6 +165,7 @@ def run_driver(cfg: RunConfig, manifest: Manifest, run_dir: Path) -> dict:
     rx.start(), tx.start()
     outputs: list[dict[str, np.ndarray]] = []
     t_out: list[float] = []
+    cpu0 = time.process_time()
     try:
         for i in range(n):
             if i < k:                       # unloaded latency: one input in flight
@@ -178,8 +182,9 @@ def run_driver(cfg: RunConfig, manifest: Manifest, run_dir: Path) -> dict:
     except BaseException as exc:  # noqa: BLE001
         shared.fail(exc)
     wait_threads(shared, rx, tx)
+    cpu = time.process_time() - cpu0
     t_in = tx.logs[0].start if tx.logs else [0.0] * n
-    result = {"t_in": t_in, "t_out": t_out, "latency_inputs": k,
+    result = {"t_in": t_in, "t_out": t_out, "latency_inputs": k, "process_cpu_s": cpu,
               "recv": [log.to_dict() for log in rx.logs], "send": [log.to_dict() for log in tx.logs]}
     if cfg.verify:
         result["verify"] = verify(manifest, inputs, outputs, cfg)
