@@ -43,7 +43,7 @@ def cpu_sets(k: int, threads: int, cpus: list[int] | None = None) -> list[list[i
     if need > len(cpus):
         raise ProfileError(f"--co-load {k} with --threads {threads} needs {need} cores (the measurement's and "
                            f"{k} helper(s)' own), but this process may use {len(cpus)} ({cpus}); lower --co-load "
-                           f"to at most {len(cpus) // threads - 1}")
+                           f"to at most {len(cpus) // threads - 1}, or --threads")
     return [cpus[i * threads:(i + 1) * threads] for i in range(k + 1)]
 
 
