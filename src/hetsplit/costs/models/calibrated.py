@@ -1,7 +1,8 @@
 """A device model fitted to measured profiles (``hetsplit calibrate`` writes its preset).
 
 Each layer falls into a class (``layer_classes``): the op kind, with convolutions split by shape
-(1x1, the thin-input stem, KxK, grouped, depthwise) and additions that onnxruntime fuses into the
+(1x1, the thin-input stem, KxK, grouped, depthwise), fully connected layers of one row ("gemv":
+memory-bound, onnxruntime's GEMV path) apart from GEMMs, and additions that onnxruntime fuses into the
 convolution before them ("eltwise_fused": an ONNX Add/Sum layer whose input is a bare Conv that feeds
 nothing else). Per class:
 
@@ -23,7 +24,8 @@ whatever the class, so one model family teaches another:
 energy = power_active x time. Parameters: ``coefficients: {class: [per_mac_s, per_byte_s,
 per_param_byte_s, fixed_s]}`` (a 3-number entry of hetsplit-classes/1, [per_mac_s, per_byte_s, fixed_s]
 with parameters counted as bytes moved, still loads)
-(a ``default`` entry for classes the fit never saw; an unseen convolution shape uses ``conv``),
+(a ``default`` entry for classes the fit never saw; an unseen convolution shape uses ``conv``, an
+unseen GEMV ``gemm``),
 ``terms: {term: seconds per unit}`` (optional, 0 when absent), ``power_active`` (W), ``overhead_s``
 (a per-layer framework overhead, added to every layer).
 """
@@ -36,13 +38,13 @@ from hetsplit.cluster.types import Device
 from hetsplit.costs.models.base import LayerCosts, default_mem_bytes, register_model
 from hetsplit.costs.models.layer_attrs import pair
 from hetsplit.errors import ClusterError
-from hetsplit.graph.types import CONV, ELTWISE, MAC_KINDS, NORM, OTHER, RESHAPE, SOFTMAX, Graph, Layer
+from hetsplit.graph.types import CONV, ELTWISE, GEMM, MAC_KINDS, NORM, OTHER, RESHAPE, SOFTMAX, Graph, Layer
 
 CLASS_RULES = "hetsplit-classes/2"
 TERMS = ("stream_bytes", "activation_elements", "softmax_elements", "softmax_rows")
 NCOEF = 4                                                            # per class: MACs, bytes, param bytes, 1
 STREAMING_KINDS = (ELTWISE, NORM, SOFTMAX, RESHAPE, OTHER)          # no MACs, no window: pure data movement
-CONV_CLASSES = ("conv1x1", "conv_stem", "conv_grouped", "dwconv")   # fall back to "conv" when unseen
+FALLBACK = {"conv1x1": "conv", "conv_stem": "conv", "conv_grouped": "conv", "dwconv": "conv", "gemv": "gemm"}
 SHAPE_ONLY = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Shape", "Constant", "Dropout"})
 FUSED_INTO_KERNEL = frozenset({"Relu", "Clip"})   # onnxruntime fuses these into Conv / Gemm (FusedConv, FusedGemm)
 TRANSCENDENTAL = frozenset({"Sigmoid", "Tanh", "Erf", "Exp", "Log", "HardSwish", "HardSigmoid"})
@@ -75,6 +77,8 @@ def layer_classes(graph: Graph) -> list[str]:
             is_add = bool(layer.onnx_ops) and layer.onnx_ops[0] in ("Add", "Sum")
             fused = is_add and any(_bare_conv(graph.layers[p]) and consumers.get(p, set()) == {i} for p in preds)
             op = "eltwise_fused" if fused else ELTWISE
+        elif op == GEMM and int(a.get("m", 0) or 0) == 1:
+            op = "gemv"
         out.append(op)
     return out
 
@@ -146,12 +150,12 @@ def term_features(graph: Graph) -> np.ndarray:
 
 
 def class_coefficients(classes: list[str], coefficients: dict[str, list[float]]) -> np.ndarray:
-    """L x 4 per-layer coefficients: the class's, ``conv``'s for an unseen conv shape, else ``default``."""
+    """L x 4 per-layer coefficients: the class's, its ``FALLBACK`` (conv, gemm) when unseen, else ``default``."""
     default = coefficients.get("default", [0.0] * NCOEF)
     rows = []
     for c in classes:
-        if c not in coefficients and c in CONV_CLASSES:
-            c = "conv"
+        if c not in coefficients and c in FALLBACK:
+            c = FALLBACK[c]
         rows.append(coefficients.get(c, default))
     return np.array([as_four(r) for r in rows], dtype=np.float64).reshape(len(classes), NCOEF)
 
