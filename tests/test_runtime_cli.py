@@ -118,6 +118,7 @@ def test_profile_notes_name_a_co_load_that_does_not_match_the_run():
     assert len(notes) == 1 and "time-share" in notes[0]
     assert profile_notes({"device": "neurosim-rram", "co_load": 0}, workers=2, cores=2) == []
     assert profile_notes({**meta, "co_load": 0}, workers=1, cores=2) == []
+    assert "faster" in profile_notes({**meta, "co_load": 1}, workers=1, cores=2)[0]   # one stage: the machine idle
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two workers on cores of their own")

@@ -137,7 +137,7 @@ def profile_notes(meta: dict[str, Any], workers: int, threads: int = 1, cores: i
     co_load = int(meta.get("co_load", 0))
     busy = min(workers, max(1, cores // max(1, threads)))    # stages computing at once on cores of their own
     notes = []
-    if co_load != busy - 1 and workers > 1:
+    if co_load != busy - 1:
         how = "slower" if co_load < busy - 1 else "faster"
         notes.append(f"the profile was measured with co-load {co_load} (other cores running the model meanwhile) "
                      f"but {busy} stages computed at once here, so stage compute tends to run {how} than "
