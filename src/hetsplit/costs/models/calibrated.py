@@ -93,9 +93,11 @@ def layer_features(graph: Graph) -> np.ndarray:
 
     A streaming layer (concat, split, add, norm, softmax...) is memory-bound: its bytes count in the
     shared ``stream_bytes`` term, so a concat learns from every model's concats whatever class wraps it.
+    A GEMV streams its weights once and keeps its input vector in cache: no activation-bytes term.
     """
     keep = np.array([layer.op not in STREAMING_KINDS for layer in graph.layers], dtype=np.float64)
-    return np.stack([graph.macs * keep, (graph.in_bytes + graph.out_bytes) * keep, graph.param_bytes * keep,
+    activations = keep * np.array([c != "gemv" for c in layer_classes(graph)])   # a GEMV's vector stays in cache
+    return np.stack([graph.macs * keep, (graph.in_bytes + graph.out_bytes) * activations, graph.param_bytes * keep,
                      np.ones(graph.num_layers)], axis=1)
 
 
