@@ -1,4 +1,5 @@
-"""Calibration: layer classes, NNLS recovers known coefficients, accuracy metrics, the preset round trip."""
+"""Calibration: layer classes, features and shared terms by hand, NNLS recovers known coefficients,
+accuracy metrics, the preset round trip."""
 
 from __future__ import annotations
 
@@ -14,15 +15,16 @@ from hetsplit.cluster.presets import load_preset
 from hetsplit.cluster.types import Device
 from hetsplit.costs.calibration import Measured, evaluate, fit, measured_from_profile, preset_document
 from hetsplit.costs.models import device_model
-from hetsplit.costs.models.calibrated import layer_classes, predict
+from hetsplit.costs.models.calibrated import TERMS, layer_classes, layer_features, predict, term_features
 from hetsplit.costs.profile import Profile, save_profile
 from hetsplit.costs.table import CostTable
 from hetsplit.errors import ClusterError, ProfileError
 from hetsplit.graph.types import INPUT, Graph, Tensor
 
-TRUE = {"conv": [2e-11, 1e-10, 3e-6], "conv1x1": [4e-11, 2e-10, 2e-6], "conv_stem": [8e-11, 0.0, 5e-6],
-        "pool": [0.0, 5e-10, 1e-6], "gemm": [1e-10, 3e-10, 4e-6], "eltwise_fused": [0.0, 0.0, 0.0],
-        "eltwise": [0.0, 4e-10, 1e-6]}
+TRUE = {"conv": [2e-11, 1e-10, 5e-11, 3e-6], "conv1x1": [4e-11, 2e-10, 1e-10, 2e-6], "conv_stem": [8e-11, 0.0, 0.0, 5e-6],
+        "pool": [0.0, 5e-10, 0.0, 1e-6], "gemv": [1e-10, 0.0, 3e-10, 4e-6], "eltwise_fused": [0.0, 0.0, 0.0, 0.0],
+        "eltwise": [0.0, 0.0, 0.0, 1e-6]}
+TRUE_TERMS = {"stream_bytes": 2e-11, "activation_elements": 6e-10, "softmax_elements": 4e-10, "softmax_rows": 1e-7}
 
 
 def residual_block_graph() -> Graph:
@@ -34,14 +36,20 @@ def residual_block_graph() -> Graph:
     return Graph("res", layers, tensors)
 
 
+def silu(layer):
+    return replace(layer, onnx_ops=("Conv", "Sigmoid", "Mul"))
+
+
 def cnn(name: str, width: int, hw: int) -> Graph:
-    return chain(name, [conv("stem", 3, width, hw), conv("c1", width, width, hw), conv("p1", width, 2 * width, hw, k=1),
-                        pool("pool", 2 * width, hw), eltwise("act", 2 * width * (hw // 2) ** 2),
+    """stem, SiLU conv, 1x1 conv, pool, a concat (streaming), conv, FC: every feature varies with the shape."""
+    return chain(name, [conv("stem", 3, width, hw), silu(conv("c1", width, width, hw)),
+                        conv("p1", width, 2 * width, hw, k=1), pool("pool", 2 * width, hw),
+                        replace(eltwise("cat", 2 * width * (hw // 2) ** 2), onnx_ops=("Concat",)),
                         conv("c2", 2 * width, 2 * width, hw // 2), gemm("fc", 2 * width * (hw // 2) ** 2, 10)])
 
 
 def synthetic(graph: Graph, noise: float = 0.0, seed: int = 0) -> Measured:
-    t = predict(graph, TRUE)
+    t = predict(graph, TRUE, TRUE_TERMS)
     if noise:
         t = t * (1 + np.random.default_rng(seed).normal(0, noise, t.shape))
     return Measured(graph.name, graph, t, float(t.sum()))
@@ -60,7 +68,8 @@ def test_fit_recovers_known_coefficients_and_predicts_held_out_exactly():
     acc = evaluate(fitted, held)
     assert acc.whole_error == pytest.approx(0.0, abs=1e-6)
     assert acc.layer_mape == pytest.approx(0.0, abs=1e-6) and acc.within_10 == 1.0
-    assert set(fitted.coefficients) >= {"conv", "conv1x1", "conv_stem", "pool", "gemm", "default"}
+    assert set(fitted.coefficients) >= {"conv", "conv1x1", "conv_stem", "pool", "gemv", "default"}
+    assert set(fitted.terms) == set(TERMS)
 
 
 def test_noisy_fit_stays_close_and_metrics_are_by_hand():
@@ -142,4 +151,76 @@ def test_the_shipped_calibrated_preset_is_a_usable_device():
     g = cnn("x", 16, 32)
     costs = device_model(dev).layer_costs(g)
     assert np.all(np.isfinite(costs.time_s)) and np.all(costs.time_s > 0)
-    assert set(p.params["coefficients"]) >= {"conv", "conv1x1", "gemm", "pool", "default"}
+    assert set(p.params["coefficients"]) >= {"conv", "conv1x1", "gemv", "pool", "default"}
+    assert set(p.params["terms"]) == set(TERMS)
+
+
+def test_classes_gemv_and_an_add_after_silu_is_not_fused():
+    g = chain("x", [gemm("fc1", 64, 32), gemm("mm", 64, 32, m=8)])
+    assert layer_classes(g) == ["gemv", "gemm"]
+    res = residual_block_graph()
+    layers = list(res.layers)
+    layers[1] = silu(layers[1])               # Conv+Sigmoid+Mul -> Add: the add reads the Mul, no Conv+Add fusion
+    assert layer_classes(Graph("res", layers, res.tensors)) == ["conv_stem", "conv", "eltwise"]
+
+
+def test_layer_features_by_hand():
+    g = chain("x", [conv("c", 8, 16, 10), replace(eltwise("cat", 100), onnx_ops=("Concat",)), gemm("fc", 64, 10)])
+    f = layer_features(g)
+    c = g.layers[0]
+    assert f[0].tolist() == [c.macs, c.in_bytes + c.out_bytes, c.param_bytes, 1.0]
+    assert f[1].tolist() == [0.0, 0.0, 0.0, 1.0]                     # streaming: bytes go to stream_bytes
+    assert f[2].tolist() == [640.0, 0.0, (64 * 10 + 10) * 4, 1.0]     # GEMV: weights, not its input vector
+
+
+def test_term_features_by_hand():
+    cat_bn = replace(eltwise("catbn", 100), onnx_ops=("Concat", "BatchNormalization", "Relu"))
+    layers = [silu(conv("c", 8, 16, 10)), replace(conv("r", 16, 16, 10), onnx_ops=("Conv", "Relu")),
+              replace(eltwise("cat", 100), onnx_ops=("Concat", "Reshape")), cat_bn,
+              replace(gemm("g", 32, 64, m=4), onnx_ops=("MatMul", "Sigmoid", "Mul")), pool("p", 4, 8)]
+    f = term_features(chain("x", layers))
+    out = 16 * 10 * 10 * 4                                            # the SiLU conv's output bytes
+    assert f[0].tolist() == [2 * 2 * out, out / 4, 0.0, 0.0]          # Sigmoid and Mul: a pass each, one activation
+    assert f[1].tolist() == [0.0] * len(TERMS)                        # ReLU fused into the conv
+    assert f[2].tolist() == [400.0 + 400.0, 0.0, 0.0, 0.0]           # Concat reads and writes; Reshape is free
+    assert f[3].tolist() == [400.0 + 400.0 + 2 * 2 * 400.0, 0.0, 0.0, 0.0]   # + BN and Relu passes
+    assert f[4].tolist() == [2 * 2 * 4 * 64 * 4, 4 * 64, 0.0, 0.0]    # SiLU after a MatMul: m x n elements
+    assert f[5].tolist() == [0.0] * len(TERMS)                        # pools: their own class
+
+
+def softmax_graph(axis: int | None) -> Graph:
+    attrs = {"elements": 8 * 128 * 16, "elem_bytes": 4, **({"axis": axis} if axis is not None else {})}
+    sm = replace(eltwise("sm", 8 * 128 * 16, op="softmax"), onnx_ops=("Softmax",), attrs=attrs)
+    tensors = [Tensor("x", INPUT, sm.in_bytes, (0,), shape=(1, 8, 128, 16)),
+               Tensor("y", 0, sm.out_bytes, (), is_output=True, shape=(1, 8, 128, 16))]
+    return Graph("sm", [sm], tensors)
+
+
+def test_softmax_terms_count_rows_along_the_reduced_axis():
+    n = 8 * 128 * 16
+    last = term_features(softmax_graph(None))[0]
+    assert last.tolist() == [2 * n * 4, 0.0, n, n / 16]               # rows of 16 along the last axis
+    assert term_features(softmax_graph(1))[0, 3] == n / 8             # axis 1: rows of 8
+
+
+def test_fit_recovers_shared_terms_and_unseen_classes_fall_back():
+    train = [synthetic(cnn(f"net{w}_{hw}", w, hw)) for w, hw in ((8, 32), (16, 16), (32, 8), (24, 24), (12, 28))]
+    fitted = fit(train)
+    assert fitted.terms["stream_bytes"] == pytest.approx(TRUE_TERMS["stream_bytes"], rel=1e-3)
+    g = chain("unseen", [conv("dw", 32, 32, 8, groups=32), gemm("fc", 64, 32)])
+    assert "dwconv" not in fitted.coefficients
+    coef = {k: v for k, v in fitted.coefficients.items() if k != "gemv"} | {"gemm": [1e-9, 0.0, 0.0, 0.0]}
+    expect = predict(g, {"dwconv": fitted.coefficients["conv"], "gemv": [1e-9, 0.0, 0.0, 0.0]})
+    assert predict(g, coef) == pytest.approx(expect)                  # dwconv -> conv, gemv -> gemm
+
+
+def test_three_number_coefficients_of_classes_1_still_load():
+    dev = Device("c0", "cpu", "c", 1e9, "calibrated", {"coefficients": {"default": [1e-10, 2e-10, 1e-6]},
+                                                         "power_active": 1.0})
+    g = chain("x", [conv("c", 8, 16, 10)])
+    c = g.layers[0]
+    expect = 1e-10 * c.macs + 2e-10 * (c.in_bytes + c.out_bytes + c.param_bytes) + 1e-6
+    assert device_model(dev).layer_costs(g).time_s[0] == pytest.approx(expect)
+    with pytest.raises(ClusterError, match="terms"):
+        device_model(Device("c0", "cpu", "c", 1e9, "calibrated",
+                            {"coefficients": {"default": [0, 0, 0, 0]}, "terms": {"bogus": 1.0}, "power_active": 1}))

@@ -52,6 +52,7 @@ def run(args) -> int:
         wide_console().print(f"wrote {args.out} (preset {name!r}; name it in a cluster as preset: {args.out})")
     if args.report:
         Path(args.report).write_text(json.dumps({"device": args.device, "coefficients": fitted.coefficients,
+                                                 "terms": fitted.terms,
                                                  "rows": [{"set": s, **a.row()} for s, a in rows]}, indent=1))
         wide_console().print(f"wrote {args.report}")
     return 0
