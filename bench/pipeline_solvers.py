@@ -1,6 +1,6 @@
 """Benchmark of the pipeline solvers: solve time and peak memory, and exact / pipeedge ratios.
 
-    .venv/bin/python bench/pipeline_solvers.py [--quick] [--cap SECONDS]
+    .venv/bin/python bench/pipeline_solvers.py [--quick] [--cap SECONDS] [--only TEXT ...]
 
 Each (case, solver) runs in a fresh subprocess: once timed (no tracing), once under tracemalloc for
 the peak of Python + numpy allocations (skipped when the timed run took longer than 20 s). A run
@@ -28,7 +28,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 
 def build(case: str):
-    """The SplitProblem of a case name: rand:L:D[:T] (synthetic) or real:MODEL:CLUSTER."""
+    """The SplitProblem of a case name: rand:L:D[:T] (synthetic), synth:L:CLUSTER (a synthetic
+    L-layer model on a built-in cluster) or real:MODEL:CLUSTER."""
     kind, *rest = case.split(":")
     if kind == "rand":
         from _instances import big_problem
@@ -36,6 +37,9 @@ def build(case: str):
         T = int(rest[2]) if len(rest) > 2 else None
         return big_problem(1, L, D, T)
     from hetsplit.cluster import load_cluster
+    if kind == "synth":
+        from _instances import synthetic_on_cluster
+        return synthetic_on_cluster(1, int(rest[0]), load_cluster(rest[1]))
     from hetsplit.costs.build import build_problem
     from hetsplit.graph import load_model
     return build_problem(load_model(rest[0]), load_cluster(rest[1]))
@@ -54,7 +58,16 @@ def run_one(case: str, algo: str, trace: bool) -> dict:
     best = min(plans, key=lambda p: p.metrics.bottleneck_s)
     return {"seconds": dt, "cpu_seconds": cpu, "peak_bytes": peak, "plans": len(plans), "bottleneck_s": best.metrics.bottleneck_s,
             "stages": len(best.stages), "layers": problem.num_layers, "devices": problem.num_devices,
-            "params": {k: v for k, v in best.params.items() if k in ("checks", "classes", "multisets", "tie_break")}}
+            "params": {k: v for k, v in best.params.items() if k in ("checks", "classes", "multisets", "tie_break")},
+            "states": _states(problem, algo)}
+
+
+def _states(problem, algo: str) -> str:
+    """Labels x usage states the pareto/exact DPs of a case run over (after the symmetry grouping)."""
+    from hetsplit.search.classes import build_classes
+    cm = build_classes(problem, units=algo != "pipeedge")
+    units = sum(1 for c in cm.units if len(c[0]) > 1 for _ in c)
+    return f"{cm.num_classes} labels x {cm.num_multisets} states" + (f", {units} units" if units else "")
 
 
 def measure(case: str, algo: str, cap: float) -> dict:
@@ -89,7 +102,7 @@ def fmt_s(x: float) -> str:
 def row(r: dict, note: str = "") -> str:
     mem = f"{r['peak_bytes'] / 2**20:.0f}" if r.get("peak_bytes") else "-"
     shape = f"L={r.get('layers', '?')} D={r.get('devices', '?')}"
-    extra = r.get("error") or note
+    extra = r.get("error") or "; ".join(x for x in (note, r.get("states", "")) if x)
     return (f"| {r['case']:<44} | {r['algo']:<8} | {shape:<12} | {fmt_s(r.get('seconds')):>7} | "
             f"{fmt_s(r.get('cpu_seconds')):>6} | {mem:>7} | "
             f"{r.get('plans', '-'):>5} | {r.get('bottleneck_s', float('nan')):.6g} | {extra}")
@@ -101,6 +114,8 @@ def main() -> None:
     ap.add_argument("--trace", action="store_true")
     ap.add_argument("--quick", action="store_true", help="skip the PipeEdge growth series")
     ap.add_argument("--cap", type=float, default=120.0, help="seconds before a run is killed")
+    ap.add_argument("--only", nargs="+", metavar="TEXT",
+                    help="run only the rows whose 'case algo' contains one of these texts (e.g. jetson, pareto)")
     a = ap.parse_args()
     if a.one:
         print(json.dumps(run_one(a.one[0], a.one[1], a.trace)))
@@ -111,6 +126,8 @@ def main() -> None:
     results = {}
 
     def go(case: str, algo: str, note: str = "", cap: float | None = None) -> dict:
+        if a.only and not any(t in f"{case} {algo}" for t in a.only):
+            return {"seconds": math.inf}
         r = measure(case, algo, cap or a.cap)
         results[(case, algo)] = r
         print(row(r, note), flush=True)
@@ -136,7 +153,12 @@ def main() -> None:
     go("rand:152:10", "pareto", "target <= 10 s")
     for cl in ("donna-2cpu-1gpu-1cim-hb-wcc", "donna-4cpu-hb-wcc", "donna-2cpu-2cim-lb-wcc", "jetson-xavier-nx-4"):
         go(f"real:resnet152:{cl}", "pareto", "target <= 10 s")
-    go("real:resnet152:jetson-xavier-nx-8", "exact", "16 PEs, no two interchangeable")
+    # the Jetson boards as interchangeable units (board 0 holds the source; boards 1.. are permutable)
+    for cl in ("jetson-xavier-nx-8", "jetson-xavier-nx-4"):
+        for case in (f"real:resnet152:{cl}", f"synth:152:{cl}"):
+            for algo in ("pareto", "exact"):
+                if (case, algo) != ("real:resnet152:jetson-xavier-nx-4", "pareto"):  # measured above
+                    go(case, algo, "pareto target <= 10 s" if algo == "pareto" else "")
     go("real:resnet152:donna-2cpu-1gpu-1cim-hb-wcc", "exact")
     go("real:resnet152:donna-2cpu-1gpu-1cim-hb-wcc", "pipeedge")
     go("real:resnet152:donna-2cpu-1gpu-1cim-hb-wcc", "donna", "6 alphas")

@@ -160,3 +160,20 @@ def board_problem(seed: int, n_boards: int | None = None, n_layers: int | None =
     energy = rng.uniform(1e-4, 1e-2, size=(L, 2))
     time[rng.random((L, 2)) < 0.05] = np.inf
     return SplitProblem(g, cl, CostTable(g.names, cl.types, time, energy, layer_mem))
+
+
+def synthetic_on_cluster(seed: int, n_layers: int, cluster: Cluster, model_memories: float = 2.5) -> SplitProblem:
+    """A random ``n_layers`` chain with skips on a real cluster: per type a speed and an energy per
+    unit of work (about a factor 10 apart; the whole model takes 1 to 10 s on one device, so compute
+    and transfers both matter), layer memory scaled so the model needs about ``model_memories``
+    times the largest device memory (stages must split to fit)."""
+    rng = np.random.default_rng(seed)
+    g = random_graph(rng, n_layers, skip_prob=0.2, name=f"synth{n_layers}")
+    layer_mem = (g.param_bytes + g.out_bytes).astype(np.float64)
+    layer_mem *= model_memories * float(cluster.memory_bytes.max()) / layer_mem.sum()
+    nt = len(cluster.types)
+    work = g.macs / g.macs.sum() * 10.0
+    speed = rng.uniform(1.0, 10.0, size=nt)
+    time = work[:, None] / speed[None, :] * rng.uniform(0.8, 1.2, size=(n_layers, nt))
+    energy = work[:, None] * rng.uniform(0.5, 2.0, size=nt)[None, :] * rng.uniform(0.8, 1.2, size=(n_layers, nt))
+    return SplitProblem(g, cluster, CostTable(g.names, cluster.types, time, energy, layer_mem))

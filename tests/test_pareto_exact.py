@@ -88,3 +88,22 @@ def test_state_budget_refuses_with_numbers():
     for algo in ("pareto", "pipeedge"):
         with pytest.raises(HetsplitError, match=r"need .* GiB of DP tables"):
             make_partitioner(algo, state_budget_bytes=10).solve(p)
+
+
+@pytest.mark.parametrize("seed", seeds(6, 2100))
+def test_stage_starts_with_a_gap(seed):
+    # a 1000-byte tensor lives across cut 3 only: a stage may start at 2 or 4 but not at 3 (it would
+    # receive it), so the starts of a stage ending later are not one range of cuts
+    rng = np.random.default_rng(seed)
+    L = 9
+    g = chain_graph([8, 8, 1000, 8, 8, 8, 8, 8, 8], input_bytes=4)
+    cl = cluster(["a", "b", "c"], bandwidth=rng.uniform(10, 1000, size=(3, 3)), memory=[900.0, 900.0, 900.0])
+    t, e = rng.uniform(0.5, 2.0, size=(L, 3)), rng.uniform(0.5, 2.0, size=(L, 3))
+    p = problem(g, cl, t, e, np.full(L, 10.0))
+    o = brute_force(p)
+    front = make_partitioner("pareto").solve(p)
+    assert_evaluator_metrics(p, front)
+    got = np.array(sorted((f.metrics.bottleneck_s, f.metrics.energy_j) for f in front))
+    assert np.allclose(got, o.front(), rtol=1e-9, atol=0)
+    (plan,) = make_partitioner("exact").solve(p)
+    assert np.isclose(plan.metrics.bottleneck_s, o.min_bottleneck(), rtol=1e-9, atol=0)

@@ -200,6 +200,7 @@ def value_dp(cm: ClassModel, bound: float, primary: str, secondary: str | None) 
 
 
 VECTOR_LIMIT = 4_000_000  # C * L * M up to which the fast DP handles all labels of a cut at once
+WINDOW_LIMIT = 8_000_000  # floats (64 MiB) of range-minimum tables the fast DP may add
 
 
 def _fast_sweep(cm: ClassModel, P: np.ndarray, nonempty: np.ndarray, pre: np.ndarray,
@@ -212,40 +213,94 @@ def _fast_sweep(cm: ClassModel, P: np.ndarray, nonempty: np.ndarray, pre: np.nda
     space = cm.space
     L, C, M = cm.num_layers, cm.num_classes, space.M
     src_idx, dst_idx = space.flat_maps
-    size_ok = space.size_ok
+    n0 = sum(s.size for s, _ in space.maps[:C])
+    keep = space.size_ok[dst_idx % M]            # targets beyond max_stages stay inf
+    s0, d0 = src_idx[:n0][keep[:n0]], dst_idx[:n0][keep[:n0]]   # moves 0..C-1: distinct targets
+    s1, d1 = src_idx[n0:][keep[n0:]], dst_idx[n0:][keep[n0:]]   # the rest: at most one per label
     best = (np.inf, np.inf, -1, -1)
     sink_ok = cm.within(cm.snk_time, bound)
+    # a transfer after a stage of label u ending at cut j, with the prefix of u added back
+    tpx = np.where(tr_ok, tp + pre[:, :, None], np.inf)                     # (L+1, C, Mv)
+    blocks = _stage_blocks(comp_ok)
+    # range minima: W[t, :, k] = min of P[:, k - 2^t + 1 .. k], filled as the rows of P become
+    # final, so a range of starts costs two rows whatever its length
+    longest = max((b - a + 1 for bl in blocks for a, b, _ in bl if b is not None), default=1)
+    levels = longest.bit_length()
+    W = np.empty((levels, C, L + 1, M)) if levels > 2 and levels * C * (L + 1) * M <= WINDOW_LIMIT else None
+
+    def fill(k: int) -> None:
+        W[0, :, k] = P[:, k]
+        for t in range(1, levels):
+            h = 1 << (t - 1)
+            if k >= h:
+                np.minimum(W[t - 1, :, k], W[t - 1, :, k - h], out=W[t, :, k])
+            else:
+                W[t, :, k] = W[t - 1, :, k]
+
+    if W is not None:
+        fill(0)
     for j in range(1, L + 1):
-        ok = comp_ok[:j, j, :] & nonempty[:j, :]                 # (k, C)
-        if not ok.any():
-            continue
         endP = np.full((C, M), np.inf)
-        cnt = ok.sum(axis=0)
-        first = ok.argmax(axis=0)
-        last = j - 1 - ok[::-1].argmax(axis=0)
-        for c, n, a, b in zip(range(C), cnt.tolist(), first.tolist(), last.tolist()):
-            if n == 0:
-                continue
-            blk = P[c, a:b + 1] if n == b - a + 1 else P[c, np.flatnonzero(ok[:, c])]
-            np.min(blk, axis=0, out=endP[c])
-        endP += pre[j][:, None]
+        for a, b, cs in blocks[j]:
+            if b is None:
+                endP[cs] = P[cs][:, a].min(axis=1)
+            elif W is not None:
+                t = (b - a + 1).bit_length() - 1
+                lo = a + (1 << t) - 1
+                if isinstance(cs, int):
+                    np.minimum(W[t, cs, b], W[t, cs, lo], out=endP[cs])
+                else:
+                    endP[cs] = np.minimum(W[t, cs, b], W[t, cs, lo])
+            elif isinstance(cs, int):
+                np.min(P[cs, a:b + 1], axis=0, out=endP[cs])
+            else:
+                endP[cs] = P[cs, a:b + 1].min(axis=1)
         if j == L:
-            fin = np.where(sink_ok[:, None] & size_ok[None, :], endP + snkp[:, None], np.inf)
+            endP += pre[j][:, None]
+            fin = np.where(sink_ok[:, None] & space.size_ok[None, :], endP + snkp[:, None], np.inf)
             flat = int(np.argmin(fin))
             if np.isfinite(fin.flat[flat]):
                 best = (float(fin.flat[flat]), 0.0, flat // M, flat % M)
             break
-        cand = np.where(tr_ok[j][:, :, None], endP[:, None, :] + tp[j][:, :, None], np.inf)  # (u, m, M)
-        to_m = cand.min(axis=0)                                                           # (m, M)
+        to_m = (endP[:, None, :] + tpx[j][:, :, None]).min(axis=0).ravel()     # (m, M) flattened
         nxt = np.full(C * M, np.inf)
-        if space.num_moves == C:   # one move per label: destinations are distinct
-            nxt[dst_idx] = to_m.ravel()[src_idx]
-        else:
-            np.minimum.at(nxt, dst_idx, to_m.ravel()[src_idx])
-        nxt = np.where(size_ok[None, :], nxt.reshape(C, M), np.inf)
+        nxt[d0] = to_m[s0]
+        if d1.size:
+            nxt[d1] = np.minimum(nxt[d1], to_m[s1])
+        nxt = nxt.reshape(C, M)
         nonempty[j] = np.isfinite(nxt).any(axis=1)
         P[:, j, :] = nxt - pre[j][:, None]
+        if W is not None:
+            fill(j)
     return best
+
+
+def _stage_blocks(comp_ok: np.ndarray) -> list[list[tuple]]:
+    """Per cut j, the stage starts k (rows of P) to minimize over for each label, grouped.
+
+    Entries (a, b, c) for one label with starts a..b; (a, b, labels) for several labels sharing
+    that range; (ks, None, [c]) for starts that are not a range. Rows whose label was never
+    reached are all inf, so taking them in is harmless.
+    """
+    L1, C = comp_ok.shape[1], comp_ok.shape[2]
+    cnt = comp_ok.sum(axis=0)                                  # (j, C)
+    first = comp_ok.argmax(axis=0)
+    last = L1 - 1 - comp_ok[::-1].argmax(axis=0)
+    out: list[list[tuple]] = []
+    for j in range(L1):
+        ranges: dict[tuple[int, int], list[int]] = {}
+        entries: list[tuple] = []
+        for c in range(C):
+            n, a, b = int(cnt[j, c]), int(first[j, c]), int(last[j, c])
+            if n == 0:
+                continue
+            if n == b - a + 1:
+                ranges.setdefault((a, b), []).append(c)
+            else:
+                entries.append((np.flatnonzero(comp_ok[:, j, c]), None, [c]))
+        entries += [(a, b, cs[0] if len(cs) == 1 else np.array(cs)) for (a, b), cs in ranges.items()]
+        out.append(entries)
+    return out
 
 
 def _pick(p: np.ndarray, q: np.ndarray) -> int:
