@@ -180,12 +180,22 @@ def test_term_features_by_hand():
               replace(gemm("g", 32, 64, m=4), onnx_ops=("MatMul", "Sigmoid", "Mul")), pool("p", 4, 8)]
     f = term_features(chain("x", layers))
     out = 16 * 10 * 10 * 4                                            # the SiLU conv's output bytes
-    assert f[0].tolist() == [2 * 2 * out, out / 4, 0.0, 0.0]          # Sigmoid and Mul: a pass each, one activation
+    assert f[0].tolist() == [2 * 2 * out, out / 4, 0.0, 0.0, 0.0]     # Sigmoid and Mul: a pass each, one activation
     assert f[1].tolist() == [0.0] * len(TERMS)                        # ReLU fused into the conv
-    assert f[2].tolist() == [400.0 + 400.0, 0.0, 0.0, 0.0]           # Concat reads and writes; Reshape is free
-    assert f[3].tolist() == [400.0 + 400.0 + 2 * 2 * 400.0, 0.0, 0.0, 0.0]   # + BN and Relu passes
-    assert f[4].tolist() == [2 * 2 * 4 * 64 * 4, 4 * 64, 0.0, 0.0]    # SiLU after a MatMul: m x n elements
+    assert f[2].tolist() == [400.0 + 400.0, 0.0, 0.0, 0.0, out]      # Concat reads and writes; Reshape is free;
+    #                                                                   it reads conv r's NCHWc output: a reorder
+    assert f[3].tolist() == [400.0 + 400.0 + 2 * 2 * 400.0, 0.0, 0.0, 0.0, 0.0]   # + BN and Relu passes
+    assert f[4].tolist() == [2 * 2 * 4 * 64 * 4, 4 * 64, 0.0, 0.0, 0.0]   # SiLU after a MatMul: m x n elements
     assert f[5].tolist() == [0.0] * len(TERMS)                        # pools: their own class
+
+
+def test_reorder_bytes_between_convolutions():
+    layers = [conv("a", 8, 8, 10), replace(eltwise("cat", 800), onnx_ops=("Concat",)), conv("b", 8, 8, 10),
+              replace(eltwise("up", 800), onnx_ops=("Resize",)), replace(eltwise("add", 800), onnx_ops=("Add",))]
+    f = term_features(chain("x", layers))
+    assert f[:, 4].tolist() == [0.0, 3200.0 + 3200.0, 0.0, 3200.0, 0.0]   # cat: out of conv a, into conv b
+    layers[3:] = [layers[4]]                                            # conv b -> Add: fused into b, no reorder
+    assert term_features(chain("y", layers))[:, 4].tolist() == [0.0, 6400.0, 0.0, 0.0]
 
 
 def softmax_graph(axis: int | None) -> Graph:
@@ -199,7 +209,7 @@ def softmax_graph(axis: int | None) -> Graph:
 def test_softmax_terms_count_rows_along_the_reduced_axis():
     n = 8 * 128 * 16
     last = term_features(softmax_graph(None))[0]
-    assert last.tolist() == [2 * n * 4, 0.0, n, n / 16]               # rows of 16 along the last axis
+    assert last.tolist() == [2 * n * 4, 0.0, n, n / 16, 0.0]          # rows of 16 along the last axis
     assert term_features(softmax_graph(1))[0, 3] == n / 8             # axis 1: rows of 8
 
 

@@ -20,6 +20,8 @@ whatever the class, so one model family teaches another:
                            SiLU = Sigmoid + Mul costs one of these plus two streamed passes
   softmax_elements         elements of a softmax (max, exp, sum, scale over each row)
   softmax_rows             softmax rows (elements / the length of the reduced axis): per-row set-up
+  reorder_bytes            bytes a streaming layer takes from or hands to convolutions: onnxruntime runs
+                           conv chains in a blocked layout (NCHWc) and reorders tensors around a concat
 
 energy = power_active x time. Parameters: ``coefficients: {class: [per_mac_s, per_byte_s,
 per_param_byte_s, fixed_s]}`` (a 3-number entry of hetsplit-classes/1, [per_mac_s, per_byte_s, fixed_s]
@@ -41,7 +43,7 @@ from hetsplit.errors import ClusterError
 from hetsplit.graph.types import CONV, ELTWISE, GEMM, MAC_KINDS, NORM, OTHER, RESHAPE, SOFTMAX, Graph, Layer
 
 CLASS_RULES = "hetsplit-classes/2"
-TERMS = ("stream_bytes", "activation_elements", "softmax_elements", "softmax_rows")
+TERMS = ("stream_bytes", "activation_elements", "softmax_elements", "softmax_rows", "reorder_bytes")
 NCOEF = 4                                                            # per class: MACs, bytes, param bytes, 1
 STREAMING_KINDS = (ELTWISE, NORM, SOFTMAX, RESHAPE, OTHER)          # no MACs, no window: pure data movement
 FALLBACK = {"conv1x1": "conv", "conv_stem": "conv", "conv_grouped": "conv", "dwconv": "conv", "gemv": "gemm"}
@@ -124,11 +126,32 @@ def softmax_row_length(graph: Graph, i: int) -> int:
     return int(shape[axis]) if -len(shape) <= axis < len(shape) else int(shape[-1])
 
 
+def reorder_bytes(graph: Graph) -> np.ndarray:
+    """Per streaming layer: bytes it reads from convolutions plus bytes it hands to convolutions.
+
+    onnxruntime runs chains of convolutions in a blocked channel layout (NCHWc); a concat, split,
+    resize or norm between them needs its tensors reordered to plain NCHW and back.
+    """
+    conv = [layer.op in (CONV, "dwconv") for layer in graph.layers]
+    streaming = [layer.op in STREAMING_KINDS for layer in graph.layers]
+    out = np.zeros(graph.num_layers)
+    for t in graph.tensors:
+        if t.producer >= 0 and conv[t.producer]:
+            for c in set(t.consumers):
+                if streaming[c]:
+                    out[c] += t.nbytes
+        if t.producer >= 0 and streaming[t.producer] and any(conv[c] for c in t.consumers):
+            out[t.producer] += t.nbytes
+    return out
+
+
 def term_features(graph: Graph) -> np.ndarray:
     """L x len(TERMS): the shared terms of every layer (see the module docstring)."""
     feats = np.zeros((graph.num_layers, len(TERMS)))
+    feats[:, 4] = reorder_bytes(graph)
     for i, (layer, cls) in enumerate(zip(graph.layers, layer_classes(graph))):
         if cls == "eltwise_fused":      # done inside the convolution's kernel
+            feats[i, 4] = 0.0
             continue
         elem = float(layer.attrs.get("elem_bytes", 4) or 4)
         if layer.op not in MAC_KINDS and layer.op not in STREAMING_KINDS:   # pools: their own class
