@@ -57,9 +57,11 @@ class OracleResult:
 
     def front(self) -> np.ndarray:
         """Distinct (bottleneck, energy) points of the Pareto front, sorted by bottleneck."""
-        obj = np.stack([self.metrics.bottleneck_s, self.metrics.energy_j], axis=1)
-        pts = obj[pareto_mask(obj)]
-        return np.unique(pts, axis=0)
+        pts = np.unique(np.stack([self.metrics.bottleneck_s, self.metrics.energy_j], axis=1), axis=0)
+        # sorted by bottleneck, then energy: a point is on the front iff its energy is below every
+        # energy before it (O(N log N), where a pairwise dominance mask is O(N^2))
+        prev_min = np.minimum.accumulate(np.concatenate([[np.inf], pts[:-1, 1]]))
+        return pts[pts[:, 1] < prev_min]
 
 
 def brute_force(problem: SplitProblem, constraints: PipelineConstraints = PipelineConstraints()) -> OracleResult:
