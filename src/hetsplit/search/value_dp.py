@@ -200,7 +200,7 @@ def value_dp(cm: ClassModel, bound: float, primary: str, secondary: str | None) 
 
 
 VECTOR_LIMIT = 4_000_000  # C * L * M up to which the fast DP handles all labels of a cut at once
-WINDOW_LIMIT = 8_000_000  # floats (64 MiB) of range-minimum tables the fast DP may add
+WINDOW_LIMIT = 16_000_000  # floats (128 MiB) of range-minimum tables the fast DP may add
 
 
 def _fast_sweep(cm: ClassModel, P: np.ndarray, nonempty: np.ndarray, pre: np.ndarray,
@@ -221,40 +221,42 @@ def _fast_sweep(cm: ClassModel, P: np.ndarray, nonempty: np.ndarray, pre: np.nda
     sink_ok = cm.within(cm.snk_time, bound)
     # a transfer after a stage of label u ending at cut j, with the prefix of u added back
     tpx = np.where(tr_ok, tp + pre[:, :, None], np.inf)                     # (L+1, C, Mv)
-    blocks = _stage_blocks(comp_ok)
-    # range minima: W[t, :, k] = min of P[:, k - 2^t + 1 .. k], filled as the rows of P become
-    # final, so a range of starts costs two rows whatever its length
-    longest = max((b - a + 1 for bl in blocks for a, b, _ in bl if b is not None), default=1)
-    levels = longest.bit_length()
-    W = np.empty((levels, C, L + 1, M)) if levels > 2 and levels * C * (L + 1) * M <= WINDOW_LIMIT else None
+    # range minima: W[t - 1, :, k] = min of P[:, k - 2^t + 1 .. k] (t >= 1; P itself is t = 0),
+    # filled as the rows of P become final, so a range of starts costs two rows whatever its length
+    longest = int((comp_ok.sum(axis=0)).max()) if L else 1
+    levels = max(1, longest.bit_length())
+    use_w = levels > 2 and (levels - 1) * C * (L + 1) * M <= WINDOW_LIMIT
+    blocks = _stage_blocks(comp_ok, group=use_w)
+    W = np.empty((levels - 1, C, L + 1, M)) if use_w else None
+
+    def level(t: int) -> np.ndarray:
+        return P if t == 0 else W[t - 1]
 
     def fill(k: int) -> None:
-        W[0, :, k] = P[:, k]
         for t in range(1, levels):
             h = 1 << (t - 1)
+            lo = level(t - 1)
             if k >= h:
-                np.minimum(W[t - 1, :, k], W[t - 1, :, k - h], out=W[t, :, k])
+                np.minimum(lo[:, k], lo[:, k - h], out=W[t - 1, :, k])
             else:
-                W[t, :, k] = W[t - 1, :, k]
+                W[t - 1, :, k] = lo[:, k]
 
-    if W is not None:
+    if use_w:
         fill(0)
     for j in range(1, L + 1):
         endP = np.full((C, M), np.inf)
         for a, b, cs in blocks[j]:
             if b is None:
                 endP[cs] = P[cs][:, a].min(axis=1)
-            elif W is not None:
+            elif use_w:
                 t = (b - a + 1).bit_length() - 1
-                lo = a + (1 << t) - 1
+                lo, tab = a + (1 << t) - 1, level(t)
                 if isinstance(cs, int):
-                    np.minimum(W[t, cs, b], W[t, cs, lo], out=endP[cs])
+                    np.minimum(tab[cs, b], tab[cs, lo], out=endP[cs])
                 else:
-                    endP[cs] = np.minimum(W[t, cs, b], W[t, cs, lo])
-            elif isinstance(cs, int):
-                np.min(P[cs, a:b + 1], axis=0, out=endP[cs])
+                    endP[cs] = np.minimum(tab[cs, b], tab[cs, lo])
             else:
-                endP[cs] = P[cs, a:b + 1].min(axis=1)
+                np.min(P[cs, a:b + 1], axis=0, out=endP[cs])
         if j == L:
             endP += pre[j][:, None]
             fin = np.where(sink_ok[:, None] & space.size_ok[None, :], endP + snkp[:, None], np.inf)
@@ -270,17 +272,17 @@ def _fast_sweep(cm: ClassModel, P: np.ndarray, nonempty: np.ndarray, pre: np.nda
         nxt = nxt.reshape(C, M)
         nonempty[j] = np.isfinite(nxt).any(axis=1)
         P[:, j, :] = nxt - pre[j][:, None]
-        if W is not None:
+        if use_w:
             fill(j)
     return best
 
 
-def _stage_blocks(comp_ok: np.ndarray) -> list[list[tuple]]:
-    """Per cut j, the stage starts k (rows of P) to minimize over for each label, grouped.
+def _stage_blocks(comp_ok: np.ndarray, group: bool) -> list[list[tuple]]:
+    """Per cut j, the stage starts k (rows of P) to minimize over for each label.
 
-    Entries (a, b, c) for one label with starts a..b; (a, b, labels) for several labels sharing
-    that range; (ks, None, [c]) for starts that are not a range. Rows whose label was never
-    reached are all inf, so taking them in is harmless.
+    Entries (a, b, c) for one label with starts a..b; with ``group``, (a, b, labels) for several
+    labels sharing that range; (ks, None, [c]) for starts that are not a range. Rows whose label
+    was never reached are all inf, so taking them in is harmless.
     """
     L1, C = comp_ok.shape[1], comp_ok.shape[2]
     cnt = comp_ok.sum(axis=0)                                  # (j, C)
@@ -298,7 +300,8 @@ def _stage_blocks(comp_ok: np.ndarray) -> list[list[tuple]]:
                 ranges.setdefault((a, b), []).append(c)
             else:
                 entries.append((np.flatnonzero(comp_ok[:, j, c]), None, [c]))
-        entries += [(a, b, cs[0] if len(cs) == 1 else np.array(cs)) for (a, b), cs in ranges.items()]
+        entries += [(a, b, cs[0] if len(cs) == 1 else np.array(cs)) if group else (a, b, c)
+                    for (a, b), cs in ranges.items() for c in (cs[:1] if group else cs)]
         out.append(entries)
     return out
 
