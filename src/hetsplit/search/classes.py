@@ -12,8 +12,8 @@ stage is described by a *label* (with single-device units: its class) and entere
 (which also says whether it stays on the current unit). Every table below is indexed by labels
 and moves, never by devices.
 
-The kernels (``reach`` for feasibility families, ``value_dp`` for lexicographic values) run over states (cut position k, label c of
-the stage starting at k, usage state S so far, c included):
+The kernels (``reach`` for feasibility families, ``value_dp`` for lexicographic values) run over
+states (cut position k, label c of the stage starting at k, usage state S so far, c included):
 
 - ``reach``: boolean families, "which S can have a stage of class c start at cut k with every
   stage and transfer <= T"; a feasibility test for a bottleneck bound T (bool arrays, OR-reduced
@@ -306,8 +306,8 @@ def check_state_budget(cm: ClassModel, arrays: int, budget_bytes: float, algorit
         raise HetsplitError(
             f"{algorithm}: {cm.num_classes} device labels ({cm.num_multisets} usage states) x "
             f"{cm.num_layers + 1} cuts need {need / 2**30:.1f} GiB of DP tables (budget "
-            f"{budget_bytes / 2**30:.1f} GiB); devices collapse into classes only when type, memory and links "
-            "agree. Use --algo exact (bounded memory) or fewer distinct devices")
+            f"{budget_bytes / 2**30:.1f} GiB); devices (or whole boards) collapse into classes only when "
+            "type, memory, role and links agree. Use --algo exact (bounded memory) or fewer distinct devices")
 
 
 def infeasible_message(cm: ClassModel, bound: float | None = None) -> str:

@@ -1,13 +1,14 @@
 """``exact``: the minimum-bottleneck pipeline under memory limits, exactly, on any cluster.
 
 Every device may differ in type, memory and every link (bandwidth, latency, energy), with source
-and sink transfers. Method (``classes``, ``reach``): interchangeable devices collapse into classes;
-the answer is one of the sorted distinct values a bottleneck can take (stage compute times that fit
-memory, cut transfer times). It is bracketed below by the optimum when classes may be reused (an
-O(L^2 C) relaxation; when its plan is valid it is the answer, with no search) and above by the best
-single-device plan; a binary search in between tests each bound by propagating boolean families of
-used-device multisets over cut positions (packed bit rows for all-different devices), and jumps to
-the bottleneck of each feasible witness plan.
+and sink transfers. Method (``classes``, ``reach``): interchangeable devices, and whole boards that
+can be permuted as blocks (``units``), collapse into classes whose states count units per usage
+pattern (``states``); the answer is one of the sorted distinct values a bottleneck can take (stage
+compute times that fit memory, cut transfer times). It is bracketed below by the optimum when
+classes may be reused (an O(L^2 C) relaxation; when its plan can be placed on devices it is the
+answer, with no search) and above by the best single-device plan; a binary search in between tests
+each bound by propagating boolean families of usage states over cut positions (packed bit rows
+for all-different devices), and jumps to the bottleneck of each feasible witness plan.
 
 Tie-break among the plans with the optimal bottleneck T*: least energy per inference, then least
 latency (a lexicographic DP under the bound T*, exact because energy and latency are additive).
@@ -30,8 +31,8 @@ from hetsplit.search.base import PipelineConstraints, SolveStats, register_parti
 from hetsplit.search.classes import (ClassModel, build_classes, check_layers_fit, infeasible_message,
                                      path_bottleneck, path_is_valid, relaxed_min_bottleneck, to_plan)
 from hetsplit.search.reach import Reach, backtrack_reach, co_reach, families, reach
-from hetsplit.search.value_dp import value_dp
 from hetsplit.search.tie_break import sparse_tie_break
+from hetsplit.search.value_dp import value_dp
 
 
 def min_bottleneck(cm: ClassModel, stats: SolveStats | None = None) -> tuple[float, Reach | tuple[list, list]]:

@@ -41,7 +41,7 @@ class StateSpace:
             for rho in range(1, 1 << P):
                 self.digit[(U, rho)] = len(digit_cls)
                 digit_cls.append(U)
-                digit_pop.append(bin(rho).count("1"))
+                digit_pop.append(rho.bit_count())
         self.digit_cls = np.array(digit_cls, dtype=np.int64)
         radix = self.sizes[self.digit_cls] + 1
         self.radix = radix

@@ -8,10 +8,10 @@ additive sum of non-negative terms; (bottleneck, *) is exact in its primary only
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import numpy as np
 
 from hetsplit.search.classes import ClassModel
-
 
 RTOL = 1e-12  # primary values this close count as a tie (sums in a different order differ by ulps)
 
