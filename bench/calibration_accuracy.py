@@ -1,7 +1,7 @@
 """Calibration accuracy on this machine's CPU: fit on measured profiles, predict the zoo CNNs held out.
 
   .venv/bin/python bench/calibration_accuracy.py --profiles bench/data/epyc-milan-1t --leave-one-out
-  .venv/bin/python bench/calibration_accuracy.py --out out/calibration      # measure here first, then the same
+  .venv/bin/python bench/calibration_accuracy.py --out out/calibration --leave-one-out   # measure all 16 here first
 
 Two modes, both printing whole-model error, per-layer MAPE and the share of layers within +-10% for
 every held-out CNN:
@@ -34,6 +34,7 @@ CNNS = ["resnet8", "resnet18", "resnet50", "resnet101", "resnet152", "vgg8", "vg
 FIT = ["resnet8", "resnet50", "vgg16", "alexnet", "densenet121", "mobilenetv2"]   # every conv / pool / FC shape class
 EXTRA = ["tinyllama-42m", "mobilebert", "silu-bench", "dw-bench"]
 HOLDOUT = [n for n in CNNS if n not in FIT]
+SHIPPED = Path(__file__).parent / "data" / "epyc-milan-1t"      # the micro-benchmarks' ONNX files live here
 WHOLE_TARGET, MAPE_TARGET = 0.10, 0.20
 
 
@@ -43,10 +44,10 @@ def ensure_profiles(pdir: Path, names: list[str], repeats: int) -> list[Path]:
     for name in names:
         path = pdir / f"{name}.json"
         if not path.exists():
-            onnx = pdir / f"{name}.onnx"
+            onnx = [d / f"{name}.onnx" for d in (pdir, SHIPPED) if (d / f"{name}.onnx").exists()]
             print(f"profiling {name} ...", flush=True)
-            save_profile(profile_model(str(onnx) if onnx.exists() else name, "local-cpu", threads=1, repeats=repeats,
-                                       warmup=3, statistic="min", clock="cpu"), path)
+            save_profile(profile_model(str(onnx[0].resolve()) if onnx else name, "local-cpu", threads=1,
+                                       repeats=repeats, warmup=3, statistic="min", clock="cpu"), path)
         paths.append(path)
     return paths
 
