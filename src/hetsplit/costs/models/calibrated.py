@@ -40,7 +40,7 @@ from hetsplit.cluster.types import Device
 from hetsplit.costs.models.base import LayerCosts, default_mem_bytes, register_model
 from hetsplit.costs.models.layer_attrs import pair
 from hetsplit.errors import ClusterError
-from hetsplit.graph.types import CONV, ELTWISE, GEMM, MAC_KINDS, NORM, OTHER, RESHAPE, SOFTMAX, Graph, Layer
+from hetsplit.graph.types import CONV, DWCONV, ELTWISE, GEMM, MAC_KINDS, NORM, OTHER, RESHAPE, SOFTMAX, Graph, Layer
 
 CLASS_RULES = "hetsplit-classes/2"
 TERMS = ("stream_bytes", "activation_elements", "softmax_elements", "softmax_rows", "reorder_bytes")
@@ -107,7 +107,7 @@ def main_out_bytes(layer: Layer) -> float:
     """Bytes of a MAC layer's kernel output: MACs / the reduction length x element size."""
     a = layer.attrs
     elem = float(a.get("elem_bytes", 4) or 4)
-    if layer.op == CONV or layer.op == "dwconv":
+    if layer.op in (CONV, DWCONV):
         kh, kw = pair(a.get("kernel"))
         c_in, groups = int(a.get("c_in", 0) or 0), int(a.get("groups", 1) or 1)
         reduction = max(c_in // max(groups, 1), 1) * kh * kw
@@ -132,7 +132,7 @@ def reorder_bytes(graph: Graph) -> np.ndarray:
     onnxruntime runs chains of convolutions in a blocked channel layout (NCHWc); a concat, split,
     resize or norm between them needs its tensors reordered to plain NCHW and back.
     """
-    conv = [layer.op in (CONV, "dwconv") for layer in graph.layers]
+    conv = [layer.op in (CONV, DWCONV) for layer in graph.layers]
     streaming = [layer.op in STREAMING_KINDS for layer in graph.layers]
     out = np.zeros(graph.num_layers)
     for t in graph.tensors:
@@ -148,16 +148,16 @@ def reorder_bytes(graph: Graph) -> np.ndarray:
 def term_features(graph: Graph) -> np.ndarray:
     """L x len(TERMS): the shared terms of every layer (see the module docstring)."""
     feats = np.zeros((graph.num_layers, len(TERMS)))
-    feats[:, 4] = reorder_bytes(graph)
+    feats[:, TERMS.index("reorder_bytes")] = reorder_bytes(graph)
     for i, (layer, cls) in enumerate(zip(graph.layers, layer_classes(graph))):
         if cls == "eltwise_fused":      # done inside the convolution's kernel
-            feats[i, 4] = 0.0
+            feats[i] = 0.0
             continue
         elem = float(layer.attrs.get("elem_bytes", 4) or 4)
         if layer.op not in MAC_KINDS and layer.op not in STREAMING_KINDS:   # pools: their own class
             continue
         ops = [o for o in layer.onnx_ops if o not in SHAPE_ONLY]
-        if layer.op in MAC_KINDS or layer.op == "dwconv":
+        if layer.op in MAC_KINDS:
             size = main_out_bytes(layer)
             passes = [o for o in ops[1:] if o not in FUSED_INTO_KERNEL]
             streamed = 2.0 * size * len(passes)
