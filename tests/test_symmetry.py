@@ -93,3 +93,23 @@ def test_jetson_boards_are_units():
     assert sorted(u[0] for u in boards) == [f"nx{b}-cpu" for b in range(1, 8)]
     assert all(u[1] == u[0].replace("cpu", "gpu") for u in boards)
     assert cm.num_multisets == 4 * 120   # 2 x 2 for board 0, C(7 + 3, 3) patterns of 7 boards
+
+
+@pytest.mark.parametrize("seed", seeds(2, 3300))
+def test_jetson_units_equal_the_device_level_dp(seed):
+    # too big for brute force: the front over board units equals the front over 8 distinct devices
+    from _instances import synthetic_on_cluster
+    from hetsplit.search.exact import min_bottleneck
+    from hetsplit.search.pareto_exact import pareto_sweep
+
+    p = synthetic_on_cluster(seed, 24, load_cluster("jetson-xavier-nx-4"), model_memories=1.5)
+    units, plain = build_classes(p), build_classes(p, units=False)
+    assert units.num_multisets < plain.num_multisets
+    fronts = [np.array([(vr.secondary, vr.primary) for vr in pareto_sweep(cm)]) for cm in (units, plain)]
+    assert fronts[0].shape == fronts[1].shape and len(fronts[0]) > 3
+    assert np.allclose(fronts[0], fronts[1], rtol=1e-9, atol=0)
+    assert close(min_bottleneck(units)[0], min_bottleneck(plain)[0])
+    plans = make_partitioner("pareto").solve(p)        # placed on named devices, the evaluator's metrics
+    assert_evaluator_metrics(p, plans)
+    assert np.allclose(sorted((q.metrics.bottleneck_s, q.metrics.energy_j) for q in plans), fronts[1][::-1],
+                       rtol=1e-9, atol=0)
