@@ -189,3 +189,10 @@ def test_pool_attrs_and_conv_transpose_macs():
     assert pool.attrs["kernel"] == (2, 2) and pool.attrs["out_hw"] == (4, 4) and pool.attrs["channels"] == 4
     assert up.op == "conv" and up.attrs["c_out"] == 6 and up.attrs["out_hw"] == (8, 8)
     assert up.macs == 4 * 4 * 4 * 6 * 2 * 2   # every input element meets c_out * kh * kw weights
+
+
+def test_softmax_records_its_axis_and_row_length():
+    from hetsplit.graph import load_model
+
+    (layer,) = [layer for layer in load_model("yolov8n").layers if layer.op == "softmax"]
+    assert layer.attrs["axis"] == 1 and layer.attrs["row"] == 16  # DFL: a softmax over 16 bins

@@ -25,7 +25,7 @@ from onnx import TensorProto, numpy_helper
 from hetsplit.errors import ModelError
 from hetsplit.graph.grouping import NodeGroup, group_nodes, view_only
 from hetsplit.graph.onnx_ops import (ANCHOR, ANCHOR_OPS, AnchorInfo, activation_name, conv_info, gemm_info,
-                                     matmul_info, pool_attrs)
+                                     matmul_info, node_attrs, pool_attrs)
 from hetsplit.graph.onnx_prepare import dtype_name, elem_size, prepare_model, value_types
 from hetsplit.graph.types import INPUT, Graph, Layer, Tensor
 
@@ -68,6 +68,7 @@ class _Model:
         self.graph_inputs = [i.name for i in g.input if i.name not in self.inits]
         self.graph_outputs = [o.name for o in g.output]
         self.producer = {t: i for i, n in enumerate(self.nodes) for t in n.output if t}
+        self.opset = next((int(o.version) for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
 
     def shape(self, t: str) -> tuple[int, ...]:
         shape = self.types.get(t, (None, 0))[0]
@@ -187,7 +188,7 @@ def graph_from_prepared(proto: onnx.ModelProto, name: str, source: str = "") -> 
     meta: dict[str, Any] = {
         "num_params": num_params,
         "onnx_nodes": len(m.nodes),
-        "opset": next((int(o.version) for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0),
+        "opset": m.opset,
         "inputs": {t: list(m.types[t][0] or ()) for t in m.graph_inputs},
         "outputs": {t: list(m.types[t][0] or ()) for t in m.graph_outputs},
     }
@@ -219,6 +220,10 @@ def _layer(m: _Model, grp: NodeGroup, gi: int, static: set[str], params: int, ou
         attrs["elements"] = out_elems or int(np.prod(m.shape(main), dtype=np.int64))
         if kind in ("eltwise", "norm"):
             attrs["activation"] = activation_name(active, m.const_value)
+        if kind == "softmax":  # the reduced axis (non-negative) and the length of each softmax row
+            shape = m.shape(head.input[0])
+            axis = int(node_attrs(head).get("axis", -1 if m.opset >= 13 else 1)) % max(1, len(shape))
+            attrs["axis"], attrs["row"] = axis, int(shape[axis]) if shape else 1
     attrs["elem_bytes"] = elem_size(m.types[main][1])
     lookup = _embedding_savings(m, nodes)
     if lookup:
