@@ -122,9 +122,11 @@ def big_problem(seed: int, n_layers: int, n_dev: int, n_types: int | None = None
 
 
 def board_problem(seed: int, n_boards: int | None = None, n_layers: int | None = None,
-                  source: bool | None = None, sink: bool | None = None, perturb: bool = False) -> SplitProblem:
-    """Boards of two PEs (types "cpu", "gpu"), like the Jetson clusters: one link inside a board, one
-    link per (PE, PE) pair between boards (not necessarily symmetric), memories that bind, skips.
+                  source: bool | None = None, sink: bool | None = None, perturb: bool = False,
+                  pes: int = 2) -> SplitProblem:
+    """Boards of ``pes`` PEs (types "cpu", "gpu", "npu"), like the Jetson clusters: one link per
+    (PE, PE) pair inside a board and one between boards (not necessarily symmetric), memories that
+    bind, skips.
 
     ``source``/``sink``: on board 0 (which breaks its symmetry with the others). ``perturb``: one
     link between boards 0 and 1 differs, so no two boards are interchangeable any more.
@@ -134,31 +136,32 @@ def board_problem(seed: int, n_boards: int | None = None, n_layers: int | None =
     L = int(n_layers if n_layers is not None else rng.integers(1, 8 if B < 4 else 6))
     g = random_graph(rng, L, skip_prob=0.4, name="board-rand")
     layer_mem = g.param_bytes + g.out_bytes
-    mem = (layer_mem.sum() + 2 * g.cut_bytes.max()) * rng.uniform(0.3, 1.2, size=2)
-    n = 2 * B
-    pos = np.tile([0, 1], B)
-    board = np.repeat(np.arange(B), 2)
-    devices = [Device(f"b{board[k]}-{('cpu', 'gpu')[pos[k]]}", "cpu", ("cpu", "gpu")[pos[k]], float(mem[pos[k]]),
-                      params={}) for k in range(n)]
+    mem = (layer_mem.sum() + 2 * g.cut_bytes.max()) * rng.uniform(0.3, 1.2, size=pes)
+    n = pes * B
+    pos = np.tile(np.arange(pes), B)
+    board = np.repeat(np.arange(B), pes)
+    kinds = ("cpu", "gpu", "npu")
+    devices = [Device(f"b{board[k]}-{kinds[pos[k]]}", "cpu", kinds[pos[k]], float(mem[pos[k]]), params={})
+               for k in range(n)]
     same = board[:, None] == board[None, :]
 
     def links(lo: float, hi: float, diag: float) -> np.ndarray:
-        inner, outer = rng.uniform(lo, hi, size=(2, 2)), rng.uniform(lo, hi, size=(2, 2))
+        inner, outer = rng.uniform(lo, hi, size=(pes, pes)), rng.uniform(lo, hi, size=(pes, pes))
         m = np.where(same, inner[pos][:, pos], outer[pos][:, pos])
         np.fill_diagonal(m, diag)
         return m
 
     bw, lat, en = links(1e6, 1e8, np.inf), links(0.0, 1e-3, 0.0), links(0.0, 1e-8, 0.0)
     if perturb:
-        bw[0, 3] *= 1.5
+        bw[0, pes + 1] *= 1.5
     names = [d.name for d in devices]
     src = bool(rng.random() < 0.4) if source is None else source
     snk = bool(rng.random() < 0.2) if sink is None else sink
     cl = Cluster(f"boards-{B}", devices, bw, lat, en, source=names[0] if src else None,
                  sink=names[int(rng.integers(2))] if snk else None)
-    time = rng.uniform(1e-4, 1e-2, size=(L, 2))
-    energy = rng.uniform(1e-4, 1e-2, size=(L, 2))
-    time[rng.random((L, 2)) < 0.05] = np.inf
+    time = rng.uniform(1e-4, 1e-2, size=(L, pes))
+    energy = rng.uniform(1e-4, 1e-2, size=(L, pes))
+    time[rng.random((L, pes)) < 0.05] = np.inf
     return SplitProblem(g, cl, CostTable(g.names, cl.types, time, energy, layer_mem))
 
 

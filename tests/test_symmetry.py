@@ -67,6 +67,13 @@ def test_boards_with_constraints(seed):
         assert plan.stages[0].device.endswith("cpu") and len(plan.stages) <= 3
 
 
+@pytest.mark.parametrize("seed", seeds(10, 3400))
+def test_boards_of_three_pes(seed):
+    p = board_problem(seed, n_boards=3, n_layers=5, source=False, sink=False, pes=3)
+    assert [(len(c), len(c[0])) for c in build_classes(p).units] == [(3, 3)]
+    _check_against_oracle(p)
+
+
 @pytest.mark.parametrize("seed", seeds(20, 3100))
 def test_one_perturbed_link_falls_back_and_stays_exact(seed):
     p = board_problem(seed, n_boards=3, n_layers=5, source=True, sink=False, perturb=True)

@@ -9,7 +9,8 @@ the units of a class preserves every cost; the DPs count units per usage pattern
 them (``search.states``).
 
 Candidate units are the connected components of the pairs joined by one link value (a Jetson
-board: the shared-memory link inside it), or of the links that differ from the most common one;
+board: the shared-memory link inside it), by any of the rarest link values (boards whose PEs are
+joined by several kinds of link), or by the links that differ from the most common one;
 every candidate grouping is checked as an automorphism, so a wrong guess only costs speed, never
 exactness, and the grouping with the fewest DP states is kept. Devices not in a multi-unit
 class of multi-device units become single-device units, grouped by the same check (plain classes
@@ -27,6 +28,7 @@ import numpy as np
 from hetsplit.costs.problem import SplitProblem
 
 MAX_UNIT_SIZE = 6  # position matchings tried per unit pair: at most 6! (boards have 2 PEs)
+MAX_RADIX_STATES = 2**22  # a grouping whose mixed-radix state index would exceed this is not used
 
 
 class Symmetry:
@@ -91,32 +93,42 @@ def _components(n: int, edges: np.ndarray) -> list[list[int]]:
 
 
 def candidate_partitions(problem: SplitProblem, max_values: int = 32) -> list[list[list[int]]]:
-    """Candidate unit sets: for each of the most common link values, the components of the pairs
-    joined by it; and the components of the links that differ from the most common one."""
+    """Candidate unit sets: the components of the pairs joined by one link value (for each of the
+    most common values); of the pairs joined by any of the rarest values (links inside boards are
+    rarer than links between them: a prefix by count); and of the links other than the most common."""
     cl, n = problem.cluster, problem.num_devices
     if n < 2:
         return []
     key = np.stack([cl.bandwidth, cl.latency_s, cl.energy_per_byte], axis=-1)
     off = ~np.eye(n, dtype=bool)
     values = Counter(map(tuple, key[off].tolist())).most_common(max_values)
+    hits = [(key == np.array(v)).all(axis=-1) & off for v, _ in values]
+    hits = [h | h.T for h in hits]
+    edge_sets = list(hits)
+    if values:
+        edge_sets.append(~hits[0] & off)
+        counts = np.array([c for _, c in values])
+        for c in np.unique(counts)[:-1]:
+            edge_sets.append(np.logical_or.reduce([h for h, k in zip(hits, counts) if k <= c]))
     out: list[list[list[int]]] = []
-    for i, (v, _) in enumerate(values):
-        hit = (key == np.array(v)).all(axis=-1) & off
-        for edges in ((hit | hit.T),) + (((~hit & off) | (~hit & off).T),) * (i == 0):
-            comps = _components(n, edges)
-            if comps and comps not in out:
-                out.append(comps)
+    for edges in edge_sets:
+        comps = _components(n, edges)
+        if comps and comps not in out and not (len(comps) == 1 and len(comps[0]) == n):
+            out.append(comps)
     return out
 
 
-def _score(classes: list[list[list[int]]]) -> int:
-    """Labels x states of a grouping (the size of a DP table row set): smaller is better."""
-    labels, states = 0, 1
+def _score(classes: list[list[list[int]]]) -> float:
+    """Labels x states of a grouping (the size of a DP table row set): smaller is better; inf when
+    the mixed-radix index the states are enumerated from (``search.states``) would be too large."""
+    labels, states, radix = 0, 1, 1
     for c in classes:
         n, P = len(c), len(c[0])
         labels += P * 2 ** (P - 1)
         states *= comb(n + 2 ** P - 1, 2 ** P - 1)
-    return labels * states
+        radix *= (n + 1) ** (2 ** P - 1)
+    multi = any(len(c[0]) > 1 for c in classes)
+    return float("inf") if multi and radix > MAX_RADIX_STATES else labels * states
 
 
 def unit_classes(problem: SplitProblem, first: set[int], units: bool = True) -> list[list[list[int]]]:
