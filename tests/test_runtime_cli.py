@@ -137,3 +137,17 @@ def test_run_compare_notes_a_profile_taken_without_co_load(files, tmp_path):
     doc = json.loads(out.read_text())
     assert any("--co-load 1" in n for n in doc["notes"]) and all(d["kind"] == "cpu" for d in doc["measured"]["devices"])
     assert not processes_of(tmp_path / "run")
+
+
+def test_overhead_note_when_the_runs_own_cpu_takes_a_share_of_full_cores():
+    from hetsplit.runtime.measure import RunReport, overhead_note
+
+    def report(driver_s: float, extra_s: float) -> RunReport:
+        devices = [{"device": f"local-cpu{i}", "kind": "cpu", "threads": 1, "compute_mean_s": 2e-3,
+                    "cpu_per_input_s": 2e-3 + extra_s} for i in range(2)]
+        return RunReport("m", devices, [], 10, 1.0, 1.0, 1.0, [], {}, 1.0, {"driver_cpu_per_input_s": driver_s})
+
+    note = overhead_note(report(0.6e-3, 0.4e-3), cores=2)      # (0.6 + 2 x 0.4) / 2 = 0.7 ms of a 2 ms stage
+    assert note is not None and "driver 0.60 ms" in note and "35%" in note
+    assert overhead_note(report(0.6e-3, 0.4e-3), cores=4) is None   # spare cores take it
+    assert overhead_note(report(0.05e-3, 0.02e-3), cores=2) is None

@@ -146,7 +146,7 @@ def _finish(args, report, plan, graph, cluster) -> int:
     doc = report.to_dict()
     if args.compare:
         from hetsplit.runtime import compare
-        from hetsplit.runtime.measure import predict, profile_notes
+        from hetsplit.runtime.measure import overhead_note, predict, profile_notes
 
         notes: list[str] = []
         if args.profile:
@@ -165,9 +165,9 @@ def _finish(args, report, plan, graph, cluster) -> int:
 
             raise RuntimeFailure("--compare needs predictions: give --profile (with --cluster) or a plan with metrics")
         doc = compare(report, predicted, cluster)
-        doc["notes"] = notes
+        doc["notes"] = notes + [n for n in [overhead_note(report)] if n]
         print_compare(doc["rows"], console)
-        for note in notes:
+        for note in doc["notes"]:
             console.print(f"note: {note}")
     if args.json:
         json.dump(doc, sys.stdout, indent=1)

@@ -151,6 +151,32 @@ def profile_notes(meta: dict[str, Any], workers: int, threads: int = 1, cores: i
     return notes
 
 
+def overhead_note(report: RunReport, cores: int | None = None, share: float = 0.05) -> str | None:
+    """A note when the run's own CPU per input (the driver, and each stage's transfer threads) takes more
+    than ``share`` of the slowest stage's compute on a machine with no core to spare for it.
+
+    No profile holds this time: every stage's core also serves its transfers, and the driver, feeding
+    inputs and collecting outputs, takes its CPU time from the stages' cores when they fill the machine.
+    """
+    import os
+
+    cpu = [d for d in report.devices if d.get("kind", "cpu") == "cpu" and d.get("cpu_per_input_s") is not None]
+    driver = report.extra.get("driver_cpu_per_input_s")
+    cores = cores or len(os.sched_getaffinity(0))
+    if not cpu or driver is None or sum(d["threads"] for d in cpu) < cores:
+        return None
+    transfer = [max(0.0, d["cpu_per_input_s"] - d["compute_mean_s"]) for d in cpu]
+    slowest = max(d["compute_mean_s"] for d in cpu)
+    total = driver + sum(transfer)
+    if slowest <= 0 or total / len(cpu) <= share * slowest:
+        return None
+    per = ", ".join(f"{d['device']} {t * 1e3:.2f} ms" for d, t in zip(cpu, transfer))
+    return (f"the run's own CPU per input, which no profile holds, shares the stages' cores: driver {driver * 1e3:.2f} "
+            f"ms, transfer threads {per}; spread over {len(cpu)} core(s) that is {total / len(cpu) / slowest:.0%} of "
+            f"the slowest stage's compute ({slowest * 1e3:.2f} ms), so throughput falls below the prediction by about "
+            "that much; stages of a few ms feel it most")
+
+
 def predict(plan: Any, graph: Any, cluster: Any, profile_costs: Any = None) -> Any:
     """The evaluator's Metrics of ``plan`` (costs from the profile where it has the device type)."""
     from hetsplit.costs import build_problem
