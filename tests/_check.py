@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from hetsplit.errors import InfeasibleError
 from hetsplit.plan.evaluate import evaluate
 from hetsplit.plan.types import Plan
+from hetsplit.search import PipelineConstraints
+from hetsplit.search.oracle import brute_force
 
 RTOL = 1e-9
 
@@ -25,3 +28,11 @@ def seeds(n: int, start: int = 0) -> list[int]:
 
 def close(a: float, b: float) -> bool:
     return bool(np.isclose(a, b, rtol=RTOL, atol=0.0))
+
+
+def oracle_or_none(p, c: PipelineConstraints = PipelineConstraints()):
+    """The brute-force oracle of an instance, or None when no plan is feasible."""
+    try:
+        return brute_force(p, c)
+    except InfeasibleError:
+        return None

@@ -2,28 +2,20 @@
 
 import numpy as np
 import pytest
-
-from hetsplit.errors import InfeasibleError
-from hetsplit.search import PipelineConstraints, make_partitioner
-from hetsplit.search.oracle import brute_force
-from hetsplit.search.classes import build_classes
-
-from _check import assert_evaluator_metrics, close, seeds
+from _check import assert_evaluator_metrics, close, oracle_or_none, seeds
 from _instances import random_problem
 from factories import chain_graph, cluster, problem
 
-
-def _oracle_or_none(p, c=PipelineConstraints()):
-    try:
-        return brute_force(p, c)
-    except InfeasibleError:
-        return None
+from hetsplit.errors import InfeasibleError
+from hetsplit.search import PipelineConstraints, make_partitioner
+from hetsplit.search.classes import build_classes
+from hetsplit.search.oracle import brute_force
 
 
 @pytest.mark.parametrize("seed", seeds(120))
 def test_exact_equals_oracle(seed):
     p = random_problem(seed)
-    o = _oracle_or_none(p)
+    o = oracle_or_none(p)
     if o is None:
         with pytest.raises(InfeasibleError):
             make_partitioner("exact").solve(p)
@@ -40,7 +32,7 @@ def test_exact_equals_oracle(seed):
 @pytest.mark.parametrize("seed", seeds(40, 500))
 def test_exact_without_tie_break_still_optimal(seed):
     p = random_problem(seed)
-    o = _oracle_or_none(p)
+    o = oracle_or_none(p)
     if o is None:
         return
     (plan,) = make_partitioner("exact", tie_break_budget_bytes=0).solve(p)
@@ -53,7 +45,7 @@ def test_exact_without_tie_break_still_optimal(seed):
 def test_exact_with_constraints(seed):
     p = random_problem(seed, source=True)
     c = PipelineConstraints(first_stage_devices=(p.cluster.names[0],), max_stages=2)
-    o = _oracle_or_none(p, c)
+    o = oracle_or_none(p, c)
     if o is None:
         with pytest.raises(InfeasibleError):
             make_partitioner("exact", constraints=c).solve(p)

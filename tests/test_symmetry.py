@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+from _check import assert_evaluator_metrics, close, oracle_or_none, seeds
+from _instances import board_problem
 
 from hetsplit.cluster import load_cluster
 from hetsplit.costs.build import build_problem
@@ -9,21 +11,10 @@ from hetsplit.errors import InfeasibleError
 from hetsplit.graph import load_model
 from hetsplit.search import PipelineConstraints, make_partitioner
 from hetsplit.search.classes import build_classes
-from hetsplit.search.oracle import brute_force
-
-from _check import assert_evaluator_metrics, close, seeds
-from _instances import board_problem
-
-
-def _oracle_or_none(p, c=PipelineConstraints()):
-    try:
-        return brute_force(p, c)
-    except InfeasibleError:
-        return None
 
 
 def _check_against_oracle(p, c=PipelineConstraints()):
-    o = _oracle_or_none(p, c)
+    o = oracle_or_none(p, c)
     if o is None:
         for algo in ("exact", "pareto"):
             with pytest.raises(InfeasibleError):
@@ -63,7 +54,7 @@ def test_boards_with_constraints(seed):
     c = PipelineConstraints(first_stage_devices=tuple(n for n in p.cluster.names if n.endswith("cpu")), max_stages=3)
     assert any(len(u) == 3 for u in build_classes(p, c).units)
     _check_against_oracle(p, c)
-    for plan in make_partitioner("pareto", constraints=c).solve(p) if _oracle_or_none(p, c) else []:
+    for plan in make_partitioner("pareto", constraints=c).solve(p) if oracle_or_none(p, c) else []:
         assert plan.stages[0].device.endswith("cpu") and len(plan.stages) <= 3
 
 
@@ -106,6 +97,7 @@ def test_jetson_boards_are_units():
 def test_jetson_units_equal_the_device_level_dp(seed):
     # too big for brute force: the front over board units equals the front over 8 distinct devices
     from _instances import synthetic_on_cluster
+
     from hetsplit.search.exact import min_bottleneck
     from hetsplit.search.pareto_exact import pareto_sweep
 
