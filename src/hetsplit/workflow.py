@@ -14,7 +14,7 @@ from hetsplit.costs import CostTable, SplitProblem, build_problem, load_profile
 from hetsplit.errors import HetsplitError
 from hetsplit.graph import Graph
 from hetsplit.plan import Plan, mark_pareto
-from hetsplit.search import PipelineConstraints, make_partitioner, partitioner_options
+from hetsplit.search import PipelineConstraints, make_partitioner, partitioner_names, partitioner_options
 
 
 def is_profile_path(spec: str) -> bool:
@@ -72,8 +72,10 @@ def find_plans(problem: SplitProblem, request: PlanRequest) -> list[Plan]:
     """Run every requested partitioner (plus single-device baselines), mark the Pareto front."""
     plans: list[Plan] = []
     names = list(request.algorithms) + (["single"] if request.baselines and "single" not in request.algorithms else [])
+    unknown = [n for n in names if n not in partitioner_names()]
+    if unknown:
+        raise HetsplitError(f"unknown algorithm {unknown[0]!r}; available: {partitioner_names()}")
     for name in names:
-        make_partitioner(name)  # validates the name (lists the valid ones) before options
         plans.extend(make_partitioner(name, **_options_for(name, request)).solve(problem))
     if not plans:
         raise HetsplitError(f"no plan found for {problem.graph.name!r} on {problem.cluster.name!r}: "
