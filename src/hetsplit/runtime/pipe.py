@@ -1,4 +1,6 @@
-"""The overlap machinery of a process: a receiver thread and a sender thread around its compute loop.
+"""The overlap machinery of a stage process: a receiver thread and a sender thread around its compute loop.
+
+The driver needs none of it (process.run_driver posts and waits from its one thread).
 
 The receiver posts receives for input i+1 while input i computes; the sender ships input i-1's
 results meanwhile. Receive buffers come from a small pool of *frames* (one array per incoming
@@ -133,10 +135,7 @@ class Sender(threading.Thread):
 
     def _post(self, e: Edge, log: EdgeLog, arrays: dict[str, np.ndarray]) -> list:
         log.start.append(time.time())
-        try:
-            return self.wire.post_send(e, [arrays[t.name] for t in e.tensors])
-        except RuntimeError as exc:
-            raise self.wire.failure(e.peer, True, exc) from None
+        return self.wire.post(e, [arrays[t.name] for t in e.tensors], sending=True)
 
     def submit(self, i: int, arrays: dict[str, np.ndarray], frame: Frame | None) -> None:
         posted = None

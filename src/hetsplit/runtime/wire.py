@@ -98,6 +98,13 @@ class Wire:
             return self.nccl.recv(arrays, edge.rank)
         return [self.pg.recv([torch.from_numpy(a)], edge.rank, slot) for slot, a in enumerate(arrays)]
 
+    def post(self, edge: Edge, arrays: list, sending: bool) -> list:
+        """Post the edge's sends (or receives); a transport error becomes a LinkFailure naming the peer."""
+        try:
+            return self.post_send(edge, arrays) if sending else self.post_recv(edge, arrays)
+        except RuntimeError as exc:
+            raise self.failure(edge.peer, sending, exc) from None
+
     def wait(self, works: list, edge: Edge, sending: bool) -> None:
         try:
             for w in works:
