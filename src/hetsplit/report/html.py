@@ -9,14 +9,14 @@ from pathlib import Path
 
 from hetsplit.plan.types import Plan
 from hetsplit.report.plots import pareto_plot
-from hetsplit.report.tables import plan_row
+from hetsplit.report.tables import describe_params, plan_row
 from hetsplit.units import format_quantity
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
 table { border-collapse: collapse; font-size: 13px; margin: 1em 0; }
 th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; }
-th { background: #f3f3f3; }
+th { background: #f3f3f3; text-align: left; }
 td.l { text-align: left; }
 tr.pareto td:first-child { color: #b8860b; font-weight: bold; }
 .bar { display: inline-block; height: 10px; background: #4a7ebb; vertical-align: middle; }
@@ -42,8 +42,8 @@ def _plan_details(i: int, plan: Plan) -> str:
                     f"<td class=l><span class=bar style='width:{width}px'></span></td>"
                     f"<td>{_q(m.memory_per_device_bytes.get(s.device, 0.0), 'B')}</td>"
                     f"<td>{_q(m.energy_per_device_j.get(s.device, 0.0), 'J')}</td></tr>")
-    return (f"<details><summary>plan {i}: {html.escape(plan.algorithm)} "
-            f"{html.escape(str(plan.params)) if plan.params else ''} — bottleneck {html.escape(m.bottleneck)}"
+    return (f"<details><summary>plan {i}: {html.escape(describe_params(plan))} — {len(plan.stages)} stage(s), "
+            f"bottleneck {html.escape(m.bottleneck)}"
             f"</summary><table><tr><th>device</th><th>layers</th><th>from … to</th><th>compute</th><th></th>"
             f"<th>memory</th><th>energy</th></tr>{''.join(rows)}</table></details>")
 
