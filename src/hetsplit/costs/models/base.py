@@ -63,6 +63,22 @@ def device_model(device: Device) -> DeviceModel:
     return factory(device)
 
 
+class AnalyticalDeviceModel:
+    """A device model made of a parameter dataclass (``from_params(params, where)``) and a model class
+    (``Model(params, label)`` with ``costs(graph)``): subclasses name the two."""
+
+    params_type: type
+    model_type: type
+
+    def __init__(self, device: Device) -> None:
+        self.device = device
+        params = self.params_type.from_params(device.params, f"device {device.name!r}")
+        self.model = self.model_type(params, device.preset or device.name)
+
+    def layer_costs(self, graph: Graph) -> LayerCosts:
+        return self.model.costs(graph)
+
+
 def default_mem_bytes(graph: Graph) -> np.ndarray:
     """What a layer keeps resident by default: its weights and its output buffer."""
     return graph.param_bytes + graph.out_bytes

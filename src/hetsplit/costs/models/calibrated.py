@@ -40,7 +40,19 @@ from hetsplit.cluster.types import Device
 from hetsplit.costs.models.base import LayerCosts, default_mem_bytes, register_model
 from hetsplit.costs.models.layer_attrs import pair
 from hetsplit.errors import ClusterError
-from hetsplit.graph.types import CONV, DWCONV, ELTWISE, GEMM, MAC_KINDS, NORM, OTHER, RESHAPE, SOFTMAX, Graph, Layer
+from hetsplit.graph.types import (
+    CONV,
+    DWCONV,
+    ELTWISE,
+    GEMM,
+    MAC_KINDS,
+    NORM,
+    OTHER,
+    RESHAPE,
+    SOFTMAX,
+    Graph,
+    Layer,
+)
 
 CLASS_RULES = "hetsplit-classes/2"
 TERMS = ("stream_bytes", "activation_elements", "softmax_elements", "softmax_rows", "reorder_bytes")

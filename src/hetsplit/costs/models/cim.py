@@ -38,8 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from hetsplit.cluster.types import Device
-from hetsplit.costs.models.base import LayerCosts, register_model
+from hetsplit.costs.models.base import AnalyticalDeviceModel, LayerCosts, register_model
 from hetsplit.costs.models.layer_attrs import elements, pair
 from hetsplit.errors import ClusterError, ModelError
 from hetsplit.graph.types import ATTENTION, CONV, DWCONV, GEMM, MATMUL, Graph, Layer
@@ -260,13 +259,7 @@ class CimModel:
 
 
 @register_model("cim")
-class CimDeviceModel:
+class CimDeviceModel(AnalyticalDeviceModel):
     """The ``cim`` device model: a CimModel configured from a device's params."""
 
-    def __init__(self, device: Device) -> None:
-        self.device = device
-        self.model = CimModel(CimParams.from_params(device.params, f"device {device.name!r}"),
-                              device.preset or device.name)
-
-    def layer_costs(self, graph: Graph) -> LayerCosts:
-        return self.model.costs(graph)
+    params_type, model_type = CimParams, CimModel

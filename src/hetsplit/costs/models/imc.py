@@ -26,8 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from hetsplit.cluster.types import Device
-from hetsplit.costs.models.base import LayerCosts, register_model
+from hetsplit.costs.models.base import AnalyticalDeviceModel, LayerCosts, register_model
 from hetsplit.costs.models.layer_attrs import pair
 from hetsplit.costs.models.roofline import RooflineModel
 from hetsplit.errors import ClusterError, ModelError
@@ -122,15 +121,10 @@ class ImcModel:
 
 
 @register_model("imc")
-class ImcDeviceModel:
+class ImcDeviceModel(AnalyticalDeviceModel):
     """The ``imc`` device model: conv and gemm (with ReLU/SiLU) only."""
 
-    def __init__(self, device: Device) -> None:
-        self.model = ImcModel(ImcParams.from_params(device.params, f"device {device.name!r}"),
-                              device.preset or device.name)
-
-    def layer_costs(self, graph: Graph) -> LayerCosts:
-        return self.model.costs(graph)
+    params_type, model_type = ImcParams, ImcModel
 
 
 @register_model("dpu")

@@ -32,7 +32,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from hetsplit.cluster.types import Device
-from hetsplit.costs.models.base import LayerCosts, register_model
+from hetsplit.costs.models.base import AnalyticalDeviceModel, LayerCosts, register_model
 from hetsplit.costs.models.layer_attrs import elements
 from hetsplit.errors import ClusterError
 from hetsplit.graph.types import CONV, DWCONV, GEMM, MATMUL, RESHAPE, Graph, Layer
@@ -195,13 +195,7 @@ def with_weight_fraction(device: Device, fraction: float) -> Device:
 
 
 @register_model("mcu")
-class McuDeviceModel:
+class McuDeviceModel(AnalyticalDeviceModel):
     """The ``mcu`` device model: an McuModel configured from a device's params."""
 
-    def __init__(self, device: Device) -> None:
-        self.device = device
-        self.model = McuModel(McuParams.from_params(device.params, f"device {device.name!r}"),
-                              device.preset or device.name)
-
-    def layer_costs(self, graph: Graph) -> LayerCosts:
-        return self.model.costs(graph)
+    params_type, model_type = McuParams, McuModel
