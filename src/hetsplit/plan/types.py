@@ -1,31 +1,104 @@
-"""Plan and Metrics: a split of a model over a cluster, as data (JSON in, JSON out)."""
+"""Plan and Metrics: a split of a model over a cluster, as data (JSON in, JSON out).
+
+Two kinds of plan share one type (DESIGN.md, "General mappings"):
+
+- a *pipeline* (``stages``): consecutive whole layers per stage, tensors relayed stage by stage
+  (``routing: relay``); its metrics are exactly the pipeline semantics;
+- a *mapping* (``assign``): every layer on a device, or split into shards (``Shard``) that cover
+  one of its axes, with a ``Combine`` saying where shards meet; tensors go directly from the
+  producing device to each consuming device (``routing: direct``).
+
+Both are written as ``hetsplit.plan/2``; ``hetsplit.plan/1`` files (pipelines) still read.
+"""
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Union
 
-FORMAT = "hetsplit.plan/1"
+FORMAT = "hetsplit.plan/2"
+FORMAT_V1 = "hetsplit.plan/1"
 SET_FORMAT = "hetsplit.planset/1"
+
+AXES = ("out", "in")          # out: output channels / columns; in: input channels / rows
+COMBINE_KINDS = ("concat", "sum")
+RELAY, DIRECT = "relay", "direct"
+
+
+@dataclass(frozen=True)
+class Shard:
+    """A slice ``[start, stop)`` of one axis of a layer, run on ``device``.
+
+    ``out`` slices output channels (conv) or columns (gemm), or heads (attention); ``in`` slices
+    input channels or rows. Heads and the FFN dimension of a Transformer are out/in slices on head
+    or F boundaries.
+    """
+
+    device: str
+    axis: str
+    start: int
+    stop: int
+
+    @property
+    def size(self) -> int:
+        return self.stop - self.start
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"device": self.device, "axis": self.axis, "start": self.start, "stop": self.stop}
+
+
+@dataclass(frozen=True)
+class Combine:
+    """Where the shards of one layer meet: ``concat`` (out shards) or ``sum`` (in shards) on ``on``.
+
+    ``tree = k > 1`` makes a sum hierarchical: shards reduce to the leader of their group of k, the
+    leaders to ``on``, and the result goes back the same way to the devices that need it (the
+    all-reduce of tensor-parallel Transformers). ``tree = 0`` is flat: every shard sends to ``on``.
+    """
+
+    kind: str
+    on: str
+    tree: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"kind": self.kind, "on": self.on}
+        if self.tree:
+            d["tree"] = self.tree
+        return d
+
+
+@dataclass(frozen=True)
+class Collective:
+    """A sum-combine whose result several devices need: an all-reduce over ``devices`` (shard
+    order), rooted at ``root``, in groups of ``tree`` (0 = flat). Derived from a plan, not written."""
+
+    layer: str
+    devices: tuple[str, ...]
+    root: str
+    tree: int = 0
+
+    def groups(self) -> list[tuple[str, ...]]:
+        """The reduction groups: consecutive runs of ``tree`` shard devices (one group when flat)."""
+        k = self.tree if self.tree > 1 else max(1, len(self.devices))
+        return [self.devices[i:i + k] for i in range(0, len(self.devices), k)]
+
+
+Placement = Union[str, tuple[Shard, ...]]
 
 
 @dataclass
 class Stage:
     """One pipeline stage: a device and the layers it runs, in topological order.
 
-    ``shard`` is the seam for horizontal and tensor-parallel splits: None means whole layers.
+    Shards are not stages: a plan with shards is a mapping (``Plan.assign``).
     """
 
     device: str
     layers: list[str]
-    shard: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"device": self.device, "layers": list(self.layers)}
-        if self.shard is not None:
-            d["shard"] = self.shard
-        return d
+        return {"device": self.device, "layers": list(self.layers)}
 
 
 @dataclass
@@ -66,24 +139,62 @@ class Metrics:
 
 @dataclass
 class Plan:
-    """Which device runs which layers, in stage order, and how the plan was found."""
+    """Which device runs which layer (or shard), and how the plan was found.
+
+    A pipeline plan has ``stages`` (and ``assign`` is derived from them); a mapping has ``assign``
+    and ``combine`` and no stages. ``check_plan`` (plan/check.py) validates either against a graph
+    and a cluster.
+    """
 
     model: str
     cluster: str
     algorithm: str
-    stages: list[Stage]
+    stages: list[Stage] = field(default_factory=list)
     params: dict[str, Any] = field(default_factory=dict)
     metrics: Metrics | None = None
     pareto: bool | None = None  # on the Pareto front of its plan set (None: not judged)
+    assign: dict[str, Placement] = field(default_factory=dict)
+    combine: dict[str, Combine] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.stages and self.assign:
+            raise _plan_error("a plan has either pipeline stages or an assign mapping, not both")
+
+    @property
+    def is_pipeline(self) -> bool:
+        return bool(self.stages)
+
+    @property
+    def routing(self) -> str:
+        return RELAY if self.is_pipeline else DIRECT
 
     @property
     def devices(self) -> list[str]:
-        return [s.device for s in self.stages]
+        """Devices in first-use order (stage order for a pipeline)."""
+        if self.stages:
+            return [s.device for s in self.stages]
+        seen: dict[str, None] = {}
+        for place in self.assign.values():
+            for dev in ([place] if isinstance(place, str) else [sh.device for sh in place]):
+                seen.setdefault(dev, None)
+        return list(seen)
+
+    def placements(self) -> dict[str, Placement]:
+        """Every layer's placement: ``assign``, or the stages' layers on their devices."""
+        if self.stages:
+            return {name: st.device for st in self.stages for name in st.layers}
+        return dict(self.assign)
 
     def to_dict(self) -> dict[str, Any]:
+        params = {**self.params, "routing": self.routing}
         d: dict[str, Any] = {"format": FORMAT, "model": self.model, "cluster": self.cluster,
-                             "algorithm": self.algorithm, "params": self.params,
-                             "stages": [s.to_dict() for s in self.stages]}
+                             "algorithm": self.algorithm, "params": params}
+        if self.stages:
+            d["stages"] = [s.to_dict() for s in self.stages]
+        d["assign"] = {name: (p if isinstance(p, str) else [sh.to_dict() for sh in p])
+                       for name, p in self.placements().items()}
+        if self.combine:
+            d["combine"] = {name: c.to_dict() for name, c in self.combine.items()}
         if self.metrics is not None:
             d["metrics"] = self.metrics.to_dict()
         if self.pareto is not None:
@@ -91,15 +202,14 @@ class Plan:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], where: str = "<plan>") -> "Plan":
-        from hetsplit.errors import PlanError
+    def from_dict(cls, d: Any, where: str = "<plan>") -> "Plan":
+        """Read a ``hetsplit.plan/2`` (or ``/1``) document; errors name the key that is wrong."""
+        from hetsplit.plan.codec import plan_from_dict
 
-        if d.get("format") != FORMAT:
-            raise PlanError(f"{where}: 'format' is {d.get('format')!r}; expected {FORMAT!r}")
-        try:
-            stages = [Stage(str(s["device"]), [str(x) for x in s["layers"]], s.get("shard")) for s in d["stages"]]
-            metrics = Metrics.from_dict(d["metrics"]) if d.get("metrics") else None
-            return cls(str(d["model"]), str(d.get("cluster", "")), str(d.get("algorithm", "")), stages,
-                       dict(d.get("params", {})), metrics, d.get("pareto"))
-        except (KeyError, TypeError) as exc:
-            raise PlanError(f"{where}: malformed plan ({exc!r}); expected stages of {{device, layers}}") from None
+        return plan_from_dict(cls, d, where)
+
+
+def _plan_error(msg: str) -> Exception:
+    from hetsplit.errors import PlanError
+
+    return PlanError(msg)

@@ -1,0 +1,99 @@
+"""Per-task costs of a TaskGraph: time, energy and resident memory of each task on each device type.
+
+- whole layers and stages: the cost table's rows (stages: O(1) range sums);
+- shards: the layer's cost-table entry times the device model's ratio of shard to whole layer, so
+  a profiled time keeps its measured level and the model supplies how it scales (fixed costs
+  included); where the model cannot cost the layer (a graph read from a profile has no shapes),
+  the ratio is the shard's share of the work;
+- combines (concat, sum): the element-wise work the device model gives for them; ``copy`` tasks
+  only forward (their time is the link's) and hold the result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from hetsplit.costs.models.base import LayerCosts, device_model
+from hetsplit.costs.problem import SplitProblem
+from hetsplit.graph.types import Graph, Layer
+from hetsplit.plan.tasks import TaskGraph
+
+
+@dataclass
+class TaskCosts:
+    """``time_s[t, k]``, ``energy_j[t, k]``, ``mem_bytes[t, k]`` of task t on device type k (inf: cannot run)."""
+
+    time_s: np.ndarray
+    energy_j: np.ndarray
+    mem_bytes: np.ndarray
+
+    def on(self, devices: np.ndarray, device_type: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Time, energy and memory of every task on its device (``devices``: N x T) as N x T arrays."""
+        types = device_type[np.atleast_2d(devices)]
+        cols = np.arange(types.shape[1])[None, :]
+        return self.time_s[cols, types], self.energy_j[cols, types], self.mem_bytes[cols, types]
+
+
+def task_costs(problem: SplitProblem, tg: TaskGraph) -> TaskCosts:
+    """Costs of every task of ``tg`` on every device type of ``problem``."""
+    table = problem.costs
+    n_types = len(table.types)
+    time = np.zeros((tg.num_tasks, n_types))
+    energy = np.zeros((tg.num_tasks, n_types))
+    mem = np.zeros((tg.num_tasks, n_types))
+    modelled: list[int] = []
+    for k, task in enumerate(tg.tasks):
+        if task.kind in ("layer", "stage"):
+            lo, hi = task.layers[0], task.layers[-1] + 1
+            cols = np.arange(n_types)
+            time[k] = table.range_time(lo, hi, cols)
+            energy[k] = table.range_energy(lo, hi, cols)
+            mem[k] = table.range_mem(lo, hi, cols)
+        elif task.kind == "copy":
+            mem[k] = problem.graph.layers[task.layers[0]].out_bytes
+        else:
+            modelled.append(k)
+    if modelled:
+        _model_tasks(problem, tg, modelled, time, energy, mem)
+    return TaskCosts(time, energy, mem)
+
+
+def _model_tasks(problem: SplitProblem, tg: TaskGraph, ks: list[int], time: np.ndarray, energy: np.ndarray,
+                 mem: np.ndarray) -> None:
+    table, graph = problem.costs, problem.graph
+    work = [replace(tg.tasks[k].work, name=tg.tasks[k].name) for k in ks]
+    parents = sorted({tg.tasks[k].layers[0] for k in ks if tg.tasks[k].kind == "shard"})
+    parent_layers = [replace(graph.layers[p], name=f"{graph.layers[p].name}#whole") for p in parents]
+    for ti, type_name in enumerate(table.types):
+        lc = _model_costs(problem, type_name, work + parent_layers)
+        for j, k in enumerate(ks):
+            task = tg.tasks[k]
+            if task.kind != "shard":  # a combine: the model's element-wise cost, or just its buffer
+                if lc is None:
+                    mem[k, ti] = task.work.out_bytes
+                else:
+                    time[k, ti], energy[k, ti], mem[k, ti] = lc.time_s[j], lc.energy_j[j], lc.mem_bytes[j]
+                continue
+            layer = task.layers[0]
+            p = len(work) + parents.index(layer)
+            for arr, full, model in ((time, table.time_s, None if lc is None else lc.time_s),
+                                     (energy, table.energy_j, None if lc is None else lc.energy_j),
+                                     (mem, table.mem_bytes, None if lc is None else lc.mem_bytes)):
+                arr[k, ti] = full[layer, ti] * _ratio(model, j, p, task.fraction)
+
+
+def _ratio(model: np.ndarray | None, shard: int, whole: int, fraction: float) -> float:
+    if model is None or not np.isfinite(model[whole]) or model[whole] <= 0 or not np.isfinite(model[shard]):
+        return fraction
+    return float(model[shard] / model[whole])
+
+
+def _model_costs(problem: SplitProblem, type_name: str, layers: list[Layer]) -> LayerCosts | None:
+    """The device model's costs of ``layers`` for one type, or None when it cannot cost them."""
+    try:
+        model = device_model(problem.cluster.representative(type_name))
+        return model.layer_costs(Graph(f"{problem.graph.name}-tasks", layers, []))
+    except Exception:  # noqa: BLE001 - any model that cannot read these layers falls back to work shares
+        return None
