@@ -26,7 +26,10 @@ def axis_size(layer: Layer, axis: str) -> int | None:
     """
     a, op = layer.attrs, layer.op
     why = ""
-    if op == CONV:
+    needs = {CONV: "c_out", DWCONV: "c_out", GEMM: "n"}
+    if op in needs and needs[op] not in a:
+        why = "its shape is unknown (a graph read from a profile has no channel counts)"
+    elif op == CONV:
         groups = int(a.get("groups", 1))
         if axis == "out":
             return int(a["c_out"])

@@ -16,36 +16,14 @@ device -1 and zero length (their bounds equal L).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import PlanError
+from hetsplit.plan.batch import BatchMetrics, metrics_at
+from hetsplit.plan.check import check_plan, stage_bounds
+from hetsplit.plan.mapping import evaluate_mappings
 from hetsplit.plan.types import Metrics, Plan, Stage
-
-
-@dataclass
-class BatchMetrics:
-    """Metrics of N plans as arrays (per-device arrays are N x D)."""
-
-    throughput: np.ndarray
-    bottleneck_s: np.ndarray
-    latency_s: np.ndarray
-    energy_j: np.ndarray
-    comm_energy_j: np.ndarray
-    comm_time_s: np.ndarray
-    energy_per_device_j: np.ndarray
-    compute_s_per_device: np.ndarray
-    memory_per_device_bytes: np.ndarray
-    participates: np.ndarray
-    fits: np.ndarray
-    edp: np.ndarray
-    max_transfer_s: np.ndarray          # largest single transfer (for naming the bottleneck)
-    max_transfer_link: np.ndarray       # N x 2 (u, v) of that transfer, -1 if none
-
-    def __len__(self) -> int:
-        return len(self.throughput)
 
 
 def check_batch(problem: SplitProblem, bounds: np.ndarray, devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -149,60 +127,21 @@ def evaluate_pipelines(problem: SplitProblem, bounds: np.ndarray, devices: np.nd
 # ---- single plans -------------------------------------------------------------------------------
 
 def plan_to_arrays(problem: SplitProblem, plan: Plan) -> tuple[np.ndarray, np.ndarray]:
-    """Bounds and device indices of a whole-layer pipeline plan, validated against the problem."""
-    g, cl = problem.graph, problem.cluster
-    if plan.model and plan.model != g.name:
-        raise PlanError(f"the plan is for model {plan.model!r}, not {g.name!r}")
-    if not plan.stages:
-        raise PlanError("the plan has no stages")
-    bounds, devs, pos = [0], [], 0
-    for s, stage in enumerate(plan.stages):
-        if stage.shard is not None:
-            raise PlanError(f"stage {s} ({stage.device}) is a shard; the pipeline evaluator takes whole layers only")
-        if stage.device not in cl.names:
-            raise PlanError(f"stage {s}: device {stage.device!r} is not in cluster {cl.name!r}; devices are {cl.names}")
-        if not stage.layers:
-            raise PlanError(f"stage {s} ({stage.device}) has no layers")
-        for name in stage.layers:
-            idx = g.index(name)
-            if idx != pos:
-                expected = g.layers[pos].name if pos < len(g.layers) else "(none: all layers are placed)"
-                raise PlanError(
-                    f"stage {s} ({stage.device}): layer {name!r} is out of order; a pipeline plan lists every "
-                    f"layer once in topological order, and the next layer is {expected!r}")
-            pos += 1
-        bounds.append(pos)
-        devs.append(cl.index(stage.device))
-    if pos != g.num_layers:
-        raise PlanError(f"the plan places {pos} of {g.num_layers} layers; missing from {g.layers[pos].name!r} on")
+    """Bounds and device indices of a whole-layer pipeline plan, validated by ``check_plan``'s rules."""
+    if plan.model and plan.model != problem.graph.name:
+        raise PlanError(f"the plan is for model {plan.model!r}, not {problem.graph.name!r}")
+    if not plan.is_pipeline:
+        raise PlanError("the plan is a mapping (assign), not a pipeline of stages; evaluate it with evaluate()")
+    bounds, devs = stage_bounds(problem.graph, problem.cluster, plan)
     return np.array([bounds]), np.array([devs])
 
 
-def metrics_at(problem: SplitProblem, batch: BatchMetrics, i: int) -> Metrics:
-    """The Metrics of plan i of an evaluated batch."""
-    names = problem.cluster.names
-    part = batch.participates[i]
-    comp = batch.compute_s_per_device[i]
-    if batch.max_transfer_s[i] > comp.max():
-        u, v = batch.max_transfer_link[i]
-        what = f"link {names[u]}->{names[v]}"
-    else:
-        what = f"stage {names[int(np.argmax(comp))]}"
-    charged = part | (batch.energy_per_device_j[i] > 0)
-    return Metrics(
-        throughput=float(batch.throughput[i]), bottleneck_s=float(batch.bottleneck_s[i]), bottleneck=what,
-        latency_s=float(batch.latency_s[i]), energy_j=float(batch.energy_j[i]),
-        energy_per_device_j={names[k]: float(batch.energy_per_device_j[i, k]) for k in np.flatnonzero(charged)},
-        compute_s_per_device={names[k]: float(comp[k]) for k in np.flatnonzero(part)},
-        memory_per_device_bytes={names[k]: float(batch.memory_per_device_bytes[i, k]) for k in np.flatnonzero(part)},
-        fits=bool(batch.fits[i]), edp=float(batch.edp[i]), comm_energy_j=float(batch.comm_energy_j[i]),
-        comm_time_s=float(batch.comm_time_s[i]))
-
-
 def evaluate(problem: SplitProblem, plan: Plan) -> Metrics:
-    """Metrics of one pipeline plan (raises PlanError naming what is wrong with it)."""
-    bounds, devs = plan_to_arrays(problem, plan)
-    return metrics_at(problem, evaluate_pipelines(problem, bounds, devs), 0)
+    """Metrics of one plan, a pipeline or a mapping (raises PlanError naming what is wrong with it)."""
+    if plan.is_pipeline:
+        bounds, devs = plan_to_arrays(problem, plan)
+        return metrics_at(problem, evaluate_pipelines(problem, bounds, devs), 0)
+    return metrics_at(problem, evaluate_mappings(problem, check_plan(problem.graph, problem.cluster, plan)), 0)
 
 
 def make_plan(problem: SplitProblem, bounds, devices, algorithm: str, params: dict | None = None) -> Plan:

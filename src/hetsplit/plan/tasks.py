@@ -95,15 +95,13 @@ class TaskGraph:
         A model input with no cluster source arrives where it is consumed; a model output with no
         sink stays where it is made (both then cost nothing)."""
         dev = np.atleast_2d(devices)
-        src_task = np.where(self.edge_src >= 0, self.edge_src, 0)
-        dst_task = np.where(self.edge_dst >= 0, self.edge_dst, 0)
-        u = dev[:, src_task]
-        v = dev[:, dst_task]
+        u = dev[:, np.where(self.edge_src >= 0, self.edge_src, 0)]
+        v = dev[:, np.where(self.edge_dst >= 0, self.edge_dst, 0)]
         source, sink = self.cluster.source_index, self.cluster.sink_index
-        from_source = self.edge_src == SOURCE
-        to_sink = self.edge_dst == SINK
-        u = np.where(from_source, v if source is None else source, u)
-        v = np.where(to_sink, u if sink is None else sink, v)
+        from_source = np.flatnonzero(self.edge_src == SOURCE)
+        to_sink = np.flatnonzero(self.edge_dst == SINK)
+        u[:, from_source] = v[:, from_source] if source is None else source
+        v[:, to_sink] = u[:, to_sink] if sink is None else sink
         return u, v
 
     def messages(self, devices: np.ndarray | None = None) -> list[Message]:

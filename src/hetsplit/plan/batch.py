@@ -1,0 +1,54 @@
+"""BatchMetrics: the metrics of N plans as arrays, and the Metrics of one of them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hetsplit.costs.problem import SplitProblem
+from hetsplit.plan.types import Metrics
+
+
+@dataclass
+class BatchMetrics:
+    """Metrics of N plans as arrays (per-device arrays are N x D)."""
+
+    throughput: np.ndarray
+    bottleneck_s: np.ndarray
+    latency_s: np.ndarray
+    energy_j: np.ndarray
+    comm_energy_j: np.ndarray
+    comm_time_s: np.ndarray
+    energy_per_device_j: np.ndarray
+    compute_s_per_device: np.ndarray
+    memory_per_device_bytes: np.ndarray
+    participates: np.ndarray
+    fits: np.ndarray
+    edp: np.ndarray
+    max_transfer_s: np.ndarray          # largest single transfer (for naming the bottleneck)
+    max_transfer_link: np.ndarray       # N x 2 (u, v) of that transfer, -1 if none
+
+    def __len__(self) -> int:
+        return len(self.throughput)
+
+
+def metrics_at(problem: SplitProblem, batch: BatchMetrics, i: int) -> Metrics:
+    """The Metrics of plan i of an evaluated batch."""
+    names = problem.cluster.names
+    part = batch.participates[i]
+    comp = batch.compute_s_per_device[i]
+    if batch.max_transfer_s[i] > comp.max():
+        u, v = batch.max_transfer_link[i]
+        what = f"link {names[u]}->{names[v]}"
+    else:
+        what = f"stage {names[int(np.argmax(comp))]}"
+    charged = part | (batch.energy_per_device_j[i] > 0)
+    return Metrics(
+        throughput=float(batch.throughput[i]), bottleneck_s=float(batch.bottleneck_s[i]), bottleneck=what,
+        latency_s=float(batch.latency_s[i]), energy_j=float(batch.energy_j[i]),
+        energy_per_device_j={names[k]: float(batch.energy_per_device_j[i, k]) for k in np.flatnonzero(charged)},
+        compute_s_per_device={names[k]: float(comp[k]) for k in np.flatnonzero(part)},
+        memory_per_device_bytes={names[k]: float(batch.memory_per_device_bytes[i, k]) for k in np.flatnonzero(part)},
+        fits=bool(batch.fits[i]), edp=float(batch.edp[i]), comm_energy_j=float(batch.comm_energy_j[i]),
+        comm_time_s=float(batch.comm_time_s[i]))
