@@ -31,7 +31,7 @@ from hetsplit.plan.batch import BatchMetrics
 from hetsplit.plan.task_costs import TaskCosts, task_costs
 from hetsplit.plan.tasks import SINK, SOURCE, TaskGraph
 
-CHUNK_CELLS = 1 << 18  # rows per chunk x D x D stays below this (cache-sized chunks are fastest)
+CHUNK_CELLS = 1 << 16  # rows per chunk x D x D stays below this (cache-sized chunks are fastest)
 
 
 @dataclass
@@ -72,6 +72,7 @@ class MappingEvaluator:
         self._mem = self.costs.mem_bytes[:, types].ravel()
         self._task_offset = np.arange(tg.num_tasks) * problem.num_devices
         self._src = np.where(tg.edge_src >= 0, tg.edge_src, tg.num_tasks)  # SOURCE reads column T (time 0)
+        self._link_costs = self._links()
 
     def check_devices(self, devices: np.ndarray | None) -> np.ndarray:
         dev = self.tg.device[None, :] if devices is None else np.atleast_2d(np.asarray(devices, dtype=np.int64))
@@ -103,35 +104,40 @@ class MappingEvaluator:
                 np.where(off, cl.energy_per_byte, 0.0).ravel())
 
     def _chunk(self, dev: np.ndarray) -> BatchMetrics:
+        """Metrics of a chunk of plans, computed task-major (T x N, E x N: contiguous rows per task/edge)."""
         pr, tg, s = self.problem, self.tg, self.s
         n, n_dev = dev.shape[0], pr.num_devices
-        rows = np.arange(n)[:, None]
-        cell = dev + self._task_offset
-        time, energy, mem = self._time[cell], self._energy[cell], self._mem[cell]
-        per_dev = (rows * n_dev + dev).ravel()
+        d = np.ascontiguousarray(dev.T)                       # T x N
+        col = np.arange(n)[None, :]
+        cell = d + self._task_offset[:, None]
+        time, energy, mem = np.take(self._time, cell), np.take(self._energy, cell), np.take(self._mem, cell)
+        per_dev = (d * n + col).ravel()                       # device-major bins: d * N + plan
         compute = _bins(per_dev, time.ravel(), n, n_dev)
         energy_dev = _bins(per_dev, energy.ravel(), n, n_dev)
         mem_dev = _bins(per_dev, mem.ravel(), n, n_dev)
-        participates = np.bincount(per_dev, minlength=n * n_dev).reshape(n, n_dev) > 0
+        participates = np.bincount(per_dev, minlength=n * n_dev).reshape(n_dev, n).T > 0
 
-        u, v = tg.endpoints(dev)
+        u, v = self._endpoints(d)                             # E x N
         pair = u * n_dev + v
-        lat, per_byte, joule = self._links()
-        nbytes = tg.edge_bytes[None, :]
+        lat, per_byte, joule = self._link_costs
+        nbytes = tg.edge_bytes[:, None]
         moves = (u != v) & (nbytes > 0)
         first = np.ones(u.shape, dtype=bool)  # first edge of its payload to its destination device
         for e, earlier in s.dup_pairs:
-            first[:, e] &= v[:, e] != v[:, earlier]
+            first[e] &= v[e] != v[earlier]
         sent = moves & first
-        xfer = np.where(moves, lat[pair] + nbytes * per_byte[pair], 0.0)
-        link = (rows * (n_dev * n_dev) + pair)[sent]
-        busy = np.bincount(link, weights=xfer[sent], minlength=n * n_dev * n_dev).reshape(n, -1)
-        e_bytes = np.where(sent, nbytes * joule[pair], 0.0)
-        sender = (rows * n_dev + u).ravel()
+        xfer = np.take(lat, pair)
+        xfer += nbytes * np.take(per_byte, pair)
+        xfer[~moves] = 0.0
+        link = (col * (n_dev * n_dev) + pair)[sent]
+        busy = np.bincount(link, weights=xfer[sent], minlength=n * n_dev * n_dev).reshape(n, n_dev * n_dev)
+        e_bytes = nbytes * np.take(joule, pair)
+        e_bytes[~sent] = 0.0
+        sender = (u * n + col).ravel()
         energy_dev += _bins(sender, e_bytes.ravel(), n, n_dev)
-        held_in = (sent & ~s.to_sink) | (s.from_source & first)   # the source and sink hold no buffers of ours
-        held_out = (sent & ~s.from_source) | s.to_sink
-        mem_dev += _bins((rows * n_dev + v).ravel(), np.where(held_in, nbytes, 0.0).ravel(), n, n_dev)
+        held_in = (sent & ~s.to_sink[:, None]) | (s.from_source[:, None] & first)  # source and sink hold nothing of ours
+        held_out = (sent & ~s.from_source[:, None]) | s.to_sink[:, None]
+        mem_dev += _bins((v * n + col).ravel(), np.where(held_in, nbytes, 0.0).ravel(), n, n_dev)
         mem_dev += _bins(sender, np.where(held_out, nbytes, 0.0).ravel(), n, n_dev)
 
         arg = np.argmax(busy, axis=1)
@@ -139,48 +145,55 @@ class MappingEvaluator:
         bottleneck = np.maximum(compute.max(axis=1), max_busy)
         with np.errstate(divide="ignore"):
             throughput = np.where(bottleneck > 0, 1.0 / bottleneck, np.inf)
-        latency = self._latency(dev, time, xfer)
-        comm_e = e_bytes.sum(axis=1)
-        total_e = energy.sum(axis=1) + comm_e
+        latency = self._latency(d, time, xfer)
+        comm_e = e_bytes.sum(axis=0)
+        total_e = energy.sum(axis=0) + comm_e
         max_link = np.where(max_busy[:, None] > 0, np.stack([arg // n_dev, arg % n_dev], axis=1), -1)
         fits = (mem_dev <= pr.memory_bytes[None, :]).all(axis=1)
-        return BatchMetrics(throughput, bottleneck, latency, total_e, comm_e, np.where(sent, xfer, 0.0).sum(axis=1),
+        return BatchMetrics(throughput, bottleneck, latency, total_e, comm_e, np.where(sent, xfer, 0.0).sum(axis=0),
                             energy_dev, compute, mem_dev, participates, fits, total_e * latency, max_busy, max_link)
 
-    def _latency(self, dev: np.ndarray, time: np.ndarray, xfer: np.ndarray) -> np.ndarray:
-        """Critical path of one input: tasks in topological order, each device one task at a time.
+    def _endpoints(self, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Task-major ``TaskGraph.endpoints``: E x N source and destination devices."""
+        tg = self.tg
+        u = d[np.where(tg.edge_src >= 0, tg.edge_src, 0)]
+        v = d[np.where(tg.edge_dst >= 0, tg.edge_dst, 0)]
+        source, sink = tg.cluster.source_index, tg.cluster.sink_index
+        ins, outs = self.s.from_source, self.s.to_sink
+        u[ins] = v[ins] if source is None else source
+        v[outs] = u[outs] if sink is None else sink
+        return u, v
 
-        Task-major copies (one contiguous row per task or edge) keep the per-task steps cheap."""
+    def _latency(self, d: np.ndarray, time: np.ndarray, xfer: np.ndarray) -> np.ndarray:
+        """Critical path of one input: tasks in topological order, each device one task at a time."""
         tg, s = self.tg, self.s
-        n, n_dev = dev.shape
-        n_dev = self.problem.num_devices
+        n, n_dev = d.shape[1], self.problem.num_devices
         finish = np.zeros((tg.num_tasks + 1, n))  # last row: 0 for the SOURCE producer
         free = np.zeros(n * n_dev)
-        slot = (np.arange(n)[None, :] * n_dev + dev.T)  # T x N: where each task's device clock lives
-        time_t, xfer_t = time.T.copy(), xfer.T.copy()
+        slot = d * n + np.arange(n)[None, :]     # where each task's device clock lives
         src = self._src
         for t in range(tg.num_tasks):
             ins = s.in_edges[t]
             if len(ins) == 1:
-                ready = finish[src[ins[0]]] + xfer_t[ins[0]]
+                ready = finish[src[ins[0]]] + xfer[ins[0]]
             elif len(ins):
-                ready = (finish[src[ins]] + xfer_t[ins]).max(axis=0)
+                ready = (finish[src[ins]] + xfer[ins]).max(axis=0)
             else:
                 ready = 0.0
             k = slot[t]
             end = np.maximum(ready, free[k])
-            end += time_t[t]
+            end += time[t]
             finish[t] = end
             free[k] = end
         done = finish[:-1].max(axis=0)
         if len(s.sink_edges):
-            out = finish[src[s.sink_edges]] + xfer_t[s.sink_edges]
-            done = np.maximum(done, out.max(axis=0))
+            done = np.maximum(done, (finish[src[s.sink_edges]] + xfer[s.sink_edges]).max(axis=0))
         return done
 
 
 def _bins(index: np.ndarray, weights: np.ndarray, n: int, n_dev: int) -> np.ndarray:
-    return np.bincount(index, weights=weights, minlength=n * n_dev).reshape(n, n_dev)
+    """Sums of ``weights`` into device-major bins ``d * n + plan``, as an n x D array."""
+    return np.bincount(index, weights=weights, minlength=n * n_dev).reshape(n_dev, n).T.copy()
 
 
 def evaluate_mappings(problem: SplitProblem, tg: TaskGraph, devices: np.ndarray | None = None,
