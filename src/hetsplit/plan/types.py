@@ -179,6 +179,20 @@ class Plan:
                 seen.setdefault(dev, None)
         return list(seen)
 
+    def work_by_device(self) -> list[Stage]:
+        """What each device runs, for display: a pipeline's stages, or per device (first-use order)
+        its whole layers and its shards (``layer@axis[start:stop]``)."""
+        if self.stages:
+            return list(self.stages)
+        per: dict[str, list[str]] = {}
+        for name, place in self.assign.items():
+            if isinstance(place, str):
+                per.setdefault(place, []).append(name)
+            else:
+                for sh in place:
+                    per.setdefault(sh.device, []).append(f"{name}@{sh.axis}[{sh.start}:{sh.stop}]")
+        return [Stage(dev, labels) for dev, labels in per.items()]
+
     def placements(self) -> dict[str, Placement]:
         """Every layer's placement: ``assign``, or the stages' layers on their devices."""
         if self.stages:

@@ -33,7 +33,8 @@ def _plan_details(i: int, plan: Plan) -> str:
     m = plan.metrics
     longest = max(m.compute_s_per_device.values(), default=0.0) or 1.0
     rows = []
-    for s in plan.stages:
+    parts = plan.work_by_device()
+    for s in parts:
         t = m.compute_s_per_device.get(s.device, 0.0)
         width = int(200 * t / longest)
         first, last = html.escape(s.layers[0]), html.escape(s.layers[-1])
@@ -42,9 +43,9 @@ def _plan_details(i: int, plan: Plan) -> str:
                     f"<td class=l><span class=bar style='width:{width}px'></span></td>"
                     f"<td>{_q(m.memory_per_device_bytes.get(s.device, 0.0), 'B')}</td>"
                     f"<td>{_q(m.energy_per_device_j.get(s.device, 0.0), 'J')}</td></tr>")
-    return (f"<details><summary>plan {i}: {html.escape(describe_params(plan))} — {len(plan.stages)} stage(s), "
+    return (f"<details><summary>plan {i}: {html.escape(describe_params(plan))} — {len(parts)} {'stage' if plan.is_pipeline else 'device'}(s), "
             f"bottleneck {html.escape(m.bottleneck)}"
-            f"</summary><table><tr><th>device</th><th>layers</th><th>from … to</th><th>compute</th><th></th>"
+            f"</summary><table><tr><th>device</th><th>layers</th><th>first … last</th><th>compute</th><th></th>"
             f"<th>memory</th><th>energy</th></tr>{''.join(rows)}</table></details>")
 
 

@@ -24,8 +24,10 @@ def describe_params(plan: Plan) -> str:
 
 
 def describe_stages(plan: Plan, max_chars: int = 48) -> str:
-    """Stages as "gpu0[12] → cim0[40]" (device and number of layers)."""
-    text = " → ".join(f"{s.device}[{len(s.layers)}]" for s in plan.stages)
+    """Stages as "gpu0[12] → cim0[40]" (device and number of layers); a mapping as "cpu0[7] + cpu1[5]"
+    (layers and shards per device)."""
+    joiner = " → " if plan.is_pipeline else " + "
+    text = joiner.join(f"{s.device}[{len(s.layers)}]" for s in plan.work_by_device())
     return text if len(text) <= max_chars else text[: max_chars - 1] + "…"
 
 
