@@ -112,10 +112,11 @@ class MappingEvaluator:
         cell = d + self._task_offset[:, None]
         time, energy, mem = np.take(self._time, cell), np.take(self._energy, cell), np.take(self._mem, cell)
         per_dev = (d * n + col).ravel()                       # device-major bins: d * N + plan
-        compute = _bins(per_dev, time.ravel(), n, n_dev)
-        energy_dev = _bins(per_dev, energy.ravel(), n, n_dev)
-        mem_dev = _bins(per_dev, mem.ravel(), n, n_dev)
-        participates = np.bincount(per_dev, minlength=n * n_dev).reshape(n_dev, n).T > 0
+        bins = n * n_dev
+        compute = np.bincount(per_dev, weights=time.ravel(), minlength=bins)
+        energy_dev = np.bincount(per_dev, weights=energy.ravel(), minlength=bins)
+        mem_dev = np.bincount(per_dev, weights=mem.ravel(), minlength=bins)
+        participates = np.bincount(per_dev, minlength=bins) > 0
 
         u, v = self._endpoints(d)                             # E x N
         pair = u * n_dev + v
@@ -134,11 +135,13 @@ class MappingEvaluator:
         e_bytes = nbytes * np.take(joule, pair)
         e_bytes[~sent] = 0.0
         sender = (u * n + col).ravel()
-        energy_dev += _bins(sender, e_bytes.ravel(), n, n_dev)
+        energy_dev += np.bincount(sender, weights=e_bytes.ravel(), minlength=bins)
         held_in = (sent & ~s.to_sink[:, None]) | (s.from_source[:, None] & first)  # source and sink hold nothing of ours
         held_out = (sent & ~s.from_source[:, None]) | s.to_sink[:, None]
-        mem_dev += _bins((v * n + col).ravel(), np.where(held_in, nbytes, 0.0).ravel(), n, n_dev)
-        mem_dev += _bins(sender, np.where(held_out, nbytes, 0.0).ravel(), n, n_dev)
+        mem_dev += np.bincount((v * n + col).ravel(), weights=(held_in * nbytes).ravel(), minlength=bins)
+        mem_dev += np.bincount(sender, weights=(held_out * nbytes).ravel(), minlength=bins)
+        compute, energy_dev, mem_dev, participates = (a.reshape(n_dev, n).T for a in
+                                                      (compute, energy_dev, mem_dev, participates))
 
         arg = np.argmax(busy, axis=1)
         max_busy = busy[np.arange(n), arg]
@@ -189,11 +192,6 @@ class MappingEvaluator:
         if len(s.sink_edges):
             done = np.maximum(done, (finish[src[s.sink_edges]] + xfer[s.sink_edges]).max(axis=0))
         return done
-
-
-def _bins(index: np.ndarray, weights: np.ndarray, n: int, n_dev: int) -> np.ndarray:
-    """Sums of ``weights`` into device-major bins ``d * n + plan``, as an n x D array."""
-    return np.bincount(index, weights=weights, minlength=n * n_dev).reshape(n_dev, n).T.copy()
 
 
 def evaluate_mappings(problem: SplitProblem, tg: TaskGraph, devices: np.ndarray | None = None,
