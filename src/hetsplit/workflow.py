@@ -111,3 +111,16 @@ def output_dir(path: str | Path | None) -> Path | None:
     p = Path(path)
     p.mkdir(parents=True, exist_ok=True)
     return p
+
+
+def load_plan_problem(plan_path: str | Path, index: int | None = None, model: str | None = None,
+                      cluster: str | None = None, profile: str | None = None) -> tuple[Plan, SplitProblem]:
+    """A plan from a file and the problem it runs on: the model (or a profile, which names its model
+    and supplies the costs) and the cluster default to the ones the plan records."""
+    from hetsplit.plan import load_plan
+
+    plan = load_plan(plan_path, index)
+    cluster = cluster or plan.cluster
+    if not cluster:
+        raise HetsplitError(f"{plan_path}: the plan names no cluster; give one with --cluster")
+    return plan, load_problem(profile or model or plan.model, cluster)

@@ -138,7 +138,7 @@ class _Expander:
             if isinstance(place, str):
                 if comb is not None:
                     raise PlanError(f"layer {layer.name!r} runs whole on {place!r}, so it has nothing to combine; "
-                                    "remove combine[{layer.name!r}]")
+                                    f"remove combine[{layer.name!r}]")
                 t = self.b.task(Task(layer.name, "layer", (i,), _device(self.cl, place, f"layer {layer.name!r}")))
                 self._feed(i, t, None, 0)
                 self.provider[i] = t

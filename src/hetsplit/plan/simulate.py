@@ -1,0 +1,368 @@
+"""Discrete-event simulation of a stream of inputs through a plan's TaskGraph.
+
+The closed-form evaluators (plan/evaluate.py, plan/mapping.py) give throughput as the inverse of
+the busiest resource and latency as one input's critical path. This simulator runs the stream for
+real, event by event, so it also shows queueing, utilization and the timeline (DESIGN.md,
+"General mappings": it is the reference for latency).
+
+Work items, per input ``i`` (N inputs) of one TaskGraph ``tg``:
+
+- a *compute job* per task ``t`` on device ``tg.tasks[t].device``, taking ``TaskCosts.time_s`` of
+  that device's type;
+- a *transfer job* per message ``m`` of ``tg.messages()`` (one payload once from device ``src`` to
+  ``dst``) on the directed link ``(src, dst)``, taking ``latency_s[src, dst] + nbytes /
+  bandwidth[src, dst]``; the link is busy for all of it.
+
+Rules (compute-and-forward units):
+
+- a task of input i is *ready* when every payload it reads for input i is there: each message into
+  its device that lists it among its consumers is delivered, and each same-device (or zero-byte)
+  edge's producer task is done (a model input produced by ``SOURCE`` on the same device is there
+  when input i arrives);
+- a message of input i is ready when its producer task finished (``SOURCE`` messages: when input i
+  arrives); messages whose consumers include ``SINK`` deliver the output;
+- each device runs one task at a time and, among its ready tasks, starts the lowest
+  ``(input, task index)``; each link carries one message at a time, FIFO by ready time, ties by
+  ``(input, message index)`` (``link_order="input"``: lowest ``(input, message index)`` first, as
+  on devices); both are work-conserving (never idle while something is ready);
+- all events at one instant are applied before any idle resource picks its next job, so the choice
+  does not depend on the order of simultaneous events;
+- input i arrives at ``i * interval_s`` (``interval_s = 0``: all at t = 0, a saturated stream) and
+  is *done* when all its tasks are done and all its messages delivered.
+
+Reported (``SimResult``): steady-state throughput (``steady_throughput``), latency per input (done -
+arrival) and its percentiles, the unloaded latency (one input alone in the system), busy time and
+utilization (busy / makespan) of every device and link, energy per inference (compute energy of
+every task + bytes x energy per byte of every message, charged to the sender) and the timeline.
+
+Implementation: a heap of completion events, a ready heap per resource, and per task a precomputed
+count of the tokens (finished producers, delivered messages, the arrival) it waits for; an event
+touches only the successors of the job that finished.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from heapq import heappop, heappush
+from typing import NamedTuple
+
+import numpy as np
+
+from hetsplit.costs.problem import SplitProblem
+from hetsplit.errors import HetsplitError, PlanError
+from hetsplit.plan.check import check_plan
+from hetsplit.plan.task_costs import TaskCosts, task_costs
+from hetsplit.plan.tasks import SOURCE, Message, TaskGraph
+from hetsplit.plan.types import Plan
+
+_ARRIVAL = -1  # the token a task waits for when it reads the model input on its own device
+LINK_ORDERS = ("fifo", "input")
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    """How to simulate: ``inputs`` streamed, one every ``interval_s`` (0: all at t = 0, a
+    saturated stream); ``keep_timeline`` records every job (off: only the statistics);
+    ``link_order``: "input" (the default: lowest input first, as the runtime's workers post their
+    sends in input order) or "fifo" (by ready time).
+
+    With every input waiting at t = 0, a FIFO link that carries the model input of every input
+    (ready at once) makes the other payloads it carries wait for all of them; "input" order keeps
+    the stream in step, so a saturated run shows the steady state the closed form bounds."""
+
+    inputs: int = 100
+    interval_s: float = 0.0
+    keep_timeline: bool = True
+    link_order: str = "input"
+
+    def __post_init__(self) -> None:
+        if int(self.inputs) != self.inputs or self.inputs < 1:
+            raise HetsplitError(f"the simulation needs at least 1 input, got inputs={self.inputs!r}")
+        if not (math.isfinite(self.interval_s) and self.interval_s >= 0):
+            raise HetsplitError(f"interval_s must be a finite number of seconds >= 0, got {self.interval_s!r}")
+        if self.link_order not in LINK_ORDERS:
+            raise HetsplitError(f"link_order is {self.link_order!r}; expected one of {', '.join(LINK_ORDERS)}")
+
+
+class Span(NamedTuple):
+    """One job of the timeline: ``label`` (task or payload) of ``input`` on ``resource``."""
+
+    resource: str
+    label: str
+    input: int
+    start: float
+    end: float
+
+
+@dataclass
+class SimResult:
+    """What a simulation measured (SI units). Resources are the devices that run tasks (cluster
+    order), then the links that carry messages, named ``"u->v"``."""
+
+    inputs: int
+    resources: list[str]
+    resource_kinds: list[str]              # "device" or "link", per resource
+    arrival_s: np.ndarray                  # N
+    done_s: np.ndarray                     # N
+    throughput: float                      # in steady state: see steady_throughput
+    makespan_s: float                      # last completion (from t = 0)
+    unloaded_latency_s: float              # one input alone in the system
+    busy_s: dict[str, float]               # per resource, over the whole run
+    energy_j: float                        # per inference: compute + communication
+    comm_energy_j: float                   # per inference
+    energy_per_device_j: dict[str, float]  # per inference: compute + what the device sends
+    events: int                            # events processed (arrivals + job completions)
+    wall_s: float                          # seconds the event loop took
+    timeline: list[Span] = field(default_factory=list)
+
+    @property
+    def latency_s(self) -> np.ndarray:
+        """Per input: done - arrival."""
+        return self.done_s - self.arrival_s
+
+    def latency_percentile(self, q: float) -> float:
+        return float(np.percentile(self.latency_s, q))
+
+    @property
+    def utilization(self) -> dict[str, float]:
+        """Per resource: busy time / makespan."""
+        span = self.makespan_s
+        return {r: (b / span if span > 0 else 0.0) for r, b in self.busy_s.items()}
+
+    def summary(self) -> dict[str, object]:
+        """The scalar results and per-resource utilization, JSON-ready (no timeline)."""
+        return {"inputs": self.inputs, "throughput": self.throughput, "makespan_s": self.makespan_s,
+                "latency_p50_s": self.latency_percentile(50), "latency_p90_s": self.latency_percentile(90),
+                "latency_p99_s": self.latency_percentile(99), "latency_max_s": float(self.latency_s.max()),
+                "unloaded_latency_s": self.unloaded_latency_s, "energy_j": self.energy_j,
+                "comm_energy_j": self.comm_energy_j, "energy_per_device_j": dict(self.energy_per_device_j),
+                "utilization": self.utilization, "busy_s": dict(self.busy_s), "events": self.events,
+                "wall_s": self.wall_s}
+
+
+def steady_throughput(inputs: int, makespan_s: float, unloaded_latency_s: float) -> float:
+    """Inputs per second in steady state: ``(N - 1) / (makespan - L1)``, where ``L1`` is the unloaded
+    latency (one input alone) and the makespan is the last completion.
+
+    The first input costs the fill and drain of the system (``L1``); every further input adds the
+    stream's period. A deterministic pipeline completes input i at exactly ``L1 + i * B`` (B: its
+    bottleneck), so this is exactly ``1 / B``; inputs arriving every ``interval_s`` slower than the
+    bottleneck give exactly ``1 / interval_s``. Unlike a completion rate over a window of the run, it
+    never credits work done ahead of the window: with every input waiting at t = 0, a FIFO link can
+    ship one payload of every input before another payload of any, and the last completions then
+    follow each other faster than the busiest resource could sustain. One input, or a makespan
+    not above ``L1``: ``N / makespan``.
+    """
+    if inputs > 1 and makespan_s > unloaded_latency_s:
+        return (inputs - 1) / (makespan_s - unloaded_latency_s)
+    return inputs / makespan_s if makespan_s > 0 else math.inf
+
+
+# ---- the compiled structure -----------------------------------------------------------------------
+
+@dataclass
+class _Jobs:
+    """A TaskGraph as flat job lists: jobs 0..T-1 are tasks, T..T+M-1 are messages (message order)."""
+
+    resource: list[int]           # per job: resource index
+    duration: list[float]         # per job: seconds
+    label: list[str]              # per job: task name or payload
+    unlocks: list[list[int]]      # per job: tasks whose token count drops when it finishes
+    releases: list[list[int]]     # per job: messages that become ready when it finishes
+    counts: list[int]             # per task: tokens still awaited once its input has arrived
+    start_tasks: list[int]        # tasks ready when an input arrives
+    start_messages: list[int]     # messages ready when an input arrives (model inputs from the source)
+    resources: list[str]
+    resource_kinds: list[str]
+
+    @property
+    def num_jobs(self) -> int:
+        return len(self.duration)
+
+
+def _compile(problem: SplitProblem, tg: TaskGraph, costs: TaskCosts, messages: list[Message]) -> _Jobs:
+    cl = tg.cluster
+    n_tasks, n_jobs = tg.num_tasks, tg.num_tasks + len(messages)
+    if costs.time_s.shape[0] != n_tasks:
+        raise PlanError(f"the task costs have {costs.time_s.shape[0]} rows; the task graph has {n_tasks} tasks")
+    time_s = costs.on(tg.device[None, :], problem.device_type)[0][0]
+    bad = np.flatnonzero(~np.isfinite(time_s) | (time_s < 0))
+    if len(bad):
+        t = tg.tasks[int(bad[0])]
+        raise PlanError(f"task {t.name!r} cannot run on device {cl.names[t.device]!r} (its time is "
+                        f"{time_s[bad[0]]}); place it on a device that can")
+    resource, names, kinds = _resources(tg, messages)
+    duration = [float(x) for x in time_s] + [float(cl.latency_s[m.src, m.dst] + m.nbytes / cl.bandwidth[m.src, m.dst])
+                                             for m in messages]
+    tokens = _tokens(tg, messages)
+    unlocks: list[list[int]] = [[] for _ in range(n_jobs)]
+    counts = [0] * n_tasks
+    for t, toks in enumerate(tokens):
+        for tok in sorted(toks):
+            if tok != _ARRIVAL:
+                unlocks[tok].append(t)
+                counts[t] += 1
+    releases: list[list[int]] = [[] for _ in range(n_jobs)]
+    start_messages = []
+    for k, m in enumerate(messages):
+        (start_messages if m.producer == SOURCE else releases[m.producer]).append(n_tasks + k)
+    return _Jobs(resource, duration, [t.name for t in tg.tasks] + [m.payload for m in messages], unlocks, releases,
+                 counts, [t for t in range(n_tasks) if counts[t] == 0], start_messages, names, kinds)
+
+
+def _resources(tg: TaskGraph, messages: list[Message]) -> tuple[list[int], list[str], list[str]]:
+    """Per job its resource index; the resources' names and kinds: devices that run tasks, then the
+    links that carry messages (both in index order)."""
+    names = tg.cluster.names
+    devices = sorted({int(d) for d in tg.device})
+    links = sorted({(m.src, m.dst) for m in messages})
+    index = {("device", d): r for r, d in enumerate(devices)}
+    index.update({("link", u, v): len(devices) + r for r, (u, v) in enumerate(links)})
+    resource = [index[("device", int(d))] for d in tg.device] + [index[("link", m.src, m.dst)] for m in messages]
+    return (resource, [names[d] for d in devices] + [f"{names[u]}->{names[v]}" for u, v in links],
+            ["device"] * len(devices) + ["link"] * len(links))
+
+
+def _tokens(tg: TaskGraph, messages: list[Message]) -> list[set[int]]:
+    """Per task, what it waits for: producer tasks (same device), message jobs (T + m), the arrival."""
+    u, v = tg.endpoints(tg.device[None, :])
+    u, v = u[0], v[0]
+    msg_of = {(m.payload, m.dst): tg.num_tasks + k for k, m in enumerate(messages)}
+    tokens: list[set[int]] = [set() for _ in range(tg.num_tasks)]
+    for e in range(len(tg.edge_src)):
+        dst = int(tg.edge_dst[e])
+        if dst < 0:
+            continue
+        if u[e] != v[e] and tg.edge_bytes[e] > 0:  # the same rule as TaskGraph.messages
+            tokens[dst].add(msg_of[(tg.payloads[tg.edge_payload[e]], int(v[e]))])
+        else:
+            src = int(tg.edge_src[e])
+            tokens[dst].add(src if src >= 0 else _ARRIVAL)
+    return tokens
+
+
+# ---- the event loop -------------------------------------------------------------------------------
+
+@dataclass
+class _Run:
+    arrival: list[float]
+    done: list[float]
+    busy: list[float]
+    events: int
+    timeline: list[tuple[int, int, int, float, float]]  # (resource, job, input, start, end)
+
+
+def _run(jobs: _Jobs, n: int, interval_s: float, keep: bool, fifo: bool) -> _Run:
+    """Simulate ``n`` inputs arriving every ``interval_s``; see the module docstring for the rules.
+
+    Event: ``(time, resource, input, job)``, resource -1 for an arrival. Ready heaps hold ``(key,
+    input, job)`` with key 0 on devices (lowest input, then task) and on links the ready time
+    (``fifo``) or 0 (lowest input, then message)."""
+    n_res, n_jobs = len(jobs.resources), jobs.num_jobs
+    resource, duration, unlocks, releases = jobs.resource, jobs.duration, jobs.unlocks, jobs.releases
+    start_tasks, start_messages, counts = jobs.start_tasks, jobs.start_messages, jobs.counts
+    ready: list[list[tuple[float, int, int]]] = [[] for _ in range(n_res)]
+    running = [False] * n_res
+    busy = [0.0] * n_res
+    pending: list[list[int] | None] = [None] * n
+    left = [0] * n
+    arrival = [i * interval_s for i in range(n)]
+    done = [math.nan] * n
+    timeline: list[tuple[int, int, int, float, float]] = []
+    events: list[tuple[float, int, int, int]] = [(0.0, -1, 0, -1)]
+    n_events = 0
+    while events:
+        now = events[0][0]
+        link_key = now if fifo else 0.0
+        touched: list[int] = []
+        while events and events[0][0] == now:
+            _, r, i, j = heappop(events)
+            n_events += 1
+            if r < 0:  # input i arrives
+                pending[i] = counts.copy()
+                left[i] = n_jobs
+                for t in start_tasks:
+                    heappush(ready[resource[t]], (0.0, i, t))
+                    touched.append(resource[t])
+                for k in start_messages:
+                    heappush(ready[resource[k]], (link_key, i, k))
+                    touched.append(resource[k])
+                if i + 1 < n:
+                    heappush(events, (arrival[i + 1], -1, i + 1, -1))
+                continue
+            running[r] = False
+            touched.append(r)
+            cnt = pending[i]
+            for t in unlocks[j]:
+                c = cnt[t] - 1
+                cnt[t] = c
+                if c == 0:
+                    heappush(ready[resource[t]], (0.0, i, t))
+                    touched.append(resource[t])
+            for k in releases[j]:
+                heappush(ready[resource[k]], (link_key, i, k))
+                touched.append(resource[k])
+            left[i] -= 1
+            if not left[i]:
+                done[i] = now
+                pending[i] = None
+        for r in touched:
+            if not running[r] and ready[r]:
+                _, i, j = heappop(ready[r])
+                d = duration[j]
+                end = now + d
+                running[r] = True
+                busy[r] += d
+                heappush(events, (end, r, i, j))
+                if keep:
+                    timeline.append((r, j, i, now, end))
+    stuck = [i for i in range(n) if left[i]]
+    if stuck:
+        raise PlanError(f"input {stuck[0]} never finished: the task graph has a dependency cycle")
+    return _Run(arrival, done, busy, n_events, timeline)
+
+
+# ---- entry points ---------------------------------------------------------------------------------
+
+def simulate(problem: SplitProblem, tg: TaskGraph, options: SimOptions | None = None,
+             costs: TaskCosts | None = None) -> SimResult:
+    """Simulate ``options.inputs`` inputs through ``tg`` (costs default: ``task_costs(problem, tg)``)."""
+    opts = options or SimOptions()
+    costs = costs if costs is not None else task_costs(problem, tg)
+    messages = tg.messages()
+    jobs = _compile(problem, tg, costs, messages)
+    fifo = opts.link_order == "fifo"
+    t0 = time.perf_counter()
+    run = _run(jobs, opts.inputs, opts.interval_s, opts.keep_timeline, fifo)
+    wall = time.perf_counter() - t0
+    unloaded = _run(jobs, 1, 0.0, False, fifo).done[0]
+    done, arrival = np.array(run.done), np.array(run.arrival)
+    makespan = float(done.max())
+    energy, comm, per_device = _energy(problem, tg, costs, messages)
+    names, labels, make = jobs.resources, jobs.label, Span._make
+    timeline = [make((names[r], labels[j], i, s, e)) for r, j, i, s, e in run.timeline]
+    return SimResult(opts.inputs, jobs.resources, jobs.resource_kinds, arrival, done,
+                     steady_throughput(opts.inputs, makespan, unloaded), makespan, unloaded,
+                     dict(zip(jobs.resources, run.busy)), energy, comm, per_device, run.events, wall, timeline)
+
+
+def simulate_plan(problem: SplitProblem, plan: Plan, options: SimOptions | None = None) -> SimResult:
+    """Validate and expand ``plan`` (``check_plan``), then simulate it."""
+    return simulate(problem, check_plan(problem.graph, problem.cluster, plan), options)
+
+
+def _energy(problem: SplitProblem, tg: TaskGraph, costs: TaskCosts,
+            messages: list[Message]) -> tuple[float, float, dict[str, float]]:
+    """Energy per inference: total, communication, and per device (compute + what it sends)."""
+    cl = tg.cluster
+    per = np.zeros(cl.num_devices)
+    np.add.at(per, tg.device, costs.on(tg.device[None, :], problem.device_type)[1][0])
+    comm = 0.0
+    for m in messages:
+        e = m.nbytes * float(cl.energy_per_byte[m.src, m.dst])
+        per[m.src] += e
+        comm += e
+    charged = set(int(d) for d in tg.device) | set(np.flatnonzero(per > 0).tolist())
+    return float(per.sum()), comm, {cl.names[d]: float(per[d]) for d in sorted(charged)}
