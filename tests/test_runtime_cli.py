@@ -136,6 +136,11 @@ def test_run_compare_notes_a_profile_taken_without_co_load(files, tmp_path):
     assert code == 0
     doc = json.loads(out.read_text())
     assert any("--co-load 1" in n for n in doc["notes"]) and all(d["kind"] == "cpu" for d in doc["measured"]["devices"])
+    rows = {r["metric"]: r for r in doc["rows"]}   # the simulator's prediction beside the closed form's
+    assert rows["throughput, simulated (1/s)"]["predicted"] == pytest.approx(doc["simulated"]["throughput"])
+    assert rows["throughput, simulated (1/s)"]["predicted"] == pytest.approx(rows["throughput (1/s)"]["predicted"],
+                                                                             rel=0.02)
+    assert rows["latency, simulated (s)"]["predicted"] == pytest.approx(rows["latency (s)"]["predicted"], rel=1e-6)
     assert not processes_of(tmp_path / "run")
 
 

@@ -1,4 +1,5 @@
-"""hetsplit run PLAN MODEL: run a plan for real, one process per device, measured and verified."""
+"""hetsplit run PLAN MODEL: run a plan (pipeline or mapping) for real, one process per device, measured and
+verified."""
 
 from __future__ import annotations
 
@@ -70,7 +71,7 @@ def _run(args, plan, graph, path, cluster, split_dir: Path) -> int:
     from hetsplit.runtime.hosts import DEFAULT_PORT, HostMap, node_commands
 
     with progress("splitting"):
-        manifest = split_model(plan, graph, path, split_dir)
+        manifest = split_model(plan, graph, path, split_dir, cluster=_plan_cluster(cluster, plan))
     opts = RunOptions(inputs=args.inputs, latency_inputs=args.latency_inputs, timeout_s=args.timeout,
                       port=args.port, threads={w.device: args.threads for w in manifest.stages},
                       kinds=_kinds(cluster, manifest, args.cpu_only),
@@ -123,7 +124,19 @@ def _cluster(spec: str | None, required: bool):
         return None
 
 
+def _plan_cluster(cluster, plan):
+    """The cluster to check the plan's devices against: the given one when it has them all."""
+    if cluster is None or any(d not in cluster.names for d in plan.devices):
+        return None
+    return cluster
+
+
 def _kinds(cluster, manifest, cpu_only: bool) -> dict[str, str]:
+    if getattr(manifest, "is_mapping", False):
+        if cluster is not None and any(w.device in cluster.names and cluster.device(w.device).kind == "gpu"
+                                       for w in manifest.stages):
+            print("note: mapping runs compute every device's segments on the CPU (onnxruntime)", file=sys.stderr)
+        return {}
     if cluster is None or cpu_only:
         return {}
     import torch
@@ -146,9 +159,10 @@ def _finish(args, report, plan, graph, cluster) -> int:
     doc = report.to_dict()
     if args.compare:
         from hetsplit.runtime import compare
-        from hetsplit.runtime.measure import overhead_note, predict, profile_notes
+        from hetsplit.runtime.measure import overhead_note, predict, profile_notes, simulate_prediction
 
         notes: list[str] = []
+        simulated = None
         if args.profile:
             from hetsplit.costs import load_profile
 
@@ -156,6 +170,7 @@ def _finish(args, report, plan, graph, cluster) -> int:
                 cluster = _cluster(args.cluster or plan.cluster, required=True)
             profile = load_profile(args.profile)
             predicted = predict(plan, graph, cluster, profile.costs)
+            simulated = simulate_prediction(plan, graph, cluster, profile.costs, args.inputs)
             cpu_workers = sum(1 for d in report.devices if d.get("kind", "cpu") == "cpu")
             notes = profile_notes(profile.meta, cpu_workers, args.threads)
         elif plan.metrics is not None:
@@ -164,7 +179,7 @@ def _finish(args, report, plan, graph, cluster) -> int:
             from hetsplit.errors import RuntimeFailure
 
             raise RuntimeFailure("--compare needs predictions: give --profile (with --cluster) or a plan with metrics")
-        doc = compare(report, predicted, cluster)
+        doc = compare(report, predicted, cluster, simulated=simulated)
         doc["notes"] = notes + [n for n in [overhead_note(report)] if n]
         print_compare(doc["rows"], console)
         for note in doc["notes"]:
@@ -194,6 +209,14 @@ def print_report(report, console: Console) -> None:
                   format_quantity(d["recv_bytes"], "B"), format_quantity(d["send_bytes"], "B"),
                   format_quantity(d["send_s"], "s"), format_quantity(d["peak_rss_bytes"], "B"), energy)
     console.print(t)
+    if report.extra.get("links"):   # a mapping: bytes per link
+        lt = Table(title="links (per input)")
+        for col in ("from", "to", "messages", "bytes", "wire time"):
+            lt.add_column(col, justify="right")
+        for link in report.extra["links"]:
+            lt.add_row(link["from"], link["to"], str(link["messages"]), format_quantity(link["nbytes"], "B"),
+                       format_quantity(link["wire_mean_s"], "s"))
+        console.print(lt)
     console.print(f"throughput {report.throughput:.2f}/s   latency {format_quantity(report.latency_s, 's')} "
                   f"(under load {format_quantity(report.latency_loaded_s, 's')})   pipeline efficiency "
                   f"{report.pipeline_efficiency:.0%}")

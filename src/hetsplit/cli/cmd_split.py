@@ -1,4 +1,5 @@
-"""hetsplit split PLAN MODEL --out DIR: one ONNX sub-model per stage plus the manifest."""
+"""hetsplit split PLAN MODEL --out DIR: one ONNX sub-model per stage (pipelines) or per segment of each
+device (mappings: plan/2 assign, shards and combines) plus the manifest."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ def register(sub) -> None:
     p.add_argument("model", help="zoo name or .onnx file the plan was made for")
     p.add_argument("--out", "-o", required=True, metavar="DIR", help="directory for the sub-models and manifest.json")
     p.add_argument("--index", type=int, default=None, help="which plan of a plan set (default: best Pareto plan)")
+    p.add_argument("--cluster", "-c", default=None, help="check the plan's devices against this cluster")
     p.set_defaults(func=run)
 
 
@@ -26,15 +28,23 @@ def run(args) -> int:
     from hetsplit.runtime import resolve_model, split_model
 
     plan = load_plan(args.plan, args.index)
+    cluster = None
+    if args.cluster:
+        from hetsplit.cluster import load_cluster
+
+        cluster = load_cluster(args.cluster)
     with progress(f"loading {args.model}"):
         graph, path = resolve_model(args.model)
     with progress("splitting"):
-        manifest = split_model(plan, graph, path, args.out)
+        manifest = split_model(plan, graph, path, args.out, cluster=cluster)
     print_manifest(manifest, wide_console())
     return 0
 
 
 def print_manifest(manifest, console: Console) -> None:
+    if getattr(manifest, "is_mapping", False):
+        print_mapping_manifest(manifest, console)
+        return
     table = Table(title=f"{manifest.model}: {len(manifest.stages)} sub-models in {manifest.directory}")
     for col in ("rank", "device", "sub-model", "layers", "receives", "sends", "relays"):
         table.add_column(col)
@@ -43,4 +53,21 @@ def print_manifest(manifest, console: Console) -> None:
         send = ", ".join(f"{format_quantity(e.nbytes, 'B')} to {e.peer}" for e in w.send)
         table.add_row(str(w.rank), w.device, w.submodel or "-", str(len(w.layers)) if w.layers else "-", recv, send,
                       str(len(w.relays)) if w.relays else "")
+    console.print(table)
+
+
+def print_mapping_manifest(manifest, console: Console) -> None:
+    """One row per device: its tasks, segments, bytes in and out per input, collectives joined."""
+    segs = sum(1 for w in manifest.stages for s in w.segments if s.submodel)
+    table = Table(title=f"{manifest.model}: {len(manifest.stages)} devices, {segs} segment sub-models in "
+                        f"{manifest.directory}")
+    for col in ("rank", "device", "tasks", "segments", "receives", "sends", "collectives"):
+        table.add_column(col)
+    for w in manifest.stages:
+        got = sum(m.nbytes for m in manifest.messages if m.dst_rank == w.rank)
+        sent = sum(m.nbytes for m in manifest.messages if m.src_rank == w.rank)
+        kinds = [manifest.collectives[c] for c in w.collectives]
+        coll = ", ".join(f"{c.kind} {c.layer}" + (" (root)" if c.root == w.device else "") for c in kinds)
+        table.add_row(str(w.rank), w.device, str(len(w.tasks)), str(len(w.segments)), format_quantity(got, "B"),
+                      format_quantity(sent, "B"), coll)
     console.print(table)

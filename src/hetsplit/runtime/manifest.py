@@ -6,22 +6,32 @@ Every process lists its edges: the tensors it receives (from whom) and sends (to
 shapes and dtypes, in wire order. Pipeline semantics follow the evaluator: a stage receives every
 tensor live across its first cut and sends every tensor live across its last one, so a tensor
 that skips several stages is relayed by each of them and moves over every cut it crosses.
+
+Mappings (``plan.assign``: shards, combines, devices running layers that are not consecutive) have
+their own format, ``hetsplit.manifest/2`` (``runtime.mapping_manifest``); ``load_manifest`` reads
+either. Both kinds of plan are validated by ``check_plan`` (plan/check.py), the one validator.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import zlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hetsplit.errors import PlanError, RuntimeFailure
+from hetsplit.cluster.types import Cluster, Device, Medium, uniform_links
+from hetsplit.errors import RuntimeFailure
 from hetsplit.graph.types import INPUT, Graph, Tensor
 from hetsplit.jsonfile import read_json
+from hetsplit.plan.check import stage_bounds
 from hetsplit.plan.types import Plan
+
+if TYPE_CHECKING:
+    from hetsplit.runtime.mapping_manifest import MappingManifest
 
 FORMAT = "hetsplit.manifest/1"
 DRIVER = "driver"  # the name of rank 0 (feeds inputs, collects outputs)
@@ -52,11 +62,15 @@ class TensorSpec:
 
 @dataclass(frozen=True)
 class Edge:
-    """Tensors moving between this process and one peer, in wire order (slot i uses tag i)."""
+    """Tensors moving between this process and one peer, in wire order (slot i uses tag ``tag + i``).
+
+    Pipelines use one edge per peer and direction (``tag`` 0); a mapping (manifest/2) one edge per
+    message, each with tags of its own."""
 
     peer: str                      # device name, or "driver"
     rank: int
     tensors: tuple[TensorSpec, ...]
+    tag: int = 0
 
     @property
     def nbytes(self) -> int:
@@ -72,12 +86,16 @@ class Edge:
         return zlib.crc32(text.encode()) & 0x7FFFFFFF
 
     def to_dict(self) -> dict[str, Any]:
-        return {"peer": self.peer, "rank": self.rank, "nbytes": self.nbytes,
-                "tensors": [t.to_dict() for t in self.tensors]}
+        d = {"peer": self.peer, "rank": self.rank, "nbytes": self.nbytes,
+             "tensors": [t.to_dict() for t in self.tensors]}
+        if self.tag:
+            d["tag"] = self.tag
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Edge":
-        return cls(str(d["peer"]), int(d["rank"]), tuple(TensorSpec.from_dict(t) for t in d["tensors"]))
+        return cls(str(d["peer"]), int(d["rank"]), tuple(TensorSpec.from_dict(t) for t in d["tensors"]),
+                   int(d.get("tag", 0)))
 
 
 @dataclass
@@ -147,6 +165,11 @@ class Manifest:
             raise RuntimeFailure(f"rank {rank} ({spec.device}) runs no sub-model")
         return (self.directory or Path(".")) / spec.submodel
 
+    @staticmethod
+    def driver_arrays(feed: dict[str, np.ndarray], edge: Edge) -> list[np.ndarray]:
+        """What the driver sends over ``edge`` for one input set: the model inputs it names."""
+        return [feed[t.name] for t in edge.tensors]
+
     def to_dict(self) -> dict[str, Any]:
         return {"format": FORMAT, "model": self.model, "source_model": self.source_model,
                 "inputs": [t.to_dict() for t in self.inputs], "outputs": [t.to_dict() for t in self.outputs],
@@ -158,14 +181,21 @@ class Manifest:
         return p
 
 
-def load_manifest(path: str | Path) -> Manifest:
-    """Read a manifest file (or the ``manifest.json`` in a split directory)."""
+def load_manifest(path: str | Path) -> Manifest | MappingManifest:
+    """Read a manifest file (or the ``manifest.json`` in a split directory): a pipeline's ``Manifest``
+    (``hetsplit.manifest/1``) or a mapping's ``MappingManifest`` (``hetsplit.manifest/2``)."""
+    from hetsplit.runtime.mapping_manifest import FORMAT2, mapping_manifest_from_dict
+
     p = Path(path)
     if p.is_dir():
         p = p / "manifest.json"
     d = read_json(p, RuntimeFailure, "no manifest; make one with `hetsplit split PLAN MODEL --out DIR`")
+    if not isinstance(d, dict):
+        raise RuntimeFailure(f"{p}: a manifest is a JSON object, got {type(d).__name__}")
+    if d.get("format") == FORMAT2:
+        return mapping_manifest_from_dict(d, p)
     if d.get("format") != FORMAT:
-        raise RuntimeFailure(f"{p}: 'format' is {d.get('format')!r}; expected {FORMAT!r}")
+        raise RuntimeFailure(f"{p}: 'format' is {d.get('format')!r}; expected {FORMAT!r} or {FORMAT2!r}")
     try:
         workers = [WorkerSpec.from_dict(w) for w in d["workers"]]
         return Manifest(str(d["model"]), dict(d.get("plan", {})), [TensorSpec.from_dict(t) for t in d["inputs"]],
@@ -177,28 +207,16 @@ def load_manifest(path: str | Path) -> Manifest:
 
 # ---- building a manifest from a plan --------------------------------------------------------------
 
-def stage_bounds(graph: Graph, plan: Plan) -> list[int]:
-    """Stage boundaries ``[0, b1, ..., L]`` of a whole-layer pipeline plan, validated on the graph."""
-    if not plan.stages:
-        raise PlanError("the plan has no stages")
-    bounds, pos = [0], 0
-    for s, stage in enumerate(plan.stages):
-        if stage.shard is not None:
-            raise PlanError(f"stage {s} ({stage.device}) is a shard of a layer: horizontal and tensor-parallel "
-                            "splits are not supported by the runtime yet; give whole layers per stage")
-        if not stage.layers:
-            raise PlanError(f"stage {s} ({stage.device}) has no layers")
-        for name in stage.layers:
-            if graph.index(name) != pos:
-                expected = graph.layers[pos].name if pos < graph.num_layers else "(none left)"
-                raise PlanError(f"stage {s} ({stage.device}): layer {name!r} is out of order; the next layer in "
-                                f"topological order is {expected!r}")
-            pos += 1
-        bounds.append(pos)
-    if pos != graph.num_layers:
-        raise PlanError(f"the plan places {pos} of {graph.num_layers} layers; missing from "
-                        f"{graph.layers[pos].name!r} on")
-    return bounds
+def plan_cluster(plan: Plan, cluster: Cluster | None = None) -> Cluster:
+    """The cluster the runtime checks a plan against (``check_plan``): ``cluster`` without its source and
+    sink (the driver feeds the inputs and collects the outputs), or, when none is given, one CPU per
+    device the plan names, in the plan's first-use order."""
+    if cluster is not None:
+        return replace(cluster, source=None, sink=None)
+    names = list(dict.fromkeys(plan.devices))   # a pipeline may use a device for several stages
+    bw, lat, en, media = uniform_links(len(names), Medium("runtime", 1e9))
+    devices = [Device(n, "cpu", "cpu", math.inf) for n in names]
+    return Cluster(plan.cluster or "runtime", devices, bw, lat, en, media)
 
 
 def live_tensors(graph: Graph, cut: int) -> list[Tensor]:
@@ -213,9 +231,9 @@ def live_tensors(graph: Graph, cut: int) -> list[Tensor]:
 
 
 def build_manifest(graph: Graph, plan: Plan, specs: dict[str, TensorSpec], submodels: list[str],
-                   source_model: str = "") -> Manifest:
+                   source_model: str = "", cluster: Cluster | None = None) -> Manifest:
     """The manifest of ``plan`` on ``graph``; ``specs`` gives each wire tensor's concrete shape."""
-    bounds = stage_bounds(graph, plan)
+    bounds, _ = stage_bounds(graph, plan_cluster(plan, cluster), plan)
     n_stages = len(plan.stages)
     names = ["driver"] + [s.device for s in plan.stages]
 

@@ -52,7 +52,11 @@ class RunReport:
 
 
 def summarize(manifest: Manifest, docs: dict[int, dict]) -> RunReport:
-    """Measurements of a finished run from the rank documents."""
+    """Measurements of a finished run from the rank documents (a mapping's: ``runtime.mapping_measure``)."""
+    if getattr(manifest, "is_mapping", False):
+        from hetsplit.runtime.mapping_measure import summarize_mapping
+
+        return summarize_mapping(manifest, docs)
     drv = docs[0]
     n, k = len(drv["t_out"]), int(drv["latency_inputs"])
     steady = slice(k, n) if n - k >= 2 else slice(0, n)
@@ -97,13 +101,21 @@ def summarize(manifest: Manifest, docs: dict[int, dict]) -> RunReport:
                      _med(lat[steady]), lat, drv.get("verify", {}), 1.0 / worst if worst > 0 else 0.0, extra)
 
 
-def compare(report: RunReport, predicted: Any, cluster: Any = None, cut_bytes: dict | None = None) -> dict:
-    """Predicted (plan.types.Metrics) beside measured, with measured/predicted ratios."""
+def compare(report: RunReport, predicted: Any, cluster: Any = None, cut_bytes: dict | None = None,
+            simulated: dict | None = None) -> dict:
+    """Predicted (plan.types.Metrics) beside measured, with measured/predicted ratios; ``simulated``
+    (from ``simulate_prediction``) adds the discrete-event simulator's throughput and latency."""
     p = predicted.to_dict() if hasattr(predicted, "to_dict") else dict(predicted)
-    rows = [{"metric": "throughput (1/s)", "predicted": p.get("throughput"), "measured": report.throughput},
-            {"metric": "latency (s)", "predicted": p.get("latency_s"), "measured": report.latency_s},
-            {"metric": "bottleneck (s)", "predicted": p.get("bottleneck_s"),
-             "measured": 1.0 / report.throughput if report.throughput else None}]
+    rows = [{"metric": "throughput (1/s)", "predicted": p.get("throughput"), "measured": report.throughput}]
+    if simulated:
+        rows.append({"metric": "throughput, simulated (1/s)", "predicted": simulated["throughput"],
+                     "measured": report.throughput})
+    rows += [{"metric": "latency (s)", "predicted": p.get("latency_s"), "measured": report.latency_s}]
+    if simulated:
+        rows.append({"metric": "latency, simulated (s)", "predicted": simulated["latency_s"],
+                     "measured": report.latency_s})
+    rows.append({"metric": "bottleneck (s)", "predicted": p.get("bottleneck_s"),
+                 "measured": 1.0 / report.throughput if report.throughput else None})
     comp = p.get("compute_s_per_device", {}) or {}
     for d in report.devices:
         rows.append({"metric": f"compute {d['device']} (s)", "predicted": comp.get(d["device"]),
@@ -118,7 +130,10 @@ def compare(report: RunReport, predicted: Any, cluster: Any = None, cut_bytes: d
     for r in rows:
         pr, me = r["predicted"], r["measured"]
         r["ratio"] = (me / pr) if pr and me is not None else None
-    return {"predicted": p, "measured": report.to_dict(), "rows": rows}
+    doc = {"predicted": p, "measured": report.to_dict(), "rows": rows}
+    if simulated:
+        doc["simulated"] = simulated
+    return doc
 
 
 def profile_notes(meta: dict[str, Any], workers: int, threads: int = 1, cores: int | None = None) -> list[str]:
@@ -175,6 +190,17 @@ def overhead_note(report: RunReport, cores: int | None = None, share: float = 0.
             f"ms, transfer threads {per}; spread over {len(cpu)} core(s) that is {total / len(cpu) / slowest:.0%} of "
             f"the slowest stage's compute ({slowest * 1e3:.2f} ms), so throughput falls below the prediction by about "
             "that much; stages of a few ms feel it most")
+
+
+def simulate_prediction(plan: Any, graph: Any, cluster: Any, profile_costs: Any = None, inputs: int = 100) -> dict:
+    """The discrete-event simulator's steady-state throughput and one input's latency for ``plan``
+    (the same costs as ``predict``), as the run streams ``inputs``."""
+    from hetsplit.costs import build_problem
+    from hetsplit.plan.simulate import SimOptions, simulate_plan
+
+    r = simulate_plan(build_problem(graph, cluster, profile_costs), plan,
+                      SimOptions(inputs=max(2, inputs), keep_timeline=False))
+    return {"throughput": r.throughput, "latency_s": r.unloaded_latency_s, "inputs": r.inputs}
 
 
 def predict(plan: Any, graph: Any, cluster: Any, profile_costs: Any = None) -> Any:

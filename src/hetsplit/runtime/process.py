@@ -1,7 +1,8 @@
 """One process of a run: ``python -m hetsplit.runtime.process RUN_DIR RANK``.
 
 Rank 0 is the driver (serves the rendezvous, feeds inputs, collects and verifies outputs); rank
-``s + 1`` runs stage ``s``. Each writes ``rank<R>.json`` into the run directory: its measurements,
+``s + 1`` runs stage ``s`` of a pipeline, or the ``s``-th device of a mapping (its loop is
+``runtime.mapping_worker``). Each writes ``rank<R>.json`` into the run directory: its measurements,
 or ``{"ok": false, "error": ...}`` naming the device and the cause. The process always ends with
 ``os._exit`` so no lingering transport thread can keep it alive.
 """
@@ -186,7 +187,7 @@ def run_driver(cfg: RunConfig, manifest: Manifest, run_dir: Path) -> dict:
         works = []
         for e, log in zip(spec.send, tx_logs):
             log.start.append(time.time())
-            works.append(wire.post(e, [inputs[i][t.name] for t in e.tensors], sending=True))
+            works.append(wire.post(e, manifest.driver_arrays(inputs[i], e), sending=True))
         sends.append(works)
 
     t_out: list[float] = []
@@ -265,7 +266,14 @@ def main(argv: list[str]) -> int:
         limit_threads()
         manifest = load_manifest(cfg.manifest)
         device = manifest.worker(rank).device
-        result = run_driver(cfg, manifest, run_dir) if rank == 0 else run_worker(cfg, manifest, rank, run_dir)
+        if rank == 0:
+            result = run_driver(cfg, manifest, run_dir)
+        elif getattr(manifest, "is_mapping", False):
+            from hetsplit.runtime.mapping_worker import run_mapping_worker
+
+            result = run_mapping_worker(cfg, manifest, rank, run_dir)
+        else:
+            result = run_worker(cfg, manifest, rank, run_dir)
         doc = {"ok": True, "rank": rank, "device": device, "t_start": t0, "t_end": time.time(),
                "peak_rss_bytes": peak_rss_bytes(),
                "cpus": sorted(os.sched_getaffinity(0)), **result}

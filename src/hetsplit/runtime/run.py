@@ -1,4 +1,5 @@
-"""``run_plan``: split a plan, start one process per stage, stream inputs, measure and verify."""
+"""``run_plan``: split a plan, start one process per stage (pipelines) or per device (mappings),
+stream inputs, measure and verify."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hetsplit.cluster.types import Cluster
+from hetsplit.errors import RuntimeFailure
 from hetsplit.graph.types import Graph
 from hetsplit.plan.types import Plan
 from hetsplit.runtime.config import RunConfig
@@ -71,6 +74,11 @@ def run_manifest(manifest: Manifest, opts: RunOptions) -> RunReport | None:
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         cfg = make_config(Path(manifest.directory or ".") / "manifest.json", opts)
+        if getattr(manifest, "is_mapping", False):
+            cfg.kinds = {}   # mapping workers run their segments with onnxruntime on the CPU
+            if opts.links is not None:
+                raise RuntimeFailure("link emulation (--emulate-links) runs pipeline plans only; run this mapping "
+                                     "without it")
         if opts.pin:
             cfg.cpus = pin_cpus(manifest, cfg.threads)
         wrap = None
@@ -98,13 +106,14 @@ def run_manifest(manifest: Manifest, opts: RunOptions) -> RunReport | None:
 
 
 def run_plan(plan: Plan, graph: Graph, model_path: str | Path, opts: RunOptions | None = None,
-             split_dir: str | Path | None = None) -> RunReport | None:
-    """Split ``plan`` (into ``split_dir`` or a temporary directory) and run it on this host."""
+             split_dir: str | Path | None = None, cluster: Cluster | None = None) -> RunReport | None:
+    """Split ``plan`` (into ``split_dir`` or a temporary directory; its devices checked against
+    ``cluster`` when given) and run it on this host."""
     opts = opts or RunOptions()
     with contextlib.ExitStack() as stack:
         out = Path(split_dir) if split_dir else Path(stack.enter_context(
             tempfile.TemporaryDirectory(prefix="hetsplit-split-")))
-        split_model(plan, graph, model_path, out)
+        split_model(plan, graph, model_path, out, cluster=cluster)
         return run_manifest(load_manifest(out), opts)
 
 

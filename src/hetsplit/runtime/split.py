@@ -1,24 +1,32 @@
 """Split an ONNX model along a plan: one sub-model per stage plus the manifest (``hetsplit split``).
 
-Each sub-model holds exactly the ONNX nodes of its stage's layers (``Layer.nodes``), the
-initializers they read, graph inputs for the tensors the stage receives and computes with, and
-graph outputs for the tensors it produces and sends on. Nodes outside every layer (constants the
-importer left ungrouped) are copied into each stage that needs them, provided they depend on
-nothing but initializers and other such nodes.
+Pipelines (``plan.stages``) are split here; mappings (``plan.assign``, shards and combines) by
+``runtime.mapping_split`` into the ``hetsplit.manifest/2`` format. For a pipeline, each sub-model
+holds exactly the ONNX nodes of its stage's layers (``Layer.nodes``), the initializers they read,
+graph inputs for the tensors the stage receives and computes with, and graph outputs for the
+tensors it produces and sends on. Nodes outside every layer (constants the importer left
+ungrouped) are copied into each stage that needs them, provided they depend on nothing but
+initializers and other such nodes.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
 from onnx import helper, shape_inference
 
-from hetsplit.errors import ModelError, RuntimeFailure
+from hetsplit.cluster.types import Cluster
+from hetsplit.errors import ModelError, PlanError, RuntimeFailure
 from hetsplit.graph.types import Graph
+from hetsplit.plan.check import check_plan
 from hetsplit.plan.types import Plan
-from hetsplit.runtime.manifest import Manifest, TensorSpec, WorkerSpec, build_manifest, stage_bounds
+from hetsplit.runtime.manifest import Manifest, TensorSpec, WorkerSpec, build_manifest, plan_cluster
+
+if TYPE_CHECKING:
+    from hetsplit.runtime.mapping_manifest import MappingManifest
 
 
 def np_dtype(elem_type: int) -> str:
@@ -141,7 +149,7 @@ def extract_stage(model: onnx.ModelProto, node_names: list[str], inputs: list[Te
     return sub
 
 
-def _free_nodes(model: onnx.ModelProto, graph: Graph) -> dict[str, onnx.NodeProto]:
+def free_nodes(model: onnx.ModelProto, graph: Graph) -> dict[str, onnx.NodeProto]:
     """Nodes outside every layer, by the tensors they produce."""
     grouped = {n for layer in graph.layers for n in layer.nodes}
     return {o: n for n in model.graph.node if n.name not in grouped for o in n.output}
@@ -160,25 +168,36 @@ def load_prepared(path: Path) -> onnx.ModelProto:
 
 
 def split_model(plan: Plan, graph: Graph, model_path: str | Path, out_dir: str | Path,
-                check: bool = True) -> Manifest:
-    """Write one ONNX sub-model per stage and ``manifest.json`` into ``out_dir``; return the manifest."""
+                check: bool = True, cluster: Cluster | None = None) -> Manifest | MappingManifest:
+    """Write the sub-models and ``manifest.json`` into ``out_dir``; return the manifest.
+
+    A pipeline gets one sub-model per stage (``hetsplit.manifest/1``); a mapping one sub-model per
+    segment of each device (``hetsplit.manifest/2``, see ``runtime.mapping_manifest``). The plan is
+    validated by ``check_plan`` against ``cluster`` (default: the devices the plan names).
+    """
     model_path, out = Path(model_path), Path(out_dir)
     if plan.model and plan.model != graph.name:
         raise RuntimeFailure(f"the plan is for model {plan.model!r}, but the model given is {graph.name!r}")
-    stage_bounds(graph, plan)  # validates the plan before any work
-    for layer in graph.layers:
-        if not layer.nodes:
-            raise ModelError(f"layer {layer.name!r} of {graph.name!r} names no ONNX nodes; split needs a graph "
-                             "imported from the ONNX file (hetsplit.graph.load_onnx), not one read from a profile")
+    for s, stage in enumerate(plan.stages):
+        if getattr(stage, "shard", None) is not None:
+            raise PlanError(f"stage {s} ({stage.device}) is a shard of a layer: shards in pipeline stages are not "
+                            "supported by the runtime yet; write the plan as a mapping (plan/2 'assign' with shards "
+                            "and 'combine')")
+    if not plan.is_pipeline:
+        from hetsplit.runtime.mapping_split import split_mapping
+
+        return split_mapping(plan, graph, model_path, out, check=check, cluster=cluster)
+    check_plan(graph, plan_cluster(plan, cluster), plan)  # validates the plan before any work
+    require_nodes(graph)
     model = load_prepared(model_path)
     wire = {t.name for t in graph.tensors}
     specs = tensor_specs(model, wire)
     for t in input_specs(model):  # symbolic input dims were fixed to 1
         specs[t.name] = t
     out.mkdir(parents=True, exist_ok=True)
-    files = [f"stage{s}-{_safe(st.device)}.onnx" for s, st in enumerate(plan.stages)]
-    manifest = build_manifest(graph, plan, specs, files, str(model_path))
-    free = _free_nodes(model, graph)
+    files = [f"stage{s}-{safe_name(st.device)}.onnx" for s, st in enumerate(plan.stages)]
+    manifest = build_manifest(graph, plan, specs, files, str(model_path), cluster)
+    free = free_nodes(model, graph)
     for spec in manifest.stages:
         sub = _stage_model(model, graph, spec, free)
         path = out / str(spec.submodel)
@@ -188,6 +207,14 @@ def split_model(plan: Plan, graph: Graph, model_path: str | Path, out_dir: str |
     manifest.directory = out
     manifest.save(out / "manifest.json")
     return manifest
+
+
+def require_nodes(graph: Graph) -> None:
+    """Fail unless every layer names its ONNX nodes (a graph imported from the file, not a profile)."""
+    for layer in graph.layers:
+        if not layer.nodes:
+            raise ModelError(f"layer {layer.name!r} of {graph.name!r} names no ONNX nodes; split needs a graph "
+                             "imported from the ONNX file (hetsplit.graph.load_onnx), not one read from a profile")
 
 
 def _stage_model(model: onnx.ModelProto, graph: Graph, spec: WorkerSpec,
@@ -200,5 +227,5 @@ def _stage_model(model: onnx.ModelProto, graph: Graph, spec: WorkerSpec,
                          where)
 
 
-def _safe(name: str) -> str:
+def safe_name(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)

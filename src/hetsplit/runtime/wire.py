@@ -1,10 +1,10 @@
 """Moving tensors between processes with torch.distributed point-to-point (gloo), and nothing else.
 
 Only tensors cross the wire. Shapes and dtypes come from the manifest, so a message is just the
-tensors of an edge, each under its own tag (its slot in the edge). At start-up both ends of every
-edge exchange a fixed-layout int64 tensor ``[MAGIC, n_tensors, nbytes, signature]`` and refuse to
-run if they disagree. Every wait has a timeout; failures become ``RuntimeFailure`` naming this
-device, the peer and the cause.
+tensors of an edge, each under its own tag (the edge's first tag plus its slot in the edge). At
+start-up both ends of every edge exchange a fixed-layout int64 tensor ``[MAGIC, n_tensors, nbytes,
+signature]`` and refuse to run if they disagree. Every wait has a timeout; failures become
+``RuntimeFailure`` naming this device, the peer and the cause.
 """
 
 from __future__ import annotations
@@ -91,12 +91,12 @@ class Wire:
     def post_send(self, edge: Edge, arrays: list) -> list:
         if self.on_gpu(edge):
             return self.nccl.send(arrays, edge.rank)
-        return [self.pg.send([_host(a)], edge.rank, slot) for slot, a in enumerate(arrays)]
+        return [self.pg.send([_host(a)], edge.rank, edge.tag + slot) for slot, a in enumerate(arrays)]
 
     def post_recv(self, edge: Edge, arrays: list) -> list:
         if self.on_gpu(edge):
             return self.nccl.recv(arrays, edge.rank)
-        return [self.pg.recv([torch.from_numpy(a)], edge.rank, slot) for slot, a in enumerate(arrays)]
+        return [self.pg.recv([torch.from_numpy(a)], edge.rank, edge.tag + slot) for slot, a in enumerate(arrays)]
 
     def post(self, edge: Edge, arrays: list, sending: bool) -> list:
         """Post the edge's sends (or receives); a transport error becomes a LinkFailure naming the peer."""

@@ -1,0 +1,305 @@
+"""The ``hetsplit.manifest/2`` format: the manifest of a mapping (``plan.assign``: whole layers and
+shards placed on devices, combines), as ``hetsplit split`` writes it and the workers read it.
+
+Rank 0 is the driver (feeds the model inputs, collects and verifies the outputs); rank ``r >= 1``
+is the worker of the plan's ``r``-th device (first-use order). Everything that moves is a
+*message*: one payload of ``check_plan(...).messages()`` sent once from one device to another per
+input (plus the driver's: model inputs out, model outputs back). A worker runs its *segments* in
+order; a segment is a run of the device's tasks (in the TaskGraph's topological order) whose remote
+inputs are all produced by tasks before the segment's first task, so a segment waits only for
+work that comes earlier in one global order, and the whole run is deadlock-free. Each segment with
+work is one ONNX sub-model; a segment holding only a ``copy`` task (the relay of an all-reduce)
+has none and just forwards what it received.
+
+```json
+{"format": "hetsplit.manifest/2", "model": "m", "source_model": "m.onnx", "plan": {...},
+ "inputs":  [{"name": "x", "shape": [1, 8, 64], "dtype": "float32", "nbytes": 2048}],
+ "outputs": [{"name": "y", ...}],
+ "messages": [{"id": 0, "payload": "x", "src": "driver", "src_rank": 0, "dst": "d1", "dst_rank": 2,
+               "tag": 0, "via": "p2p", "collective": null, "nbytes": 2048, "plan_nbytes": null,
+               "tensors": [{"name": "x", "shape": [1, 8, 64], "dtype": "float32", "nbytes": 2048,
+                            "source": "x", "take": null}]}],
+ "collectives": [{"id": 0, "kind": "gather", "layer": "o/MatMul", "task": "o/MatMul:sum[g0]",
+                  "root": "d0", "members": ["d0", "d1"], "ranks": [1, 2], "messages": [5]}],
+ "workers": [{"rank": 0, "device": "driver", "send": [0, ...], "recv": [...]},
+             {"rank": 1, "device": "d0", "tasks": ["q/MatMul@out[0:16]", ...], "collectives": [0, ...],
+              "segments": [{"index": 0, "tasks": [...], "submodel": "d0-seg0.onnx",
+                            "inputs": [TensorSpec...], "outputs": [TensorSpec...],
+                            "recv": [message ids], "send": [message ids]}]}]}
+```
+
+- A message's ``tensors`` are named as the receiver knows them (``name``) and as the sender holds
+  them (``source``); ``take`` is the cut a sender makes before sending, for an ``in`` shard's slice
+  of its input (``t[in a:b/size]`` in check.py): view the tensor with ``shape`` (an order-preserving
+  reshape), keep ``start:stop`` of ``axis``.
+- ``via`` says how a message moves: ``p2p`` (a gloo send under tags ``tag``, ``tag + 1``, ... of the
+  default group) or ``gather`` / ``scatter``, the collectives of a sum combine: partial sums gather to
+  their group's leader and group sums to the root (members send straight to the root: exactly the
+  TaskGraph's partial and group messages), the reduced result scatters from the root (or a leader's
+  copy) to the devices that read it. Each collective has a gloo subgroup of its own (``members``,
+  root first), created by every member in ``id`` order.
+- A segment's ``recv`` are the messages it waits for before it runs, ``send`` the ones it posts
+  after (asynchronously); ``inputs`` come from those messages and from earlier segments.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hetsplit.errors import RuntimeFailure
+from hetsplit.runtime.manifest import DRIVER, Edge, TensorSpec, WorkerSpec
+
+FORMAT2 = "hetsplit.manifest/2"
+P2P, GATHER, SCATTER = "p2p", "gather", "scatter"
+
+
+@dataclass(frozen=True)
+class Take:
+    """The slice a sender cuts from a whole tensor: view it as ``shape``, keep ``start:stop`` of ``axis``."""
+
+    shape: tuple[int, ...]
+    axis: int
+    start: int
+    stop: int
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x).reshape(self.shape)
+        index = [slice(None)] * x.ndim
+        index[self.axis] = slice(self.start, self.stop)
+        return np.ascontiguousarray(x[tuple(index)])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"shape": list(self.shape), "axis": self.axis, "start": self.start, "stop": self.stop}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> "Take | None":
+        if d is None:
+            return None
+        return cls(tuple(int(x) for x in d["shape"]), int(d["axis"]), int(d["start"]), int(d["stop"]))
+
+
+@dataclass(frozen=True)
+class WireTensor:
+    """One tensor of a message: its spec at the receiver, its name at the sender, the sender's cut."""
+
+    spec: TensorSpec
+    source: str
+    take: Take | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.spec.to_dict(), "source": self.source, "take": self.take.to_dict() if self.take else None}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "WireTensor":
+        return cls(TensorSpec.from_dict(d), str(d["source"]), Take.from_dict(d.get("take")))
+
+
+@dataclass(frozen=True)
+class Message:
+    """One payload moving once from ``src`` to ``dst`` per input (a TaskGraph message, or the driver's)."""
+
+    id: int
+    payload: str
+    src: str
+    src_rank: int
+    dst: str
+    dst_rank: int
+    tensors: tuple[WireTensor, ...]
+    tag: int = 0
+    via: str = P2P
+    collective: int | None = None
+    plan_nbytes: float | None = None     # the TaskGraph's bytes for it (None: the driver's)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.spec.nbytes for t in self.tensors)
+
+    def edge(self, at_sender: bool) -> Edge:
+        """The message as a Wire edge seen from the sender (peer: the receiver) or the receiver."""
+        peer, rank = (self.dst, self.dst_rank) if at_sender else (self.src, self.src_rank)
+        return Edge(peer, rank, tuple(t.spec for t in self.tensors), self.tag)
+
+    def arrays(self, local: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """What the sender puts on the wire, from the tensors it holds."""
+        return [t.take.apply(local[t.source]) if t.take else local[t.source] for t in self.tensors]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "payload": self.payload, "src": self.src, "src_rank": self.src_rank, "dst": self.dst,
+                "dst_rank": self.dst_rank, "tag": self.tag, "via": self.via, "collective": self.collective,
+                "nbytes": self.nbytes, "plan_nbytes": self.plan_nbytes, "tensors": [t.to_dict() for t in self.tensors]}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Message":
+        coll = d.get("collective")
+        return cls(int(d["id"]), str(d["payload"]), str(d["src"]), int(d["src_rank"]), str(d["dst"]),
+                   int(d["dst_rank"]), tuple(WireTensor.from_dict(t) for t in d["tensors"]), int(d.get("tag", 0)),
+                   str(d.get("via", P2P)), None if coll is None else int(coll),
+                   None if d.get("plan_nbytes") is None else float(d["plan_nbytes"]))
+
+
+@dataclass(frozen=True)
+class Collective:
+    """A gather (members send to ``root``) or a scatter (``root`` sends to members) of a sum combine,
+    over a gloo subgroup of ``members`` (root first); ``messages`` are the ones it carries."""
+
+    id: int
+    kind: str
+    layer: str
+    task: str
+    root: str
+    members: tuple[str, ...]
+    ranks: tuple[int, ...]
+    messages: tuple[int, ...]
+
+    @property
+    def root_rank(self) -> int:
+        return self.ranks[self.members.index(self.root)]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "kind": self.kind, "layer": self.layer, "task": self.task, "root": self.root,
+                "members": list(self.members), "ranks": list(self.ranks), "messages": list(self.messages)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Collective":
+        return cls(int(d["id"]), str(d["kind"]), str(d["layer"]), str(d["task"]), str(d["root"]),
+                   tuple(str(x) for x in d["members"]), tuple(int(x) for x in d["ranks"]),
+                   tuple(int(x) for x in d["messages"]))
+
+
+@dataclass
+class Segment:
+    """A run of a device's tasks computed as one sub-model (``submodel`` None: nothing to compute)."""
+
+    index: int
+    tasks: list[str]
+    submodel: str | None
+    inputs: list[TensorSpec] = field(default_factory=list)
+    outputs: list[TensorSpec] = field(default_factory=list)
+    recv: list[int] = field(default_factory=list)
+    send: list[int] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "tasks": list(self.tasks), "submodel": self.submodel,
+                "inputs": [t.to_dict() for t in self.inputs], "outputs": [t.to_dict() for t in self.outputs],
+                "recv": list(self.recv), "send": list(self.send)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Segment":
+        return cls(int(d["index"]), [str(x) for x in d["tasks"]], d.get("submodel"),
+                   [TensorSpec.from_dict(t) for t in d.get("inputs", [])],
+                   [TensorSpec.from_dict(t) for t in d.get("outputs", [])],
+                   [int(x) for x in d.get("recv", [])], [int(x) for x in d.get("send", [])])
+
+
+@dataclass
+class MappingWorker:
+    """One device's worker: its tasks, its segments in order and the collectives it joins. ``recv`` and
+    ``send`` are its point-to-point edges (set by the manifest), for the handshake and link set-up."""
+
+    rank: int
+    device: str
+    tasks: list[str] = field(default_factory=list)
+    segments: list[Segment] = field(default_factory=list)
+    collectives: list[int] = field(default_factory=list)
+    recv: list[Edge] = field(default_factory=list)
+    send: list[Edge] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rank": self.rank, "device": self.device, "tasks": list(self.tasks),
+                "collectives": list(self.collectives), "segments": [s.to_dict() for s in self.segments]}
+
+
+@dataclass
+class MappingManifest:
+    """Everything the processes of a mapping run agree on (see the module docstring)."""
+
+    model: str
+    plan: dict[str, Any]
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    messages: list[Message]
+    collectives: list[Collective]
+    workers: list[MappingWorker]          # index == rank; rank 0 (the driver) has no segments
+    source_model: str = ""
+    directory: Path | None = None
+    driver_spec: WorkerSpec = field(init=False)
+
+    is_mapping = True
+
+    def __post_init__(self) -> None:
+        for w in self.workers:
+            w.send = sorted((m.edge(True) for m in self.messages if m.via == P2P and m.src_rank == w.rank),
+                            key=lambda e: e.tag)
+            w.recv = sorted((m.edge(False) for m in self.messages if m.via == P2P and m.dst_rank == w.rank),
+                            key=lambda e: e.tag)
+        d = self.workers[0]
+        self.driver_spec = WorkerSpec(0, DRIVER, -1, send=d.send, recv=d.recv)
+
+    @property
+    def world_size(self) -> int:
+        return len(self.workers)
+
+    @property
+    def driver(self) -> WorkerSpec:
+        return self.driver_spec
+
+    @property
+    def stages(self) -> list[MappingWorker]:
+        return self.workers[1:]
+
+    def worker(self, rank: int) -> MappingWorker:
+        return self.workers[rank]
+
+    def message(self, mid: int) -> Message:
+        return self.messages[mid]
+
+    def submodel_path(self, rank: int, segment: int) -> Path:
+        seg = self.workers[rank].segments[segment]
+        if seg.submodel is None:
+            raise RuntimeFailure(f"device {self.workers[rank].device}: segment {segment} computes nothing")
+        return (self.directory or Path(".")) / seg.submodel
+
+    def driver_arrays(self, feed: dict[str, np.ndarray], edge: Edge) -> list[np.ndarray]:
+        """What the driver sends over ``edge`` (one message) for one input set: model inputs, or their
+        slices for devices that run an ``in`` shard of a layer reading them."""
+        msg = next(m for m in self.messages if m.src_rank == 0 and m.tag == edge.tag and m.dst_rank == edge.rank)
+        return msg.arrays(feed)
+
+    def to_dict(self) -> dict[str, Any]:
+        workers = [{"rank": 0, "device": DRIVER, "send": [m.id for m in self.messages if m.src_rank == 0],
+                    "recv": [m.id for m in self.messages if m.dst_rank == 0]}]
+        workers += [w.to_dict() for w in self.workers[1:]]
+        return {"format": FORMAT2, "model": self.model, "source_model": self.source_model,
+                "inputs": [t.to_dict() for t in self.inputs], "outputs": [t.to_dict() for t in self.outputs],
+                "messages": [m.to_dict() for m in self.messages],
+                "collectives": [c.to_dict() for c in self.collectives], "workers": workers, "plan": self.plan}
+
+    def save(self, path: str | Path) -> Path:
+        p = Path(path)
+        p.write_text(json.dumps(self.to_dict(), indent=1))
+        return p
+
+
+def mapping_manifest_from_dict(d: dict[str, Any], path: Path) -> MappingManifest:
+    """A ``hetsplit.manifest/2`` document read from ``path`` (errors name the file)."""
+    try:
+        workers = [MappingWorker(int(w["rank"]), str(w["device"]), [str(x) for x in w.get("tasks", [])],
+                                 [Segment.from_dict(s) for s in w.get("segments", [])],
+                                 [int(x) for x in w.get("collectives", [])]) for w in d["workers"]]
+        if [w.rank for w in workers] != list(range(len(workers))):
+            raise ValueError("workers must be listed by rank, 0 (the driver) first")
+        messages = [Message.from_dict(m) for m in d["messages"]]
+        if [m.id for m in messages] != list(range(len(messages))):
+            raise ValueError("messages must be listed by id from 0")
+        return MappingManifest(str(d["model"]), dict(d.get("plan", {})),
+                               [TensorSpec.from_dict(t) for t in d["inputs"]],
+                               [TensorSpec.from_dict(t) for t in d["outputs"]], messages,
+                               [Collective.from_dict(c) for c in d.get("collectives", [])], workers,
+                               str(d.get("source_model", "")), path.parent)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RuntimeFailure(f"{path}: malformed manifest ({exc!r})") from None
