@@ -118,7 +118,7 @@ class MappingEvaluator:
         mem_dev = np.bincount(per_dev, weights=mem.ravel(), minlength=bins)
         participates = np.bincount(per_dev, minlength=bins) > 0
 
-        u, v = self._endpoints(d)                             # E x N
+        u, v = tg.endpoints(d)                                # E x N
         pair = u * n_dev + v
         lat, per_byte, joule = self._link_costs
         nbytes = tg.edge_bytes[:, None]
@@ -155,17 +155,6 @@ class MappingEvaluator:
         fits = (mem_dev <= pr.memory_bytes[None, :]).all(axis=1)
         return BatchMetrics(throughput, bottleneck, latency, total_e, comm_e, np.where(sent, xfer, 0.0).sum(axis=0),
                             energy_dev, compute, mem_dev, participates, fits, total_e * latency, max_busy, max_link)
-
-    def _endpoints(self, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Task-major ``TaskGraph.endpoints``: E x N source and destination devices."""
-        tg = self.tg
-        u = d[np.where(tg.edge_src >= 0, tg.edge_src, 0)]
-        v = d[np.where(tg.edge_dst >= 0, tg.edge_dst, 0)]
-        source, sink = tg.cluster.source_index, tg.cluster.sink_index
-        ins, outs = self.s.from_source, self.s.to_sink
-        u[ins] = v[ins] if source is None else source
-        v[outs] = u[outs] if sink is None else sink
-        return u, v
 
     def _latency(self, d: np.ndarray, time: np.ndarray, xfer: np.ndarray) -> np.ndarray:
         """Critical path of one input: tasks in topological order, each device one task at a time."""

@@ -227,8 +227,7 @@ def _resources(tg: TaskGraph, messages: list[Message]) -> tuple[list[int], list[
 
 def _tokens(tg: TaskGraph, messages: list[Message]) -> list[set[int]]:
     """Per task, what it waits for: producer tasks (same device), message jobs (T + m), the arrival."""
-    u, v = tg.endpoints(tg.device[None, :])
-    u, v = u[0], v[0]
+    u, v = tg.endpoints(tg.device)
     msg_of = {(m.payload, m.dst): tg.num_tasks + k for k, m in enumerate(messages)}
     tokens: list[set[int]] = [set() for _ in range(tg.num_tasks)]
     for e in range(len(tg.edge_src)):

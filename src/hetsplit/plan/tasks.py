@@ -13,7 +13,7 @@ manifest — reads this one expansion, so they agree on what runs where and what
   and the same destination device share it (a tensor is sent once per device pair).
 
 Tasks are in topological order. Devices are per task (``device``); the batch evaluator can also
-take other device assignments of the same structure (N x T arrays).
+take other device assignments of the same structure.
 """
 
 from __future__ import annotations
@@ -90,25 +90,25 @@ class TaskGraph:
         return np.array([t.device for t in self.tasks], dtype=np.int64)
 
     def endpoints(self, devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Source and destination device of every edge under ``devices`` (N x T): two N x E arrays.
+        """Source and destination device of every edge under ``devices``: a T vector gives two E
+        vectors, a task-major T x N array (one column per assignment) two E x N arrays.
 
         A model input with no cluster source arrives where it is consumed; a model output with no
         sink stays where it is made (both then cost nothing)."""
-        dev = np.atleast_2d(devices)
-        u = dev[:, np.where(self.edge_src >= 0, self.edge_src, 0)]
-        v = dev[:, np.where(self.edge_dst >= 0, self.edge_dst, 0)]
+        dev = np.asarray(devices)
+        u = dev[np.where(self.edge_src >= 0, self.edge_src, 0)]
+        v = dev[np.where(self.edge_dst >= 0, self.edge_dst, 0)]
         source, sink = self.cluster.source_index, self.cluster.sink_index
         from_source = np.flatnonzero(self.edge_src == SOURCE)
         to_sink = np.flatnonzero(self.edge_dst == SINK)
-        u[:, from_source] = v[:, from_source] if source is None else source
-        v[:, to_sink] = u[:, to_sink] if sink is None else sink
+        u[from_source] = v[from_source] if source is None else source
+        v[to_sink] = u[to_sink] if sink is None else sink
         return u, v
 
     def messages(self, devices: np.ndarray | None = None) -> list[Message]:
         """The messages of one assignment (default: the plan's), in edge order."""
         dev = self.device if devices is None else np.asarray(devices)
-        u, v = self.endpoints(dev[None, :])
-        u, v = u[0], v[0]
+        u, v = self.endpoints(dev)
         found: dict[tuple[int, int], int] = {}
         out: list[Message] = []
         consumers: list[list[int]] = []
