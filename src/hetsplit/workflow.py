@@ -53,6 +53,7 @@ class PlanRequest:
     constraints: PipelineConstraints = PipelineConstraints()
     baselines: bool = True  # add the single-device plans for comparison
     seed: int = 0
+    time_budget_s: float | None = None  # for searches that stop on time (map-opt); None: their default
 
 
 def _options_for(name: str, request: PlanRequest) -> dict[str, Any]:
@@ -65,6 +66,8 @@ def _options_for(name: str, request: PlanRequest) -> dict[str, Any]:
         options["alphas"] = tuple(request.alphas)
     if "seed" in params:
         options["seed"] = request.seed
+    if "time_budget_s" in params and request.time_budget_s is not None:
+        options["time_budget_s"] = request.time_budget_s
     return options
 
 

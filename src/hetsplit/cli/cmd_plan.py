@@ -17,7 +17,8 @@ def register(sub) -> None:
     p = add_command(sub, "plan", "find the splits of a model over a cluster worth having",
                     ["hetsplit plan resnet152 --cluster donna-2cpu-1gpu-1cim-hb-wcc",
                      "hetsplit plan vgg19 --cluster my-cluster.yaml --algo donna --alpha 0 0.5 1 --out out/",
-                     "hetsplit plan profile.json --cluster donna-2cpu-2gpu-pcie5 --json > plans.json"])
+                     "hetsplit plan profile.json --cluster donna-2cpu-2gpu-pcie5 --json > plans.json",
+                     "hetsplit plan resnet18 --cluster imce-12 --algo lblp wb rr rd heft map-opt --time-budget 30"])
     p.add_argument("model", help="zoo name, .onnx file, or hetsplit.profile/1 .json file")
     p.add_argument("--cluster", "-c", required=True, help="built-in cluster name (see `hetsplit clusters`) or YAML")
     p.add_argument("--algo", "-a", nargs="+", default=["donna"], metavar="ALGO",
@@ -29,6 +30,8 @@ def register(sub) -> None:
     p.add_argument("--ignore-memory", action="store_true", help="do not drop stages that overflow memory")
     p.add_argument("--no-baselines", action="store_true", help="leave out the single-device plans")
     p.add_argument("--seed", type=int, default=0, help="seed for stochastic algorithms")
+    p.add_argument("--time-budget", type=float, default=None, metavar="S",
+                   help="seconds a time-bounded search may take (map-opt; default 10)")
     p.add_argument("--out", "-o", default=None, metavar="DIR", help="write DIR/plans.json, DIR/pareto.png and DIR/report.html")
     p.add_argument("--json", action="store_true", help="print the plan set as JSON")
     p.set_defaults(func=run)
@@ -42,7 +45,8 @@ def run(args) -> int:
         first_stage_devices=tuple(args.first_device) if args.first_device else None,
         enforce_memory=not args.ignore_memory)
     request = PlanRequest(algorithms=args.algo, alphas=args.alpha, constraints=constraints,
-                          baselines=not args.no_baselines, seed=args.seed)
+                          baselines=not args.no_baselines, seed=args.seed,
+                          time_budget_s=args.time_budget)
     with progress(f"searching ({', '.join(args.algo)})"):
         plans = find_plans(problem, request)
     if args.json:

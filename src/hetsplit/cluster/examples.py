@@ -11,6 +11,9 @@ Each is loadable by name (``load_cluster("donna-2cpu-1gpu-1cim-hb-wcc")``) and p
   shared memory inside a board, Gigabit Ethernet between boards; and the 4-board (8-PE) cluster of
   Guo et al.'s hierarchical DSE (seed 004), on a Gigabit switch too.
 - Bochem et al. (seed 002): 1 to 64 Siracusa chips on MIPI, in groups of four.
+- Bougioukou & Antonakopoulos (seed 001): the IMC emulator, ``imce-N`` (N processing units, a
+  third of them DPUs, at least one) and ``imce-N-k`` (k IMC units, N - k DPUs), for any N; the
+  units share DRAM and signal each other by interrupts (medium ``imce-ipi``).
 - Files in ``builtin/``: ``local``, this machine's own cores as devices (one per core it may use).
 """
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +42,8 @@ DONNA_EDGE_CIMS = 4  # DONNA does not state how many edge CIM devices; four, lik
 JETSON_CLUSTERS = {8: "Thesis (seed 003)", 4: "Guo et al., hierarchical DSE (seed 004)"}  # boards -> paper
 SIRACUSA_SIZES = (1, 2, 4, 8, 16, 32, 64)
 SIRACUSA_GROUP = 4
+IMCE_LISTED = (4, 8, 12, 16, 32)  # imce-N sizes listed by `hetsplit clusters`; any N loads by name
+IMCE_NAME = re.compile(r"imce-(\d+)(?:-(\d+))?")
 _DONNA = "DONNA (seed 000)"
 
 
@@ -87,6 +93,30 @@ def _siracusa(n: int) -> dict[str, Any]:
             "groups": groups, "links": {"default": "mipi"}, "source": "chip0"}
 
 
+def imce_default_imc(units: int) -> int:
+    """IMC units of ``imce-N``: two thirds of the units, leaving at least one DPU (12 -> 8 IMC + 4 DPU,
+    the set-up of the paper's Table I)."""
+    return units - max(1, round(units / 3))
+
+
+def _imce(units: int, imc: int | None = None) -> dict[str, Any]:
+    from hetsplit.errors import ClusterError
+
+    explicit = imc is not None
+    imc = imce_default_imc(units) if imc is None else imc
+    if units < 1 or not 0 <= imc <= units:
+        raise ClusterError(f"imce-{units}{f'-{imc}' if explicit else ''}: need N >= 1 units and 0 <= k <= N IMC units")
+    dpus = units - imc
+    name = f"imce-{units}-{imc}" if explicit else f"imce-{units}"
+    return {"name": name,
+            "description": (f"Bougioukou & Antonakopoulos (seed 001): IMC emulator with {units} processing unit(s), "
+                            f"{imc} IMC (conv and matrix-vector products with ReLU/SiLU only) and {dpus} DPU "
+                            "(every layer, convolutions slowly); tensors in shared DRAM, messages by interrupt"),
+            "devices": ([{"name": "imc", "preset": "imce-imc", "count": imc}] if imc else [])
+                       + ([{"name": "dpu", "preset": "imce-dpu", "count": dpus}] if dpus else []),
+            "links": {"default": "imce-ipi"}}
+
+
 def _build() -> dict[str, dict[str, Any]]:
     specs = [_donna_set(label, medium) for label in DONNA_SETS for medium in DONNA_MEDIA]
     specs.append({"name": "donna-1gpu", "description": f"{_DONNA} baseline: one RTX 3070 Ti runs the whole model",
@@ -94,6 +124,7 @@ def _build() -> dict[str, dict[str, Any]]:
     specs += [_donna_edge_cloud("gpu", "rtx3070ti"), _donna_edge_cloud("cpu", "xeon-w3323")]
     specs += [_jetson(boards, paper) for boards, paper in JETSON_CLUSTERS.items()]
     specs += [_siracusa(n) for n in SIRACUSA_SIZES]
+    specs += [_imce(n) for n in IMCE_LISTED]
     specs += [_from_file(path) for path in sorted(BUILTIN_DIR.glob("*.yaml"))]
     return {s["name"]: {"format": CLUSTER_FORMAT, **s} for s in specs}
 
@@ -118,17 +149,27 @@ _BUILTIN = _build()
 
 
 def builtin_names() -> list[str]:
-    """Names of the built-in clusters, in a stable order (DONNA, Jetson, Siracusa)."""
+    """Names of the listed built-in clusters, in a stable order (DONNA, Jetson, Siracusa, IMCE);
+    ``imce-N`` and ``imce-N-k`` load for any N (see ``is_builtin``)."""
     return list(_BUILTIN)
+
+
+def is_builtin(name: str) -> bool:
+    """A listed built-in, or an ``imce-N`` / ``imce-N-k`` family member."""
+    return name in _BUILTIN or IMCE_NAME.fullmatch(name) is not None
 
 
 def builtin_spec(name: str) -> dict[str, Any]:
     """A copy of a built-in cluster's spec (the YAML format as a dict)."""
     from hetsplit.errors import ClusterError
 
-    if name not in _BUILTIN:
-        raise ClusterError(f"unknown built-in cluster {name!r}; built-ins are: {', '.join(_BUILTIN)}")
-    return copy.deepcopy(_BUILTIN[name])
+    if name in _BUILTIN:
+        return copy.deepcopy(_BUILTIN[name])
+    m = IMCE_NAME.fullmatch(name)
+    if m:
+        return {"format": CLUSTER_FORMAT, **_imce(int(m[1]), None if m[2] is None else int(m[2]))}
+    raise ClusterError(f"unknown built-in cluster {name!r}; built-ins are: {', '.join(_BUILTIN)} "
+                       "(and imce-N, imce-N-k for any N)")
 
 
 def spec_presets(spec: dict[str, Any]) -> list[str]:

@@ -66,11 +66,11 @@ def inline_param_keys() -> set[str]:
 
 def load_cluster(spec: str | Path) -> Cluster:
     """A cluster from a built-in name (``donna-2cpu-1gpu-1cim-hb-wcc``) or a YAML file path."""
-    from hetsplit.cluster.examples import builtin_names, builtin_spec
+    from hetsplit.cluster.examples import builtin_names, builtin_spec, is_builtin
 
     text = str(spec)
     path = Path(text)
-    if text in builtin_names():
+    if is_builtin(text):
         return cluster_from_dict(builtin_spec(text), origin=f"built-in cluster {text}")
     if path.suffix in (".yaml", ".yml") or path.is_file():
         if not path.is_file():

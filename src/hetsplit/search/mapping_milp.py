@@ -1,0 +1,297 @@
+"""The bottleneck of a node-to-unit mapping, minimized exactly as a MILP (HiGHS, via scipy).
+
+Variables: ``x[i, d]`` = layer i on device d (binary, only where d can run i) and the bottleneck T.
+Constraints mirror the mapping evaluator (``plan/mapping.py``) term for term:
+
+- compute: ``sum_i time[i, d] x[i, d] <= T`` for every device d;
+- links (when they can bind): ``y[p, b]`` = payload p is needed on device b (>= x[c, b] for every
+  consumer c; the sink needs the model outputs), ``z[p, a, b]`` = p moves from a to b
+  (>= x[producer, a] + y[p, b] - 1); ``sum_p z[p, a, b] (latency_ab + bytes_p / bandwidth_ab) <= T``;
+- memory (when it can bind): each device's tasks' memory + what it receives + what it sends (model
+  inputs it is fed, outputs it delivers) within its memory.
+
+Links or memory that cannot bind (their largest possible load is below a lower bound on T, or below
+every device's memory) are left out: the optimum is the same, and the MILP stays small. When they
+could bind but the MILP would be too large, they are left out too and the result is only a lower
+bound (``exact`` False). Interchangeable devices (same type and memory, links preserved under
+exchange) get their compute loads ordered, which removes their symmetric copies from the search.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import Bounds, LinearConstraint, milp
+from scipy.sparse import coo_matrix
+
+from hetsplit.plan.tasks import SINK, SOURCE
+from hetsplit.search.node_mapping import NodeMapping
+from hetsplit.search.units import Symmetry
+
+MAX_LINK_VARIABLES = 40_000   # z variables above which the link terms are relaxed away (bound only)
+MIP_REL_GAP = 1e-7
+PROOF_TOL = 1e-6     # a bottleneck within this relative distance of the lower bound is called optimal
+
+
+@dataclass
+class MilpResult:
+    """What the MILP established within its time limit."""
+
+    devices: np.ndarray | None   # best mapping found (None: none within the limit)
+    lower_bound_s: float         # proven lower bound on the bottleneck of every mapping
+    optimal: bool                # the search finished: ``devices`` is optimal for the modelled terms
+    infeasible: bool             # the search finished: no mapping fits (memory)
+    exact: bool                  # every term that can bind was modelled (else: a bound on a relaxation)
+    links_modelled: bool
+    memory_modelled: bool
+    seconds: float
+    status: str
+
+
+@dataclass
+class _Payload:
+    producer: int                 # task, or SOURCE
+    consumers: list[int]          # tasks (the sink is ``to_sink``)
+    to_sink: bool
+    nbytes: float
+
+
+def _payloads(nm: NodeMapping) -> list[_Payload]:
+    tg = nm.tg
+    out: dict[int, _Payload] = {}
+    for src, dst, nbytes, pid in zip(tg.edge_src, tg.edge_dst, tg.edge_bytes, tg.edge_payload):
+        p = out.setdefault(int(pid), _Payload(int(src), [], False, float(nbytes)))
+        if dst == SINK:
+            p.to_sink = True
+        else:
+            p.consumers.append(int(dst))
+    return [p for p in out.values() if p.nbytes > 0]
+
+
+def symmetric_classes(nm: NodeMapping) -> list[list[int]]:
+    """Devices that can be exchanged without changing any cost (each class in cluster order)."""
+    sym = Symmetry(nm.problem, set())
+    classes: list[list[int]] = []
+    for d in range(nm.num_devices):
+        for cls in classes:
+            if sym.exchange_ok([cls[0]], [d]):
+                cls.append(d)
+                break
+        else:
+            classes.append([d])
+    return [c for c in classes if len(c) > 1]
+
+
+class _Model:
+    """Sparse MILP rows, built term by term."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.lb: list[float] = []
+        self.ub: list[float] = []
+        self.integer: list[int] = []
+        self.rows: list[tuple[dict[int, float], float, float]] = []
+
+    def var(self, lo: float, hi: float, integer: bool) -> int:
+        self.lb.append(lo), self.ub.append(hi), self.integer.append(int(integer))
+        self.n += 1
+        return self.n - 1
+
+    def row(self, coef: dict[int, float], lo: float, hi: float) -> None:
+        self.rows.append((coef, lo, hi))
+
+    def constraint(self) -> LinearConstraint:
+        r, c, v = [], [], []
+        for k, (coef, _, _) in enumerate(self.rows):
+            for col, val in coef.items():
+                r.append(k), c.append(col), v.append(val)
+        a = coo_matrix((v, (r, c)), shape=(len(self.rows), self.n)).tocsr()
+        return LinearConstraint(a, [lo for _, lo, _ in self.rows], [hi for _, _, hi in self.rows])
+
+
+def compute_lower_bound(nm: NodeMapping) -> float:
+    """A quick bound on every mapping's bottleneck: the slowest layer at its fastest, and the
+    average load if every layer ran at its fastest on every device."""
+    fastest = np.where(nm.feasible, nm.time, np.inf).min(axis=1)
+    return max(float(fastest.max()), float(fastest.sum()) / nm.num_devices)
+
+
+def _twins(nm: NodeMapping) -> list[list[int]]:
+    """Layers with the same time on every device, grouped: when only compute is modelled they are
+    interchangeable, so one integer count per (group, device) replaces their binaries (and the
+    search no longer tells their permutations apart)."""
+    groups: dict[bytes, list[int]] = {}
+    for i in range(nm.num_layers):
+        groups.setdefault(nm.time[i].tobytes(), []).append(i)
+    return list(groups.values())
+
+
+class _Builder:
+    """``x[(g, d)]``: how many layers of group g run on device d (a binary for one-layer groups; with
+    links or memory modelled every group is one layer, g = the layer index)."""
+
+    def __init__(self, nm: NodeMapping, groups: list[list[int]], time_unit: float, byte_unit: float):
+        self.nm, self.groups = nm, groups
+        self.time_unit, self.byte_unit = time_unit, byte_unit   # rows in units near 1 suit the solver's tolerances
+        self.m = _Model()
+        self.t = self.m.var(0.0, np.inf, False)
+        self.x: dict[tuple[int, int], int] = {}
+        for g, members in enumerate(groups):
+            for d in np.flatnonzero(nm.feasible[members[0]]):
+                self.x[(g, int(d))] = self.m.var(0.0, float(len(members)), True)
+            self.m.row({self.x[(g, int(d))]: 1.0 for d in np.flatnonzero(nm.feasible[members[0]])},
+                       float(len(members)), float(len(members)))
+
+    def load(self, d: int) -> dict[int, float]:
+        return {self.x[(g, d)]: float(self.nm.time[members[0], d]) / self.time_unit
+                for g, members in enumerate(self.groups) if (g, d) in self.x}
+
+    def decode(self, values: np.ndarray) -> np.ndarray | None:
+        """The device of every layer from a solution (members of a group dealt out by the counts)."""
+        devices = np.full(self.nm.num_layers, -1, dtype=np.int64)
+        for g, members in enumerate(self.groups):
+            pending = list(members)
+            for d in range(self.nm.num_devices):
+                k = self.x.get((g, d))
+                count = 0 if k is None else int(round(values[k]))
+                for i in pending[:count]:
+                    devices[i] = d
+                pending = pending[count:]
+        return None if (devices < 0).any() else devices
+
+    def compute(self) -> None:
+        for d in range(self.nm.num_devices):
+            self.m.row({**self.load(d), self.t: -1.0}, -np.inf, 0.0)
+
+    def symmetry(self) -> None:
+        for cls in symmetric_classes(self.nm):
+            for a, b in zip(cls, cls[1:]):
+                coef = self.load(a)
+                for k, v in self.load(b).items():
+                    coef[k] = coef.get(k, 0.0) - v
+                self.m.row(coef, 0.0, np.inf)
+
+    def traffic(self, payloads: list[_Payload], links: bool, memory: bool) -> None:
+        """y, z variables and the link-load and memory rows that read them.
+
+        The TaskGraph lists a payload's edges to the sink after those to layers, so a device that
+        runs a consumer receives (and holds) the payload, the sink receives it without holding it,
+        and the producer holds every message it sends plus every output it delivers."""
+        nm, m, cl = self.nm, self.m, self.nm.problem.cluster
+        n_dev = nm.num_devices
+        src, snk = cl.source_index, cl.sink_index
+        link_rows: dict[tuple[int, int], dict[int, float]] = {}
+        mem_rows: list[dict[int, float]] = [dict() for _ in range(n_dev)]
+
+        def add(row: dict[int, float], var: int, value: float) -> None:
+            row[var] = row.get(var, 0.0) + value
+
+        for d in range(n_dev):
+            for i in np.flatnonzero(nm.feasible[:, d]):
+                mem_rows[d][self.x[(int(i), d)]] = (float(nm.problem.costs.mem_bytes[i, nm.problem.device_type[d]])
+                                                    / self.byte_unit)
+        for p in payloads:
+            reads = [self._reads(p, b) for b in range(n_dev)]        # y[p, b]: a consumer runs on b
+            for a in range(n_dev):
+                if p.producer == SOURCE:
+                    sender: int | None = None
+                    if a != src:
+                        continue
+                else:
+                    sender = self.x.get((p.producer, a))
+                    if sender is None:
+                        continue
+                    if p.to_sink:
+                        add(mem_rows[a], sender, p.nbytes / self.byte_unit)   # delivers a model output
+                for b in range(n_dev):
+                    if a == b:
+                        continue
+                    cost = float(cl.latency_s[a, b] + p.nbytes / cl.bandwidth[a, b]) / self.time_unit
+                    held = p.nbytes / self.byte_unit
+                    y = reads[b]
+                    to_sink = p.to_sink and b == snk and sender is not None
+                    if to_sink:                                          # one message, read there or not
+                        add(link_rows.setdefault((a, b), {}), sender, cost)
+                    if y is None:
+                        continue
+                    z = y if sender is None else self._both(sender, y)
+                    if not to_sink:
+                        add(link_rows.setdefault((a, b), {}), z, cost)
+                    if sender is not None:                               # a layer's payload: both hold it
+                        add(mem_rows[b], z, held)
+                        add(mem_rows[a], z, held)
+            if p.producer == SOURCE:                                     # the input is held where it is read
+                for b, y in enumerate(reads):
+                    if y is not None:
+                        add(mem_rows[b], y, p.nbytes / self.byte_unit)
+        if links:
+            for coef in link_rows.values():
+                m.row({**coef, self.t: -1.0}, -np.inf, 0.0)
+        if memory:
+            for d, coef in enumerate(mem_rows):
+                m.row(coef, -np.inf, float(nm.problem.memory_bytes[d]) / self.byte_unit)
+
+    def _reads(self, p: _Payload, b: int) -> int | None:
+        """y[p, b] >= x[c, b] for every consumer c that may run on b (None: none may)."""
+        readers = [self.x[(c, b)] for c in p.consumers if (c, b) in self.x]
+        if not readers:
+            return None
+        y = self.m.var(0.0, 1.0, False)
+        for r in readers:
+            self.m.row({y: 1.0, r: -1.0}, 0.0, np.inf)
+        return y
+
+    def _both(self, a: int, b: int) -> int:
+        """A variable that is 1 whenever both indicator variables are."""
+        z = self.m.var(0.0, 1.0, False)
+        self.m.row({z: 1.0, a: -1.0, b: -1.0}, -1.0, np.inf)
+        return z
+
+
+def _could_bind(nm: NodeMapping, payloads: list[_Payload], bound: float) -> tuple[bool, bool]:
+    """Can link loads reach ``bound``? Can any device's memory overflow?"""
+    cl = nm.problem.cluster
+    off = ~np.eye(nm.num_devices, dtype=bool)
+    worst_link = 0.0
+    if nm.num_devices > 1 and payloads:
+        lat = float(cl.latency_s[off].max())
+        per_byte = float((1.0 / cl.bandwidth[off]).max())
+        worst_link = sum(lat + p.nbytes * per_byte for p in payloads)
+    traffic = 2.0 * sum(p.nbytes for p in payloads)
+    mem = nm.problem.costs.mem_bytes[:, nm.problem.device_type]
+    worst_mem = np.where(nm.feasible, mem, 0.0).sum(axis=0) + traffic
+    return worst_link >= bound, bool((worst_mem > nm.problem.memory_bytes).any())
+
+
+def solve_bottleneck(nm: NodeMapping, time_limit_s: float, model_every_term: bool = False) -> MilpResult:
+    """The mapping of least bottleneck (compute, and links and memory where they can bind;
+    ``model_every_term`` models them whether or not they can, as tests do)."""
+    t0 = time.perf_counter()
+    payloads = _payloads(nm)
+    links, memory = (True, True) if model_every_term else _could_bind(nm, payloads, compute_lower_bound(nm))
+    n_z = len(payloads) * nm.num_devices * (nm.num_devices - 1)
+    exact = True
+    if (links or memory) and n_z > MAX_LINK_VARIABLES:
+        links = memory = exact = False
+    groups = _twins(nm) if not (links or memory) else [[i] for i in range(nm.num_layers)]
+    memories = nm.problem.memory_bytes[np.isfinite(nm.problem.memory_bytes)]
+    time_unit = compute_lower_bound(nm) or 1.0
+    b = _Builder(nm, groups, time_unit, float(memories.max()) if len(memories) else 1.0)
+    b.compute()
+    b.symmetry()
+    if links or memory:
+        b.traffic(payloads, links, memory)
+    m = b.m
+    c = np.zeros(m.n)
+    c[b.t] = 1.0
+    res = milp(c, constraints=[m.constraint()], integrality=np.array(m.integer), bounds=Bounds(m.lb, m.ub),
+               options={"time_limit": max(0.05, time_limit_s), "mip_rel_gap": MIP_REL_GAP, "disp": False})
+    devices = None if res.x is None else b.decode(res.x)
+    bound = getattr(res, "mip_dual_bound", None)
+    if bound is None or not np.isfinite(bound):
+        bound = res.fun if res.status == 0 else 0.0
+    bound = max(float(bound) * time_unit, compute_lower_bound(nm))
+    return MilpResult(devices, float(bound), res.status == 0, res.status == 2, exact, links, memory,
+                      time.perf_counter() - t0, str(res.message))

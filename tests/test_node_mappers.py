@@ -1,0 +1,189 @@
+"""Node-to-unit mappers (seed 001 and HEFT) on hand-worked DAGs; map-opt against brute force."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from _instances import random_problem
+from hetsplit.cluster import Cluster, Device
+from hetsplit.costs import CostTable, SplitProblem
+from hetsplit.errors import HetsplitError, PlanError
+from hetsplit.graph import Graph, Layer, Tensor
+from hetsplit.plan.check import check_plan
+from hetsplit.search import make_partitioner
+from hetsplit.search.balance_mappers import random_assignment, round_robin_assignment, weights_balance_assignment
+from hetsplit.search.heft import heft_assignment
+from hetsplit.search.lblp import lblp_assignment
+from hetsplit.search.mapping_milp import solve_bottleneck
+from hetsplit.search.node_mapping import NodeMapping
+from hetsplit.workflow import load_problem
+
+INF = np.inf
+# c0 forks into c1 and c2 (parallel branches), they join in add, then c4 and pool.
+FORK_OPS = [("c0", "conv", 100), ("c1", "conv", 300), ("c2", "conv", 200), ("add", "eltwise", 0),
+            ("c4", "conv", 50), ("pool", "pool", 0)]
+FORK_EDGES = {0: (1, 2), 1: (3,), 2: (3,), 3: (4,), 4: (5,)}
+#                 c0   c1   c2  add   c4  pool
+IMC_TIME = [4.0, 3.0, 2.0, INF, 8.0, INF]
+DPU_TIME = [10.0, 9.0, 8.0, 1.0, 12.0, 2.0]
+
+
+def fork_graph() -> Graph:
+    layers = [Layer(n, op, 1000, w, 64, onnx_ops=("X",)) for n, op, w in FORK_OPS]
+    tensors = [Tensor("input", -1, 64, (0,))]
+    for i in range(len(layers)):
+        tensors.append(Tensor(f"t{i}", i, 64, FORK_EDGES.get(i, ()), is_output=(i == len(layers) - 1)))
+    return Graph("fork", layers, tensors)
+
+
+def fork_problem(units: list[tuple[str, str]], time: np.ndarray | None = None, latency_s: float = 0.0,
+                 bandwidth: float = 1e18) -> SplitProblem:
+    """``units``: (name, kind) with kind imc or dpu; costs per kind from IMC_TIME / DPU_TIME."""
+    g = fork_graph()
+    devices = [Device(name, kind, f"{kind}-type", 1e12, params={"kind": kind}) for name, kind in units]
+    d = len(devices)
+    bw = np.full((d, d), bandwidth)
+    np.fill_diagonal(bw, np.inf)
+    lat = np.full((d, d), latency_s)
+    np.fill_diagonal(lat, 0.0)
+    cl = Cluster("fork-units", devices, bw, lat, np.zeros((d, d)))
+    if time is None:
+        by_kind = {"imc": IMC_TIME, "dpu": DPU_TIME}
+        time = np.array([by_kind[t.split("-")[0]] for t in cl.types]).T
+    return SplitProblem(g, cl, CostTable(g.names, cl.types, time, np.ones_like(time), np.full(len(g.names), 10.0)))
+
+
+TWO_IMC_ONE_DPU = [("i0", "imc"), ("i1", "imc"), ("p0", "dpu")]
+
+
+def names(nm: NodeMapping, devices: np.ndarray) -> dict[str, str]:
+    return {layer: nm.problem.cluster.names[d] for layer, d in zip(nm.problem.graph.names, devices)}
+
+
+def test_lblp_by_hand_keeps_parallel_branches_apart() -> None:
+    # LP = c0 c1 add c4 pool (4+3+1+8+2 = 18 > 17 via c2). IMC LP layers longest first: c4 -> i0 (8),
+    # c0 -> i1 (4), c1 -> i1 (7). c2 is off the LP: i1 is least loaded but holds c1, parallel to
+    # c2, so c2 goes to i0. add and pool go to the only DPU.
+    nm = NodeMapping(fork_problem(TWO_IMC_ONE_DPU))
+    assert nm.longest_path(nm.type_time) == [0, 1, 3, 4, 5]
+    assert nm.parallel(1, 2) and not nm.parallel(0, 2) and not nm.parallel(2, 4)
+    assert names(nm, lblp_assignment(nm)) == {"c0": "i1", "c1": "i1", "c2": "i0", "add": "p0", "c4": "i0",
+                                              "pool": "p0"}
+
+
+def test_weights_balance_by_hand() -> None:
+    # IMC layers by weight: c1 (300) -> i0, c2 (200) -> i1, c0 (100) -> i1 (200 < 300),
+    # c4 (50): 300 = 300, the first unit i0. DPU layers by time to the only DPU.
+    nm = NodeMapping(fork_problem(TWO_IMC_ONE_DPU))
+    assert names(nm, weights_balance_assignment(nm)) == {"c0": "i1", "c1": "i0", "c2": "i1", "add": "p0",
+                                                         "c4": "i0", "pool": "p0"}
+
+
+def test_weights_balance_balances_time_on_units_without_arrays() -> None:
+    # Two DPUs only: every layer balanced by time, longest first: c4 12 -> p0 (12), c0 10 -> p1 (10),
+    # c1 9 -> p1 (19), c2 8 -> p0 (20), pool 2 -> p1 (21), add 1 -> p0 (21).
+    nm = NodeMapping(fork_problem([("p0", "dpu"), ("p1", "dpu")]))
+    assert names(nm, weights_balance_assignment(nm)) == {"c4": "p0", "c0": "p1", "c1": "p1", "c2": "p0",
+                                                         "pool": "p1", "add": "p0"}
+
+
+def test_round_robin_and_random_stay_on_the_processing_type() -> None:
+    nm = NodeMapping(fork_problem(TWO_IMC_ONE_DPU))
+    assert names(nm, round_robin_assignment(nm)) == {"c0": "i0", "c1": "i1", "c2": "i0", "add": "p0",
+                                                     "c4": "i1", "pool": "p0"}
+    for seed in range(20):
+        dev = random_assignment(nm, np.random.default_rng(seed))
+        assert set(dev[[0, 1, 2, 4]]) == {0, 1}           # conv on IMC units, both of them used
+        assert set(dev[[3, 5]]) == {2}
+    same = [random_assignment(nm, np.random.default_rng(7)) for _ in range(2)]
+    assert (same[0] == same[1]).all()
+
+
+def test_heft_by_hand() -> None:
+    # Two identical units, free links. Upward ranks: c0 18, c1 14, c2 13, add 11, c4 10, pool 2.
+    # c0 -> u0 [0, 4]; c1 -> u0 [4, 7] (tie, first); c2 -> u1 [4, 6]; add -> u0 [7, 8] (tie);
+    # c4 -> u0 [8, 16]; pool -> u0 [16, 18].
+    time = np.array([[4.0, 3.0, 2.0, 1.0, 8.0, 2.0]]).T
+    nm = NodeMapping(fork_problem([("u0", "dpu"), ("u1", "dpu")], time=time))
+    devices, makespan = heft_assignment(nm)
+    assert names(nm, devices) == {"c0": "u0", "c1": "u0", "c2": "u1", "add": "u0", "c4": "u0", "pool": "u0"}
+    assert makespan == pytest.approx(18.0)
+
+
+def test_heft_keeps_work_local_when_links_are_slow() -> None:
+    time = np.array([[4.0, 3.0, 2.0, 1.0, 8.0, 2.0]]).T
+    nm = NodeMapping(fork_problem([("u0", "dpu"), ("u1", "dpu")], time=time, latency_s=100.0))
+    devices, makespan = heft_assignment(nm)
+    assert len(set(devices)) == 1 and makespan == pytest.approx(20.0)
+
+
+def test_a_layer_no_device_can_run_is_named() -> None:
+    with pytest.raises(PlanError, match="'add'"):
+        NodeMapping(fork_problem([("i0", "imc")]))
+
+
+def test_mappers_decode_to_valid_plans_on_the_paper_models() -> None:
+    for model in ("resnet8", "resnet18"):
+        problem = load_problem(model, "imce-12")
+        for algo in ("lblp", "wb", "rr", "rd", "heft"):
+            plan, = make_partitioner(algo).solve(problem)
+            check_plan(problem.graph, problem.cluster, plan)
+            assert plan.metrics.throughput > 0 and plan.metrics.fits
+            kinds = {problem.cluster.device(d).kind for d in plan.assign.values()}
+            assert kinds == {"imc", "dpu"}
+
+
+def brute_force_best(nm: NodeMapping) -> float:
+    """The least bottleneck over every feasible mapping that fits (inf if none)."""
+    every = np.array(list(itertools.product(range(nm.num_devices), repeat=nm.num_layers)))
+    every = every[nm.feasible[np.arange(nm.num_layers)[None, :], every].all(axis=1)]
+    batch = nm.evaluator.evaluate(every)
+    return float(batch.bottleneck_s[batch.fits].min()) if batch.fits.any() else np.inf
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_milp_matches_brute_force(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    pr = random_problem(seed, n_layers=int(rng.integers(2, 7)), n_dev=int(rng.integers(1, 4)))
+    try:
+        nm = NodeMapping(pr)
+    except PlanError:
+        pytest.skip("a layer no device can run (the error is tested elsewhere)")
+    best = brute_force_best(nm)
+    for every_term in (False, True):
+        res = solve_bottleneck(nm, 20.0, model_every_term=every_term)
+        if np.isinf(best):
+            assert res.devices is None and (res.infeasible or not every_term)
+            continue
+        assert res.optimal
+        got = nm.evaluate(res.devices)
+        assert got.fits[0] and got.bottleneck_s[0] == pytest.approx(best, rel=1e-6)
+        assert res.lower_bound_s <= best * (1 + 1e-6)
+
+
+@pytest.mark.parametrize("units,latency", [(TWO_IMC_ONE_DPU, 0.0), (TWO_IMC_ONE_DPU, 3.0),
+                                           ([("i0", "imc"), ("p0", "dpu"), ("p1", "dpu")], 0.5)])
+def test_map_opt_matches_brute_force_on_a_branching_dag(units, latency) -> None:
+    problem = fork_problem(units, latency_s=latency)
+    plan, = make_partitioner("map-opt", time_budget_s=5.0).solve(problem)
+    nm = NodeMapping(problem)
+    assert plan.metrics.bottleneck_s == pytest.approx(brute_force_best(nm), rel=1e-6)
+    assert plan.params["optimal"] and plan.params["gap"] == pytest.approx(0.0, abs=1e-6)
+
+
+@pytest.mark.parametrize("cluster", ["imce-4", "imce-6", "imce-14"])
+def test_map_opt_reaches_at_least_lblp_rate(cluster: str) -> None:
+    problem = load_problem("resnet8", cluster)
+    lblp, = make_partitioner("lblp").solve(problem)
+    opt, = make_partitioner("map-opt", time_budget_s=3.0, seed=1).solve(problem)
+    assert opt.metrics.throughput >= lblp.metrics.throughput * (1 - 1e-9)
+    assert opt.params["lower_bound_s"] <= opt.metrics.bottleneck_s * (1 + 1e-6)
+    assert opt.params["optimal"]          # ResNet-8 (14 layers) is proven within the budget
+
+
+def test_map_opt_rejects_a_bad_budget() -> None:
+    with pytest.raises(HetsplitError, match="time_budget_s"):
+        make_partitioner("map-opt", time_budget_s=0.0)
