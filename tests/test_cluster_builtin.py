@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from hetsplit.cluster import builtin_names, builtin_spec, load_cluster, preset_names
-from hetsplit.cluster.examples import DONNA_MEDIA, DONNA_SETS, SIRACUSA_SIZES, spec_presets
+from hetsplit.cluster.examples import DONNA_MEDIA, DONNA_SETS, IMCE_LISTED, SIRACUSA_SIZES, spec_presets
 
 MEDIA = {"pcie5": (64e9, 6.5e-12 * 8), "hb-wcc": (1e9, 0.1e-6 * 8), "lb-wcc": (3.5e6, 50e-6 * 8),
          "mipi": (0.5e9, 100e-12), "gbe": (125e6, 1.5e-9 * 8)}
@@ -27,12 +27,12 @@ def off_diagonal(c, matrix):
 
 def test_names():
     names = builtin_names()
-    assert len(names) == len(set(names)) == 12 + 1 + 2 + 2 + len(SIRACUSA_SIZES) + 1  # + local
+    assert len(names) == len(set(names)) == 12 + 1 + 2 + 2 + len(SIRACUSA_SIZES) + len(IMCE_LISTED) + 1  # + local
     for label in DONNA_SETS:
         for medium in DONNA_MEDIA:
             assert f"donna-{label}-{medium}" in names
     for extra in ("donna-1gpu", "donna-edge-4cim-cloud-gpu", "donna-edge-4cim-cloud-cpu", "jetson-xavier-nx-8",
-                  "jetson-xavier-nx-4", "siracusa-1", "siracusa-64", "local"):
+                  "jetson-xavier-nx-4", "siracusa-1", "siracusa-64", "imce-12", "local"):
         assert extra in names
 
 

@@ -187,3 +187,22 @@ def test_map_opt_reaches_at_least_lblp_rate(cluster: str) -> None:
 def test_map_opt_rejects_a_bad_budget() -> None:
     with pytest.raises(HetsplitError, match="time_budget_s"):
         make_partitioner("map-opt", time_budget_s=0.0)
+
+
+@pytest.mark.parametrize("name,imc,dpu", [("imce-12", 8, 4), ("imce-1", 0, 1), ("imce-2", 1, 1),
+                                          ("imce-14-10", 10, 4), ("imce-5-0", 0, 5), ("imce-40", 27, 13)])
+def test_imce_clusters(name: str, imc: int, dpu: int) -> None:
+    from hetsplit.cluster import load_cluster
+
+    cl = load_cluster(name)
+    kinds = [d.kind for d in cl.devices]
+    assert (kinds.count("imc"), kinds.count("dpu")) == (imc, dpu)
+    assert cl.name == name and set(cl.medium_names[0][1:]) <= {"imce-ipi"}
+
+
+def test_imce_cluster_with_more_imc_units_than_units_is_refused() -> None:
+    from hetsplit.cluster import load_cluster
+    from hetsplit.errors import ClusterError
+
+    with pytest.raises(ClusterError, match="0 <= k <= N"):
+        load_cluster("imce-4-5")
