@@ -13,6 +13,7 @@ from hetsplit.costs import CostTable, SplitProblem
 from hetsplit.errors import HetsplitError, PlanError
 from hetsplit.graph import Graph, Layer, Tensor
 from hetsplit.plan.check import check_plan
+from hetsplit.plan.simulate import SimOptions, simulate_plan
 from hetsplit.search import make_partitioner
 from hetsplit.search.balance_mappers import random_assignment, round_robin_assignment, weights_balance_assignment
 from hetsplit.search.heft import heft_assignment
@@ -178,10 +179,15 @@ def test_map_opt_matches_brute_force_on_a_branching_dag(units, latency) -> None:
 def test_map_opt_reaches_at_least_lblp_rate(cluster: str) -> None:
     problem = load_problem("resnet8", cluster)
     lblp, = make_partitioner("lblp").solve(problem)
-    opt, = make_partitioner("map-opt", time_budget_s=3.0, seed=1).solve(problem)
-    assert opt.metrics.throughput >= lblp.metrics.throughput * (1 - 1e-9)
+    opt, = make_partitioner("map-opt", time_budget_s=3.0, seed=1, verify_inputs=100).solve(problem)
     assert opt.params["lower_bound_s"] <= opt.metrics.bottleneck_s * (1 + 1e-6)
-    assert opt.params["optimal"]          # ResNet-8 (14 layers) is proven within the budget
+    simulated = {p.algorithm: simulate_plan(problem, p, SimOptions(inputs=100, keep_timeline=False)).throughput
+                 for p in (lblp, opt)}
+    assert simulated["map-opt"] == pytest.approx(opt.params["simulated_throughput"], rel=1e-12)
+    assert simulated["map-opt"] >= simulated["lblp"] * (1 - 1e-12)
+    if opt.params["chosen"] == "search":
+        assert opt.params["optimal"]      # ResNet-8 (14 layers) is proven within the budget
+        assert opt.metrics.throughput >= lblp.metrics.throughput * (1 - 1e-9)
 
 
 def test_map_opt_rejects_a_bad_budget() -> None:

@@ -12,7 +12,7 @@ runs it fastest (conv on an IMC unit, add on a DPU), as the IMC paper's algorith
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
@@ -134,6 +134,11 @@ class NodeMapping:
     def evaluate(self, devices: np.ndarray) -> BatchMetrics:
         """Metrics of N mappings (N x L device indices) in one call."""
         return self.evaluator.evaluate(self.check_assignment(devices))
+
+    def task_graph(self, devices: np.ndarray) -> TaskGraph:
+        """The TaskGraph of one mapping (layer i on ``devices[i]``), for the simulator."""
+        dev = self.check_assignment(devices)[0]
+        return replace(self.tg, tasks=[replace(t, device=int(d)) for t, d in zip(self.tg.tasks, dev)])
 
     def plan(self, devices: np.ndarray, algorithm: str, params: dict | None = None) -> Plan:
         """A plan/2 mapping with its metrics from one L-vector of device indices."""
