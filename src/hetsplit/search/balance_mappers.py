@@ -17,10 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hetsplit.costs.problem import SplitProblem
-from hetsplit.plan.types import Plan
 from hetsplit.search.base import register_partitioner
-from hetsplit.search.node_mapping import LoadBook, NodeMapping
+from hetsplit.search.node_mapping import LoadBook, NodeMapping, OneMappingPartitioner
 
 
 def weights_balance_assignment(nm: NodeMapping) -> np.ndarray:
@@ -60,37 +58,33 @@ def random_assignment(nm: NodeMapping, rng: np.random.Generator) -> np.ndarray:
 
 @register_partitioner("wb")
 @dataclass
-class WeightsBalance:
+class WeightsBalance(OneMappingPartitioner):
     """Weights Balance (seed 001, Algorithm 2)."""
 
     name: str = "wb"
 
-    def solve(self, problem: SplitProblem) -> list[Plan]:
-        nm = NodeMapping(problem)
-        return [nm.plan(weights_balance_assignment(nm), self.name)]
+    def assignment(self, nm: NodeMapping) -> tuple[np.ndarray, dict]:
+        return weights_balance_assignment(nm), {}
 
 
 @register_partitioner("rr")
 @dataclass
-class RoundRobin:
+class RoundRobin(OneMappingPartitioner):
     """Round-Robin over the units of each processing type (seed 001, Sec. IV)."""
 
     name: str = "rr"
 
-    def solve(self, problem: SplitProblem) -> list[Plan]:
-        nm = NodeMapping(problem)
-        return [nm.plan(round_robin_assignment(nm), self.name)]
+    def assignment(self, nm: NodeMapping) -> tuple[np.ndarray, dict]:
+        return round_robin_assignment(nm), {}
 
 
 @register_partitioner("rd")
 @dataclass
-class RandomMapping:
+class RandomMapping(OneMappingPartitioner):
     """Random mapping, every unit used (seed 001, Sec. IV); reproducible by ``seed``."""
 
     seed: int = 0
     name: str = "rd"
 
-    def solve(self, problem: SplitProblem) -> list[Plan]:
-        nm = NodeMapping(problem)
-        devices = random_assignment(nm, np.random.default_rng(self.seed))
-        return [nm.plan(devices, self.name, {"seed": self.seed})]
+    def assignment(self, nm: NodeMapping) -> tuple[np.ndarray, dict]:
+        return random_assignment(nm, np.random.default_rng(self.seed)), {"seed": self.seed}

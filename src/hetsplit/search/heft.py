@@ -16,10 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hetsplit.costs.problem import SplitProblem
-from hetsplit.plan.types import Plan
 from hetsplit.search.base import register_partitioner
-from hetsplit.search.node_mapping import NodeMapping
+from hetsplit.search.node_mapping import NodeMapping, OneMappingPartitioner
 
 
 def _edge_bytes(nm: NodeMapping) -> dict[tuple[int, int], float]:
@@ -102,12 +100,11 @@ def heft_assignment(nm: NodeMapping) -> tuple[np.ndarray, float]:
 
 @register_partitioner("heft")
 @dataclass
-class Heft:
+class Heft(OneMappingPartitioner):
     """HEFT (Topcuoglu et al. 2002): the field's standard list scheduler, as a node-to-unit mapper."""
 
     name: str = "heft"
 
-    def solve(self, problem: SplitProblem) -> list[Plan]:
-        nm = NodeMapping(problem)
+    def assignment(self, nm: NodeMapping) -> tuple[np.ndarray, dict]:
         devices, makespan = heft_assignment(nm)
-        return [nm.plan(devices, self.name, {"makespan_s": makespan})]
+        return devices, {"makespan_s": makespan}

@@ -16,10 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hetsplit.costs.problem import SplitProblem
-from hetsplit.plan.types import Plan
 from hetsplit.search.base import register_partitioner
-from hetsplit.search.node_mapping import LoadBook, NodeMapping
+from hetsplit.search.node_mapping import LoadBook, NodeMapping, OneMappingPartitioner
 
 
 def lblp_assignment(nm: NodeMapping) -> np.ndarray:
@@ -45,11 +43,10 @@ def lblp_assignment(nm: NodeMapping) -> np.ndarray:
 
 @register_partitioner("lblp")
 @dataclass
-class LoadBalanceLongestPath:
+class LoadBalanceLongestPath(OneMappingPartitioner):
     """LBLP (seed 001, Algorithm 1): one node-to-unit mapping."""
 
     name: str = "lblp"
 
-    def solve(self, problem: SplitProblem) -> list[Plan]:
-        nm = NodeMapping(problem)
-        return [nm.plan(lblp_assignment(nm), self.name)]
+    def assignment(self, nm: NodeMapping) -> tuple[np.ndarray, dict]:
+        return lblp_assignment(nm), {}

@@ -151,6 +151,21 @@ class NodeMapping:
         return plan
 
 
+class OneMappingPartitioner:
+    """Base of the mappers that return one mapping: subclasses give ``assignment`` (and ``name``)."""
+
+    name: str
+
+    def assignment(self, nm: NodeMapping) -> tuple[np.ndarray, dict]:
+        """Device per layer and the plan's params."""
+        raise NotImplementedError
+
+    def solve(self, problem: SplitProblem) -> list[Plan]:
+        nm = NodeMapping(problem)
+        devices, params = self.assignment(nm)
+        return [nm.plan(devices, self.name, params)]
+
+
 @dataclass
 class LoadBook:
     """Running totals per device while a greedy mapper assigns layers."""
