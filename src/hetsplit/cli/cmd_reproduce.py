@@ -1,28 +1,57 @@
-"""hetsplit reproduce donna [--out DIR]: re-run a paper's experiments and check its claims."""
+"""hetsplit reproduce {donna,lblp} [--out DIR]: re-run a paper's experiments and check its claims."""
 
 from __future__ import annotations
 
 import sys
 import time
 import warnings
+from typing import Callable
 
 from hetsplit.cli.common import add_command
 from hetsplit.errors import HetsplitError
+
+PAPERS = {"donna": "AlShams et al., seed 000", "lblp": "Bougioukou & Antonakopoulos, IMC units, seed 001"}
 
 
 def register(sub) -> None:
     p = add_command(sub, "reproduce", "re-run a paper's experiment set and check its claims one by one",
                     ["hetsplit reproduce donna --out out/donna",
-                     "hetsplit reproduce donna --models vgg8 --media hb-wcc --out out/quick"])
-    p.add_argument("paper", choices=["donna"], help="which paper (donna: AlShams et al., seed 000)")
-    p.add_argument("--out", "-o", default="out/donna", metavar="DIR", help="where figures and claims.md go")
-    p.add_argument("--models", nargs="+", default=None, metavar="MODEL", help="default: resnet152 vgg19 vgg8")
-    p.add_argument("--media", nargs="+", default=None, metavar="MEDIUM", help="default: pcie5 hb-wcc lb-wcc")
-    p.add_argument("--no-edge", action="store_true", help="skip the edge-CIM + cloud experiment (Fig. 4)")
+                     "hetsplit reproduce donna --models vgg8 --media hb-wcc --out out/quick",
+                     "hetsplit reproduce lblp --out out/lblp",
+                     "hetsplit reproduce lblp --models resnet8 --quick --out out/lblp-quick"])
+    p.add_argument("paper", choices=list(PAPERS),
+                   help="which paper (" + "; ".join(f"{k}: {v}" for k, v in PAPERS.items()) + ")")
+    p.add_argument("--out", "-o", default=None, metavar="DIR",
+                   help="where figures and claims.md go (default: out/PAPER)")
+    p.add_argument("--models", nargs="+", default=None, metavar="MODEL",
+                   help="default: donna resnet152 vgg19 vgg8; lblp resnet8 resnet18 yolov8n")
+    donna = p.add_argument_group("donna")
+    donna.add_argument("--media", nargs="+", default=None, metavar="MEDIUM", help="default: pcie5 hb-wcc lb-wcc")
+    donna.add_argument("--no-edge", action="store_true", help="skip the edge-CIM + cloud experiment (Fig. 4)")
+    lblp = p.add_argument_group("lblp")
+    lblp.add_argument("--budget", type=float, default=None, metavar="S",
+                      help="map-opt's time budget per case in seconds (default 2, --quick 0.5)")
+    lblp.add_argument("--quick", action="store_true",
+                      help="a reduced run: coarse unit counts, 60 inputs, 2 RD seeds, one mix size")
+    lblp.add_argument("--algorithms", nargs="+", default=None, metavar="ALG",
+                      help="default: lblp wb rr rd heft map-opt (unregistered ones are skipped)")
     p.set_defaults(func=run)
 
 
+def _say() -> Callable[[str], None]:
+    t0 = time.perf_counter()
+
+    def say(msg: str) -> None:
+        print(f"[{time.perf_counter() - t0:6.1f} s] {msg}", file=sys.stderr, flush=True)
+
+    return say
+
+
 def run(args) -> int:
+    return _run_lblp(args) if args.paper == "lblp" else _run_donna(args)
+
+
+def _run_donna(args) -> int:
     from pathlib import Path
 
     from hetsplit.report import donna_repro as dr
@@ -32,19 +61,51 @@ def run(args) -> int:
     bad = [m for m in media if m not in dr.DONNA_MEDIA]
     if bad:
         raise HetsplitError(f"unknown medium {bad}; DONNA's media are {list(dr.DONNA_MEDIA)}")
-    t0 = time.perf_counter()
-
-    def say(msg: str) -> None:
-        print(f"[{time.perf_counter() - t0:6.1f} s] {msg}", file=sys.stderr, flush=True)
-
+    say = _say()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         scen = dr.run_scenarios(models=models, media=media, progress=say)
         say("single-GPU baseline")
         gpu = dr.single_gpu(models)
         edge = [] if args.no_edge else dr.run_edge(models)
-    paths = dr.write_report(Path(args.out), scen, gpu, edge)
+    paths = dr.write_report(Path(args.out or "out/donna"), scen, gpu, edge)
     for c in dr.check_claims(scen, gpu, edge):
         print(f"- [{c.verdict}] {c.claim}\n    {c.evidence}")
+    print("wrote " + ", ".join(str(p) for p in paths))
+    return 0
+
+
+def _lblp_config(args):
+    from dataclasses import replace
+
+    from hetsplit.experiments import lblp as ex
+
+    models = tuple(args.models or ex.MODELS)
+    cfg = ex.LblpConfig.quick(models) if args.quick else ex.LblpConfig(models=models)
+    if args.budget is not None:
+        cfg = replace(cfg, budget_s=args.budget)
+    if args.algorithms:
+        cfg = replace(cfg, algorithms=tuple(args.algorithms))
+    return cfg
+
+
+def _run_lblp(args) -> int:
+    from pathlib import Path
+
+    from hetsplit.experiments import lblp as ex
+    from hetsplit.report import lblp_repro as rep
+    from hetsplit.search import partitioner_names
+
+    unknown = [a for a in args.algorithms or () if a not in partitioner_names()]
+    if unknown:
+        raise HetsplitError(f"unknown algorithm(s) {unknown}; available: {partitioner_names()}")
+    results = ex.run(_lblp_config(args), progress=_say())
+    claims = ex.check_claims(results)
+    searches = [ex.compare_search(results, a) for a in ("map-opt", "heft")]
+    paths = rep.write_report(Path(args.out or "out/lblp"), results, claims, searches)
+    for c in claims:
+        print(f"- [{c.verdict}] {c.claim}\n    {c.evidence}")
+    for s in searches:
+        print(f"- {s.summary()}")
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0

@@ -1,0 +1,4 @@
+"""Experiment runners: they search and simulate, and return typed results.
+
+Runners never draw; ``hetsplit.report`` turns their results into figures, tables and files.
+"""
