@@ -60,7 +60,10 @@ class MapOpt:
         nm = NodeMapping(problem)
         starts = {"lblp": lblp_assignment(nm), "wb": weights_balance_assignment(nm),
                   "rr": round_robin_assignment(nm), "heft": heft_assignment(nm)[0]}
-        milp = solve_bottleneck(nm, MILP_SHARE * max(0.0, deadline - time.perf_counter()))
+        keys = scores(nm.evaluate(np.array(list(starts.values()))))
+        fitting = keys[keys[:, 0] == 0, 1]
+        milp = solve_bottleneck(nm, MILP_SHARE * max(0.0, deadline - time.perf_counter()),
+                                incumbent_s=float(fitting.min()) if len(fitting) else np.inf)
         if milp.devices is not None:
             starts["milp"] = milp.devices
         names = list(starts)
