@@ -22,6 +22,7 @@ from hetsplit.units import format_quantity
 def register(sub) -> None:
     p = add_command(sub, "run", "run a plan across processes (or hosts), measure it and verify every output",
                     ["hetsplit run out/plans.json resnet18 --inputs 16",
+                     "hetsplit run imce/plans.json resnet8 -n 200 --here   # IMC mapping, costed for its processes",
                      "hetsplit run plan.json resnet50 --cluster local --profile prof.json --compare --out cmp.json",
                      "hetsplit run plan.json resnet18 --cluster edge.yaml --emulate-links",
                      "hetsplit run plan.json resnet18 --hosts cpu0=10.0.0.1,cpu1=10.0.0.2  # per-host commands"])
@@ -36,6 +37,10 @@ def register(sub) -> None:
     p.add_argument("--cluster", "-c", default=None, help="cluster of the plan (default: the plan's own)")
     p.add_argument("--profile", default=None, help="hetsplit.profile/1 JSON for the predictions of --compare")
     p.add_argument("--compare", action="store_true", help="print predicted beside measured metrics")
+    p.add_argument("--here", action="store_true",
+                   help="compare (implies --compare) with a prediction for the processes that ran the plan here "
+                        "(every device a 1-thread local-cpu worker, costs from --profile or profiled now, loopback "
+                        "links; the simulator and the bound of this machine's shared cores), not the plan's cluster")
     p.add_argument("--emulate-links", action="store_true",
                    help="shape every link to the cluster's bandwidth and latency (needs root, ip and tc)")
     p.add_argument("--pin", action="store_true", help="pin each device's worker to its own CPU cores")
@@ -157,7 +162,17 @@ def _finish(args, report, plan, graph, cluster) -> int:
         console.print(f"node {args.node}: its devices finished; the driver's host reports the measurements")
         return 0
     doc = report.to_dict()
-    if args.compare:
+    if args.here:
+        from hetsplit.experiments.mapping_run import compare_run_here
+
+        result = compare_run_here(report, plan, graph, args.model, args.profile, args.latency_inputs, args.run_dir)
+        doc = result.to_dict()
+        if args.threads != 1:
+            doc["notes"].append(f"the run used {args.threads} threads per device; the prediction assumes 1")
+        print_compare(result.rows(), console)
+        for note in doc["notes"]:
+            console.print(f"note: {note}")
+    elif args.compare:
         from hetsplit.runtime import compare
         from hetsplit.runtime.measure import overhead_note, predict, profile_notes, simulate_prediction
 

@@ -1,0 +1,474 @@
+"""A node-to-unit mapping run for real on this machine, beside the simulator costed for the same processes.
+
+A mapping made for an IMC cluster (``imce-N``: layers on IMC and DPU units) runs with ``hetsplit run``
+as one worker process per unit on this machine's CPU (onnxruntime, one thread each). The plan's own
+metrics come from the IMC emulator's cost model, another machine: setting them beside the run
+compares nothing. Here the *same mapping* (layer -> unit) is costed for the processes that run it:
+
+- every unit becomes a ``local-cpu`` device (the built-in ``local`` cluster's device) under its own
+  name, so the plan applies unchanged; per-layer times come from a ``hetsplit.profile/1`` profile
+  measured here with one thread (``hetsplit profile MODEL --threads 1 --co-load K``), given or taken
+  on the spot with ``K = min(units, cores) - 1``: as many other cores busy as workers compute at once;
+- every link is the ``local`` cluster's loopback link: the runtime's own cost of a message as that
+  cluster records it (``bench/runtime_overhead.py``), a fixed 150 us per message plus bytes at 1 GB/s;
+- the discrete-event simulator (``plan.simulate``) streams inputs through the re-costed mapping, each
+  unit computing on a core of its own: ``simulated_throughput``;
+- the workers (and the driver that feeds them) share this machine's ``C`` cores, which the simulator
+  does not know. An input needs ``total work`` of CPU: the sum of its layers' times plus, per message
+  (driver messages included), the per-message cost charged as CPU once (an assumption: on a loaded
+  machine a hop's latency is mostly its two ends' CPU). So no schedule beats ``C / total work``, the
+  core-sharing bound, and the prediction is ``min(simulated, C / total work)``, that is
+  ``1 / max(per-unit bottleneck, total work / C)``.
+
+Measured beside it (``MappingRunResult``): throughput over the streamed inputs (their count over
+the time from the first one sent to the last output; the runtime's own figure, from the spacing of
+the outputs, is kept beside it: it overstates when outputs reach a core-starved driver in bursts),
+unloaded latency, every output checked against the unsplit model (max abs error), per unit its
+compute (wall time of its segments) and process CPU per input, and the *measured CPU bound*
+``C / (CPU per input of every process)``: how fast the machine could go given the CPU the run really
+spent; the gap between it and the prediction is the runtime's own CPU (transfer threads, driver)
+beyond the per-message cost assumed, which no profile holds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hetsplit.cluster.examples import usable_cores
+from hetsplit.cluster.types import Cluster
+from hetsplit.costs.profile import Profile
+from hetsplit.costs.problem import SplitProblem
+from hetsplit.errors import HetsplitError
+from hetsplit.graph.types import Graph
+from hetsplit.plan.tasks import TaskGraph
+from hetsplit.plan.types import Plan
+from hetsplit.runtime.measure import RunReport
+
+LOCAL_TEMPLATE = "local"      # the built-in cluster whose device and link stand for this machine's processes
+
+
+# ---- the machine the mapping really runs on ------------------------------------------------------
+
+def local_cluster(devices: list[str], name: str = "local-processes") -> Cluster:
+    """A cluster of ``devices`` (the plan's unit names), each a ``local-cpu`` worker process, joined by
+    the ``local`` built-in's loopback link."""
+    from hetsplit.cluster.examples import builtin_spec
+    from hetsplit.cluster.loader import cluster_from_dict
+
+    if not devices:
+        raise HetsplitError("a mapping run needs at least one device")
+    spec = builtin_spec(LOCAL_TEMPLATE)
+    template = {k: v for k, v in spec["devices"][0].items() if k not in ("name", "count")}
+    spec.update(name=name, description=f"{len(devices)} worker process(es) of this machine, named after the "
+                                       "plan's units (the built-in local cluster's device and loopback link)",
+                devices=[{**template, "name": d} for d in devices])
+    spec.pop("groups", None)
+    return cluster_from_dict(spec, origin=f"built-in {LOCAL_TEMPLATE}, renamed to the plan's units")
+
+
+def local_message_cost(cluster: Cluster) -> float:
+    """The loopback link's per-message latency (s): the runtime's own fixed cost of one message."""
+    if cluster.num_devices >= 2:
+        return float(cluster.latency_s[0, 1])
+    from hetsplit.cluster.examples import builtin_spec
+    from hetsplit.units import parse_quantity
+
+    link = builtin_spec(LOCAL_TEMPLATE)["links"]["default"]
+    return parse_quantity(link["latency"], "time", f"built-in {LOCAL_TEMPLATE}: links.default.latency")
+
+
+def default_co_load(units: int, cores: int) -> int:
+    """Other cores busy while a worker computes: as many workers as there are cores compute at once."""
+    return max(0, min(units, cores) - 1)
+
+
+def profile_here(model: str, units: int, cores: int | None = None, repeats: int = 20, warmup: int = 5,
+                 co_load: int | None = None) -> Profile:
+    """Measure ``model``'s per-layer times on this machine's CPU as the workers will see them: one
+    thread, ``co_load`` (default ``min(units, cores) - 1``) other cores running the model meanwhile."""
+    from hetsplit.costs.profiler import LOCAL_CPU, profile_model
+
+    cores = cores or usable_cores()
+    k = default_co_load(units, cores) if co_load is None else co_load
+    return profile_model(model, LOCAL_CPU, repeats=repeats, warmup=warmup, threads=1, co_load=k)
+
+
+def _as_profile(profile: str | Path | Profile) -> Profile:
+    if isinstance(profile, Profile):
+        return profile
+    from hetsplit.costs import load_profile
+
+    return load_profile(profile)
+
+
+# ---- the prediction ------------------------------------------------------------------------------
+
+@dataclass
+class LocalPrediction:
+    """The mapping costed for the worker processes that run it (SI units; see the module docstring)."""
+
+    model: str
+    algorithm: str
+    plan_cluster: str                 # the cluster the plan was made for (e.g. imce-4)
+    units: list[str]                  # the worker processes, one per unit with layers
+    cores: int                        # cores the workers and the driver share
+    layers_per_unit: dict[str, int]
+    compute_s: dict[str, float]       # per unit: the sum of its layers' profiled times
+    simulated_throughput: float       # discrete-event simulator, each unit on a core of its own
+    simulated_latency_s: float        # one input alone
+    closed_form_throughput: float     # the closed-form evaluator's bound on the same costs
+    messages: int                     # per input, between workers and to / from the driver
+    driver_messages: int
+    message_cost_s: float             # per message: link latency in the simulator, CPU in the core bound
+    compute_work_s: float             # sum of every unit's compute
+    profile_source: str
+    profile_co_load: int | None
+    profile_threads: int | None
+
+    @property
+    def total_work_s(self) -> float:
+        """CPU one input needs: every layer, plus the runtime's cost of every message."""
+        return self.compute_work_s + self.messages * self.message_cost_s
+
+    @property
+    def core_bound_throughput(self) -> float:
+        return self.cores / self.total_work_s if self.total_work_s > 0 else math.inf
+
+    @property
+    def predicted_throughput(self) -> float:
+        """``min(simulated, C / total work)`` = ``1 / max(per-unit bottleneck, total work / C)``."""
+        return min(self.simulated_throughput, self.core_bound_throughput)
+
+    @property
+    def limited_by(self) -> str:
+        return "cores" if self.core_bound_throughput < self.simulated_throughput else "units"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "algorithm": self.algorithm, "plan_cluster": self.plan_cluster,
+                "units": list(self.units), "cores": self.cores, "layers_per_unit": dict(self.layers_per_unit),
+                "compute_s": dict(self.compute_s), "simulated_throughput": self.simulated_throughput,
+                "simulated_latency_s": self.simulated_latency_s,
+                "closed_form_throughput": self.closed_form_throughput, "messages": self.messages,
+                "driver_messages": self.driver_messages, "message_cost_s": self.message_cost_s,
+                "compute_work_s": self.compute_work_s, "total_work_s": self.total_work_s,
+                "core_bound_throughput": self.core_bound_throughput,
+                "predicted_throughput": self.predicted_throughput, "limited_by": self.limited_by,
+                "profile_source": self.profile_source, "profile_co_load": self.profile_co_load,
+                "profile_threads": self.profile_threads}
+
+
+def local_problem(plan: Plan, graph: Graph, profile: Profile) -> SplitProblem:
+    """The SplitProblem of ``graph`` on the plan's units as local-cpu workers, costs from ``profile``."""
+    from hetsplit.costs import build_problem
+    from hetsplit.costs.profiler import LOCAL_CPU
+
+    if LOCAL_CPU not in profile.costs.types:
+        raise HetsplitError(f"the profile has no {LOCAL_CPU!r} costs (it has {profile.costs.types}); measure one "
+                            f"here with: hetsplit profile {graph.name} --threads 1")
+    if list(profile.costs.layer_names) != list(graph.names):
+        raise HetsplitError(f"the profile's layers are not those of {graph.name!r} (first difference at "
+                            f"{_first_diff(profile.costs.layer_names, graph.names)!r}); profile this model")
+    return build_problem(graph, local_cluster(plan.devices), profile.costs.select([LOCAL_CPU]))
+
+
+def _first_diff(a: list[str], b: list[str]) -> str:
+    for x, y in zip(a, b):
+        if x != y:
+            return x
+    return "(one list is longer)"
+
+
+def driver_message_count(tg: TaskGraph) -> int:
+    """Messages the driver sends and receives per input: each model input once to every unit that
+    reads it, each model output once from the unit that makes it (as the runtime's layout does)."""
+    from hetsplit.plan.tasks import SINK, SOURCE
+
+    out = set()
+    for e in range(len(tg.edge_src)):
+        p, q, pay = int(tg.edge_src[e]), int(tg.edge_dst[e]), int(tg.edge_payload[e])
+        if p == SOURCE and q >= 0:
+            out.add(("in", pay, tg.tasks[q].device))
+        elif q == SINK and p >= 0:
+            out.add(("out", pay))
+    return len(out)
+
+
+def predict_here(plan: Plan, graph: Graph, profile: str | Path | Profile, cores: int | None = None,
+                 message_cost_s: float | None = None, sim_inputs: int = 200) -> LocalPrediction:
+    """Cost ``plan`` for its worker processes on this machine (``cores`` shared; default this
+    process's) and simulate it. ``message_cost_s`` defaults to the loopback link's latency."""
+    from hetsplit.plan.check import check_plan
+    from hetsplit.plan.evaluate import evaluate
+    from hetsplit.plan.simulate import SimOptions, simulate
+
+    prof = _as_profile(profile)
+    problem = local_problem(plan, graph, prof)
+    cl = problem.cluster
+    tg = check_plan(graph, cl, plan)
+    sim = simulate(problem, tg, SimOptions(inputs=max(2, sim_inputs), keep_timeline=False))
+    metrics = evaluate(problem, plan)
+    layers = {d: 0 for d in cl.names}
+    for where in plan.placements().values():
+        for dev in [where] if isinstance(where, str) else [s.device for s in where]:  # whole, or shards
+            layers[dev] += 1
+    driver = driver_message_count(tg)
+    meta = prof.meta
+    return LocalPrediction(
+        model=graph.name, algorithm=plan.algorithm, plan_cluster=plan.cluster, units=list(cl.names),
+        cores=cores or usable_cores(), layers_per_unit=layers,
+        compute_s={d: float(metrics.compute_s_per_device.get(d, 0.0)) for d in cl.names},
+        simulated_throughput=float(sim.throughput), simulated_latency_s=float(sim.unloaded_latency_s),
+        closed_form_throughput=float(metrics.throughput), messages=len(tg.messages()) + driver,
+        driver_messages=driver,
+        message_cost_s=local_message_cost(cl) if message_cost_s is None else float(message_cost_s),
+        compute_work_s=float(sum(metrics.compute_s_per_device.values())), profile_source=str(meta.get("source", "")),
+        profile_co_load=None if meta.get("co_load") is None else int(meta["co_load"]),
+        profile_threads=None if meta.get("threads") is None else int(meta["threads"]))
+
+
+# ---- prediction beside measurement ----------------------------------------------------------------
+
+@dataclass
+class UnitCompute:
+    """One unit's worker: its layers, the profiled compute per input, what the run measured."""
+
+    device: str
+    layers: int
+    predicted_s: float            # sum of its layers' profiled times
+    measured_s: float             # median wall time of its segments per input (time-sharing included)
+    cpu_s: float | None           # its process's CPU time per input (compute and transfer threads)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"device": self.device, "layers": self.layers, "predicted_s": self.predicted_s,
+                "measured_s": self.measured_s, "cpu_s": self.cpu_s}
+
+
+@dataclass
+class MappingRunResult:
+    """Simulated (for this machine's processes) beside measured, for one mapping run."""
+
+    prediction: LocalPrediction
+    measured_throughput: float                 # streamed inputs / (last output - first streamed input sent)
+    output_rate: float                         # the runtime's throughput: from the spacing of the outputs
+    measured_latency_s: float                  # unloaded (the first inputs one at a time)
+    max_abs_err: float                         # every output against the unsplit model
+    outputs_checked: int
+    inputs: int
+    units: list[UnitCompute]
+    driver_cpu_per_input_s: float | None
+    notes: list[str] = field(default_factory=list)
+    report: RunReport | None = None            # the run's full measurements
+
+    @property
+    def simulated_throughput(self) -> float:
+        return self.prediction.simulated_throughput
+
+    @property
+    def predicted_throughput(self) -> float:
+        return self.prediction.predicted_throughput
+
+    @property
+    def ratio(self) -> float:
+        """Measured / predicted throughput (the prediction with the core-sharing bound)."""
+        p = self.predicted_throughput
+        return self.measured_throughput / p if p > 0 else math.nan
+
+    @property
+    def simulated_ratio(self) -> float:
+        """Measured / simulated throughput (each unit on a core of its own)."""
+        s = self.simulated_throughput
+        return self.measured_throughput / s if s > 0 else math.nan
+
+    @property
+    def measured_cpu_per_input_s(self) -> float | None:
+        """CPU time per input of every process of the run (workers and driver)."""
+        if any(u.cpu_s is None for u in self.units) or self.driver_cpu_per_input_s is None:
+            return None
+        return sum(u.cpu_s for u in self.units) + self.driver_cpu_per_input_s
+
+    @property
+    def measured_cpu_bound_throughput(self) -> float | None:
+        """``cores / measured CPU per input``: the best the machine allows for the CPU the run spent."""
+        cpu = self.measured_cpu_per_input_s
+        return self.prediction.cores / cpu if cpu else None
+
+    @property
+    def runtime_cpu_per_message_s(self) -> float | None:
+        """Process CPU per input beyond the workers' compute (wall) time, per message: the runtime's
+        own CPU for a message as this run spent it (compare ``prediction.message_cost_s``)."""
+        cpu = self.measured_cpu_per_input_s
+        if cpu is None or not self.prediction.messages:
+            return None
+        return max(0.0, cpu - sum(u.measured_s for u in self.units)) / self.prediction.messages
+
+    def rows(self) -> list[dict[str, Any]]:
+        """``metric, predicted, measured, ratio`` rows (what ``hetsplit run --compare`` prints)."""
+        p = self.prediction
+        rows = [
+            {"metric": "throughput, simulated (1/s)", "predicted": p.simulated_throughput,
+             "measured": self.measured_throughput},
+            {"metric": f"throughput, core bound {p.cores} cores (1/s)", "predicted": p.core_bound_throughput,
+             "measured": self.measured_throughput},
+            {"metric": "throughput, predicted = min (1/s)", "predicted": p.predicted_throughput,
+             "measured": self.measured_throughput},
+            {"metric": "throughput, measured-CPU bound (1/s)", "predicted": self.measured_cpu_bound_throughput,
+             "measured": self.measured_throughput},
+            {"metric": "throughput, output spacing (1/s)", "predicted": p.predicted_throughput,
+             "measured": self.output_rate},
+            {"metric": "latency, simulated (s)", "predicted": p.simulated_latency_s,
+             "measured": self.measured_latency_s},
+            {"metric": "CPU per input, all processes (s)", "predicted": p.total_work_s,
+             "measured": self.measured_cpu_per_input_s},
+            {"metric": "runtime CPU per message (s)", "predicted": p.message_cost_s,
+             "measured": self.runtime_cpu_per_message_s},
+        ]
+        for u in self.units:
+            rows.append({"metric": f"compute {u.device} ({u.layers} layers) (s)", "predicted": u.predicted_s,
+                         "measured": u.measured_s})
+        for r in rows:
+            pr, me = r["predicted"], r["measured"]
+            r["ratio"] = me / pr if pr and me is not None and math.isfinite(pr) else None
+        return rows
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"prediction": self.prediction.to_dict(), "measured_throughput": self.measured_throughput,
+                "output_rate": self.output_rate, "measured_latency_s": self.measured_latency_s,
+                "simulated_throughput": self.simulated_throughput,
+                "predicted_throughput": self.predicted_throughput, "ratio": self.ratio,
+                "simulated_ratio": self.simulated_ratio, "max_abs_err": self.max_abs_err,
+                "outputs_checked": self.outputs_checked, "inputs": self.inputs,
+                "units": [u.to_dict() for u in self.units], "driver_cpu_per_input_s": self.driver_cpu_per_input_s,
+                "measured_cpu_per_input_s": self.measured_cpu_per_input_s,
+                "measured_cpu_bound_throughput": self.measured_cpu_bound_throughput,
+                "runtime_cpu_per_message_s": self.runtime_cpu_per_message_s, "rows": self.rows(),
+                "notes": list(self.notes), "measured": self.report.to_dict() if self.report is not None else None}
+
+
+def stream_throughput(report: RunReport, latency_inputs: int, driver_doc: dict | None = None) -> float:
+    """Inputs per second over the streamed inputs (all but the first ``latency_inputs``): their count /
+    (last output - first streamed input sent). Unlike the spacing of the outputs (``report.throughput``)
+    it does not grow when outputs reach the driver in bursts, as they do when the driver waits for a
+    core. Exact with the driver's record (``rank0.json`` of the run directory); without it the streamed
+    inputs, all posted at once, are taken to leave together: the time is their longest latency."""
+    if driver_doc is not None:
+        t_in, t_out, k = driver_doc["t_in"], driver_doc["t_out"], int(driver_doc["latency_inputs"])
+        if len(t_out) > k and t_out[-1] > t_in[k]:
+            return (len(t_out) - k) / (t_out[-1] - t_in[k])
+    lat = list(report.latencies_s)
+    streamed = lat[latency_inputs:] if len(lat) > latency_inputs else lat
+    span = max(streamed) if streamed else 0.0
+    return len(streamed) / span if span > 0 else 0.0
+
+
+def compare_here(report: RunReport, prediction: LocalPrediction, latency_inputs: int,
+                 driver_doc: dict | None = None) -> MappingRunResult:
+    """The run's measurements beside the prediction for the same processes (``latency_inputs``: the
+    run's first inputs sent one at a time; ``driver_doc``: the driver's record, ``rank0.json``, for the
+    exact streamed throughput)."""
+    by_dev = {d["device"]: d for d in report.devices}
+    units = [UnitCompute(dev, prediction.layers_per_unit.get(dev, 0), prediction.compute_s.get(dev, 0.0),
+                         float(by_dev[dev]["compute_s"]) if dev in by_dev else math.nan,
+                         by_dev[dev].get("cpu_per_input_s") if dev in by_dev else None)
+             for dev in prediction.units]
+    verify = report.verify or {}
+    workers = len(report.devices)
+    notes = [f"{workers} worker process(es) and the driver share {prediction.cores} core(s); the simulator gives "
+             f"each unit a core of its own, the core-sharing bound {prediction.cores} / total work "
+             f"({prediction.total_work_s * 1e3:.3f} ms per input) caps it; prediction limited by "
+             f"{prediction.limited_by}"]
+    if prediction.profile_co_load is not None and \
+            prediction.profile_co_load != default_co_load(workers, prediction.cores):
+        notes.append(f"the profile was taken with co-load {prediction.profile_co_load}; "
+                     f"{min(workers, prediction.cores)} workers computed at once here")
+    if prediction.profile_threads not in (None, 1):
+        notes.append(f"the profile used {prediction.profile_threads} threads per layer; each worker computes with 1")
+    return MappingRunResult(prediction, stream_throughput(report, latency_inputs, driver_doc), float(report.throughput),
+                            float(report.latency_s),
+                            float(verify.get("max_abs_err", math.nan)), int(verify.get("outputs_checked", 0)),
+                            int(report.inputs), units, report.extra.get("driver_cpu_per_input_s"), notes, report)
+
+
+def read_driver_doc(run_dir: str | Path | None) -> dict | None:
+    """The driver's record of a run (``rank0.json`` in its run directory), or None."""
+    if run_dir is None:
+        return None
+    path = Path(run_dir) / "rank0.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def compare_run_here(report: RunReport, plan: Plan, graph: Graph, model: str,
+                     profile: str | Path | Profile | None = None, latency_inputs: int = 2,
+                     run_dir: str | Path | None = None, cores: int | None = None) -> MappingRunResult:
+    """A finished run of ``plan`` beside the prediction for its worker processes (what ``hetsplit run
+    --compare --here`` shows): costs from ``profile`` (a local-cpu profile), or profiled now."""
+    cores = cores or usable_cores()
+    prof = profile_here(model, len(plan.devices), cores) if profile is None else _as_profile(profile)
+    prediction = predict_here(plan, graph, prof, cores)
+    if profile is not None and not isinstance(profile, Profile):
+        prediction.profile_source = f"{profile}: {prediction.profile_source}"
+    return compare_here(report, prediction, latency_inputs, read_driver_doc(run_dir))
+
+
+# ---- the whole experiment ------------------------------------------------------------------------
+
+@dataclass
+class MappingRunOptions:
+    """How to run: ``inputs`` in all, the first ``latency_inputs`` one at a time (their median is the
+    unloaded latency; the first input of a run also pays every process's first-use costs), the rest
+    streamed; ``profile``: a
+    ``hetsplit.profile/1`` with local-cpu costs (path or Profile), None to measure one now
+    (``profile_repeats`` runs, ``co_load`` default ``min(units, cores) - 1``); ``cores``: shared by the
+    processes (default: this process's); ``message_cost_s``: default the loopback link's latency."""
+
+    inputs: int = 200
+    latency_inputs: int = 5
+    timeout_s: float = 60.0
+    profile: str | Path | Profile | None = None
+    profile_repeats: int = 20
+    co_load: int | None = None
+    cores: int | None = None
+    message_cost_s: float | None = None
+    sim_inputs: int = 200
+    pin: bool = False
+    split_dir: Path | None = None
+    run_dir: Path | None = None
+
+
+def run_mapping(model: str, plan: Plan | str | Path, options: MappingRunOptions | None = None) -> MappingRunResult:
+    """Profile (or load) ``model``'s costs here, simulate ``plan`` for its worker processes, run it
+    for real (one process per unit, every output verified) and set the two side by side."""
+    from hetsplit.plan.io import load_plan
+    from hetsplit.runtime import RunOptions, resolve_model, run_manifest, split_model
+
+    opts = options or MappingRunOptions()
+    if not isinstance(plan, Plan):
+        plan = load_plan(plan)
+    graph, path = resolve_model(model)
+    cores = opts.cores or usable_cores()
+    if opts.profile is None:
+        prof = profile_here(model, len(plan.devices), cores, opts.profile_repeats, co_load=opts.co_load)
+    else:
+        prof = _as_profile(opts.profile)
+    prediction = predict_here(plan, graph, prof, cores, opts.message_cost_s, opts.sim_inputs)
+    if opts.profile is not None and not isinstance(opts.profile, Profile):
+        prediction.profile_source = f"{opts.profile}: {prediction.profile_source}"
+    with contextlib.ExitStack() as stack:
+        split_dir = opts.split_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="hetsplit-split-")))
+        run_dir = opts.run_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="hetsplit-run-")))
+        manifest = split_model(plan, graph, path, Path(split_dir), cluster=local_cluster(plan.devices))
+        report = run_manifest(manifest, RunOptions(inputs=opts.inputs, latency_inputs=opts.latency_inputs,
+                                                   timeout_s=opts.timeout_s, run_dir=Path(run_dir), pin=opts.pin))
+        if report is None:  # only in multi-host runs, which this does not start
+            raise HetsplitError("the run returned no measurements")
+        driver_doc = read_driver_doc(run_dir)
+    result = compare_here(report, prediction, opts.latency_inputs, driver_doc)
+    if len(manifest.messages) != prediction.messages:
+        result.notes.append(f"the run moved {len(manifest.messages)} messages per input, the prediction counted "
+                            f"{prediction.messages}")
+    return result
