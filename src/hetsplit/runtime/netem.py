@@ -7,6 +7,11 @@ veth caps the rate at the link's bandwidth. The delay goes on a netem qdisc wher
 one; where it does not, the sender of each edge sleeps the link latency before each message, which
 is what the cost model charges (``latency + bytes / bandwidth`` per transfer). Needs root and
 ``ip``/``tc``: ``emulation_available()`` says why not. Everything created is removed on exit.
+
+Namespaces are named ``hetsplit-<pid>-<tag>-r<rank>`` (``runtime.netns_cleanup``), ``pid`` being the
+process that runs the emulation; veths ``hs<tag><i>v<j>`` (at most 15 characters), only ever inside
+those namespaces. A run killed before it could delete them leaves them behind: every emulated run
+starts by removing the namespaces of runs whose process is gone (so does ``hetsplit doctor``).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import numpy as np
 
 from hetsplit.errors import RuntimeFailure
 from hetsplit.runtime.manifest import Manifest
+from hetsplit.runtime.netns_cleanup import namespace_name, remove_stale_namespaces
 
 SUBNET = "10.213.0"
 WIRE_OVERHEAD = 1514 / 1448  # Ethernet + IP + TCP (timestamps) headers per full frame
@@ -64,7 +70,7 @@ def emulation_available() -> str | None:
     for tool in ("ip", "tc"):
         if shutil.which(tool) is None:
             return f"link emulation needs the '{tool}' command (package iproute2)"
-    probe = f"hsprobe{uuid.uuid4().hex[:6]}"
+    probe = namespace_name(uuid.uuid4().hex[:6], "probe")
     r = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
     if r.returncode != 0:
         return f"cannot create a network namespace here: {r.stderr.strip()}"
@@ -88,9 +94,10 @@ class Emulation:
         self.world = manifest.world_size
         self.links = links
         self.tag = uuid.uuid4().hex[:5]
-        self.namespaces = [f"hs{self.tag}r{r}" for r in range(self.world)]
+        self.namespaces = [namespace_name(self.tag, f"r{r}") for r in range(self.world)]
         self.netem = False
         self.shaped: list[tuple[int, int, float]] = []
+        self.removed_stale: list[str] = []
 
     def addr(self, rank: int) -> str:
         return f"{SUBNET}.{rank + 1}"
@@ -99,6 +106,7 @@ class Emulation:
         return ["ip", "netns", "exec", self.namespaces[rank]]
 
     def __enter__(self) -> "Emulation":
+        self.removed_stale = remove_stale_namespaces()   # those of earlier runs that were killed
         try:
             for r, ns in enumerate(self.namespaces):
                 _sh("ip", "netns", "add", ns)
