@@ -215,13 +215,7 @@ class ShardSurgeon:
                 track[node.output[0]] = -(rank - 1) if node.op_type == "Conv" else -1
             elif parts.anchor is not None:
                 ins = self._cut_epilogue(frag, node, ins, track, a, b, size, tag, where)
-            del nn.input[:]
-            nn.input.extend(ins)
-            del nn.output[:]
-            nn.output.extend(f"{o}{sfx}" if o else o for o in node.output)
-            for o in node.output:
-                if o:
-                    names[o] = f"{o}{sfx}"
+            _wire(nn, node, ins, sfx, names)
             nodes.append(nn)
         frag.nodes = nodes
 
@@ -303,13 +297,7 @@ class ShardSurgeon:
                 nn = onnx.NodeProto()
                 nn.CopyFrom(node)
                 nn.name = node.name + sfx
-                del nn.input[:]
-                nn.input.extend(names.get(x, x) for x in node.input)
-                del nn.output[:]
-                nn.output.extend(f"{o}{sfx}" if o else o for o in node.output)
-                for o in node.output:
-                    if o:
-                        names[o] = f"{o}{sfx}"
+                _wire(nn, node, [names.get(x, x) for x in node.input], sfx, names)
                 nodes.append(nn)
         nn = onnx.NodeProto()
         nn.CopyFrom(anchor)
@@ -471,3 +459,13 @@ def probe(model: onnx.ModelProto, inputs: list[TensorSpec], outputs: list[str], 
                          "(a Reshape to fixed sizes needs -1 where the split axis goes)") from None
     return {name: np.asarray(v) for name, v in zip(outputs, values)}
 
+
+def _wire(nn: onnx.NodeProto, node: onnx.NodeProto, inputs: list[str], sfx: str, names: dict[str, str]) -> None:
+    """Give the copy ``nn`` of ``node`` these inputs and ``node``'s outputs with ``sfx``, recorded in ``names``."""
+    del nn.input[:]
+    nn.input.extend(inputs)
+    del nn.output[:]
+    nn.output.extend(f"{o}{sfx}" if o else o for o in node.output)
+    for o in node.output:
+        if o:
+            names[o] = f"{o}{sfx}"

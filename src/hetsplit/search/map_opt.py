@@ -66,8 +66,8 @@ class MapOpt:
                                 incumbent_s=float(fitting.min()) if len(fitting) else np.inf)
         if milp.devices is not None:
             starts["milp"] = milp.devices
+            keys = np.concatenate([keys, scores(nm.evaluate(milp.devices))])
         names = list(starts)
-        keys = scores(nm.evaluate(np.array([starts[n] for n in names])))
         origin = names[best_row(keys)]
         search = LocalSearch(nm, np.random.default_rng(self.seed))
         searched = search.run(starts[origin], deadline, milp.lower_bound_s)
@@ -81,6 +81,7 @@ class MapOpt:
                        "optimal": proven, "start": origin, "chosen": chosen[0],
                        "simulated_throughput": simulated, "milp_status": milp.status,
                        "milp_links": milp.links_modelled, "milp_memory": milp.memory_modelled,
+                       "milp_exact": milp.exact, "evaluated": search.stats.evaluated,
                        "milp_s": round(milp.seconds, 3), "search_steps": search.stats.steps,
                        "restarts": search.stats.restarts, "seconds": round(time.perf_counter() - t0, 3)}
         return [plan]
