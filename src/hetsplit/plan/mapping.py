@@ -17,6 +17,8 @@ evaluator's metrics when no device pair carries two cuts (a test checks it).
 
 ``devices`` is an N x T array of device indices (task t of plan n on ``devices[n, t]``); the loop
 over tasks for the latency is the only Python loop, and it runs over all N plans at once.
+``TaskOverrides`` give per-plan task costs and edge bytes for encodings whose plans share one
+task structure but not the sizes of its shards (a zero-byte edge sends no message).
 """
 
 from __future__ import annotations
@@ -59,6 +61,21 @@ def _structure(tg: TaskGraph) -> _Structure:
     return _Structure(in_edges, pairs, np.flatnonzero(dst == SINK), tg.edge_src == SOURCE, dst == SINK)
 
 
+@dataclass
+class TaskOverrides:
+    """Per-plan costs replacing the task graph's own, task-major like the evaluator's own arrays:
+    T x N task time, energy and memory and E x N edge bytes (column n belongs to plan n)."""
+
+    time_s: np.ndarray
+    energy_j: np.ndarray
+    mem_bytes: np.ndarray
+    edge_bytes: np.ndarray
+
+    def columns(self, lo: int, hi: int) -> "TaskOverrides":
+        return TaskOverrides(*(np.ascontiguousarray(a[:, lo:hi]) for a in
+                               (self.time_s, self.energy_j, self.mem_bytes, self.edge_bytes)))
+
+
 class MappingEvaluator:
     """Evaluates device assignments of one TaskGraph (costs and index arrays prepared once)."""
 
@@ -82,15 +99,27 @@ class MappingEvaluator:
             raise PlanError(f"device indices must be in 0..{self.problem.num_devices - 1}")
         return dev
 
-    def evaluate(self, devices: np.ndarray | None = None) -> BatchMetrics:
-        """Metrics of every assignment (rows of ``devices``; default: the plan's own)."""
+    def evaluate(self, devices: np.ndarray | None = None, overrides: TaskOverrides | None = None) -> BatchMetrics:
+        """Metrics of every assignment (rows of ``devices``; default: the plan's own), with the task
+        costs and edge bytes of ``overrides`` where given."""
         dev = self.check_devices(devices)
+        if overrides is not None:
+            self._check_overrides(overrides, len(dev))
         d = self.problem.num_devices
         step = max(1, CHUNK_CELLS // max(1, d * d))
-        parts = [self._chunk(dev[i:i + step]) for i in range(0, len(dev), step)]
+        parts = [self._chunk(dev[i:i + step], None if overrides is None else overrides.columns(i, i + step))
+                 for i in range(0, len(dev), step)]
         if len(parts) == 1:
             return parts[0]
         return BatchMetrics(*[np.concatenate([getattr(p, f) for p in parts]) for f in BatchMetrics.__dataclass_fields__])
+
+    def _check_overrides(self, ov: TaskOverrides, n: int) -> None:
+        t, e = self.tg.num_tasks, len(self.tg.edge_src)
+        for name, arr, cols in (("time_s", ov.time_s, t), ("energy_j", ov.energy_j, t), ("mem_bytes", ov.mem_bytes, t),
+                                ("edge_bytes", ov.edge_bytes, e)):
+            if arr.shape != (cols, n):
+                raise PlanError(f"overrides.{name} is {arr.shape}; it must be {(cols, n)} "
+                                f"({'tasks' if cols == t else 'edges'} x plans)")
 
     # ---- one chunk of plans ----------------------------------------------------------------------
     def _links(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -103,14 +132,18 @@ class MappingEvaluator:
         return (np.where(off, cl.latency_s, 0.0).ravel(), per_byte.ravel(),
                 np.where(off, cl.energy_per_byte, 0.0).ravel())
 
-    def _chunk(self, dev: np.ndarray) -> BatchMetrics:
+    def _chunk(self, dev: np.ndarray, ov: TaskOverrides | None = None) -> BatchMetrics:
         """Metrics of a chunk of plans, computed task-major (T x N, E x N: contiguous rows per task/edge)."""
         pr, tg, s = self.problem, self.tg, self.s
         n, n_dev = dev.shape[0], pr.num_devices
         d = np.ascontiguousarray(dev.T)                       # T x N
         col = np.arange(n)[None, :]
-        cell = d + self._task_offset[:, None]
-        time, energy, mem = np.take(self._time, cell), np.take(self._energy, cell), np.take(self._mem, cell)
+        if ov is None:
+            cell = d + self._task_offset[:, None]
+            time, energy, mem = np.take(self._time, cell), np.take(self._energy, cell), np.take(self._mem, cell)
+            nbytes = tg.edge_bytes[:, None]
+        else:
+            time, energy, mem, nbytes = ov.time_s, ov.energy_j, ov.mem_bytes, ov.edge_bytes
         per_dev = (d * n + col).ravel()                       # device-major bins: d * N + plan
         bins = n * n_dev
         compute = np.bincount(per_dev, weights=time.ravel(), minlength=bins)
@@ -121,7 +154,6 @@ class MappingEvaluator:
         u, v = tg.endpoints(d)                                # E x N
         pair = u * n_dev + v
         lat, per_byte, joule = self._link_costs
-        nbytes = tg.edge_bytes[:, None]
         moves = (u != v) & (nbytes > 0)
         first = np.ones(u.shape, dtype=bool)  # first edge of its payload to its destination device
         for e, earlier in s.dup_pairs:

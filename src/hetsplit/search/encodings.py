@@ -1,0 +1,186 @@
+"""Chromosome encodings for the NSGA-II exploration: integer arrays in, metrics and plans out.
+
+Every encoding takes an N x n_var integer population (gene g in ``0..upper[g]``), evaluates all N in
+one call of a batch evaluator and decodes any row to a ``hetsplit.plan/2`` plan. Decoding is total:
+every chromosome is a valid plan (no repair needed).
+
+- ``naive`` (thesis 4.2.1): one gene per non-splittable layer (its device), n genes per splittable
+  layer (n = devices): the distinct devices among them split it by output channels, a device named
+  k times taking k/n of them. Length sp * n + L - sp.
+- ``advanced`` (thesis 4.2.2): a p x n matrix of split points over the re-indexed splittable
+  layers (0 = not used). In row r, devices ordered by value take split r of the splittable layers
+  after the previous value up to their own (ties: the lower device index; the others get none);
+  in row 1 the largest value reaches the last splittable layer (an all-zero row 1 gives device 0
+  everything), so every layer has a first split. Restriction 1: at most p splits per layer;
+  restriction 2: the non-splittable layers after a splittable one (and those before the first) run
+  on the device of its first split, which also concatenates. Length p * n.
+- ``spe`` (Guo et al., split point encoding; vertical only): n - 1 cut points in ``0..L``, sorted;
+  device i (cluster order) runs the layers between cuts i - 1 and i, consecutive layers in
+  topological order, so a plan is a pipeline (its first split point, always 0, is not a gene).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from hetsplit.costs.problem import SplitProblem
+from hetsplit.errors import HetsplitError
+from hetsplit.plan.batch import BatchMetrics
+from hetsplit.plan.evaluate import evaluate, evaluate_pipelines, make_plan
+from hetsplit.plan.types import Plan
+from hetsplit.search.hybrid_template import HybridAssignment, SlotTemplate
+
+ENCODINGS = ("naive", "advanced", "spe")
+
+
+class Encoding(Protocol):
+    """What the explorer needs of an encoding."""
+
+    name: str
+    n_var: int
+    upper: np.ndarray  # inclusive upper bound of every gene (lower bounds are 0)
+
+    def evaluate(self, x: np.ndarray) -> BatchMetrics: ...
+
+    def plan(self, x: np.ndarray, params: dict | None = None) -> Plan: ...
+
+
+def make_encoding(problem: SplitProblem, name: str, splits: int = 2) -> Encoding:
+    """The encoding ``name`` (naive, advanced, spe) of ``problem``; ``splits`` is p of ``advanced``."""
+    if name == "naive":
+        return NaiveEncoding(problem)
+    if name == "advanced":
+        return AdvancedEncoding(problem, splits)
+    if name == "spe":
+        return SplitPointEncoding(problem)
+    raise HetsplitError(f"unknown encoding {name!r}; choose one of {', '.join(ENCODINGS)}")
+
+
+def _population(x: np.ndarray, n_var: int, upper: np.ndarray, name: str) -> np.ndarray:
+    pop = np.atleast_2d(np.asarray(x)).astype(np.int64)
+    if pop.shape[1] != n_var:
+        raise HetsplitError(f"a {name} chromosome has {n_var} genes, not {pop.shape[1]}")
+    if pop.size and ((pop < 0) | (pop > upper[None, :])).any():
+        raise HetsplitError(f"{name} genes must lie in 0..upper (see the encoding's upper bounds)")
+    return pop
+
+
+class _HybridEncoding:
+    """Shared by naive and advanced: decode to a HybridAssignment, evaluate on a slot template."""
+
+    name = ""
+    template: SlotTemplate
+    n_var: int
+    upper: np.ndarray
+
+    def decode(self, pop: np.ndarray) -> HybridAssignment:
+        raise NotImplementedError
+
+    def assignment(self, x: np.ndarray) -> HybridAssignment:
+        return self.decode(_population(x, self.n_var, self.upper, self.name))
+
+    def evaluate(self, x: np.ndarray) -> BatchMetrics:
+        return self.template.evaluate(self.assignment(x))
+
+    def plan(self, x: np.ndarray, params: dict | None = None) -> Plan:
+        plan = self.template.to_plan(self.assignment(x), 0, f"nsga2-{self.name}",
+                                     {"encoding": self.name, **(params or {})})
+        plan.metrics = evaluate(self.template.problem, plan)
+        return plan
+
+
+class NaiveEncoding(_HybridEncoding):
+    """Thesis 4.2.1: a device gene per non-splittable layer, n device genes per splittable layer."""
+
+    name = "naive"
+
+    def __init__(self, problem: SplitProblem):
+        n = problem.num_devices
+        self.template = SlotTemplate(problem, n)
+        split = self.template.split_pos
+        width = np.where(split >= 0, n, 1)
+        self.layer_gene = np.concatenate([[0], np.cumsum(width)[:-1]])   # first gene of each layer
+        self.slot_gene = self.layer_gene[self.template.split][:, None] + np.arange(n)[None, :]
+        self.n_var = int(width.sum())
+        self.upper = np.full(self.n_var, n - 1, dtype=np.int64)
+
+    def decode(self, pop: np.ndarray) -> HybridAssignment:
+        slot_device = pop[:, self.slot_gene]
+        return HybridAssignment(pop[:, self.layer_gene], slot_device, np.ones(slot_device.shape, dtype=bool))
+
+
+class AdvancedEncoding(_HybridEncoding):
+    """Thesis 4.2.2: p x n split points over the splittable layers (see the module docstring)."""
+
+    name = "advanced"
+
+    def __init__(self, problem: SplitProblem, splits: int):
+        n = problem.num_devices
+        if not 1 <= splits <= n:
+            raise HetsplitError(f"--splits p must be in 1..{n} (the number of devices), not {splits}")
+        self.splits = splits
+        self.template = SlotTemplate(problem, splits)
+        s = len(self.template.split)
+        if s == 0:
+            raise HetsplitError(f"model {problem.graph.name!r} has no splittable layer (conv or fully connected "
+                                f"with >= {splits} output channels); use --encoding spe")
+        self.n_var = splits * n
+        self.upper = np.full(self.n_var, s, dtype=np.int64)
+        # restriction 2: every layer runs where the first split of the last splittable layer up to it runs
+        pos = np.maximum.accumulate(np.where(self.template.split_pos >= 0, self.template.split_pos, -1))
+        self.group = np.maximum(pos, 0)
+
+    def decode(self, pop: np.ndarray) -> HybridAssignment:
+        n_pop, n_dev, s = len(pop), self.template.problem.num_devices, len(self.template.split)
+        vals = pop.reshape(n_pop, self.splits, n_dev).copy()
+        row0 = vals[:, 0, :]
+        top = np.argmax(row0, axis=1)
+        row0[np.arange(n_pop), top] = s          # row 1 covers every splittable layer (all zero: device 0)
+        layer = np.arange(1, s + 1)
+        key = np.where(vals[..., None] >= layer, vals[..., None] * n_dev + np.arange(n_dev)[:, None], np.iinfo(np.int64).max)
+        slot_device = np.argmin(key, axis=2)      # N x p x S: lowest value >= s, ties to the lower device
+        used = np.take_along_axis(vals, slot_device, axis=2) >= layer
+        slot_device = np.where(used, slot_device, slot_device[:, :1, :]).transpose(0, 2, 1)
+        layer_device = slot_device[:, self.group, 0]
+        return HybridAssignment(layer_device, slot_device, used.transpose(0, 2, 1))
+
+
+@dataclass
+class _Pipelines:
+    bounds: np.ndarray    # N x n+1
+    devices: np.ndarray   # N x n (-1: unused stage)
+
+
+class SplitPointEncoding:
+    """Guo et al.'s split point encoding: vertical partitions as n - 1 sorted cut points."""
+
+    name = "spe"
+
+    def __init__(self, problem: SplitProblem):
+        self.problem = problem
+        self.n_var = max(1, problem.num_devices - 1)
+        self.upper = np.full(self.n_var, problem.num_layers, dtype=np.int64)
+
+    def decode(self, x: np.ndarray) -> _Pipelines:
+        pop = _population(x, self.n_var, self.upper, self.name)
+        n_pop, n_layers, n_dev = len(pop), self.problem.num_layers, self.problem.num_devices
+        cuts = np.sort(pop, axis=1)[:, : n_dev - 1]
+        full = np.concatenate([np.zeros((n_pop, 1), np.int64), cuts, np.full((n_pop, 1), n_layers)], axis=1)
+        starts, length = full[:, :-1], np.diff(full, axis=1)
+        order = np.argsort(length == 0, axis=1, kind="stable")   # non-empty stages first, in device order
+        keep = np.take_along_axis(length > 0, order, axis=1)
+        devices = np.where(keep, order, -1)
+        bounds = np.concatenate([np.where(keep, np.take_along_axis(starts, order, axis=1), n_layers),
+                                 np.full((n_pop, 1), n_layers)], axis=1)
+        return _Pipelines(bounds, devices)
+
+    def evaluate(self, x: np.ndarray) -> BatchMetrics:
+        p = self.decode(x)
+        return evaluate_pipelines(self.problem, p.bounds, p.devices)
+
+    def plan(self, x: np.ndarray, params: dict | None = None) -> Plan:
+        p = self.decode(x)
+        return make_plan(self.problem, p.bounds[0], p.devices[0], "nsga2-spe", {"encoding": self.name, **(params or {})})
