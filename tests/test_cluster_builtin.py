@@ -27,12 +27,12 @@ def off_diagonal(c, matrix):
 
 def test_names():
     names = builtin_names()
-    assert len(names) == len(set(names)) == 12 + 1 + 2 + 2 + len(SIRACUSA_SIZES) + len(IMCE_LISTED) + 1  # + local
+    assert len(names) == len(set(names)) == 12 + 1 + 2 + 2 + 1 + len(SIRACUSA_SIZES) + len(IMCE_LISTED) + 1  # + local
     for label in DONNA_SETS:
         for medium in DONNA_MEDIA:
             assert f"donna-{label}-{medium}" in names
     for extra in ("donna-1gpu", "donna-edge-4cim-cloud-gpu", "donna-edge-4cim-cloud-cpu", "jetson-xavier-nx-8",
-                  "jetson-xavier-nx-4", "siracusa-1", "siracusa-64", "imce-12", "local"):
+                  "jetson-xavier-nx-4", "jetson-xavier-nx-8-cpu", "siracusa-1", "siracusa-64", "imce-12", "local"):
         assert extra in names
 
 

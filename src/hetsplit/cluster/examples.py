@@ -69,17 +69,24 @@ def _donna_edge_cloud(cloud: str, preset: str) -> dict[str, Any]:
             "source": "cim0"}
 
 
-def _jetson(boards: int, paper: str) -> dict[str, Any]:
+def _jetson(boards: int, paper: str, pes: tuple[str, ...] = ("cpu", "gpu")) -> dict[str, Any]:
     devices, groups = [], {}
     for b in range(boards):
-        for pe in ("cpu", "gpu"):
+        for pe in pes:
             devices.append({"name": f"nx{b}-{pe}", "preset": f"xavier-nx-{pe}", "memory": "4GiB"})
-        groups[f"board{b}"] = {"devices": [f"nx{b}-cpu", f"nx{b}-gpu"], "medium": "jetson-shm"}
-    return {"name": f"jetson-xavier-nx-{boards}",
-            "description": (f"{paper}: {boards} Jetson Xavier NX boards on a Gigabit switch, CPU and GPU of each as "
-                            f"2 PEs ({2 * boards} PEs); jetson-shm inside a board, GbE between boards; each PE may "
-                            "use 4 GiB of its board's 8 GiB (assumption: an even split); inputs arrive at nx0-cpu"),
-            "devices": devices, "groups": groups, "links": {"default": "gbe"}, "source": "nx0-cpu"}
+        if len(pes) > 1:
+            groups[f"board{b}"] = {"devices": [f"nx{b}-{pe}" for pe in pes], "medium": "jetson-shm"}
+    only = "" if len(pes) > 1 else f"-{pes[0]}"
+    what = ("CPU and GPU of each as 2 PEs" if len(pes) > 1 else f"only the {pes[0].upper()} of each as a PE")
+    spec = {"name": f"jetson-xavier-nx-{boards}{only}",
+            "description": (f"{paper}: {boards} Jetson Xavier NX boards on a Gigabit switch, {what} "
+                            f"({len(pes) * boards} PEs); jetson-shm inside a board, GbE between boards; each PE may "
+                            "use 4 GiB of its board's 8 GiB (assumption: an even split); inputs arrive at "
+                            f"nx0-{pes[0]}"),
+            "devices": devices, "links": {"default": "gbe"}, "source": f"nx0-{pes[0]}"}
+    if groups:
+        spec["groups"] = groups
+    return spec
 
 
 def _siracusa(n: int) -> dict[str, Any]:
@@ -123,6 +130,7 @@ def _build() -> dict[str, dict[str, Any]]:
                   "devices": [{"name": "gpu0", "preset": "rtx3070ti"}]})
     specs += [_donna_edge_cloud("gpu", "rtx3070ti"), _donna_edge_cloud("cpu", "xeon-w3323")]
     specs += [_jetson(boards, paper) for boards, paper in JETSON_CLUSTERS.items()]
+    specs.append(_jetson(8, JETSON_CLUSTERS[8], ("cpu",)))      # the thesis's CPU-only experiments
     specs += [_siracusa(n) for n in SIRACUSA_SIZES]
     specs += [_imce(n) for n in IMCE_LISTED]
     specs += [_from_file(path) for path in sorted(BUILTIN_DIR.glob("*.yaml"))]
