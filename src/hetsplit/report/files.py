@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from hetsplit.plan import save_plans
 from hetsplit.plan.types import Plan
 
@@ -16,4 +18,20 @@ def write_plan_outputs(plans: list[Plan], out: Path, model: str, cluster: str) -
     title = f"{model} on {cluster}"
     return [save_plans(plans, out / "plans.json", model=model, cluster=cluster),
             pareto_plot(plans, out / "pareto.png", title),
+            write_report(plans, out / "report.html", title)]
+
+
+def write_explore_outputs(plans: list[Plan], best: np.ndarray, hypervolumes: np.ndarray, objectives: tuple[str, ...],
+                          out: Path, model: str, cluster: str, label: str, **extra) -> list[Path]:
+    """An exploration's plans.json (the Pareto set, with its per-generation history), convergence.png
+    (best value per objective per generation), hypervolume.png and report.html."""
+    from hetsplit.report.explore_plots import convergence_plot, hypervolume_plot
+    from hetsplit.report.html import write_report
+
+    title = f"{model} on {cluster}: {label}"
+    finite = [[float(v) if np.isfinite(v) else None for v in row] for row in best]
+    history = {"objectives": list(objectives), "best": finite, "hypervolume": [float(h) for h in hypervolumes]}
+    return [save_plans(plans, out / "plans.json", model=model, cluster=cluster, history=history, **extra),
+            convergence_plot({label: best}, objectives, out / "convergence.png", title),
+            hypervolume_plot({label: hypervolumes}, out / "hypervolume.png", title),
             write_report(plans, out / "report.html", title)]

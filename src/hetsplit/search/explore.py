@@ -124,6 +124,16 @@ class ExploreResult:
     def evaluations_per_s(self) -> float:
         return self.evaluations / self.eval_seconds if self.eval_seconds > 0 else float("inf")
 
+    @property
+    def best(self) -> np.ndarray:
+        """G x K: the best feasible value of each objective per generation."""
+        return np.array([g.best for g in self.history])
+
+    def hypervolumes(self, ref: np.ndarray | None = None) -> np.ndarray:
+        """Hypervolume per generation against ``ref`` (default: 1.1 x the worst front value seen)."""
+        ref = reference_point([g.front for g in self.history]) if ref is None else ref
+        return hypervolume_history(self.history, ref)
+
 
 class _EncodedProblem(Problem):
     """pymoo's view of an encoding: integer genes, K objectives, one memory constraint."""
