@@ -206,3 +206,17 @@ def test_bad_splits_and_genes_are_named():
         enc.evaluate(np.zeros((1, enc.n_var + 1), dtype=np.int64))
     with pytest.raises(HetsplitError, match="0..upper"):
         enc.evaluate(np.full((1, enc.n_var), 99, dtype=np.int64))
+
+
+@pytest.mark.parametrize("encoding", ["naive", "advanced", "spe"])
+def test_plans_in_one_batch_equal_plans_one_by_one(encoding):
+    problem = load_problem("resnet8", "jetson-xavier-nx-4")
+    enc = make_encoding(problem, encoding, 3)
+    x = random_population(enc, np.random.default_rng(5), 12, 0.3)
+    for fast, row in zip(enc.plans(x, {"seed": 1}), x):
+        slow = enc.plan(row, {"seed": 1})
+        assert fast.placements() == slow.placements()
+        assert fast.combine == slow.combine and fast.params == slow.params
+        for key, value in slow.metrics.to_dict().items():
+            got = fast.metrics.to_dict()[key]
+            assert got == (value if isinstance(value, str) else pytest.approx(value, rel=1e-9)), key

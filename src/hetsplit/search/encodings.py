@@ -28,9 +28,9 @@ import numpy as np
 
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import HetsplitError
-from hetsplit.plan.batch import BatchMetrics
+from hetsplit.plan.batch import BatchMetrics, metrics_at
 from hetsplit.plan.evaluate import evaluate, evaluate_pipelines, make_plan
-from hetsplit.plan.types import Plan
+from hetsplit.plan.types import Plan, Stage
 from hetsplit.search.hybrid_template import HybridAssignment, SlotTemplate
 
 ENCODINGS = ("naive", "advanced", "spe")
@@ -46,6 +46,8 @@ class Encoding(Protocol):
     def evaluate(self, x: np.ndarray) -> BatchMetrics: ...
 
     def plan(self, x: np.ndarray, params: dict | None = None) -> Plan: ...
+
+    def plans(self, x: np.ndarray, params: dict | None = None) -> list[Plan]: ...
 
 
 def make_encoding(problem: SplitProblem, name: str, splits: int = 2) -> Encoding:
@@ -86,10 +88,22 @@ class _HybridEncoding:
         return self.template.evaluate(self.assignment(x))
 
     def plan(self, x: np.ndarray, params: dict | None = None) -> Plan:
+        """One chromosome's plan, its metrics from the plan itself (``check_plan`` + the evaluator)."""
         plan = self.template.to_plan(self.assignment(x), 0, f"nsga2-{self.name}",
                                      {"encoding": self.name, **(params or {})})
         plan.metrics = evaluate(self.template.problem, plan)
         return plan
+
+    def plans(self, x: np.ndarray, params: dict | None = None) -> list[Plan]:
+        """Many chromosomes' plans, their metrics from one batch evaluation (equal to ``plan``'s)."""
+        a = self.assignment(x)
+        batch = self.template.evaluate(a)
+        out = []
+        for row in range(len(a)):
+            plan = self.template.to_plan(a, row, f"nsga2-{self.name}", {"encoding": self.name, **(params or {})})
+            plan.metrics = metrics_at(self.template.problem, batch, row)
+            out.append(plan)
+        return out
 
 
 class NaiveEncoding(_HybridEncoding):
@@ -184,3 +198,16 @@ class SplitPointEncoding:
     def plan(self, x: np.ndarray, params: dict | None = None) -> Plan:
         p = self.decode(x)
         return make_plan(self.problem, p.bounds[0], p.devices[0], "nsga2-spe", {"encoding": self.name, **(params or {})})
+
+    def plans(self, x: np.ndarray, params: dict | None = None) -> list[Plan]:
+        """Many chromosomes' pipeline plans, their metrics from one batch evaluation."""
+        p = self.decode(x)
+        batch = evaluate_pipelines(self.problem, p.bounds, p.devices)
+        names, layers = self.problem.cluster.names, self.problem.graph.names
+        out = []
+        for row in range(len(p.devices)):
+            b, d = p.bounds[row], p.devices[row]
+            stages = [Stage(names[int(d[s])], layers[b[s]:b[s + 1]]) for s in range(len(d)) if d[s] >= 0]
+            out.append(Plan(self.problem.graph.name, self.problem.cluster.name, "nsga2-spe",
+                            stages, {"encoding": self.name, **(params or {})}, metrics_at(self.problem, batch, row)))
+        return out

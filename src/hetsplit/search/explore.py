@@ -211,11 +211,9 @@ def _pareto_plans(enc: Encoding, res, options: ExploreOptions) -> tuple[list[Pla
               "seed": options.seed}
     if options.encoding == "advanced":
         params["splits"] = options.splits
-    plans = []
-    for i in cand:
-        plan = enc.plan(np.asarray(x[i], dtype=np.int64), params)
+    plans = enc.plans(np.asarray(x[cand], dtype=np.int64), params)
+    for plan in plans:
         plan.pareto = True
-        plans.append(plan)
     return plans, f[cand]
 
 
