@@ -33,6 +33,13 @@ class BatchMetrics:
         return len(self.throughput)
 
 
+def concat_metrics(parts: list[BatchMetrics]) -> BatchMetrics:
+    """The metrics of several batches as one (in order)."""
+    if len(parts) == 1:
+        return parts[0]
+    return BatchMetrics(*[np.concatenate([getattr(p, f) for p in parts]) for f in BatchMetrics.__dataclass_fields__])
+
+
 def metrics_at(problem: SplitProblem, batch: BatchMetrics, i: int) -> Metrics:
     """The Metrics of plan i of an evaluated batch."""
     names = problem.cluster.names

@@ -29,7 +29,7 @@ import numpy as np
 
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import PlanError
-from hetsplit.plan.batch import BatchMetrics
+from hetsplit.plan.batch import BatchMetrics, concat_metrics
 from hetsplit.plan.task_costs import TaskCosts, task_costs
 from hetsplit.plan.tasks import SINK, SOURCE, TaskGraph
 
@@ -109,9 +109,7 @@ class MappingEvaluator:
         step = max(1, CHUNK_CELLS // max(1, d * d))
         parts = [self._chunk(dev[i:i + step], None if overrides is None else overrides.columns(i, i + step))
                  for i in range(0, len(dev), step)]
-        if len(parts) == 1:
-            return parts[0]
-        return BatchMetrics(*[np.concatenate([getattr(p, f) for p in parts]) for f in BatchMetrics.__dataclass_fields__])
+        return concat_metrics(parts)
 
     def _check_overrides(self, ov: TaskOverrides, n: int) -> None:
         t, e = self.tg.num_tasks, len(self.tg.edge_src)

@@ -30,7 +30,7 @@ import numpy as np
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.graph.shard import combine_layer, shard_layer
 from hetsplit.graph.types import CONV, GEMM, INPUT, Layer
-from hetsplit.plan.batch import BatchMetrics
+from hetsplit.plan.batch import BatchMetrics, concat_metrics
 from hetsplit.plan.mapping import MappingEvaluator, TaskOverrides
 from hetsplit.plan.task_costs import task_costs
 from hetsplit.plan.tasks import SINK, SOURCE, Task, TaskGraphBuilder
@@ -260,10 +260,15 @@ class SlotTemplate:
         out[:, self.split] = a.slot_device[:, :, 0]
         return out
 
-    def evaluate(self, a: HybridAssignment) -> BatchMetrics:
-        """Metrics of every mapping of ``a``, in one call of the batch evaluator."""
-        dev, ov = self.arrays(a)
-        return self.evaluator.evaluate(dev, ov)
+    def evaluate(self, a: HybridAssignment, chunk: int = 256) -> BatchMetrics:
+        """Metrics of every mapping of ``a`` from the batch evaluator, ``chunk`` mappings per call
+        (the per-plan arrays of a chunk stay cache-sized)."""
+        parts = []
+        for lo in range(0, len(a), chunk):
+            part = HybridAssignment(a.layer_device[lo:lo + chunk], a.slot_device[lo:lo + chunk],
+                                    a.slot_used[lo:lo + chunk])
+            parts.append(self.evaluator.evaluate(*self.arrays(part)))
+        return concat_metrics(parts)
 
     def to_plan(self, a: HybridAssignment, row: int, algorithm: str, params: dict | None = None) -> Plan:
         """The plan/2 mapping of mapping ``row`` (shards merged per device, concat placed)."""
