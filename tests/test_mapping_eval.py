@@ -198,3 +198,19 @@ def test_a_branching_mapping_worked_by_hand():
     # memory: d0 holds l0 (10+8) and l3 (10+2), the input 1, receives 4+6, sends 8+8, delivers 2
     assert m.memory_per_device_bytes["d0"] == pytest.approx(18 + 12 + 1 + 10 + 16 + 2)
     assert m.bottleneck == "stage d2"
+
+
+def test_shard_tasks_with_one_name_are_costed_each_by_its_own_slice():
+    """task_costs builds a Graph of the tasks' work; tasks sharing a name must not share a cost."""
+    from hetsplit.graph.shard import shard_layer
+    from hetsplit.plan.task_costs import task_costs
+    from hetsplit.plan.tasks import Task, TaskGraphBuilder
+    from hetsplit.workflow import load_problem
+
+    problem = load_problem("alexnet", "jetson-xavier-nx-4")
+    layer = problem.graph.layers[0]
+    b = TaskGraphBuilder(problem.graph, problem.cluster, "direct")
+    for lo, hi in [(0, 16), (0, 32), (16, 64)]:
+        b.task(Task("same", "shard", (0,), 0, shard_layer(layer, "out", lo, hi, 64), "out", lo, hi, 64))
+    t = task_costs(problem, b.build()).time_s[:, 0]
+    assert t[0] < t[1] < t[2]

@@ -63,7 +63,7 @@ def task_costs(problem: SplitProblem, tg: TaskGraph) -> TaskCosts:
 def _model_tasks(problem: SplitProblem, tg: TaskGraph, ks: list[int], time: np.ndarray, energy: np.ndarray,
                  mem: np.ndarray) -> None:
     table, graph = problem.costs, problem.graph
-    work = [replace(tg.tasks[k].work, name=tg.tasks[k].name) for k in ks]
+    work = [replace(tg.tasks[k].work, name=f"{k}:{tg.tasks[k].name}") for k in ks]  # unique: a Graph indexes by name
     parents = sorted({tg.tasks[k].layers[0] for k in ks if tg.tasks[k].kind == "shard"})
     parent_layers = [replace(graph.layers[p], name=f"{graph.layers[p].name}#whole") for p in parents]
     for ti, type_name in enumerate(table.types):
