@@ -17,7 +17,7 @@ draws and writes them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -199,15 +199,20 @@ def _advanced(results: HybridResults, model: str, setting: str) -> list[RunRecor
     return [r for r in (results.run_of(model, setting, _label("advanced", p)) for p in results.config.splits) if r]
 
 
+def _naive_beside_advanced(results: HybridResults) -> Iterator[tuple[str, str, RunRecord, list[RunRecord]]]:
+    """(model, setting, the naive run, the advanced runs) of every case that has both."""
+    for model, setting in results.cases():
+        naive = results.run_of(model, setting, "naive")
+        adv = _advanced(results, model, setting)
+        if naive is not None and adv:
+            yield model, setting, naive, adv
+
+
 def claim_advanced_converges_faster(results: HybridResults) -> Claim:
     """Fig. 12, 13, 19, 20, 25, 26: the advanced chromosome converges faster and ends better."""
     passed, total, notes = 0, 0, []
     early = max(1, results.config.generations // 10)
-    for model, setting in results.cases():
-        naive = results.run_of(model, setting, "naive")
-        adv = _advanced(results, model, setting)
-        if naive is None or not adv:
-            continue
+    for model, setting, naive, adv in _naive_beside_advanced(results):
         best_adv_final = np.min([r.final for r in adv], axis=0)
         best_adv_early = np.min([r.best[early - 1] for r in adv], axis=0)
         wins_final = int((best_adv_final < naive.final).sum())
@@ -279,11 +284,7 @@ def claim_gpus_do_not_help(results: HybridResults) -> Claim:
 def claim_best_scores_are_advanced(results: HybridResults) -> Claim:
     """Sec. 5.2: every best score comes from an advanced chromosome."""
     passed, total, losers = 0, 0, []
-    for model, setting in results.cases():
-        naive = results.run_of(model, setting, "naive")
-        adv = _advanced(results, model, setting)
-        if naive is None or not adv:
-            continue
+    for model, setting, naive, adv in _naive_beside_advanced(results):
         best_adv = np.min([r.final for r in adv], axis=0)
         for j, name in enumerate(THESIS_OBJECTIVES):
             total += 1

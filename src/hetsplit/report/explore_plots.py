@@ -40,10 +40,7 @@ def convergence_plot(runs: dict[str, np.ndarray], objectives: tuple[str, ...], p
     axes[0, 0].legend(fontsize=8)
     if title:
         fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def hypervolume_plot(runs: dict[str, np.ndarray], path: str | Path, title: str = "",
@@ -63,6 +60,10 @@ def hypervolume_plot(runs: dict[str, np.ndarray], path: str | Path, title: str =
     ax.legend(fontsize=8)
     if title:
         ax.set_title(title, fontsize=10)
+    return _save(fig, path)
+
+
+def _save(fig, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
