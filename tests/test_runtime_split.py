@@ -103,3 +103,16 @@ def test_out_of_order_layers_are_refused(toy, tmp_path):
 def test_missing_manifest_is_a_clear_error(tmp_path):
     with pytest.raises(RuntimeFailure, match="hetsplit split"):
         load_manifest(tmp_path)
+
+
+def test_a_worker_reports_its_own_peak_memory_not_its_launchers(tmp_path):
+    """ru_maxrss of a fork+exec child carries the parent's peak; the worker reads VmHWM instead."""
+    import subprocess
+    import sys
+
+    ballast = bytearray(300 * 2**20)                 # the launcher's peak grows by 300 MB
+    ballast[::4096] = b"x" * len(ballast[::4096])
+    out = subprocess.run([sys.executable, "-c", "from hetsplit.runtime.process import peak_rss_bytes; "
+                          "print(peak_rss_bytes())"], capture_output=True, text=True, check=True)
+    del ballast
+    assert int(out.stdout) < 250 * 2**20

@@ -70,7 +70,12 @@ def wait_threads(shared: Shared, *threads) -> None:
 
 
 def peak_rss_bytes() -> int:
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+    """This worker's own peak RSS: the kernel's VmHWM. ``ru_maxrss`` is not used where VmHWM exists:
+    a child started by fork + exec inherits its launcher's peak there."""
+    from hetsplit.costs.profiler.memory import peak_rss_bytes as vm_hwm
+
+    own = vm_hwm()
+    return own if own is not None else int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
 # ---- a stage -----------------------------------------------------------------------------------
