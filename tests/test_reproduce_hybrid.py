@@ -36,3 +36,20 @@ def test_reproduce_hybrid_writes_claims_with_numbers(tmp_path):
     assert doc["config"]["pop_size"] == 16 and len(doc["claims"]) == 5
     assert any(g["exact_points"] > 0 for g in doc["exact_gaps"])
     assert (out / "convergence-alexnet-cpu.png").stat().st_size > 0
+
+
+def test_explore_command_writes_the_pareto_set_and_its_history(tmp_path, capsys):
+    out = tmp_path / "ex"
+    assert main(["explore", "alexnet", "-c", "jetson-xavier-nx-8-cpu", "--encoding", "advanced", "--splits", "4",
+                 "--objectives", "latency", "memory-per-device", "--pop", "20", "--gens", "3", "--out", str(out)]) == 0
+    doc = json.loads((out / "plans.json").read_text())
+    assert doc["format"] == "hetsplit.planset/1" and doc["encoding"] == "advanced"
+    assert doc["history"]["objectives"] == ["latency", "memory-per-device"] and len(doc["history"]["best"]) == 3
+    assert all(p["pareto"] and p["format"] == "hetsplit.plan/2" for p in doc["plans"])
+    assert (out / "convergence.png").exists() and (out / "hypervolume.png").exists()
+    assert "evaluations" in capsys.readouterr().out
+
+
+def test_explore_command_names_bad_options(capsys):
+    assert main(["explore", "alexnet", "-c", "jetson-xavier-nx-4", "--splits", "9"]) == 2
+    assert "--splits p must be in 1..8" in capsys.readouterr().err
