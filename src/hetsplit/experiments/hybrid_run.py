@@ -44,11 +44,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from hetsplit.costs.problem import SplitProblem
 from hetsplit.costs.profile import Profile
 from hetsplit.errors import HetsplitError
-from hetsplit.experiments.mapping_run import (MappingRunOptions, MappingRunResult, local_cluster, profile_here,
-                                              run_mapping)
+from hetsplit.experiments.mapping_run import (MappingRunOptions, MappingRunResult, profile_here,
+                                              run_mapping, workers_problem)
 from hetsplit.graph.types import Graph
 from hetsplit.plan.types import Plan
 from hetsplit.search.explore import THESIS_OBJECTIVES, ExploreOptions, ExploreResult, explore
@@ -163,20 +162,6 @@ class HybridRunRow:
 def worker_names(count: int) -> list[str]:
     """The local workers' device names (those of the built-in ``local`` cluster)."""
     return [f"local-cpu{i}" for i in range(count)]
-
-
-def hybrid_problem(graph: Graph, profile: Profile, devices: list[str]) -> SplitProblem:
-    """``graph`` on ``devices`` as local worker processes, per-layer costs from a local-cpu ``profile``."""
-    from hetsplit.costs import build_problem
-    from hetsplit.costs.profiler import LOCAL_CPU
-
-    if LOCAL_CPU not in profile.costs.types:
-        raise HetsplitError(f"the profile has no {LOCAL_CPU!r} costs (it has {profile.costs.types}); measure one "
-                            f"here with: hetsplit profile {graph.name} --threads 1")
-    if list(profile.costs.layer_names) != list(graph.names):
-        raise HetsplitError(f"the profile's layers ({len(profile.costs.layer_names)}) are not those of "
-                            f"{graph.name!r} ({len(graph.names)}); profile this model here")
-    return build_problem(graph, local_cluster(devices), profile.costs.select([LOCAL_CPU]))
 
 
 def split_layers(plan: Plan) -> tuple[str, ...]:
@@ -392,7 +377,7 @@ def run_best_hybrid_plans(options: HybridRunOptions | None = None,
         from hetsplit.costs import load_profile
 
         profile = load_profile(opts.profile)
-    problem = hybrid_problem(graph, profile, devices)
+    problem = workers_problem(graph, profile, devices)
     picks: list[tuple[str, PickedPlan]] = []
     for encoding, p in opts.chromosomes():
         label = _label(encoding, p)

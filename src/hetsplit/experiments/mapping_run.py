@@ -165,6 +165,11 @@ class LocalPrediction:
 
 def local_problem(plan: Plan, graph: Graph, profile: Profile) -> SplitProblem:
     """The SplitProblem of ``graph`` on the plan's units as local-cpu workers, costs from ``profile``."""
+    return workers_problem(graph, profile, plan.devices)
+
+
+def workers_problem(graph: Graph, profile: Profile, devices: list[str]) -> SplitProblem:
+    """The SplitProblem of ``graph`` on ``devices`` as local-cpu worker processes, costs from ``profile``."""
     from hetsplit.costs import build_problem
     from hetsplit.costs.profiler import LOCAL_CPU
 
@@ -174,7 +179,7 @@ def local_problem(plan: Plan, graph: Graph, profile: Profile) -> SplitProblem:
     if list(profile.costs.layer_names) != list(graph.names):
         raise HetsplitError(f"the profile's layers are not those of {graph.name!r} (first difference at "
                             f"{_first_diff(profile.costs.layer_names, graph.names)!r}); profile this model")
-    return build_problem(graph, local_cluster(plan.devices), profile.costs.select([LOCAL_CPU]))
+    return build_problem(graph, local_cluster(devices), profile.costs.select([LOCAL_CPU]))
 
 
 def _first_diff(a: list[str], b: list[str]) -> str:
