@@ -24,7 +24,8 @@ import numpy as np
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.plan.types import Plan
 from hetsplit.search import make_partitioner
-from hetsplit.search.explore import THESIS_OBJECTIVES, ExploreOptions, explore, hypervolume, reference_point
+from hetsplit.search.explore import (THESIS_OBJECTIVES, ExploreOptions, explore, hypervolume, hypervolume_history,
+                                     reference_point)
 from hetsplit.workflow import load_problem
 
 MODELS = ("alexnet", "vgg16", "densenet121")
@@ -135,7 +136,7 @@ def _score(runs: list[RunRecord], others: tuple[np.ndarray, ...] = ()) -> np.nda
     over their fronts and ``others``), which is returned."""
     ref = reference_point([f for r in runs for f in r.fronts] + list(others))
     for r in runs:
-        r.hypervolume = np.array([hypervolume(f, ref) for f in r.fronts])
+        r.hypervolume = hypervolume_history(r.fronts, ref)
     return ref
 
 

@@ -21,11 +21,8 @@ the unsplit model. A row sets beside each other:
   prediction (simulator capped by the core-sharing bound: the workers share this machine's cores),
   and the measured one over the streamed inputs;
 - memory per device (bytes): the model's largest device memory (weights, live tensors, bytes sent and
-  received) beside the largest worker's peak RSS, sampled here from ``/proc/PID/status`` (VmHWM)
-  while the run goes (``PeakRssSampler``). The runtime's own ``peak_rss_bytes`` is ``ru_maxrss``,
-  which Linux carries across fork + exec: a worker reports at least its launcher's peak RSS (here
-  this process's, with torch and the explorer loaded), so it is kept only as
-  ``runtime_reported_rss_bytes``. A worker's RSS also holds the interpreter, torch and onnxruntime:
+  received) beside the largest worker's peak RSS as the runtime reports it (each worker's own VmHWM,
+  ``runtime.process.peak_rss_bytes``). A worker's RSS also holds the interpreter, torch and onnxruntime:
   an idle process with the worker's imports is measured once (``memory_baseline_bytes``), so
   ``measured - baseline`` compares with the model;
 - energy per device (J): the model's value rests on an assumed power per busy core (the profile's
@@ -35,11 +32,9 @@ the unsplit model. A row sets beside each other:
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -48,7 +43,6 @@ from hetsplit.costs.profile import Profile
 from hetsplit.errors import HetsplitError
 from hetsplit.experiments.mapping_run import (MappingRunOptions, MappingRunResult, profile_here,
                                               run_mapping, workers_problem)
-from hetsplit.graph.types import Graph
 from hetsplit.plan.types import Plan
 from hetsplit.search.explore import THESIS_OBJECTIVES, ExploreOptions, ExploreResult, explore
 
@@ -119,9 +113,8 @@ class HybridRunRow:
     predicted_throughput: float          # mapping_run: simulator capped by the core-sharing bound
     measured_throughput: float           # over the streamed inputs
     predicted_memory_per_device_bytes: float
-    measured_memory_per_device_bytes: float | None   # the largest worker's peak RSS (VmHWM, sampled)
+    measured_memory_per_device_bytes: float | None   # the largest worker's peak RSS (its VmHWM)
     memory_baseline_bytes: float | None  # peak RSS of an idle process with the worker's imports
-    runtime_reported_rss_bytes: float | None         # the runtime's ru_maxrss (launcher's peak included)
     predicted_energy_per_device_j: float
     measured_energy_per_device_j: float | None
     max_abs_err: float
@@ -149,7 +142,6 @@ class HybridRunRow:
                 "predicted_memory_per_device_bytes": self.predicted_memory_per_device_bytes,
                 "measured_memory_per_device_bytes": self.measured_memory_per_device_bytes,
                 "memory_baseline_bytes": self.memory_baseline_bytes,
-                "runtime_reported_rss_bytes": self.runtime_reported_rss_bytes,
                 "measured_memory_above_baseline_bytes": self.measured_memory_above_baseline_bytes,
                 "predicted_energy_per_device_j": self.predicted_energy_per_device_j,
                 "measured_energy_per_device_j": self.measured_energy_per_device_j,
@@ -213,96 +205,16 @@ def pick_best_plans(result: ExploreResult, best_of: tuple[str, ...] = BEST_OF,
     return out
 
 
-def _vmhwm_bytes(status: str) -> int | None:
-    """VmHWM (the process's own peak RSS) from the text of ``/proc/PID/status``."""
-    for line in status.splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    return None
-
-
-class PeakRssSampler:
-    """Peak RSS (VmHWM) of every process of one run, by rank, sampled every ``period_s`` while it runs.
-
-    A run's processes are found by their command line (``-m hetsplit.runtime.process RUN_DIR RANK``,
-    as ``runtime.launch`` starts them); VmHWM only grows, so the last sample of a process is its peak
-    up to then. Use as a context manager around the run; ``peak_bytes``: rank -> bytes."""
-
-    MODULE = "hetsplit.runtime.process"
-
-    def __init__(self, run_dir: Path, period_s: float = 0.05):
-        self.run_dir, self.period_s = str(run_dir), period_s
-        self.peak_bytes: dict[int, int] = {}
-        self._pids: dict[int, int] = {}             # pid -> rank
-        self._seen = set(self._all_pids())          # pids that are not (or not yet could be) the run's
-        self._own = Path("/proc/self/cmdline").read_bytes() if Path("/proc/self/cmdline").exists() else b""
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="rss-sampler", daemon=True)
-
-    @staticmethod
-    def _all_pids() -> list[int]:
-        try:
-            return [int(p) for p in os.listdir("/proc") if p.isdigit()]
-        except OSError:
-            return []
-
-    def _rank_of(self, pid: int) -> int | None | bool:
-        """The run rank of ``pid``; None: not the run's; False: not exec'd yet (look again)."""
-        try:
-            raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            return None
-        if not raw or raw == self._own:
-            return False
-        args = raw.decode(errors="replace").split("\0")
-        if self.MODULE in args:
-            i = args.index(self.MODULE)
-            if args[i + 1:i + 2] == [self.run_dir] and args[i + 2:i + 3] and args[i + 2].isdigit():
-                return int(args[i + 2])
-        return None
-
-    def sample(self) -> None:
-        for pid in self._all_pids():
-            if pid in self._seen or pid in self._pids:
-                continue
-            rank = self._rank_of(pid)
-            if rank is False:
-                continue
-            if rank is None:
-                self._seen.add(pid)
-            else:
-                self._pids[pid] = rank
-        for pid, rank in self._pids.items():
-            try:
-                hwm = _vmhwm_bytes(Path(f"/proc/{pid}/status").read_text())
-            except OSError:
-                continue
-            if hwm is not None:
-                self.peak_bytes[rank] = max(hwm, self.peak_bytes.get(rank, 0))
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.period_s):
-            self.sample()
-
-    def __enter__(self) -> "PeakRssSampler":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
 def idle_worker_rss_bytes() -> int | None:
     """Peak RSS (VmHWM) of a fresh process that imports what a mapping worker imports (interpreter,
     numpy, torch, onnxruntime, the runtime), with no model loaded; None where it cannot be measured."""
     code = ("import onnxruntime, hetsplit.runtime.mapping_worker\n"
-            "from hetsplit.runtime.process import limit_threads\n"
+            "from hetsplit.runtime.process import limit_threads, peak_rss_bytes\n"
             "limit_threads()\n"
-            "print(open('/proc/self/status').read())\n")
+            "print(peak_rss_bytes())\n")
     try:
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
-        return _vmhwm_bytes(out.stdout)
+        return int(out.stdout.split()[-1])
     except (subprocess.SubprocessError, OSError, ValueError):
         return None
 
@@ -314,25 +226,21 @@ def energy_unavailable_reason() -> str:
     return describe(meter_for("cpu"))
 
 
-def measured_row(label: str, pick: PickedPlan, run: MappingRunResult, baseline: int | None,
-                 peak_rss: dict[int, int] | None = None) -> HybridRunRow:
-    """One picked plan's prediction (its explored metrics and the run's re-costing) beside its run;
-    ``peak_rss``: rank -> sampled peak RSS (``PeakRssSampler``), None where not sampled."""
+def measured_row(label: str, pick: PickedPlan, run: MappingRunResult, baseline: int | None) -> HybridRunRow:
+    """One picked plan's prediction (its explored metrics and the run's re-costing) beside its run."""
     m = pick.plan.metrics
     if m is None:
         raise HetsplitError(f"{label}: an explored plan has no metrics; explore() fills them")
     devices = run.report.devices if run.report is not None else []
     notes = list(run.notes)
-    sampled = [peak_rss.get(int(d["rank"])) for d in devices] if peak_rss is not None else []
-    measured_mem = float(max(sampled)) if devices and sampled and all(sampled) else None
+    reported = [d.get("peak_rss_bytes") for d in devices]
+    measured_mem = float(max(reported)) if reported and all(reported) else None
     if measured_mem is None:
-        notes.append("memory: not measured (no peak RSS sampled for every worker: /proc/PID/status unreadable, "
-                     "or a worker ended before the first sample)")
+        notes.append("memory: not measured (a worker reported no peak RSS)")
     else:
         notes.append("memory: measured is the largest worker's peak RSS (VmHWM), interpreter, torch and onnxruntime "
                      "included" + ("" if baseline is None else
                                    f"; an idle process with those imports peaks at {baseline / 1e6:.1f} MB"))
-    reported = [float(d["peak_rss_bytes"]) for d in devices if d.get("peak_rss_bytes")]
     energy = [d.get("energy_j") for d in devices]
     measured_energy = max(energy) if energy and all(e is not None for e in energy) else None
     if measured_energy is None:
@@ -346,7 +254,6 @@ def measured_row(label: str, pick: PickedPlan, run: MappingRunResult, baseline: 
         measured_throughput=run.measured_throughput,
         predicted_memory_per_device_bytes=float(max(m.memory_per_device_bytes.values())),
         measured_memory_per_device_bytes=measured_mem, memory_baseline_bytes=None if baseline is None else float(baseline),
-        runtime_reported_rss_bytes=max(reported) if reported else None,
         predicted_energy_per_device_j=float(max(m.energy_per_device_j.values())),
         measured_energy_per_device_j=None if measured_energy is None else float(measured_energy),
         max_abs_err=run.max_abs_err, outputs_checked=run.outputs_checked, run=run, notes=notes)
@@ -397,9 +304,8 @@ def run_best_hybrid_plans(options: HybridRunOptions | None = None,
         with tempfile.TemporaryDirectory(prefix="hetsplit-hybrid-run-") as tmp:
             run_opts = MappingRunOptions(inputs=opts.inputs, latency_inputs=opts.latency_inputs,
                                          timeout_s=opts.timeout_s, profile=profile, run_dir=Path(tmp))
-            with PeakRssSampler(Path(tmp)) as rss:
-                run = run_mapping(opts.model, pick.plan, run_opts)
+            run = run_mapping(opts.model, pick.plan, run_opts)
         if opts.profile is not None and not isinstance(opts.profile, Profile):
             run.prediction.profile_source = f"{opts.profile}: {run.prediction.profile_source}"
-        rows.append(measured_row(label, pick, run, baseline, rss.peak_bytes))
+        rows.append(measured_row(label, pick, run, baseline))
     return rows

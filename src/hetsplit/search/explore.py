@@ -131,8 +131,8 @@ class ExploreResult:
 
     def hypervolumes(self, ref: np.ndarray | None = None) -> np.ndarray:
         """Hypervolume per generation against ``ref`` (default: 1.1 x the worst front value seen)."""
-        ref = reference_point([g.front for g in self.history]) if ref is None else ref
-        return hypervolume_history(self.history, ref)
+        fronts = [g.front for g in self.history]
+        return hypervolume_history(fronts, reference_point(fronts) if ref is None else ref)
 
 
 class _EncodedProblem(Problem):
@@ -238,6 +238,6 @@ def reference_point(fronts: list[np.ndarray], margin: float = 1.1) -> np.ndarray
     return np.vstack(pts).max(axis=0) * margin
 
 
-def hypervolume_history(history: list[Generation], ref: np.ndarray) -> np.ndarray:
+def hypervolume_history(fronts: list[np.ndarray], ref: np.ndarray) -> np.ndarray:
     """The hypervolume of every generation's front against ``ref``."""
-    return np.array([hypervolume(g.front, ref) for g in history])
+    return np.array([hypervolume(f, ref) for f in fronts])
