@@ -9,7 +9,8 @@ Shard rules (DESIGN.md, "General mappings"):
   consumer is sharded with the same devices and the same fractions of its axis (``in`` shards of
   a conv / fully connected layer, or ``out`` shards of layers that follow their input's slicing:
   activations, softmax, attention matmuls by heads, depthwise convolutions);
-- ``in`` shards meet in a ``sum`` combine (flat, or a tree of groups of k: an all-reduce).
+- ``in`` shards meet in a ``sum`` combine (flat, or a tree of groups of k: an all-reduce);
+- a whole layer may ``broadcast`` its outputs down a tree of groups of k to the devices that read them.
 """
 
 from __future__ import annotations
@@ -127,6 +128,7 @@ class _Expander:
         self.b = TaskGraphBuilder(graph, cluster, DIRECT)
         self.provider: dict[int, int] = {}            # layer -> task holding its whole outputs
         self.copies: dict[int, dict[int, int]] = {}   # layer -> device -> broadcast copy task
+        self.copy_tag: dict[int, str] = {}            # layer -> payload suffix of what its copies relay
         self.chains: dict[int, _Sharded] = {}         # out-sharded layers without a combine
         self.sharded: dict[int, _Sharded] = {}
 
@@ -136,12 +138,14 @@ class _Expander:
             place = self.plan.assign[layer.name]
             comb = self.plan.combine.get(layer.name)
             if isinstance(place, str):
-                if comb is not None:
+                if comb is not None and comb.kind != "broadcast":
                     raise PlanError(f"layer {layer.name!r} runs whole on {place!r}, so it has nothing to combine; "
-                                    f"remove combine[{layer.name!r}]")
+                                    f"remove combine[{layer.name!r}] (or make it a broadcast)")
                 t = self.b.task(Task(layer.name, "layer", (i,), _device(self.cl, place, f"layer {layer.name!r}")))
                 self._feed(i, t, None, 0)
                 self.provider[i] = t
+                if comb is not None:
+                    self._broadcast(i, t, comb)
             else:
                 self._sharded_layer(i, place, comb)
         for t in self.g.tensors:
@@ -204,6 +208,8 @@ class _Expander:
         if axis == "in" and (comb is None or comb.kind != "sum"):
             raise PlanError(f"{where}: 'in' shards make partial sums; give combine[{layer.name!r}] = "
                             "{\"kind\": \"sum\", \"on\": DEVICE}")
+        if comb is not None and comb.kind == "broadcast":
+            raise PlanError(f"{where}: a broadcast sends a whole layer's outputs; its shards meet in a concat or sum")
         if axis == "out" and comb is not None and comb.kind != "concat":
             raise PlanError(f"{where}: 'out' shards meet in a concat, not a {comb.kind}")
         if axis == "out" and layer.op in (CONV, GEMM) and chain_from is not None:
@@ -286,6 +292,39 @@ class _Expander:
                 for j in grp:
                     copies[devs[j]] = c
         self.copies[i] = copies
+        self.copy_tag[i] = "@sum"
+
+    def _broadcast(self, i: int, task: int, comb: Combine) -> None:
+        """The outputs of whole layer ``i`` go from its device to the devices that read them: directly
+        within the root's group of k (in cluster order), through the first reader of each other group."""
+        layer = self.g.layers[i]
+        root = self.b.tasks[task].device
+        if _device(self.cl, comb.on, f"combine of layer {layer.name!r}") != root:
+            raise PlanError(f"combine of layer {layer.name!r}: a broadcast starts where the layer runs "
+                            f"({self.cl.names[root]!r}), not on {comb.on!r}")
+        members = sorted(self._reader_devices(i) | {root})
+        k = comb.tree if comb.tree > 1 else len(members)
+        copies: dict[int, int] = {}
+        for g, j in enumerate(range(0, len(members), k)):
+            grp = members[j:j + k]
+            if root in grp or len(grp) == 1:
+                continue
+            c = self.b.task(Task(f"{layer.name}:bcast[g{g}]", "copy", (i,), grp[0]))
+            for t in self.g.tensors:
+                if t.producer == i and self._read_by(t, set(grp)):
+                    self.b.edge(task, c, f"{t.name}@bcast", t.nbytes)
+            copies.update({d: c for d in grp})
+        self.copies[i] = copies
+        self.copy_tag[i] = "@bcast"
+
+    def _read_by(self, t: Tensor, devices: set[int]) -> bool:
+        """Whether a consumer of tensor ``t`` runs on one of ``devices``."""
+        for c in t.consumers:
+            place = self.plan.assign[self.g.layers[c].name]
+            names = [place] if isinstance(place, str) else [s.device for s in place]
+            if devices & {self.cl.index(n) for n in names if n in self.cl.names}:
+                return True
+        return False
 
     def _reader_devices(self, i: int) -> set[int]:
         """Devices that run a consumer of layer ``i`` (from the plan, before those tasks exist)."""
@@ -308,7 +347,7 @@ class _Expander:
                 self._feed_from_chain(t, task, shard, count, layer.name)
                 continue
             src = SOURCE if t.producer == INPUT else self.copies.get(t.producer, {}).get(dev, self.provider[t.producer])
-            payload, nbytes = (t.name + ("@sum" if t.producer in self.copies else ""), float(t.nbytes))
+            payload, nbytes = t.name + self.copy_tag.get(t.producer, ""), float(t.nbytes)
             if shard is not None and shard[0].axis == "in":
                 s, size, _ = shard
                 payload, nbytes = f"{t.name}[in {s.start}:{s.stop}/{size}]", t.nbytes * s.size / size

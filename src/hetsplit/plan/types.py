@@ -22,7 +22,7 @@ FORMAT_V1 = "hetsplit.plan/1"
 SET_FORMAT = "hetsplit.planset/1"
 
 AXES = ("out", "in")          # out: output channels / columns; in: input channels / rows
-COMBINE_KINDS = ("concat", "sum")
+COMBINE_KINDS = ("concat", "sum", "broadcast")
 RELAY, DIRECT = "relay", "direct"
 
 
@@ -55,6 +55,10 @@ class Combine:
     ``tree = k > 1`` makes a sum hierarchical: shards reduce to the leader of their group of k, the
     leaders to ``on``, and the result goes back the same way to the devices that need it (the
     all-reduce of tensor-parallel Transformers). ``tree = 0`` is flat: every shard sends to ``on``.
+
+    ``broadcast`` is for a layer that runs whole on ``on`` (a norm on one chip): its outputs reach
+    the devices that read them through the same tree (``on`` sends to the leaders of the other
+    groups of k, in cluster order, which pass them on); flat without a tree.
     """
 
     kind: str

@@ -116,6 +116,8 @@ def layout(graph: Graph, plan: Plan, tg: TaskGraph) -> Layout:
             k = shard_index[p]
             return [Carried(f"{t}[{k}]", f"{t}[{k}]") for t in outputs_of(graph, i)]
         if dst.kind == "copy":
+            if payload.endswith("@bcast"):      # a broadcast relays each tensor as its own payload
+                return [Carried(payload[:-len("@bcast")], payload[:-len("@bcast")])]
             return [Carried(t, t) for t in outputs_of(graph, i)]
         k = shard_index[q]
         for t in graph.tensors:
@@ -126,7 +128,7 @@ def layout(graph: Graph, plan: Plan, tg: TaskGraph) -> Layout:
             if dst.kind == "shard" and dst.axis == "in" and \
                     payload == f"{t.name}[in {dst.start}:{dst.stop}/{dst.size}]":
                 return [Carried(payload, t.name, i, dst.start, dst.stop, dst.size)]
-            if payload in (t.name, f"{t.name}@sum"):
+            if payload in (t.name, f"{t.name}@sum", f"{t.name}@bcast"):
                 return [Carried(t.name, t.name)]
         raise RuntimeFailure(f"task {dst.name!r}: cannot tell which tensor payload {payload!r} carries")
 
