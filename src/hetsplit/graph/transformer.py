@@ -135,6 +135,10 @@ def _attention(graph: Graph, softmax: int, consumers: list[list[int]]) -> Attent
     chain = [scores, softmax, context]
     qk = [p for p in graph.predecessors[scores] if p != INPUT]
     v_side = [p for p in graph.predecessors[context] if p not in (softmax, INPUT)]
+    if len(qk) == 1 and v_side == qk and graph.layers[qk[0]].op == GEMM:
+        raise ModelError(f"attention at {graph.layers[scores].name!r}: {graph.layers[qk[0]].name!r} computes Q, K and "
+                         "V in one packed projection (nn.MultiheadAttention's in_proj); heads cannot be sliced as "
+                         "one column range of it. Export the model with separate Q, K, V linear layers")
     if len(qk) != 2 or len(v_side) != 1:
         return None
     q = _walk_back(graph, qk[0], consumers, chain)

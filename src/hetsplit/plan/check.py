@@ -175,6 +175,8 @@ class _Expander:
     def _sharded_layer(self, i: int, shards: tuple[Shard, ...], comb: Combine | None) -> None:
         layer = self.g.layers[i]
         where = f"layer {layer.name!r}"
+        if comb is not None and comb.kind == "broadcast":
+            raise PlanError(f"{where}: a broadcast sends a whole layer's outputs; its shards meet in a concat or sum")
         axes = {s.axis for s in shards}
         if len(axes) > 1:
             raise PlanError(f"{where}: its shards mix axes {sorted(axes)}; a layer is split along one axis")
@@ -208,8 +210,6 @@ class _Expander:
         if axis == "in" and (comb is None or comb.kind != "sum"):
             raise PlanError(f"{where}: 'in' shards make partial sums; give combine[{layer.name!r}] = "
                             "{\"kind\": \"sum\", \"on\": DEVICE}")
-        if comb is not None and comb.kind == "broadcast":
-            raise PlanError(f"{where}: a broadcast sends a whole layer's outputs; its shards meet in a concat or sum")
         if axis == "out" and comb is not None and comb.kind != "concat":
             raise PlanError(f"{where}: 'out' shards meet in a concat, not a {comb.kind}")
         if axis == "out" and layer.op in (CONV, GEMM) and chain_from is not None:

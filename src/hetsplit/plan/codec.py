@@ -113,14 +113,15 @@ def _combine(raw: Any, where: str) -> dict[str, Combine]:
     for layer, c in raw.items():
         at = f"{where}: combine[{layer!r}]"
         if not isinstance(c, dict) or "kind" not in c or "on" not in c:
-            raise PlanError(f"{at} must be {{\"kind\": \"concat\"|\"sum\", \"on\": DEVICE}}")
+            raise PlanError(f"{at} must be {{\"kind\": \"concat\"|\"sum\"|\"broadcast\", \"on\": DEVICE}}")
         if c["kind"] not in COMBINE_KINDS:
             raise PlanError(f"{at}: kind {c['kind']!r} is not one of {COMBINE_KINDS}")
         tree = c.get("tree", 0)
         if not isinstance(tree, int) or isinstance(tree, bool) or tree < 0 or tree == 1:
             raise PlanError(f"{at}: tree must be 0 (flat) or a group size >= 2, got {tree!r}")
-        if tree and c["kind"] != "sum":
-            raise PlanError(f"{at}: only a sum is reduced in a tree")
+        if tree and c["kind"] == "concat":
+            raise PlanError(f"{at}: a concat has no tree; only a sum (reduced) or a broadcast (sent) goes "
+                            "through groups")
         out[str(layer)] = Combine(str(c["kind"]), str(c["on"]), int(tree))
     return out
 

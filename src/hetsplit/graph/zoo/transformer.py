@@ -2,7 +2,8 @@
 
 Attention is written with explicit matmuls (Q K^T, softmax, x V) so the ONNX graph shows the
 batched activation x activation matmuls the device models cost (kind "matmul", batch = heads).
-Inputs are token ids (int64, shape (1, S)).
+Inputs are token ids (int64, shape (1, S)). Head views use -1 for the head count (``view(b, s, -1,
+head_dim)``, ``reshape(b, s, -1)``), so a slice of the heads runs the same graph (tensor parallelism).
 """
 
 from __future__ import annotations
@@ -28,13 +29,14 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Te
     if mask is not None:
         scores = scores + mask
     out = torch.matmul(scores.softmax(-1), v)
-    b, h, s, d = out.shape
-    return out.transpose(1, 2).reshape(b, s, h * d)
+    b, _, s, _ = out.shape
+    return out.transpose(1, 2).reshape(b, s, -1)
 
 
-def _heads(x: torch.Tensor, heads: int) -> torch.Tensor:
-    b, s, e = x.shape
-    return x.view(b, s, heads, e // heads).transpose(1, 2)
+def _heads(x: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """(B, S, heads * head_dim) -> (B, heads, S, head_dim)."""
+    b, s, _ = x.shape
+    return x.view(b, s, -1, head_dim).transpose(1, 2)
 
 
 class LlamaBlock(nn.Module):
@@ -42,7 +44,7 @@ class LlamaBlock(nn.Module):
 
     def __init__(self, dim: int, hidden: int, heads: int) -> None:
         super().__init__()
-        self.heads = heads
+        self.heads, self.head_dim = heads, dim // heads
         self.attention_norm, self.ffn_norm = RMSNorm(dim), RMSNorm(dim)
         self.wq, self.wk, self.wv, self.wo = (nn.Linear(dim, dim, bias=False) for _ in range(4))
         self.w1, self.w3 = nn.Linear(dim, hidden, bias=False), nn.Linear(dim, hidden, bias=False)
@@ -56,9 +58,9 @@ class LlamaBlock(nn.Module):
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         h = self.attention_norm(x)
-        q = self.rope(_heads(self.wq(h), self.heads), cos, sin)
-        k = self.rope(_heads(self.wk(h), self.heads), cos, sin)
-        x = x + self.wo(_attention(q, k, _heads(self.wv(h), self.heads), mask))
+        q = self.rope(_heads(self.wq(h), self.head_dim), cos, sin)
+        k = self.rope(_heads(self.wk(h), self.head_dim), cos, sin)
+        x = x + self.wo(_attention(q, k, _heads(self.wv(h), self.head_dim), mask))
         h = self.ffn_norm(x)
         return x + self.w2(nn.functional.silu(self.w1(h)) * self.w3(h))
 
@@ -119,7 +121,7 @@ class MobileBertLayer(nn.Module):
 
     def __init__(self, hidden: int = 512, inner: int = 128, ffn: int = 512, heads: int = 4, stacks: int = 4) -> None:
         super().__init__()
-        self.heads = heads
+        self.heads, self.head_dim = heads, inner // heads
         self.bottleneck_input = nn.Sequential(nn.Linear(hidden, inner), NoNorm(inner))
         self.bottleneck_attention = nn.Sequential(nn.Linear(hidden, inner), NoNorm(inner))
         self.query, self.key = nn.Linear(inner, inner), nn.Linear(inner, inner)
@@ -133,7 +135,8 @@ class MobileBertLayer(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         layer_in = self.bottleneck_input(x)
         shared = self.bottleneck_attention(x)
-        q, k, v = _heads(self.query(shared), self.heads), _heads(self.key(shared), self.heads), _heads(self.value(x), self.heads)
+        q, k, v = (_heads(self.query(shared), self.head_dim), _heads(self.key(shared), self.head_dim),
+                   _heads(self.value(x), self.head_dim))
         h = self.attn_norm(self.attn_out(_attention(q, k, v, None)) + layer_in)
         for f in self.ffn:
             h = f["norm"](f["down"](torch.relu(f["up"](h))) + h)
