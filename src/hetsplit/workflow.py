@@ -54,6 +54,8 @@ class PlanRequest:
     baselines: bool = True  # add the single-device plans for comparison
     seed: int = 0
     time_budget_s: float | None = None  # for searches that stop on time (map-opt); None: their default
+    chips: int | None = None             # tensor-parallel: devices to split over (None: all)
+    tree: int | None = None              # tensor-parallel: all-reduce group size (None: its default)
 
 
 def _options_for(name: str, request: PlanRequest) -> dict[str, Any]:
@@ -68,6 +70,9 @@ def _options_for(name: str, request: PlanRequest) -> dict[str, Any]:
         options["seed"] = request.seed
     if "time_budget_s" in params and request.time_budget_s is not None:
         options["time_budget_s"] = request.time_budget_s
+    for key in ("chips", "tree"):
+        if key in params and getattr(request, key) is not None:
+            options[key] = getattr(request, key)
     return options
 
 

@@ -18,7 +18,8 @@ def register(sub) -> None:
                     ["hetsplit plan resnet152 --cluster donna-2cpu-1gpu-1cim-hb-wcc",
                      "hetsplit plan vgg19 --cluster my-cluster.yaml --algo donna --alpha 0 0.5 1 --out out/",
                      "hetsplit plan profile.json --cluster donna-2cpu-2gpu-pcie5 --json > plans.json",
-                     "hetsplit plan resnet18 --cluster imce-12 --algo lblp wb rr rd heft map-opt --time-budget 30"])
+                     "hetsplit plan resnet18 --cluster imce-12 --algo lblp wb rr rd heft map-opt --time-budget 30",
+                     "hetsplit plan tinyllama-42m --cluster siracusa-8 --algo tensor-parallel exact --tree 4"])
     p.add_argument("model", help="zoo name, .onnx file, or hetsplit.profile/1 .json file")
     p.add_argument("--cluster", "-c", required=True, help="built-in cluster name (see `hetsplit clusters`) or YAML")
     p.add_argument("--algo", "-a", nargs="+", default=["donna"], metavar="ALGO",
@@ -32,6 +33,10 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed for stochastic algorithms")
     p.add_argument("--time-budget", type=float, default=None, metavar="S",
                    help="seconds a time-bounded search may take (map-opt; default 10)")
+    p.add_argument("--chips", type=int, default=None, metavar="N",
+                   help="tensor-parallel: split over the first N devices (default: all)")
+    p.add_argument("--tree", type=int, default=None, metavar="K",
+                   help="tensor-parallel: all-reduce in groups of K, 0 = flat (default 4, as Bochem et al.)")
     p.add_argument("--out", "-o", default=None, metavar="DIR", help="write DIR/plans.json, DIR/pareto.png and DIR/report.html")
     p.add_argument("--json", action="store_true", help="print the plan set as JSON")
     p.set_defaults(func=run)
@@ -46,7 +51,7 @@ def run(args) -> int:
         enforce_memory=not args.ignore_memory)
     request = PlanRequest(algorithms=args.algo, alphas=args.alpha, constraints=constraints,
                           baselines=not args.no_baselines, seed=args.seed,
-                          time_budget_s=args.time_budget)
+                          time_budget_s=args.time_budget, chips=args.chips, tree=args.tree)
     with progress(f"searching ({', '.join(args.algo)})"):
         plans = find_plans(problem, request)
     if args.json:

@@ -8,7 +8,8 @@ Per block (``graph/transformer.find_blocks``), over chips ``d0 .. dN-1``:
   ``d0``, in groups of ``tree``: reduce to the group leaders, then to ``d0``);
 - each feed-forward: its up projections by columns of F, the elementwise layers between on the same
   slices, the down projection by rows of F, all-reduced the same way;
-- everything else (embedding, norms, residual adds, the LM head) runs whole on ``d0``: the skip
+- fully connected layers after the last block (the LM head) by columns, concatenated on ``d0``;
+- everything else (embedding, norms, residual adds) runs whole on ``d0``: the skip
   connection is added where the reduction ends (``d0`` holds the block input), the norm runs once,
   and its output goes back down the same tree (``broadcast`` combine) to the chips that read it.
 
@@ -26,7 +27,7 @@ from typing import Sequence
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import PlanError
 from hetsplit.graph.transformer import TransformerBlock, find_blocks
-from hetsplit.graph.types import MATMUL, Graph
+from hetsplit.graph.types import GEMM, MATMUL, Graph
 from hetsplit.plan.evaluate import evaluate
 from hetsplit.plan.types import Combine, Placement, Plan, Shard
 from hetsplit.search.base import register_partitioner
@@ -83,6 +84,7 @@ def tensor_parallel_plan(graph: Graph, devices: Sequence[str], tree: int = 4,
     if len(devices) > 1:
         for block in blocks:
             _slice_block(graph, block, list(devices), tree, assign, combine)
+        _slice_head(graph, blocks, list(devices), assign, combine)
         _broadcasts(graph, assign, combine, root, tree)
     per_chip = [block_slices(b, len(devices)) for b in blocks[:1]]
     params = {"chips": len(devices), "tree": tree, "blocks": len(blocks),
@@ -115,6 +117,18 @@ def _slice_block(graph: Graph, block: TransformerBlock, devices: list[str], tree
             assign[names[i]] = _shards(fdev, "out", slices, 1)
         assign[names[f.down]] = _shards(fdev, "in", slices, 1)
         combine[names[f.down]] = Combine("sum", devices[0], tree)
+
+
+def _slice_head(graph: Graph, blocks: list[TransformerBlock], devices: list[str], assign: dict[str, Placement],
+                combine: dict[str, Combine]) -> None:
+    """Fully connected layers after the last block (the LM head): columns over every chip, concat on the root."""
+    last = max((i for b in blocks for i in b.sliced_layers), default=-1)
+    for i in range(last + 1, graph.num_layers):
+        layer = graph.layers[i]
+        if layer.op == GEMM and int(layer.attrs.get("n", 0) or 0) >= len(devices):
+            slices = even_slices(int(layer.attrs["n"]), len(devices))
+            assign[graph.names[i]] = _shards(devices, "out", slices, 1)
+            combine[graph.names[i]] = Combine("concat", devices[0])
 
 
 def _broadcasts(graph: Graph, assign: dict[str, Placement], combine: dict[str, Combine], root: str,
