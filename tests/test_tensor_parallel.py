@@ -244,3 +244,37 @@ def test_packed_qkv_projections_are_refused_with_the_reason(tmp_path):
                           opset_version=17, input_names=["x"], output_names=["y"])
     with pytest.raises(ModelError, match="packed projection"):
         find_blocks(load_onnx(tmp_path / "mha.onnx"))
+
+
+# ---- autoregressive mode of an exported model ------------------------------------------------------------
+
+def test_decode_step_of_the_zoo_tinyllama_matches_a_block_built_from_its_dimensions():
+    """The zoo graph is one pass over 128 tokens; its decode step (one token, a cache of 128) costs
+    each block layer exactly what the block built from E 512, F 2048, 8 heads costs."""
+    from hetsplit.graph.load import load_model
+    from hetsplit.graph.transformer import decode_step
+
+    g = decode_step(load_model("tinyllama-42m"), 128)
+    shape = transformer_graph(TransformerShape("ref", 512, 2048, 8, 1, tokens=1, context=128))
+    pairs = {"wq/MatMul": "wq", "MatMul": "scores", "Softmax": "softmax", "MatMul_1": "context", "w1/MatMul": "w1",
+             "w2/MatMul": "w2"}
+    for ours, ref in pairs.items():
+        a, b = g.layers[g.index(f"layers.3/{ours}")], shape.layers[shape.index(f"b0.{ref}")]
+        assert (a.macs, a.in_bytes, a.out_bytes) == (b.macs, b.in_bytes, b.out_bytes), ours
+    assert g.meta["mode"] == "autoregressive" and len(find_blocks(g)) == 8
+    plan = tensor_parallel_plan(g, chips(8))
+    check_plan(g, cluster(["cpu"] * 8), plan)
+    assert max(m.nbytes for m in check_plan(g, cluster(["cpu"] * 8), plan).messages()
+               if m.payload.startswith("layers.0/")) == 512 * F32    # one token's E values per message
+
+
+def test_plan_command_plans_a_decode_step_tensor_parallel(capsys):
+    from hetsplit.cli.main import main
+
+    assert main(["plan", "tinyllama-42m", "--cluster", "siracusa-4", "--algo", "tensor-parallel", "--decode", "128",
+                 "--no-baselines", "--json"]) == 0
+    import json
+
+    (plan,) = json.loads(capsys.readouterr().out)["plans"]
+    assert plan["algorithm"] == "tensor-parallel" and plan["params"]["chips"] == 4
+    assert plan["combine"]["layers.0/wo/MatMul"] == {"kind": "sum", "on": "chip0", "tree": 4}

@@ -13,6 +13,7 @@ from hetsplit.cluster import Cluster
 from hetsplit.costs import CostTable, SplitProblem, build_problem, load_profile
 from hetsplit.errors import HetsplitError
 from hetsplit.graph import Graph
+from hetsplit.graph.transformer import decode_step
 from hetsplit.plan import Plan, mark_pareto
 from hetsplit.search import PipelineConstraints, make_partitioner, partitioner_names, partitioner_options
 
@@ -37,9 +38,17 @@ def load_cluster_spec(spec: str) -> Cluster:
     return load_cluster(spec)
 
 
-def load_problem(model: str, cluster: str | Cluster) -> SplitProblem:
-    """The SplitProblem of a model/profile spec on a cluster spec (built-in name or YAML path)."""
+def load_problem(model: str, cluster: str | Cluster, decode_context: int | None = None) -> SplitProblem:
+    """The SplitProblem of a model/profile spec on a cluster spec (built-in name or YAML path).
+
+    ``decode_context``: cost one autoregressive step of a Transformer against a KV cache of that many
+    positions instead of the exported prompt pass (``graph.transformer.decode_step``)."""
     graph, profile_costs = load_model_or_profile(model)
+    if decode_context is not None:
+        if profile_costs is not None:
+            raise HetsplitError(f"{model}: a profile measures the prompt pass it was taken on; a decode step is "
+                                "costed by the device models, so give the model (zoo name or .onnx), not a profile")
+        graph = decode_step(graph, decode_context)
     cl = cluster if isinstance(cluster, Cluster) else load_cluster_spec(cluster)
     return build_problem(graph, cl, profile_costs)
 

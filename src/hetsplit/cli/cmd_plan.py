@@ -19,7 +19,7 @@ def register(sub) -> None:
                      "hetsplit plan vgg19 --cluster my-cluster.yaml --algo donna --alpha 0 0.5 1 --out out/",
                      "hetsplit plan profile.json --cluster donna-2cpu-2gpu-pcie5 --json > plans.json",
                      "hetsplit plan resnet18 --cluster imce-12 --algo lblp wb rr rd heft map-opt --time-budget 30",
-                     "hetsplit plan tinyllama-42m --cluster siracusa-8 --algo tensor-parallel exact --tree 4"])
+                     "hetsplit plan tinyllama-42m --cluster siracusa-8 --algo tensor-parallel exact --decode 128"])
     p.add_argument("model", help="zoo name, .onnx file, or hetsplit.profile/1 .json file")
     p.add_argument("--cluster", "-c", required=True, help="built-in cluster name (see `hetsplit clusters`) or YAML")
     p.add_argument("--algo", "-a", nargs="+", default=["donna"], metavar="ALGO",
@@ -33,6 +33,9 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed for stochastic algorithms")
     p.add_argument("--time-budget", type=float, default=None, metavar="S",
                    help="seconds a time-bounded search may take (map-opt; default 10)")
+    p.add_argument("--decode", type=int, default=None, metavar="S",
+                   help="Transformers: plan one autoregressive step with a KV cache of S positions "
+                        "(default: the exported pass over all its tokens, prompt mode)")
     p.add_argument("--chips", type=int, default=None, metavar="N",
                    help="tensor-parallel: split over the first N devices (default: all)")
     p.add_argument("--tree", type=int, default=None, metavar="K",
@@ -45,7 +48,7 @@ def register(sub) -> None:
 def run(args) -> int:
     console = wide_console(stderr=args.json)
     with progress(f"loading {args.model} and {args.cluster}"):
-        problem = load_problem(args.model, args.cluster)
+        problem = load_problem(args.model, args.cluster, args.decode)
     constraints = PipelineConstraints(
         first_stage_devices=tuple(args.first_device) if args.first_device else None,
         enforce_memory=not args.ignore_memory)

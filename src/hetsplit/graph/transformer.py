@@ -209,3 +209,67 @@ def _feed_forward(graph: Graph, down: int, consumers: list[list[int]], taken: se
     if any(c not in inside and c != down for n in inside for c in consumers[n]):
         return None      # an intermediate slice escapes the FFN: it cannot stay sliced
     return FeedForward(tuple(sorted(set(ups))), tuple(sorted(set(inner))), down, width)
+
+
+def decode_step(graph: Graph, context: int) -> Graph:
+    """One autoregressive step of a Transformer graph exported for a prompt of S tokens: one new token
+    against a KV cache of ``context`` positions (Bochem et al.'s autoregressive mode).
+
+    S is the rows of the first Q projection. Every layer's work and tensors shrink by S (one row),
+    except inside attention: the scores are ``heads x 1 x context`` and the attention matmuls read the
+    cache (``context`` keys and values per head). Layer names stay, so a plan made for the prompt
+    graph applies to the decode graph. Costs must then come from a device model, not a profile.
+    """
+    from dataclasses import replace
+
+    if context < 1:
+        raise ModelError(f"decode step of {graph.name!r}: the KV cache needs at least 1 position, got {context}")
+    blocks = find_blocks(graph)
+    tokens = int(graph.layers[blocks[0].attention.q].attrs.get("m", 0) or 0)
+    if tokens < 1:
+        raise ModelError(f"decode step of {graph.name!r}: the Q projection has no row count (m)")
+    attention = {}
+    for b in blocks:
+        for i in b.attention.heads_chain:
+            attention[i] = b.attention
+    layers = []
+    for i, layer in enumerate(graph.layers):
+        a = attention.get(i)
+        if a is not None and layer.op == MATMUL:
+            layers.append(_decode_matmul(layer, tokens, context))
+        elif a is not None and layer.op == SOFTMAX:
+            elems, old = a.heads * context, a.heads * tokens * tokens
+            layers.append(replace(layer, out_bytes=_scaled(layer.out_bytes, old, elems),
+                                  in_bytes=_scaled(layer.in_bytes, old, elems),
+                                  attrs={**layer.attrs, "elements": elems, "row": context}))
+        else:
+            attrs = dict(layer.attrs)
+            for key in ("m", "elements"):
+                if key in attrs and attrs[key]:
+                    attrs[key] = max(1, int(attrs[key]) // tokens)
+            layers.append(replace(layer, macs=layer.macs // tokens, out_bytes=layer.out_bytes // tokens,
+                                  in_bytes=layer.in_bytes // tokens, attrs=attrs))
+    ratio = [new.out_bytes / old.out_bytes if old.out_bytes else 0.0 for new, old in zip(layers, graph.layers)]
+    tensors = [replace(t, nbytes=int(t.nbytes * (ratio[t.producer] if t.producer != INPUT else 1 / tokens)))
+               for t in graph.tensors]
+    return Graph(f"{graph.name}@decode{context}", layers, tensors, source=graph.source,
+                 meta={**graph.meta, "mode": "autoregressive", "context": context})
+
+
+def _scaled(nbytes: int, old_elements: int, new_elements: int) -> int:
+    return int(nbytes * new_elements / old_elements) if old_elements else nbytes
+
+
+def _decode_matmul(layer, tokens: int, context: int):
+    """Scores (1 x head_dim x context) or context (1 x context x head_dim) of one new token."""
+    from dataclasses import replace
+
+    a = dict(layer.attrs)
+    heads, elem = int(a.get("heads", 1)), int(a.get("elem_bytes", 4) or 4)
+    if int(a["n"]) == tokens:            # scores: q (1 x hd) against the cached keys
+        a.update(m=1, n=context)
+    else:                                # context: probabilities (1 x context) times the cached values
+        a.update(m=1, k=context)
+    m, k, n = int(a["m"]), int(a["k"]), int(a["n"])
+    return replace(layer, macs=heads * m * k * n, out_bytes=heads * m * n * elem,
+                   in_bytes=heads * (m * k + k * n) * elem, attrs=a)
