@@ -47,7 +47,12 @@ def child_env(threads: int) -> dict[str, str]:
 
 
 class Launcher:
-    """Starts ranks ``ranks`` of a run in ``run_dir`` and supervises them until they end."""
+    """Starts ranks ``ranks`` of a run in ``run_dir`` and supervises them until they end.
+
+    Each rank runs ``python -m <module> RUN_DIR RANK`` (``module``: ``runtime.process`` by default);
+    ``manifest`` needs only ``world_size`` and ``worker(rank).device``."""
+
+    module = "hetsplit.runtime.process"
 
     def __init__(self, manifest: Manifest, cfg: RunConfig, run_dir: Path, ranks: list[int] | None = None,
                  wrap: Callable[[int], list[str]] | None = None):
@@ -61,7 +66,7 @@ class Launcher:
         device = self.manifest.worker(rank).device
         threads = int(self.cfg.threads.get(device, 1))
         log = self.run_dir / f"rank{rank}.log"
-        cmd = self.wrap(rank) + [sys.executable, "-m", "hetsplit.runtime.process", str(self.run_dir), str(rank)]
+        cmd = self.wrap(rank) + [sys.executable, "-m", self.module, str(self.run_dir), str(rank)]
         with open(log, "wb") as f:
             p = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                  env=child_env(threads), start_new_session=True)

@@ -17,6 +17,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -259,7 +260,26 @@ def verify(manifest: Manifest, inputs: list[dict], outputs: list[dict], cfg: Run
 
 # ---- entry ----------------------------------------------------------------------------------------
 
-def main(argv: list[str]) -> int:
+# What a process runs: given its config, rank and run directory, its device name and its work
+# (a callable returning its measurements), so a failure while loading already names the device.
+Work = Callable[[RunConfig, int, Path], tuple[str, Callable[[], dict]]]
+
+
+def manifest_work(cfg: RunConfig, rank: int, run_dir: Path) -> tuple[str, Callable[[], dict]]:
+    """The driver, a pipeline stage or a mapping device of a manifest (``cfg.manifest``)."""
+    manifest = load_manifest(cfg.manifest)
+    device = manifest.worker(rank).device
+    if rank == 0:
+        return device, lambda: run_driver(cfg, manifest, run_dir)
+    if getattr(manifest, "is_mapping", False):
+        from hetsplit.runtime.mapping_worker import run_mapping_worker
+
+        return device, lambda: run_mapping_worker(cfg, manifest, rank, run_dir)
+    return device, lambda: run_worker(cfg, manifest, rank, run_dir)
+
+
+def main(argv: list[str], work: Work = manifest_work) -> int:
+    """Run rank ``argv[1]`` of the run in ``argv[0]``; write ``rank<R>.json`` and exit (never raises)."""
     run_dir, rank = Path(argv[0]), int(argv[1])
     out = run_dir / f"rank{rank}.json"
     device = f"rank {rank}"
@@ -269,16 +289,8 @@ def main(argv: list[str]) -> int:
         if cfg.cpus.get(str(rank)):
             os.sched_setaffinity(0, cfg.cpus[str(rank)])
         limit_threads()
-        manifest = load_manifest(cfg.manifest)
-        device = manifest.worker(rank).device
-        if rank == 0:
-            result = run_driver(cfg, manifest, run_dir)
-        elif getattr(manifest, "is_mapping", False):
-            from hetsplit.runtime.mapping_worker import run_mapping_worker
-
-            result = run_mapping_worker(cfg, manifest, rank, run_dir)
-        else:
-            result = run_worker(cfg, manifest, rank, run_dir)
+        device, job = work(cfg, rank, run_dir)
+        result = job()
         doc = {"ok": True, "rank": rank, "device": device, "t_start": t0, "t_end": time.time(),
                "peak_rss_bytes": peak_rss_bytes(),
                "cpus": sorted(os.sched_getaffinity(0)), **result}
