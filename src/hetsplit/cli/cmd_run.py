@@ -195,7 +195,8 @@ def _finish(args, report, plan, graph, cluster) -> int:
 
             raise RuntimeFailure("--compare needs predictions: give --profile (with --cluster) or a plan with metrics")
         doc = compare(report, predicted, cluster, simulated=simulated)
-        doc["notes"] = notes + [n for n in [overhead_note(report)] if n]
+        overhead = overhead_note(report, predicted_throughput=doc["predicted"].get("throughput"))
+        doc["notes"] = notes + [n for n in [overhead] if n]
         print_compare(doc["rows"], console)
         for note in doc["notes"]:
             console.print(f"note: {note}")
@@ -235,6 +236,8 @@ def print_report(report, console: Console) -> None:
     console.print(f"throughput {report.throughput:.2f}/s   latency {format_quantity(report.latency_s, 's')} "
                   f"(under load {format_quantity(report.latency_loaded_s, 's')})   pipeline efficiency "
                   f"{report.pipeline_efficiency:.0%}")
+    if report.efficiency_note():
+        console.print(f"note: {report.efficiency_note()}")
     if report.extra.get("driver_cpu_per_input_s") is not None:
         console.print(f"driver (feeds inputs, collects outputs): CPU "
                       f"{format_quantity(report.extra['driver_cpu_per_input_s'], 's')}/input")

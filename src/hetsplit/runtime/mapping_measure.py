@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from hetsplit.runtime.mapping_manifest import MappingManifest
-from hetsplit.runtime.measure import RunReport, _med
+from hetsplit.runtime.measure import RunReport, _med, stage_bound
 
 
 def _logs(manifest: MappingManifest, docs: dict[int, dict], rank: int, key: str) -> dict[int, dict]:
@@ -80,10 +80,9 @@ def summarize_mapping(manifest: MappingManifest, docs: dict[int, dict]) -> RunRe
     lat = [b - a for a, b in zip(drv["t_in"], drv["t_out"])]
     t_out = drv["t_out"][steady]
     thr = (len(t_out) - 1) / (t_out[-1] - t_out[0]) if len(t_out) >= 2 and t_out[-1] > t_out[0] else 0.0
-    busy = [link["wire_mean_s"] for link in links.values() if "driver" not in (link["from"], link["to"])]
-    worst = max([0.0] + [d["compute_mean_s"] for d in devices] + busy)
-    extra = {"mapping": True, "links": list(links.values())}
+    bound, by = stage_bound(devices, {pair: link["wire_mean_s"] for pair, link in links.items()})
+    extra = {"mapping": True, "links": list(links.values()), "stage_bound_by": by}
     if drv.get("process_cpu_s") is not None and n:
         extra["driver_cpu_per_input_s"] = drv["process_cpu_s"] / n
     return RunReport(manifest.model, devices, hops, n, thr, _med(lat[:k]) if k else _med(lat), _med(lat[steady]),
-                     lat, drv.get("verify", {}), 1.0 / worst if worst > 0 else 0.0, extra)
+                     lat, drv.get("verify", {}), bound, extra)

@@ -40,15 +40,43 @@ class RunReport:
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def pipeline_efficiency(self) -> float:
+    def over_stage_bound(self) -> float:
+        """Measured throughput / the stage bound, uncapped (0 without a bound)."""
         return self.throughput / self.stage_bound_throughput if self.stage_bound_throughput > 0 else 0.0
+
+    @property
+    def pipeline_efficiency(self) -> float:
+        """How close the stream came to the stage bound, at most 1: a throughput above the bound means
+        the bound under-counts the pipeline (``efficiency_note`` says why), not an efficiency above 100%."""
+        return min(1.0, self.over_stage_bound)
+
+    def efficiency_note(self) -> str | None:
+        """Why the pipeline efficiency is capped, when measured throughput exceeds the stage bound."""
+        if self.over_stage_bound <= 1.0:
+            return None
+        by = self.extra.get("stage_bound_by", "the slowest stage or hop")
+        return (f"measured throughput {self.throughput:.4g}/s is {self.over_stage_bound:.2f}x the stage bound "
+                f"{self.stage_bound_throughput:.4g}/s (1 / mean time per input of {by}), so pipeline efficiency "
+                "shows 100%: the bound averages each input's span, and spans that overlap (several transfers in "
+                "flight on one link, or a wire time that includes waiting for its peer) add up to more than the "
+                "time the resource was busy")
 
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "inputs": self.inputs, "throughput": self.throughput,
                 "latency_s": self.latency_s, "latency_loaded_s": self.latency_loaded_s,
                 "latencies_s": self.latencies_s, "stage_bound_throughput": self.stage_bound_throughput,
-                "pipeline_efficiency": self.pipeline_efficiency, "verify": self.verify, "devices": self.devices,
+                "pipeline_efficiency": self.pipeline_efficiency, "over_stage_bound": self.over_stage_bound,
+                "efficiency_note": self.efficiency_note(), "verify": self.verify, "devices": self.devices,
                 "hops": self.hops, **self.extra}
+
+
+def stage_bound(devices: list[dict[str, Any]], links: dict[tuple[str, str], float]) -> tuple[float, str]:
+    """The throughput the measured mean compute per input of ``devices`` and mean wire time per input of
+    ``links`` ((from, to) -> seconds; links to or from the driver left out) allow, and what sets it."""
+    spans = {f"stage {d['device']}": d["compute_mean_s"] for d in devices}
+    spans.update({f"link {u}->{v}": t for (u, v), t in links.items() if "driver" not in (u, v)})
+    by, worst = max(spans.items(), key=lambda kv: kv[1], default=("", 0.0))
+    return (1.0 / worst, by) if worst > 0 else (0.0, "")
 
 
 def summarize(manifest: Manifest, docs: dict[int, dict]) -> RunReport:
@@ -93,12 +121,13 @@ def summarize(manifest: Manifest, docs: dict[int, dict]) -> RunReport:
     t_out = drv["t_out"]
     m = len(t_out[steady])
     thr = (m - 1) / (t_out[steady][-1] - t_out[steady][0]) if m >= 2 and t_out[steady][-1] > t_out[steady][0] else 0.0
-    # throughput the measured stage and hop times allow: mean time per input of the slowest one
-    mean_wire = [float(np.mean(h["wire_all_s"][steady])) for h in hops if "driver" not in (h["from"], h["to"])]
-    worst = max([0.0] + [d["compute_mean_s"] for d in devices] + mean_wire)
-    extra = {"driver_cpu_per_input_s": drv["process_cpu_s"] / n} if drv.get("process_cpu_s") is not None and n else {}
+    bound, by = stage_bound(devices, {(h["from"], h["to"]): float(np.mean(h["wire_all_s"][steady]))
+                                      for h in hops})
+    extra: dict[str, Any] = {"stage_bound_by": by}
+    if drv.get("process_cpu_s") is not None and n:
+        extra["driver_cpu_per_input_s"] = drv["process_cpu_s"] / n
     return RunReport(manifest.model, devices, hops, n, thr, _med(lat[:k]) if k else _med(lat),
-                     _med(lat[steady]), lat, drv.get("verify", {}), 1.0 / worst if worst > 0 else 0.0, extra)
+                     _med(lat[steady]), lat, drv.get("verify", {}), bound, extra)
 
 
 def compare(report: RunReport, predicted: Any, cluster: Any = None, cut_bytes: dict | None = None,
@@ -166,12 +195,23 @@ def profile_notes(meta: dict[str, Any], workers: int, threads: int = 1, cores: i
     return notes
 
 
-def overhead_note(report: RunReport, cores: int | None = None, share: float = 0.05) -> str | None:
+def versus(measured: float, predicted: float, tolerance: float = 0.02) -> str:
+    """How a measurement stands to its prediction, worded by the sign of the difference:
+    "0.50x the prediction (below it)", "2.05x ... (above it)", "1.01x ... (matches it within 2%)"."""
+    ratio = measured / predicted
+    if abs(ratio - 1.0) <= tolerance:
+        return f"{ratio:.2f}x the prediction (matches it within {tolerance:.0%})"
+    return f"{ratio:.2f}x the prediction ({'above' if ratio > 1.0 else 'below'} it)"
+
+
+def overhead_note(report: RunReport, cores: int | None = None, share: float = 0.05,
+                  predicted_throughput: float | None = None) -> str | None:
     """A note when the run's own CPU per input (the driver, and each stage's transfer threads) takes more
     than ``share`` of the slowest stage's compute on a machine with no core to spare for it.
 
     No profile holds this time: every stage's core also serves its transfers, and the driver, feeding
     inputs and collecting outputs, takes its CPU time from the stages' cores when they fill the machine.
+    With ``predicted_throughput`` the note sets the measured throughput beside it, above or below by its sign.
     """
     import os
 
@@ -186,10 +226,17 @@ def overhead_note(report: RunReport, cores: int | None = None, share: float = 0.
     if slowest <= 0 or total / len(cpu) <= share * slowest:
         return None
     per = ", ".join(f"{d['device']} {t * 1e3:.2f} ms" for d, t in zip(cpu, transfer))
-    return (f"the run's own CPU per input, which no profile holds, shares the stages' cores: driver {driver * 1e3:.2f} "
+    note = (f"the run's own CPU per input, which no profile holds, shares the stages' cores: driver {driver * 1e3:.2f} "
             f"ms, transfer threads {per}; spread over {len(cpu)} core(s) that is {total / len(cpu) / slowest:.0%} of "
-            f"the slowest stage's compute ({slowest * 1e3:.2f} ms), so throughput falls below the prediction by about "
-            "that much; stages of a few ms feel it most")
+            f"the slowest stage's compute ({slowest * 1e3:.2f} ms), which slows the stream by about that much against "
+            "compute alone; stages of a few ms feel it most")
+    if not predicted_throughput or report.throughput <= 0:
+        return note
+    where = versus(report.throughput, predicted_throughput)
+    if report.throughput < predicted_throughput:
+        return f"{note}. Measured throughput is {where}: this overhead is part of that gap"
+    return (f"{note}. Measured throughput is nonetheless {where}: the predicted costs are higher than this "
+            "machine's by more than this overhead takes")
 
 
 def simulate_prediction(plan: Any, graph: Any, cluster: Any, profile_costs: Any = None, inputs: int = 100) -> dict:

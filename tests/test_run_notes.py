@@ -1,0 +1,56 @@
+"""run --compare's notes follow the numbers: above/below by the sign, pipeline efficiency at most 100%."""
+
+from __future__ import annotations
+
+import pytest
+
+from hetsplit.runtime.measure import RunReport, overhead_note, stage_bound, versus
+
+
+def _report(throughput: float, bound: float = 0.0, driver_s: float = 0.6e-3, extra_s: float = 0.4e-3) -> RunReport:
+    devices = [{"device": f"local-cpu{i}", "kind": "cpu", "threads": 1, "compute_mean_s": 2e-3,
+                "cpu_per_input_s": 2e-3 + extra_s} for i in range(2)]
+    return RunReport("m", devices, [], 10, throughput, 1.0, 1.0, [], {}, bound,
+                     {"driver_cpu_per_input_s": driver_s, "stage_bound_by": "stage local-cpu0"})
+
+
+@pytest.mark.parametrize("measured, word", [(550.0, "above"), (130.0, "below"), (273.0, "matches")])
+def test_versus_words_the_sign(measured, word):
+    text = versus(measured, 272.0)
+    assert word in text and f"{measured / 272.0:.2f}x" in text
+    assert ("above" in text) + ("below" in text) + ("matches" in text) == 1
+
+
+def test_overhead_note_says_above_when_the_run_beats_the_prediction():
+    note = overhead_note(_report(600.0), cores=2, predicted_throughput=272.0)
+    assert note is not None and "above it" in note and "below" not in note and "falls below" not in note
+    assert "2.21x the prediction" in note and "35%" in note
+
+
+def test_overhead_note_says_below_when_the_run_falls_short():
+    note = overhead_note(_report(200.0), cores=2, predicted_throughput=272.0)
+    assert note is not None and "below it" in note and "above" not in note and "0.74x the prediction" in note
+
+
+def test_overhead_note_without_a_prediction_names_no_direction():
+    note = overhead_note(_report(200.0), cores=2)
+    assert note is not None and "above" not in note and "below" not in note
+
+
+def test_pipeline_efficiency_is_capped_and_the_cap_explained():
+    over = _report(605.0, bound=100.0)
+    assert over.pipeline_efficiency == 1.0 and over.over_stage_bound == pytest.approx(6.05)
+    note = over.efficiency_note()
+    assert note is not None and "6.05x the stage bound" in note and "stage local-cpu0" in note
+    doc = over.to_dict()
+    assert doc["pipeline_efficiency"] == 1.0 and doc["efficiency_note"] == note
+    under = _report(80.0, bound=100.0)
+    assert under.pipeline_efficiency == pytest.approx(0.8) and under.efficiency_note() is None
+    assert _report(80.0, bound=0.0).pipeline_efficiency == 0.0
+
+
+def test_stage_bound_names_the_slowest_stage_or_link_and_skips_the_driver():
+    devices = [{"device": "a", "compute_mean_s": 2e-3}, {"device": "b", "compute_mean_s": 1e-3}]
+    assert stage_bound(devices, {("a", "b"): 4e-3, ("driver", "a"): 9e-3}) == (pytest.approx(250.0), "link a->b")
+    assert stage_bound(devices, {("a", "b"): 1e-3}) == (pytest.approx(500.0), "stage a")
+    assert stage_bound([], {}) == (0.0, "")
