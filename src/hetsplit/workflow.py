@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from hetsplit.cluster import Cluster
 from hetsplit.costs import CostTable, SplitProblem, build_problem, load_profile
@@ -16,6 +16,9 @@ from hetsplit.graph import Graph
 from hetsplit.graph.transformer import decode_step
 from hetsplit.plan import Plan, mark_pareto
 from hetsplit.search import PipelineConstraints, make_partitioner, partitioner_names, partitioner_options
+
+if TYPE_CHECKING:
+    from hetsplit.report.html import ReportDetails
 
 
 def is_profile_path(spec: str) -> bool:
@@ -141,3 +144,46 @@ def load_plan_problem(plan_path: str | Path, index: int | None = None, model: st
     if not cluster:
         raise HetsplitError(f"{plan_path}: the plan names no cluster; give one with --cluster")
     return plan, load_problem(profile or model or plan.model, cluster)
+
+
+def run_comparison(run_doc: dict[str, Any], plan: Plan, cluster: Cluster) -> dict[str, Any]:
+    """Measured beside predicted for a run's JSON: a ``run --compare`` document as it is, a bare run
+    report (``run --out`` without ``--compare``) set beside ``plan``'s metrics."""
+    from hetsplit.runtime.measure import RunReport, compare, overhead_note
+
+    if "rows" in run_doc:
+        return {"rows": run_doc["rows"], "notes": list(run_doc.get("notes", []))}
+    if plan.metrics is None:
+        raise HetsplitError("the run's JSON holds no predictions and the plan has no metrics to compare it with")
+    report = RunReport.from_dict(run_doc)
+    doc = compare(report, plan.metrics, cluster)
+    notes = [overhead_note(report, predicted_throughput=plan.metrics.throughput), report.efficiency_note()]
+    return {"rows": doc["rows"], "notes": [n for n in notes if n]}
+
+
+def report_details(problem: SplitProblem, plans: list[Plan], featured: int | None = None,
+                   run_doc: dict[str, Any] | None = None, timeline_inputs: int = 8) -> ReportDetails:
+    """What the HTML report draws beside the plan table (``report.html.ReportDetails``): the cluster, each
+    plan's transfers, the simulated timeline of the featured plan (default: the one ``load_plan`` picks)
+    and, with ``run_doc``, its run measured against the prediction."""
+    from hetsplit.cluster.describe import cluster_to_dict
+    from hetsplit.errors import PlanError
+    from hetsplit.plan.check import check_plan
+    from hetsplit.plan.io import featured_index
+    from hetsplit.plan.simulate import SimOptions, simulate
+    from hetsplit.plan.transfers import plan_transfers
+    from hetsplit.report.html import ReportDetails
+
+    graphs = {}
+    for i, plan in enumerate(plans):
+        try:
+            graphs[i] = check_plan(problem.graph, problem.cluster, plan)
+        except PlanError:
+            continue  # a plan of another model or cluster: drawn without its transfers
+    k = featured_index(plans) if featured is None else featured
+    if not 0 <= k < len(plans):
+        raise PlanError(f"no plan #{k}; the set has {len(plans)} plans (0..{len(plans) - 1})")
+    timeline = simulate(problem, graphs[k], SimOptions(inputs=timeline_inputs)) if k in graphs else None
+    run = run_comparison(run_doc, plans[k], problem.cluster) if run_doc is not None else None
+    return ReportDetails(cluster_to_dict(problem.cluster), {i: plan_transfers(tg) for i, tg in graphs.items()},
+                         k, timeline, run)

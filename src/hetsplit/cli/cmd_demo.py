@@ -19,6 +19,7 @@ from hetsplit.workflow import (
     find_plans,
     load_problem,
     output_dir,
+    report_details,
 )
 
 DEMO_MODEL = "resnet152"
@@ -71,6 +72,7 @@ def run(args) -> int:
                       f"{c.energy_per_device_ratio:.3g}x energy per participating device")
     out = output_dir(args.out)
     if out is not None:
-        written = write_plan_outputs(plans, out, problem.graph.name, problem.cluster.name)
+        details = report_details(problem, plans)
+        written = write_plan_outputs(plans, out, problem.graph.name, problem.cluster.name, details)
         console.print("wrote " + ", ".join(str(p) for p in written))
     return 0

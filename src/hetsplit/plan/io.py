@@ -46,7 +46,11 @@ def load_plan(path: str | Path, index: int | None = None) -> Plan:
         if not 0 <= index < len(plans):
             raise PlanError(f"{path}: no plan #{index}; the file has {len(plans)} plans (0..{len(plans) - 1})")
         return plans[index]
-    if len(plans) == 1:
-        return plans[0]
-    best = [p for p in plans if p.pareto] or plans
-    return max(best, key=lambda p: p.metrics.throughput if p.metrics else 0.0)
+    return plans[featured_index(plans)]
+
+
+def featured_index(plans: list[Plan]) -> int:
+    """The plan a set stands for (what ``load_plan`` gives without an index): the only one, else the
+    fastest Pareto-optimal one (the fastest of all when none is marked)."""
+    best = [i for i, p in enumerate(plans) if p.pareto] or list(range(len(plans)))
+    return max(best, key=lambda i: plans[i].metrics.throughput if plans[i].metrics else 0.0)

@@ -3,22 +3,28 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from hetsplit.plan import save_plans
 from hetsplit.plan.types import Plan
 
+if TYPE_CHECKING:
+    from hetsplit.report.html import ReportDetails
 
-def write_plan_outputs(plans: list[Plan], out: Path, model: str, cluster: str) -> list[Path]:
-    """plans.json (the plan set), pareto.png (energy vs throughput) and report.html; returns the paths."""
+
+def write_plan_outputs(plans: list[Plan], out: Path, model: str, cluster: str,
+                       details: ReportDetails | None = None) -> list[Path]:
+    """plans.json (the plan set), pareto.png (energy vs throughput) and report.html (with ``details``:
+    cluster, transfers, timeline; see ``workflow.report_details``); returns the paths."""
     from hetsplit.report.html import write_report
     from hetsplit.report.plots import pareto_plot
 
     title = f"{model} on {cluster}"
     return [save_plans(plans, out / "plans.json", model=model, cluster=cluster),
             pareto_plot(plans, out / "pareto.png", title),
-            write_report(plans, out / "report.html", title)]
+            write_report(plans, out / "report.html", title, details)]
 
 
 def write_explore_outputs(plans: list[Plan], best: np.ndarray, hypervolumes: np.ndarray, objectives: tuple[str, ...],

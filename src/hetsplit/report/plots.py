@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.artist import Artist  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.text import Annotation  # noqa: E402
+from matplotlib.transforms import Bbox  # noqa: E402
 
 from hetsplit.plan.types import Plan  # noqa: E402
 from hetsplit.report.tables import describe_params  # noqa: E402
@@ -31,6 +36,36 @@ def _merged_labels(plans: list[Plan]) -> dict[tuple[float, float], str]:
     return merged
 
 
+# Where a label may sit, in points from its marker: beside it, then above and below, then farther out.
+_OFFSETS = ((5, 4), (5, -11), (-5, 4), (-5, -11), (5, 15), (5, -22), (-5, 15), (-5, -22), (5, 26), (-5, 26),
+            (5, -33), (-5, -33), (5, 37), (-5, 37))
+
+
+def place_labels(ax: Axes, labels: dict[tuple[float, float], str], avoid: Sequence[Artist] = ()) -> list[Annotation]:
+    """Annotate each point with its label at the first offset (``_OFFSETS``) where it stays inside the axes
+    and overlaps no labelled point, no label placed before and nothing in ``avoid`` (the legend); where
+    none is free, at the last offset with a leader line. Call once the limits and layout are final."""
+    renderer = ax.figure.canvas.get_renderer()
+    frame = ax.get_window_extent(renderer)
+    taken = [a.get_window_extent(renderer) for a in avoid]
+    taken += [ax.transData.transform_bbox(Bbox.from_bounds(x, y, 0, 0)).padded(3) for x, y in labels]
+    out = []
+    for (x, y), text in sorted(labels.items(), key=lambda kv: (-kv[0][1], kv[0][0])):
+        for k, (dx, dy) in enumerate(_OFFSETS):
+            last = k == len(_OFFSETS) - 1
+            ann = ax.annotate(text, (x, y), fontsize=7, xytext=(dx, dy), textcoords="offset points",
+                              ha="left" if dx > 0 else "right", va="bottom" if dy > 0 else "top",
+                              arrowprops={"arrowstyle": "-", "lw": 0.5, "color": "0.4"} if last else None)
+            box = ann.get_window_extent(renderer)
+            inside = frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
+            if last or (inside and not any(box.overlaps(t) for t in taken)):
+                taken.append(box)
+                out.append(ann)
+                break
+            ann.remove()
+    return out
+
+
 def pareto_plot(plans: list[Plan], path: str | Path, title: str = "") -> Path:
     """Energy per inference vs throughput: the exact front (if any) as small points and a line,
     every other algorithm's plans as labelled markers on top."""
@@ -49,15 +84,14 @@ def pareto_plot(plans: list[Plan], path: str | Path, title: str = "") -> Path:
         ax.scatter([p.metrics.throughput for p in pts], [p.metrics.energy_j for p in pts],
                    marker="." if small else markers[k % len(markers)], s=30 if small else 55,
                    alpha=0.6 if small else 0.9, label=f"{algo} ({len(pts)})", zorder=2 if small else 3)
-    for (x, y), text in _merged_labels(shown).items():
-        ax.annotate(text, (x, y), fontsize=7, xytext=(4, 4), textcoords="offset points")
     ax.set_xlabel("throughput (inferences/s)")
     ax.set_ylabel("energy per inference (J)")
     ax.set_yscale("log")
     ax.grid(True, which="both", alpha=0.3)
     ax.set_title(title or (plans[0].model if plans else ""))
-    ax.legend(fontsize=8)
+    legend = ax.legend(fontsize=8)
     fig.tight_layout()
+    place_labels(ax, _merged_labels(shown), avoid=[legend])
     fig.savefig(path)
     plt.close(fig)
     return path

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, Iterable
 
 from rich.console import Console
 from rich.markup import escape
@@ -21,6 +22,16 @@ def describe_params(plan: Plan) -> str:
     if "device" in p:
         return f"{plan.algorithm} {p['device']}"
     return plan.algorithm
+
+
+def distinct_digits(values: Iterable[float], least: int = 4, most: int = 12) -> int:
+    """Fewest significant digits, from ``least`` to ``most``, at which values that differ (beyond ``most``
+    digits) print differently: enough for two plans a Pareto mark tells apart to show apart."""
+    finite = {float(f"{v:.{most}g}") for v in values if math.isfinite(v)}
+    for digits in range(least, most):
+        if len({f"{v:.{digits}g}" for v in finite}) == len(finite):
+            return digits
+    return most
 
 
 def describe_stages(plan: Plan, max_chars: int = 48) -> str:

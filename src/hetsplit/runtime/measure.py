@@ -69,6 +69,15 @@ class RunReport:
                 "efficiency_note": self.efficiency_note(), "verify": self.verify, "devices": self.devices,
                 "hops": self.hops, **self.extra}
 
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> "RunReport":
+        """A report back from ``to_dict`` (a run's ``--out`` JSON without ``--compare``)."""
+        own = ("model", "devices", "hops", "inputs", "throughput", "latency_s", "latency_loaded_s", "latencies_s",
+               "verify", "stage_bound_throughput")
+        derived = ("pipeline_efficiency", "over_stage_bound", "efficiency_note")
+        return cls(**{k: doc[k] for k in own},
+                   extra={k: v for k, v in doc.items() if k not in own and k not in derived})
+
 
 def stage_bound(devices: list[dict[str, Any]], links: dict[tuple[str, str], float]) -> tuple[float, str]:
     """The throughput the measured mean compute per input of ``devices`` and mean wire time per input of
