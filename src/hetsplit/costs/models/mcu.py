@@ -8,6 +8,8 @@ this chip holds when a layer is split over 1/f chips, tensor-parallel; 1 = the w
   compute   GEMM (conv, gemm/matmul with m > 1): MACs f / (gemm_macs_per_cycle x gemm_efficiency x clock)
             GEMV (gemm/matmul with m == 1):      MACs f / (gemv_macs_per_cycle x clock)
             other layers:                        elements / (elementwise_per_cycle x clock)
+            plus kernel_overhead_cycles per layer (set-up, tiling loop, core synchronization;
+            default 0), so small slices of a layer do not scale down linearly
   on chip   t_on = max(compute, (W + A) / l2_l1_bandwidth)   (cluster DMA double-buffers L1)
   L3        budget = l2_bytes - l2_reserved_bytes, and the chip's weights Wtot = sum of W:
               resident   Wtot <= budget:   t = t_on, no L3 traffic
@@ -38,6 +40,7 @@ from hetsplit.errors import ClusterError
 from hetsplit.graph.types import CONV, DWCONV, GEMM, MATMUL, RESHAPE, Graph, Layer
 
 RESIDENT, PREFETCHED, STREAMED = "resident", "prefetched", "streamed"
+MAY_BE_ZERO = frozenset({"kernel_overhead_cycles"})
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,7 @@ class McuParams:
     weight_bytes: float = 1.0
     act_bytes: float = 1.0
     weight_fraction: float = 1.0
+    kernel_overhead_cycles: float = 0.0
 
     @classmethod
     def from_params(cls, params: dict[str, Any], where: str) -> "McuParams":
@@ -73,8 +77,10 @@ class McuParams:
         except (TypeError, ValueError) as exc:
             raise ClusterError(f"{where}: MCU parameters must be numbers ({exc})") from None
         for f in fields(cls):
-            if not getattr(p, f.name) > 0:
-                raise ClusterError(f"{where}: MCU parameter {f.name} must be > 0, got {getattr(p, f.name)}")
+            zero_ok = f.name in MAY_BE_ZERO
+            if not (getattr(p, f.name) >= 0 if zero_ok else getattr(p, f.name) > 0):
+                raise ClusterError(f"{where}: MCU parameter {f.name} must be {'>=' if zero_ok else '>'} 0, "
+                                   f"got {getattr(p, f.name)}")
         if p.weight_fraction > 1 or p.l3_stream_efficiency > 1 or p.gemm_efficiency > 1:
             raise ClusterError(f"{where}: weight_fraction (the share of a layer one chip holds), gemm_efficiency "
                                "and l3_stream_efficiency must be in (0, 1]")
@@ -113,21 +119,29 @@ class McuModel:
         """Bytes of this chip's share of the layer's weights (int8 by default)."""
         return elements(layer, layer.param_bytes) * self.p.weight_bytes * self.p.weight_fraction
 
-    def on_chip_time(self, layer: Layer) -> tuple[float, float]:
-        """(time without L3, bytes moved L2 <-> L1) of one layer."""
+    def activations(self, layer: Layer) -> float:
+        """Bytes of the layer's input and output activations (int8 by default)."""
+        return (elements(layer, layer.in_bytes) + elements(layer, layer.out_bytes)) * self.p.act_bytes
+
+    def on_chip_parts(self, layer: Layer) -> tuple[float, float]:
+        """(compute time, bytes moved L2 <-> L1) of one layer; the cluster DMA overlaps the two."""
         p = self.p
         f = p.weight_fraction if layer.op in (CONV, DWCONV, GEMM, MATMUL) else 1.0
-        act = (elements(layer, layer.in_bytes) + elements(layer, layer.out_bytes)) * p.act_bytes
-        moved = self.weights(layer) + act
+        moved = self.weights(layer) + self.activations(layer)
         if layer.op in (CONV, DWCONV, GEMM, MATMUL):
             rate = p.gemv_macs_per_cycle if _is_gemv(layer) else p.gemm_macs_per_cycle * p.gemm_efficiency
             compute = layer.macs * f / (rate * p.clock_hz)
         elif layer.op == RESHAPE:
-            compute = 0.0
+            return 0.0, moved
         else:
             elems = float(layer.attrs.get("elements", 0) or 0) or elements(layer, layer.out_bytes)
             compute = elems / (p.elementwise_per_cycle * p.clock_hz)
-        return max(compute, moved / p.l2_l1_bandwidth), moved
+        return compute + p.kernel_overhead_cycles / p.clock_hz, moved
+
+    def on_chip_time(self, layer: Layer) -> tuple[float, float]:
+        """(time without L3, bytes moved L2 <-> L1) of one layer."""
+        compute, moved = self.on_chip_parts(layer)
+        return max(compute, moved / self.p.l2_l1_bandwidth), moved
 
     def _cost(self, t_on: float, l2_moved: float, weights: float, regime: str) -> McuCost:
         p = self.p
