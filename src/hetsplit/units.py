@@ -9,10 +9,13 @@ unit; ``parse_param`` picks the kind from a parameter's name (``KEY_KINDS``, suf
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 
 from hetsplit.errors import UnitError
+
+log = logging.getLogger(__name__)
 
 _SI_PREFIX = {
     "": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
@@ -109,16 +112,22 @@ def _parse_unit(unit: str, kind: str) -> float | None:
     raise UnitError(f"unknown quantity kind {kind!r}; expected one of {sorted(KINDS)}")
 
 
-def parse_quantity(value: object, kind: str, where: str = "") -> float:
+# kinds whose unit is easy to get wrong by orders of magnitude (pJ/b vs J/B): a bare number warns
+UNIT_EXPECTED = {"energy": "J", "energy_per_byte": "J/B"}
+
+
+def parse_quantity(value: object, kind: str, where: str = "", warn_bare: bool = False) -> float:
     """Parse ``value`` (a number, or a string with a unit) as a ``kind`` quantity in SI units.
 
     Plain numbers are taken as already SI. ``where`` names the place (file, key) for errors.
+    ``warn_bare``: log a warning when a non-zero energy (``UNIT_EXPECTED``) comes without its unit.
     """
     if kind not in KINDS:
         raise UnitError(f"unknown quantity kind {kind!r}; expected one of {sorted(KINDS)}")
     loc = f"{where}: " if where else ""
     if isinstance(value, bool):
         raise UnitError(f"{loc}expected a {_label(kind)} like {KINDS[kind]}, got {value!r}")
+    unit = ""
     if isinstance(value, (int, float)):
         result = float(value)
     elif isinstance(value, str):
@@ -135,6 +144,9 @@ def parse_quantity(value: object, kind: str, where: str = "") -> float:
         raise UnitError(f"{loc}expected a {_label(kind)} like {KINDS[kind]}, got {type(value).__name__} {value!r}")
     if math.isnan(result) or result < 0:
         raise UnitError(f"{loc}a {_label(kind)} must be a non-negative number, got {value!r}")
+    if warn_bare and kind in UNIT_EXPECTED and result and not unit:
+        log.warning("%sbare number %r taken as %s (SI); write its unit, like %s", loc, value,
+                    format_quantity(result, UNIT_EXPECTED[kind]), KINDS[kind])
     return result
 
 
@@ -193,19 +205,20 @@ def detect_quantity(value: str, where: str = "") -> tuple[float, str]:
     return parse_quantity(number * factor, kind, where), kind
 
 
-def parse_param(key: str, value: object, where: str = "") -> object:
+def parse_param(key: str, value: object, where: str = "", warn_bare: bool = False) -> object:
     """A model parameter in SI: the kind comes from ``key`` where known, else from the unit.
 
     Mappings and lists are read element by element (``efficiency: {conv: 0.5}`` keeps the kind of
     ``efficiency``); strings that do not start with a number stay text (``mapping: novel``).
+    ``warn_bare`` as for ``parse_quantity``.
     """
     kind = kind_for_key(key)
     if isinstance(value, dict):
-        return {k: parse_param(key if kind else str(k), v, f"{where}.{k}") for k, v in value.items()}
+        return {k: parse_param(key if kind else str(k), v, f"{where}.{k}", warn_bare) for k, v in value.items()}
     if isinstance(value, list):
-        return [parse_param(key, v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return [parse_param(key, v, f"{where}[{i}]", warn_bare) for i, v in enumerate(value)]
     if kind is not None:
-        return parse_quantity(value, kind, where)
+        return parse_quantity(value, kind, where, warn_bare)
     if isinstance(value, str):
         if _QUANTITY.match(value) is None:
             return value  # text, e.g. a mapping scheme name

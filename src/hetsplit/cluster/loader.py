@@ -199,7 +199,7 @@ class _Builder:
         explicit = self.mapping(item.get("params") or {}, f"{where}.params")
         explicit.update({k: item[k] for k in inline})
         for key, value in explicit.items():
-            parsed = parse_param(str(key), value, f"{self.origin}: {where}.params.{key}")
+            parsed = parse_param(str(key), value, f"{self.origin}: {where}.params.{key}", warn_bare=True)
             if isinstance(parsed, dict) and isinstance(params.get(key), dict):
                 parsed = {**params[key], **parsed}  # efficiency: {conv: 0.6} keeps the preset's others
             params[key] = parsed
@@ -368,7 +368,7 @@ class _Builder:
                   "energy": base.energy_per_byte if base else 0.0}
         for key, qkind in MEDIUM_FIGURES.items():
             if key in spec:
-                values[key] = parse_quantity(spec[key], qkind, f"{self.origin}: {where}.{key}")
+                values[key] = parse_quantity(spec[key], qkind, f"{self.origin}: {where}.{key}", warn_bare=True)
         if not values["bandwidth"] > 0:
             raise self.err(f"{where}.bandwidth", "must be > 0")
         changed = base is not None and any(k in spec for k in MEDIUM_FIGURES)

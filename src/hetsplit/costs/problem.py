@@ -16,6 +16,7 @@ from hetsplit.cluster.types import Cluster
 from hetsplit.costs.table import CostTable
 from hetsplit.errors import ProfileError
 from hetsplit.graph.types import Graph
+from hetsplit.units import format_bytes
 
 
 @dataclass
@@ -83,3 +84,21 @@ class SplitProblem:
 
     def fits(self, i, j, d):
         return self.stage_mem(i, j, d) <= self.memory_bytes[d]
+
+    def why_unplaceable(self, layer: int) -> str | None:
+        """Why no device can take ``layer`` alone (no time on any device type, or too little memory); None if one can."""
+        name = self.graph.layers[layer].name
+        devs = np.arange(self.num_devices)
+        runnable = np.isfinite(self.stage_time(layer, layer + 1, devs))
+        if not runnable.any():
+            sources = "; ".join(dict.fromkeys(s for t in self.cluster.types if (s := self.costs.sources.get(t))))
+            return (f"layer {name!r} has no time on any device type of cluster {self.cluster.name!r} "
+                    f"({', '.join(self.cluster.types)}{f'; costs from {sources}' if sources else ''}): the costs "
+                    "give none (null in a profile), so no device can run it; give its time, or add a device type "
+                    "that runs it")
+        need = self.stage_mem(layer, layer + 1, devs[runnable])
+        if (need <= self.memory_bytes[runnable]).any():
+            return None
+        return (f"layer {name!r} fits on no device that runs it: it needs {format_bytes(float(need.min()))} (its "
+                f"memory, inputs and outputs), the largest such device has "
+                f"{format_bytes(float(self.memory_bytes[runnable].max()))}")

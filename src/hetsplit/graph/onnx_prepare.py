@@ -115,8 +115,6 @@ def _name_nodes(model: onnx.ModelProto) -> None:
 
 def _check_graph(model: onnx.ModelProto, where: str) -> None:
     g = model.graph
-    if len(g.node) == 0:
-        raise ModelError(f"{where}: the model graph has no nodes")
     for sub in ("If", "Loop", "Scan"):
         for node in g.node:
             if node.op_type == sub:
@@ -276,13 +274,16 @@ def prepare_model(model: str | Path | onnx.ModelProto, where: str | None = None)
     if where is None:
         where = str(model) if not isinstance(model, onnx.ModelProto) else (model.graph.name or "<model>")
     proto = read_model(model)
+    if not proto.graph.node:
+        raise ModelError(f"{where}: no ONNX graph in it (an empty file, or not an ONNX model); "
+                         "give a .onnx model exported with its nodes")
     opset = _opset(proto)
     if opset < MIN_OPSET:
         raise ModelError(f"{where}: default-domain opset {opset or 'missing'} is below {MIN_OPSET}; "
                          "re-export the model with opset_version >= 11 or convert it with onnx.version_converter")
+    _name_nodes(proto)  # before any check, so that messages name every node
     _check_graph(proto, where)
     _fix_batch_dims(proto, where)
-    _name_nodes(proto)
     # all shape work runs on a copy without weight data; only its nodes come back
     light = proto if is_shapes_only(proto) else strip_weights(proto)
     inferred = _infer(light, where)

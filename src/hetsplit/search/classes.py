@@ -288,15 +288,7 @@ def check_layers_fit(cm: ClassModel) -> None:
     if covered.all():
         return
     l = int(np.flatnonzero(~covered)[0])
-    name = p.graph.layers[l].name
-    devs = np.arange(p.num_devices)
-    runnable = np.isfinite(p.stage_time(l, l + 1, devs))
-    if not runnable.any():
-        raise InfeasibleError(f"layer {name!r} fits nowhere: no device type can run it "
-                              f"(types: {p.cluster.types})")
-    need = float(np.min(p.stage_mem(l, l + 1, devs[runnable])))
-    raise InfeasibleError(f"layer {name!r} fits nowhere: needs {need:.6g} bytes, largest device has "
-                          f"{float(p.memory_bytes.max()):.6g}")
+    raise InfeasibleError(p.why_unplaceable(l) or f"layer {p.graph.layers[l].name!r} fits in no stage of any device")
 
 
 def check_state_budget(cm: ClassModel, arrays: int, budget_bytes: float, algorithm: str) -> None:

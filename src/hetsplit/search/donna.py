@@ -197,12 +197,9 @@ def donna_dp(problem: SplitProblem, alpha: float, constraints: PipelineConstrain
 def _why_infeasible(problem: SplitProblem) -> str:
     """Name a layer that no device can hold or run, if there is one."""
     for layer in range(problem.num_layers):
-        need = problem.stage_mem(layer, layer + 1, np.arange(problem.num_devices))
-        runnable = np.isfinite(problem.stage_time(layer, layer + 1, np.arange(problem.num_devices)))
-        if not (runnable & (need <= problem.memory_bytes)).any():
-            name = problem.graph.layers[layer].name
-            return (f"layer {name!r} fits on no device: it needs {need.min():.4g} bytes "
-                    f"(largest device memory: {problem.memory_bytes.max():.4g} bytes) or no device type can run it")
+        why = problem.why_unplaceable(layer)
+        if why:
+            return why
     return "no pipeline of at most one stage per device fits the devices' memory"
 
 
