@@ -224,7 +224,8 @@ def claims_lines(results: McuResults, claims: list[NumericClaim], findings: list
     if results.pipeline:
         lines += ["", "## Whole TinyLlama-42M (8 blocks) decoding one token: tensor-parallel vs pipelines", "",
                   "Same cost model on every side: a pipeline stage holding k blocks holds k blocks of weights on its "
-                  "chip(s). 'pipeline (exact)' is hetsplit's exact minimum-bottleneck pipeline on the cluster; "
+                  "chip(s). 'pipeline (exact)' is hetsplit's exact minimum-bottleneck pipeline on the cluster (optimal under "
+                  "the planner's per-layer Siracusa costs, then re-costed here block by block); "
                   "'tokens/s, one user' is 1 / latency (each token waits for the one before), 'many users' the "
                   "rate of the busiest chip resource with enough independent requests in flight.", ""]
         lines += pipeline_table(results.pipeline)
