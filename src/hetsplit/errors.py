@@ -31,5 +31,13 @@ class InfeasibleError(HetsplitError):
     """No plan satisfies the constraints (names the layer or device that cannot fit)."""
 
 
+class UsageError(HetsplitError):
+    """An option or request value out of range (names the option, the value and what is allowed)."""
+
+
+class OutputError(HetsplitError):
+    """An output path that cannot be written (names the path and why)."""
+
+
 class RuntimeFailure(HetsplitError):
     """A distributed run failed: dead worker, stalled link, mismatched sub-model."""

@@ -5,15 +5,16 @@ The CLI and the benchmarks call these; they hold the orchestration so commands s
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from hetsplit.cluster import Cluster
 from hetsplit.costs import CostTable, SplitProblem, build_problem, load_profile
-from hetsplit.errors import HetsplitError
+from hetsplit.errors import HetsplitError, UsageError
 from hetsplit.graph import Graph
 from hetsplit.graph.transformer import decode_step
+from hetsplit.outpath import output_dir  # noqa: F401 - re-exported for the commands
 from hetsplit.plan import Plan, mark_pareto
 from hetsplit.search import PipelineConstraints, make_partitioner, partitioner_names, partitioner_options
 
@@ -69,6 +70,11 @@ class PlanRequest:
     chips: int | None = None             # tensor-parallel: devices to split over (None: all)
     tree: int | None = None              # tensor-parallel: all-reduce group size (None: its default)
 
+    def __post_init__(self) -> None:
+        for a in self.alphas or ():
+            if not 0.0 <= a <= 1.0:  # also false for nan
+                raise UsageError(f"--alpha {a}: DONNA's weight must be a number from 0 (energy) to 1 (throughput)")
+
 
 def _options_for(name: str, request: PlanRequest) -> dict[str, Any]:
     """The options a partitioner accepts, taken from the request (by constructor signature)."""
@@ -88,19 +94,49 @@ def _options_for(name: str, request: PlanRequest) -> dict[str, Any]:
     return options
 
 
-def find_plans(problem: SplitProblem, request: PlanRequest) -> list[Plan]:
-    """Run every requested partitioner (plus single-device baselines), mark the Pareto front."""
-    plans: list[Plan] = []
+@dataclass
+class PlanSearch:
+    """What a search found: the plans (Pareto front marked) and, per algorithm that refused, why."""
+
+    plans: list[Plan]
+    refusals: dict[str, str] = field(default_factory=dict)
+
+
+def search_plans(problem: SplitProblem, request: PlanRequest) -> PlanSearch:
+    """Run every requested partitioner (plus single-device baselines) and mark the Pareto front.
+
+    An algorithm that refuses the problem (raises a HetsplitError) is recorded with its reason and the
+    others' plans are kept; only when every requested algorithm refuses is that an error."""
     names = list(request.algorithms) + (["single"] if request.baselines and "single" not in request.algorithms else [])
     unknown = [n for n in names if n not in partitioner_names()]
     if unknown:
         raise HetsplitError(f"unknown algorithm {unknown[0]!r}; available: {partitioner_names()}")
+    plans: list[Plan] = []
+    refused: dict[str, HetsplitError] = {}
     for name in names:
-        plans.extend(make_partitioner(name, **_options_for(name, request)).solve(problem))
+        try:
+            plans.extend(make_partitioner(name, **_options_for(name, request)).solve(problem))
+        except HetsplitError as exc:
+            refused[name] = exc
+    if refused and all(n in refused for n in request.algorithms):
+        if len(refused) == 1:
+            raise next(iter(refused.values()))
+        by_reason: dict[str, list[str]] = {}
+        for n, exc in refused.items():
+            by_reason.setdefault(str(exc), []).append(n)
+        raise HetsplitError("every algorithm refused: " + "; ".join(f"{', '.join(ns)}: {why}"
+                                                                     for why, ns in by_reason.items()))
     if not plans:
         raise HetsplitError(f"no plan found for {problem.graph.name!r} on {problem.cluster.name!r}: "
                             "no device can hold the whole model and no split fits")
-    return mark_pareto(plans)
+    for p in plans:
+        p.cluster_file = problem.cluster.file
+    return PlanSearch(mark_pareto(plans), {n: str(exc) for n, exc in refused.items()})
+
+
+def find_plans(problem: SplitProblem, request: PlanRequest) -> list[Plan]:
+    """The plans of ``search_plans`` (refusals dropped; an error only when every algorithm refuses)."""
+    return search_plans(problem, request).plans
 
 
 @dataclass
@@ -125,14 +161,6 @@ def compare_to(plans: list[Plan], baseline: Plan) -> list[BaselineComparison]:
     return out
 
 
-def output_dir(path: str | Path | None) -> Path | None:
-    if path is None:
-        return None
-    p = Path(path)
-    p.mkdir(parents=True, exist_ok=True)
-    return p
-
-
 def load_plan_problem(plan_path: str | Path, index: int | None = None, model: str | None = None,
                       cluster: str | None = None, profile: str | None = None) -> tuple[Plan, SplitProblem]:
     """A plan from a file and the problem it runs on: the model (or a profile, which names its model
@@ -140,10 +168,31 @@ def load_plan_problem(plan_path: str | Path, index: int | None = None, model: st
     from hetsplit.plan import load_plan
 
     plan = load_plan(plan_path, index)
-    cluster = cluster or plan.cluster
-    if not cluster:
-        raise HetsplitError(f"{plan_path}: the plan names no cluster; give one with --cluster")
-    return plan, load_problem(profile or model or plan.model, cluster)
+    cl = load_plan_cluster(plan, cluster, required=True)
+    assert cl is not None  # required: an error otherwise
+    return plan, load_problem(profile or model or plan.model, cl)
+
+
+def load_plan_cluster(plan: Plan, given: str | None = None, required: bool = False) -> Cluster | None:
+    """The cluster a plan runs on: ``given`` (--cluster), else the YAML file the plan was made from, else the
+    cluster it names. None when that cannot be found, unless ``required`` (then the error says why)."""
+    if given:
+        return load_cluster_spec(given)
+    gone = bool(plan.cluster_file) and not Path(str(plan.cluster_file)).is_file()
+    spec = plan.cluster if gone or not plan.cluster_file else plan.cluster_file
+    fix = "give one with --cluster (a YAML file or a built-in name)"
+    if not spec:
+        if required:
+            raise HetsplitError(f"the plan names no cluster; {fix}")
+        return None
+    try:
+        return load_cluster_spec(spec)
+    except HetsplitError as exc:
+        if not required:
+            return None
+        if gone:
+            raise type(exc)(f"the plan's cluster file {plan.cluster_file} is gone and {exc}; {fix}") from None
+        raise
 
 
 def run_comparison(run_doc: dict[str, Any], plan: Plan, cluster: Cluster) -> dict[str, Any]:

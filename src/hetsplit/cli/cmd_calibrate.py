@@ -33,7 +33,10 @@ def run(args) -> int:
 
     from hetsplit.costs.calibration import evaluate, fit, load_measured, preset_document
     from hetsplit.costs.profiler import resolve_device
+    from hetsplit.outpath import output_file
 
+    output_file(args.out)
+    output_file(args.report)
     with progress("loading profiles"):
         train = load_measured(args.profiles, args.device)
         held = load_measured(args.holdout, args.device)

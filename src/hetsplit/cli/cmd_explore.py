@@ -38,6 +38,7 @@ def run(args) -> int:
     console = wide_console()
     options = ExploreOptions(encoding=args.encoding, splits=args.splits, objectives=tuple(args.objectives),
                              pop_size=args.pop, generations=args.gens, seed=args.seed)
+    out = output_dir(args.out)
     with progress(f"loading {args.model} and {args.cluster}"):
         problem = load_problem(args.model, args.cluster)
     with Progress(console=wide_console(stderr=True), transient=True) as bar:
@@ -50,7 +51,6 @@ def run(args) -> int:
     console.print(f"{result.evaluations} evaluations in {result.seconds:.1f} s ({result.evaluations_per_s:,.0f} "
                   f"evaluations/s in the batch evaluator; {result.genes} genes); hypervolume {hv[0]:.4f} -> {hv[-1]:.4f}")
     console.print("objectives minimized: " + ", ".join(options.objectives) + " (Pareto over these, not the ★ pair)")
-    out = output_dir(args.out)
     if out is not None:
         written = write_explore_outputs(result.plans, result.best, hv, options.objectives, out, problem.graph.name,
                                         problem.cluster.name, label, encoding=args.encoding, seed=args.seed)

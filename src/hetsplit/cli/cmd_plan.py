@@ -10,7 +10,7 @@ from hetsplit.report.console import wide_console
 from hetsplit.report.files import write_plan_outputs
 from hetsplit.report.tables import print_plans
 from hetsplit.search import PipelineConstraints, partitioner_names
-from hetsplit.workflow import PlanRequest, find_plans, load_problem, output_dir
+from hetsplit.workflow import PlanRequest, load_problem, output_dir, search_plans
 
 
 def register(sub) -> None:
@@ -47,23 +47,28 @@ def register(sub) -> None:
 
 def run(args) -> int:
     console = wide_console(stderr=args.json)
-    with progress(f"loading {args.model} and {args.cluster}"):
-        problem = load_problem(args.model, args.cluster, args.decode)
     constraints = PipelineConstraints(
         first_stage_devices=tuple(args.first_device) if args.first_device else None,
         enforce_memory=not args.ignore_memory)
     request = PlanRequest(algorithms=args.algo, alphas=args.alpha, constraints=constraints,
                           baselines=not args.no_baselines, seed=args.seed,
                           time_budget_s=args.time_budget, chips=args.chips, tree=args.tree)
+    out = output_dir(args.out)
+    with progress(f"loading {args.model} and {args.cluster}"):
+        problem = load_problem(args.model, args.cluster, args.decode)
     with progress(f"searching ({', '.join(args.algo)})"):
-        plans = find_plans(problem, request)
+        found = search_plans(problem, request)
+    plans = found.plans
     if args.json:
-        json.dump({"format": "hetsplit.planset/1", "plans": [p.to_dict() for p in plans]}, sys.stdout, indent=1)
+        refused = [{"algorithm": a, "reason": why} for a, why in found.refusals.items()]
+        json.dump({"format": "hetsplit.planset/1", "plans": [p.to_dict() for p in plans],
+                   **({"refused": refused} if refused else {})}, sys.stdout, indent=1)
         print()
     else:
         print_plans(plans, f"{problem.graph.name} on {problem.cluster.name} "
                            f"({problem.num_layers} layers, {problem.num_devices} devices)", console)
-    out = output_dir(args.out)
+    for algorithm, why in found.refusals.items():
+        console.print(f"note: {algorithm} refused, its plans are missing: {why}", markup=False, highlight=False)
     if out is not None:
         written = write_plan_outputs(plans, out, problem.graph.name, problem.cluster.name)
         console.print("wrote " + ", ".join(str(p) for p in written))

@@ -60,9 +60,11 @@ def _params(pairs: list[str]) -> dict[str, str]:
 def run(args) -> int:
     from hetsplit.costs.profile import save_profile
     from hetsplit.costs.profiler import profile_model
+    from hetsplit.outpath import output_file
     from hetsplit.units import parse_quantity
 
     power = None if args.power is None else parse_quantity(args.power, "power", "--power")
+    output_file(args.out)
     with progress(f"profiling {args.model} on {args.device}"):
         prof = profile_model(args.model, args.device, repeats=args.repeats, warmup=args.warmup,
                              threads=args.threads, power_w=power, params=_params(args.param),

@@ -13,6 +13,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from hetsplit.cli.cmd_split import note_unchecked
 from hetsplit.cli.common import add_command, progress
 from hetsplit.plan.io import load_plan
 from hetsplit.report.console import wide_console
@@ -57,10 +58,16 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from hetsplit.runtime import resolve_model
+    from hetsplit.outpath import output_file
+    from hetsplit.runtime import RunOptions, resolve_model
+    from hetsplit.workflow import load_plan_cluster
 
+    opts = RunOptions(inputs=args.inputs, latency_inputs=args.latency_inputs, timeout_s=args.timeout,
+                      port=args.port, run_dir=Path(args.run_dir) if args.run_dir else None, pin=args.pin)
+    output_file(args.out)
     plan = load_plan(args.plan, args.index)
-    cluster = _cluster(args.cluster or plan.cluster, required=args.emulate_links or bool(args.cluster))
+    cluster = load_plan_cluster(plan, args.cluster, required=args.emulate_links)
+    note_unchecked(plan, cluster)
     with progress(f"loading {args.model}"):
         graph, path = resolve_model(args.model)
     with contextlib.ExitStack() as stack:
@@ -68,19 +75,17 @@ def run(args) -> int:
             split_dir = Path(args.split_dir) if args.split_dir else Path(args.run_dir) / "split"
         else:
             split_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="hetsplit-split-")))
-        return _run(args, plan, graph, path, cluster, split_dir)
+        return _run(args, opts, plan, graph, path, cluster, split_dir)
 
 
-def _run(args, plan, graph, path, cluster, split_dir: Path) -> int:
-    from hetsplit.runtime import RunOptions, run_manifest, split_model
+def _run(args, opts, plan, graph, path, cluster, split_dir: Path) -> int:
+    from hetsplit.runtime import run_manifest, split_model
     from hetsplit.runtime.hosts import DEFAULT_PORT, HostMap, node_commands
 
     with progress("splitting"):
-        manifest = split_model(plan, graph, path, split_dir, cluster=_plan_cluster(cluster, plan))
-    opts = RunOptions(inputs=args.inputs, latency_inputs=args.latency_inputs, timeout_s=args.timeout,
-                      port=args.port, threads={w.device: args.threads for w in manifest.stages},
-                      kinds=_kinds(cluster, manifest, args.cpu_only),
-                      run_dir=Path(args.run_dir) if args.run_dir else None, pin=args.pin)
+        manifest = split_model(plan, graph, path, split_dir, cluster=cluster)
+    opts.threads = {w.device: args.threads for w in manifest.stages}
+    opts.kinds = _kinds(cluster, manifest, args.cpu_only)
     if args.emulate_links:
         from hetsplit.runtime import LinkMatrix
 
@@ -113,27 +118,6 @@ def run_manifest_as(opts, node: str, manifest):
 
     opts.node = node
     return run_manifest(manifest, opts)
-
-
-def _cluster(spec: str | None, required: bool):
-    from hetsplit.cluster import load_cluster
-    from hetsplit.errors import HetsplitError
-
-    if not spec:
-        return None
-    try:
-        return load_cluster(spec)
-    except HetsplitError:
-        if required:
-            raise
-        return None
-
-
-def _plan_cluster(cluster, plan):
-    """The cluster to check the plan's devices against: the given one when it has them all."""
-    if cluster is None or any(d not in cluster.names for d in plan.devices):
-        return None
-    return cluster
 
 
 def _kinds(cluster, manifest, cpu_only: bool) -> dict[str, str]:
@@ -182,7 +166,9 @@ def _finish(args, report, plan, graph, cluster) -> int:
             from hetsplit.costs import load_profile
 
             if cluster is None:
-                cluster = _cluster(args.cluster or plan.cluster, required=True)
+                from hetsplit.workflow import load_plan_cluster
+
+                cluster = load_plan_cluster(plan, args.cluster, required=True)
             profile = load_profile(args.profile)
             predicted = predict(plan, graph, cluster, profile.costs)
             simulated = simulate_prediction(plan, graph, cluster, profile.costs, args.inputs)
@@ -206,7 +192,6 @@ def _finish(args, report, plan, graph, cluster) -> int:
     else:
         print_report(report, console)
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(doc, indent=1))
         console.print(f"wrote {args.out}")
     return 0

@@ -44,6 +44,7 @@ def run(args) -> int:
 
     options = SimOptions(inputs=args.inputs, interval_s=args.interval, keep_timeline=args.out is not None,
                          link_order=args.link_order)
+    out = output_dir(args.out)
     with progress(f"loading {args.plan}"):
         plan, problem = load_plan_problem(args.plan, args.index, args.model, args.cluster, args.profile)
     with progress(f"simulating {args.inputs} inputs"):
@@ -57,7 +58,6 @@ def run(args) -> int:
         print()
     else:
         print_simulation(result, predicted, title, console)
-    out = output_dir(args.out)
     if out is not None:
         from hetsplit.plan.trace import write_trace
         from hetsplit.report.gantt import gantt_plot

@@ -3,6 +3,8 @@ device (mappings: plan/2 assign, shards and combines) plus the manifest."""
 
 from __future__ import annotations
 
+import sys
+
 from rich.console import Console
 from rich.table import Table
 
@@ -20,25 +22,31 @@ def register(sub) -> None:
     p.add_argument("model", help="zoo name or .onnx file the plan was made for")
     p.add_argument("--out", "-o", required=True, metavar="DIR", help="directory for the sub-models and manifest.json")
     p.add_argument("--index", type=int, default=None, help="which plan of a plan set (default: best Pareto plan)")
-    p.add_argument("--cluster", "-c", default=None, help="check the plan's devices against this cluster")
+    p.add_argument("--cluster", "-c", default=None,
+                   help="check the plan's devices against this cluster (default: the plan's own, when found)")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from hetsplit.runtime import resolve_model, split_model
+    from hetsplit.workflow import load_plan_cluster
 
     plan = load_plan(args.plan, args.index)
-    cluster = None
-    if args.cluster:
-        from hetsplit.cluster import load_cluster
-
-        cluster = load_cluster(args.cluster)
+    cluster = load_plan_cluster(plan, args.cluster)
+    note_unchecked(plan, cluster)
     with progress(f"loading {args.model}"):
         graph, path = resolve_model(args.model)
     with progress("splitting"):
         manifest = split_model(plan, graph, path, args.out, cluster=cluster)
     print_manifest(manifest, wide_console())
     return 0
+
+
+def note_unchecked(plan, cluster) -> None:
+    """Say when the plan's devices cannot be checked: its cluster was not found and none was given."""
+    if cluster is None and plan.cluster:
+        print(f"note: the plan's cluster {plan.cluster!r} was not found; its devices are checked only against "
+              "each other (give --cluster to check them)", file=sys.stderr)
 
 
 def print_manifest(manifest, console: Console) -> None:

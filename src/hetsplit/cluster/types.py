@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -108,6 +109,12 @@ class Cluster:
                 raise ClusterError(f"{where}: {role} {value!r} is not a device; devices are {names}")
 
     # ---- lookups --------------------------------------------------------------------------------
+    @property
+    def file(self) -> str | None:
+        """The absolute path of the YAML file the cluster was read from; None for a built-in or a dict."""
+        path = Path(self.origin) if self.origin else None
+        return str(path.resolve()) if path is not None and path.is_file() else None
+
     @property
     def num_devices(self) -> int:
         return len(self.devices)

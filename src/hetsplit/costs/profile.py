@@ -37,6 +37,21 @@ def _fail(path: str, msg: str) -> ProfileError:
     return ProfileError(f"{path}: {msg}")
 
 
+def _number(value: Any, where: str, unit: str, null_ok: bool = False) -> float:
+    """``value`` as a finite number >= 0 (null, if allowed, as inf: the device type cannot run the layer)."""
+    if value is None and null_ok:
+        return float("inf")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value) or value < 0:
+        null = ", or null where the device type cannot run the layer" if null_ok else ""
+        raise ProfileError(f"{where} is {value!r}; give a number >= 0 in {unit}{null}")
+    return float(value)
+
+
+def _column(values: list, where: str, unit: str, names: list[str], null_ok: bool = True) -> list[float]:
+    """One cost column in SI, each entry checked by ``_number`` (errors name the index and the layer)."""
+    return [_number(v, f"{where}[{i}] (layer {names[i]!r})", unit, null_ok) for i, v in enumerate(values)]
+
+
 def _graph_from_layers(model: str, input_bytes: int, layers: list[dict], where: str) -> Graph:
     names = [str(layer.get("name", "")) for layer in layers]
     index: dict[str, int] = {}
@@ -87,14 +102,16 @@ def profile_from_dict(data: dict, where: str = "<profile>") -> Profile:
     layers = data.get("layers")
     if not isinstance(layers, list) or not layers:
         raise _fail(where, "'layers' must be a non-empty list")
-    graph = _graph_from_layers(str(data.get("model", Path(where).stem)), int(data.get("input_bytes", 0)), layers, where)
+    input_bytes = _number(data.get("input_bytes", 0), f"{where}: input_bytes", "bytes")
+    graph = _graph_from_layers(str(data.get("model", Path(where).stem)), int(input_bytes), layers, where)
     device_types = data.get("device_types")
     if not isinstance(device_types, dict) or not device_types:
         raise _fail(where, "'device_types' must map a device type to its per-layer time_s and energy_j")
     n = len(layers)
     types, times, energies, mems, sources = [], [], [], [], {}
-    default_mem = np.array([float(layer.get("mem_bytes", layer.get("param_bytes", 0) + layer["out_bytes"]))
-                            for layer in layers])
+    default_mem = np.array([_number(layer.get("mem_bytes", layer.get("param_bytes", 0) + layer["out_bytes"]),
+                                    f"{where}: layer {graph.names[i]!r} mem_bytes", "bytes")
+                            for i, layer in enumerate(layers)])
     for tname, col in device_types.items():
         for key in ("time_s", "energy_j"):
             values = col.get(key) if isinstance(col, dict) else None
@@ -102,10 +119,18 @@ def profile_from_dict(data: dict, where: str = "<profile>") -> Profile:
                 got = len(values) if isinstance(values, list) else type(values).__name__
                 raise _fail(where, f"device_types.{tname}.{key} must list {n} numbers (one per layer), got {got}")
         types.append(tname)
-        times.append([float("inf") if v is None else float(v) for v in col["time_s"]])
-        energies.append([float("inf") if v is None else float(v) for v in col["energy_j"]])
+        at = f"{where}: device_types.{tname}"
+        times.append(_column(col["time_s"], f"{at}.time_s", "seconds", graph.names))
+        finite = [t for t in times[-1] if np.isfinite(t)]
+        if finite and not any(finite):
+            raise _fail(where, f"device_types.{tname}.time_s: every layer takes 0 s, so a plan on {tname!r} would "
+                               "run infinitely fast; give the seconds each layer takes (null where it cannot run)")
+        energies.append(_column(col["energy_j"], f"{at}.energy_j", "joules", graph.names))
         mem = col.get("mem_bytes")
-        mems.append(default_mem if mem is None else np.asarray(mem, dtype=np.float64))
+        if mem is not None and (not isinstance(mem, list) or len(mem) != n):
+            raise _fail(where, f"device_types.{tname}.mem_bytes must list {n} numbers (one per layer) or be left out")
+        mems.append(default_mem if mem is None else
+                    np.array(_column(mem, f"{at}.mem_bytes", "bytes", graph.names, null_ok=False)))
         sources[tname] = str(col.get("source", data.get("source", where)))
     table = CostTable(graph.names, types, np.array(times).T, np.array(energies).T, np.array(mems).T, sources)
     meta = {k: v for k, v in data.items() if k not in ("layers", "device_types", "format")}

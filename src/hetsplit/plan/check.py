@@ -31,12 +31,15 @@ ONE_STAGE_PER_DEVICE = frozenset({"donna", "exact", "pareto", "pipeedge", "brute
 SLICE_FOLLOWERS = CHAIN_KINDS + (MATMUL, DWCONV)  # out-sharded layers that read sliced inputs
 
 
-def check_plan(graph: Graph, cluster: Cluster, plan: Plan) -> TaskGraph:
-    """Validate ``plan`` on ``graph`` and ``cluster`` (raises PlanError) and return its TaskGraph."""
+def check_plan(graph: Graph, cluster: Cluster, plan: Plan, one_worker_per_device: bool = False) -> TaskGraph:
+    """Validate ``plan`` on ``graph`` and ``cluster`` (raises PlanError) and return its TaskGraph.
+
+    ``one_worker_per_device``: a pipeline may not give a device two stages whatever its algorithm (the
+    runtime starts one worker per device; without it only ``ONE_STAGE_PER_DEVICE`` algorithms are held to that)."""
     if plan.model and plan.model != graph.name:
         raise PlanError(f"the plan is for model {plan.model!r}, not {graph.name!r}")
     if plan.is_pipeline:
-        return _pipeline(graph, cluster, plan)
+        return _pipeline(graph, cluster, plan, one_worker_per_device)
     return _Expander(graph, cluster, plan).run()
 
 
@@ -59,8 +62,9 @@ def _device(cluster: Cluster, name: str, where: str) -> int:
 
 # ---- pipelines ------------------------------------------------------------------------------------
 
-def stage_bounds(graph: Graph, cluster: Cluster, plan: Plan) -> tuple[list[int], list[int]]:
-    """Stage boundaries ``[0, b1, ..., L]`` and device indices of a pipeline plan, validated."""
+def stage_bounds(graph: Graph, cluster: Cluster, plan: Plan, one_worker_per_device: bool = False
+                 ) -> tuple[list[int], list[int]]:
+    """Stage boundaries ``[0, b1, ..., L]`` and device indices of a pipeline plan, validated (see check_plan)."""
     if not plan.stages:
         raise PlanError("the plan has no stages")
     bounds, devs, pos = [0], [], 0
@@ -82,18 +86,20 @@ def stage_bounds(graph: Graph, cluster: Cluster, plan: Plan) -> tuple[list[int],
         bounds.append(pos)
     if pos != graph.num_layers:
         raise PlanError(f"the plan places {pos} of {graph.num_layers} layers; missing from {graph.layers[pos].name!r} on")
-    if plan.algorithm in ONE_STAGE_PER_DEVICE:
+    if one_worker_per_device or plan.algorithm in ONE_STAGE_PER_DEVICE:
+        why = (f"algorithm {plan.algorithm!r} uses each device for at most one stage"
+               if plan.algorithm in ONE_STAGE_PER_DEVICE
+               else "the runtime starts one worker per device; give each stage its own device")
         seen: dict[int, int] = {}
         for s, d in enumerate(devs):
             if d in seen:
-                raise PlanError(f"stages {seen[d]} and {s} both run on device {cluster.names[d]!r}, but algorithm "
-                                f"{plan.algorithm!r} uses each device for at most one stage")
+                raise PlanError(f"stages {seen[d]} and {s} both run on device {cluster.names[d]!r}, but {why}")
             seen[d] = s
     return bounds, devs
 
 
-def _pipeline(graph: Graph, cluster: Cluster, plan: Plan) -> TaskGraph:
-    bounds, devs = stage_bounds(graph, cluster, plan)
+def _pipeline(graph: Graph, cluster: Cluster, plan: Plan, one_worker_per_device: bool) -> TaskGraph:
+    bounds, devs = stage_bounds(graph, cluster, plan, one_worker_per_device)
     b = TaskGraphBuilder(graph, cluster, RELAY)
     cut = graph.cut_bytes
     for s, d in enumerate(devs):

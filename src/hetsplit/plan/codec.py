@@ -53,12 +53,18 @@ def plan_from_dict(cls: type[Plan], d: Any, where: str) -> Plan:
     combine = _combine(d.get("combine", {}), where)
     if stages and combine:
         raise PlanError(f"{where}: a pipeline plan has no shards, so 'combine' must be empty")
+    if d.get("metrics") is not None and not isinstance(d["metrics"], dict):
+        raise PlanError(f"{where}: 'metrics' must be an object (throughput, energy_j, ...), "
+                        f"got {type(d['metrics']).__name__}")
     try:
         metrics = Metrics.from_dict(d["metrics"]) if d.get("metrics") else None
     except (TypeError, ValueError) as exc:
         raise PlanError(f"{where}: malformed 'metrics' ({exc})") from None
+    cluster_file = d.get("cluster_file")
+    if cluster_file is not None and not isinstance(cluster_file, str):
+        raise PlanError(f"{where}: 'cluster_file' must be the path of a cluster YAML, got {cluster_file!r}")
     return cls(str(d["model"]), str(d.get("cluster", "")), str(d.get("algorithm", "")), stages, params, metrics,
-               d.get("pareto"), assign, combine)
+               d.get("pareto"), assign, combine, cluster_file)
 
 
 def _stages(raw: Any, where: str) -> list[Stage]:

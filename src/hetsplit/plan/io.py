@@ -31,7 +31,11 @@ def load_plans(path: str | Path) -> list[Plan]:
     p = Path(path)
     doc = read_json(p, PlanError, "no such plan file")
     if isinstance(doc, dict) and doc.get("format") == SET_FORMAT:
-        return [Plan.from_dict(d, f"{p}: plans[{i}]") for i, d in enumerate(doc.get("plans", []))]
+        plans = doc.get("plans", [])
+        if not isinstance(plans, list):
+            raise PlanError(f"{p}: 'plans' of a {SET_FORMAT} file must be a list of plan objects, "
+                            f"got {type(plans).__name__}")
+        return [Plan.from_dict(d, f"{p}: plans[{i}]") for i, d in enumerate(plans)]
     if isinstance(doc, list):
         return [Plan.from_dict(d, f"{p}[{i}]") for i, d in enumerate(doc)]
     return [Plan.from_dict(doc, str(p))]

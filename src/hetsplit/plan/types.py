@@ -159,6 +159,7 @@ class Plan:
     pareto: bool | None = None  # on the Pareto front of its plan set (None: not judged)
     assign: dict[str, Placement] = field(default_factory=dict)
     combine: dict[str, Combine] = field(default_factory=dict)
+    cluster_file: str | None = None  # the cluster YAML the plan was made from (absolute), so run finds it
 
     def __post_init__(self) -> None:
         if self.stages and self.assign:
@@ -207,6 +208,8 @@ class Plan:
         params = {**self.params, "routing": self.routing}
         d: dict[str, Any] = {"format": FORMAT, "model": self.model, "cluster": self.cluster,
                              "algorithm": self.algorithm, "params": params}
+        if self.cluster_file:
+            d["cluster_file"] = self.cluster_file
         if self.stages:
             d["stages"] = [s.to_dict() for s in self.stages]
         d["assign"] = {name: (p if isinstance(p, str) else [sh.to_dict() for sh in p])

@@ -213,7 +213,7 @@ def plan_cluster(plan: Plan, cluster: Cluster | None = None) -> Cluster:
     device the plan names, in the plan's first-use order."""
     if cluster is not None:
         return replace(cluster, source=None, sink=None)
-    names = list(dict.fromkeys(plan.devices))   # a pipeline may use a device for several stages
+    names = list(dict.fromkeys(plan.devices))   # once each: check_plan names a device given two stages
     bw, lat, en, media = uniform_links(len(names), Medium("runtime", 1e9))
     devices = [Device(n, "cpu", "cpu", math.inf) for n in names]
     return Cluster(plan.cluster or "runtime", devices, bw, lat, en, media)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hetsplit.cluster.types import Cluster
-from hetsplit.errors import RuntimeFailure
+from hetsplit.errors import RuntimeFailure, UsageError
 from hetsplit.graph.types import Graph
 from hetsplit.plan.types import Plan
 from hetsplit.runtime.config import RunConfig
@@ -40,6 +40,15 @@ class RunOptions:
     node: str = ""                       # ... and which host this command is
     faults: dict[str, dict] = field(default_factory=dict)  # rank -> {"kind": die|stall, "after": k} (rehearsal)
     pin: bool = False                    # pin each worker to its own CPUs (as many as its threads)
+
+    def __post_init__(self) -> None:
+        if not self.inputs >= 1:
+            raise UsageError(f"--inputs {self.inputs}: a run streams at least 1 input (with none, nothing is "
+                             "measured or verified)")
+        if not self.latency_inputs >= 0:
+            raise UsageError(f"--latency-inputs {self.latency_inputs}: give 0 or more inputs sent one at a time")
+        if not self.timeout_s > 0:
+            raise UsageError(f"--timeout {self.timeout_s}: give a number of seconds > 0")
 
 
 def make_config(manifest_path: Path, opts: RunOptions) -> RunConfig:

@@ -173,7 +173,8 @@ def split_model(plan: Plan, graph: Graph, model_path: str | Path, out_dir: str |
 
     A pipeline gets one sub-model per stage (``hetsplit.manifest/1``); a mapping one sub-model per
     segment of each device (``hetsplit.manifest/2``, see ``runtime.mapping_manifest``). The plan is
-    validated by ``check_plan`` against ``cluster`` (default: the devices the plan names).
+    validated by ``check_plan`` against ``cluster`` (default: the devices the plan names), a device
+    running at most one stage (the runtime starts one worker per device).
     """
     model_path, out = Path(model_path), Path(out_dir)
     if plan.model and plan.model != graph.name:
@@ -187,7 +188,7 @@ def split_model(plan: Plan, graph: Graph, model_path: str | Path, out_dir: str |
         from hetsplit.runtime.mapping_split import split_mapping
 
         return split_mapping(plan, graph, model_path, out, check=check, cluster=cluster)
-    check_plan(graph, plan_cluster(plan, cluster), plan)  # validates the plan before any work
+    check_plan(graph, plan_cluster(plan, cluster), plan, one_worker_per_device=True)  # before any work
     require_nodes(graph)
     model = load_prepared(model_path)
     wire = {t.name for t in graph.tensors}
