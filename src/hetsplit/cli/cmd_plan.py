@@ -10,7 +10,7 @@ from hetsplit.report.console import wide_console
 from hetsplit.report.files import write_plan_outputs
 from hetsplit.report.tables import print_plans
 from hetsplit.search import PipelineConstraints, partitioner_names
-from hetsplit.workflow import PlanRequest, load_problem, output_dir, search_plans
+from hetsplit.workflow import PlanRequest, load_problem, output_dir, report_details, search_plans
 
 
 def register(sub) -> None:
@@ -70,6 +70,7 @@ def run(args) -> int:
     for algorithm, why in found.refusals.items():
         console.print(f"note: {algorithm} refused, its plans are missing: {why}", markup=False, highlight=False)
     if out is not None:
-        written = write_plan_outputs(plans, out, problem.graph.name, problem.cluster.name)
+        written = write_plan_outputs(plans, out, problem.graph.name, problem.cluster.name,
+                                     report_details(problem, plans))
         console.print("wrote " + ", ".join(str(p) for p in written))
     return 0
