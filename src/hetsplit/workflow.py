@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from hetsplit.cluster import Cluster
 from hetsplit.costs import CostTable, SplitProblem, build_problem, load_profile
+from hetsplit.costs.local_calibration import MODEL as LOCAL_MODEL
+from hetsplit.costs.local_calibration import local_costs
 from hetsplit.errors import HetsplitError, UsageError
 from hetsplit.graph import Graph
 from hetsplit.graph.transformer import decode_step
@@ -36,24 +38,37 @@ def load_model_or_profile(spec: str) -> tuple[Graph, CostTable | None]:
     return load_model(spec), None
 
 
-def load_cluster_spec(spec: str) -> Cluster:
+def load_cluster_spec(spec: str, recalibrate: bool = False) -> Cluster:
+    """A cluster by built-in name or YAML path; ``recalibrate``: measure this machine's ``local``
+    devices anew (``costs.local_calibration``) when the cluster has any."""
     from hetsplit.cluster import load_cluster
 
-    return load_cluster(spec)
+    cl = load_cluster(spec)
+    if recalibrate and any(d.model == LOCAL_MODEL for d in cl.devices):
+        local_costs(recalibrate=True)
+    return cl
 
 
-def load_problem(model: str, cluster: str | Cluster, decode_context: int | None = None) -> SplitProblem:
+def costs_notes(problem: SplitProblem) -> list[str]:
+    """Where the costs of this machine's ``local`` devices come from (calibrated when, or fallback)."""
+    return [f"{t} costs: {problem.costs.sources.get(t, '')}" for t in problem.cluster.types
+            if problem.cluster.representative(t).model == LOCAL_MODEL]
+
+
+def load_problem(model: str, cluster: str | Cluster, decode_context: int | None = None,
+                 recalibrate: bool = False) -> SplitProblem:
     """The SplitProblem of a model/profile spec on a cluster spec (built-in name or YAML path).
 
     ``decode_context``: cost one autoregressive step of a Transformer against a KV cache of that many
-    positions instead of the exported prompt pass (``graph.transformer.decode_step``)."""
+    positions instead of the exported prompt pass (``graph.transformer.decode_step``); ``recalibrate``:
+    see ``load_cluster_spec``."""
     graph, profile_costs = load_model_or_profile(model)
     if decode_context is not None:
         if profile_costs is not None:
             raise HetsplitError(f"{model}: a profile measures the prompt pass it was taken on; a decode step is "
                                 "costed by the device models, so give the model (zoo name or .onnx), not a profile")
         graph = decode_step(graph, decode_context)
-    cl = cluster if isinstance(cluster, Cluster) else load_cluster_spec(cluster)
+    cl = cluster if isinstance(cluster, Cluster) else load_cluster_spec(cluster, recalibrate)
     return build_problem(graph, cl, profile_costs)
 
 
@@ -173,11 +188,13 @@ def load_plan_problem(plan_path: str | Path, index: int | None = None, model: st
     return plan, load_problem(profile or model or plan.model, cl)
 
 
-def load_plan_cluster(plan: Plan, given: str | None = None, required: bool = False) -> Cluster | None:
+def load_plan_cluster(plan: Plan, given: str | None = None, required: bool = False,
+                      recalibrate: bool = False) -> Cluster | None:
     """The cluster a plan runs on: ``given`` (--cluster), else the YAML file the plan was made from, else the
-    cluster it names. None when that cannot be found, unless ``required`` (then the error says why)."""
+    cluster it names. None when that cannot be found, unless ``required`` (then the error says why).
+    ``recalibrate``: see ``load_cluster_spec``."""
     if given:
-        return load_cluster_spec(given)
+        return load_cluster_spec(given, recalibrate)
     gone = bool(plan.cluster_file) and not Path(str(plan.cluster_file)).is_file()
     spec = plan.cluster if gone or not plan.cluster_file else plan.cluster_file
     fix = "give one with --cluster (a YAML file or a built-in name)"
@@ -186,7 +203,7 @@ def load_plan_cluster(plan: Plan, given: str | None = None, required: bool = Fal
             raise HetsplitError(f"the plan names no cluster; {fix}")
         return None
     try:
-        return load_cluster_spec(spec)
+        return load_cluster_spec(spec, recalibrate)
     except HetsplitError as exc:
         if not required:
             return None

@@ -10,7 +10,7 @@ from hetsplit.report.console import wide_console
 from hetsplit.report.files import write_plan_outputs
 from hetsplit.report.tables import print_plans
 from hetsplit.search import PipelineConstraints, partitioner_names
-from hetsplit.workflow import PlanRequest, load_problem, output_dir, report_details, search_plans
+from hetsplit.workflow import PlanRequest, costs_notes, load_problem, output_dir, report_details, search_plans
 
 
 def register(sub) -> None:
@@ -40,6 +40,8 @@ def register(sub) -> None:
                    help="tensor-parallel: split over the first N devices (default: all)")
     p.add_argument("--tree", type=int, default=None, metavar="K",
                    help="tensor-parallel: all-reduce in groups of K, 0 = flat (default 4, as Bochem et al.)")
+    p.add_argument("--recalibrate", action="store_true",
+                   help="measure this machine's local devices anew (else their calibration is cached per machine)")
     p.add_argument("--out", "-o", default=None, metavar="DIR", help="write DIR/plans.json, DIR/pareto.png and DIR/report.html")
     p.add_argument("--json", action="store_true", help="print the plan set as JSON")
     p.set_defaults(func=run)
@@ -55,7 +57,7 @@ def run(args) -> int:
                           time_budget_s=args.time_budget, chips=args.chips, tree=args.tree)
     out = output_dir(args.out)
     with progress(f"loading {args.model} and {args.cluster}"):
-        problem = load_problem(args.model, args.cluster, args.decode)
+        problem = load_problem(args.model, args.cluster, args.decode, args.recalibrate)
     with progress(f"searching ({', '.join(args.algo)})"):
         found = search_plans(problem, request)
     plans = found.plans
@@ -67,6 +69,8 @@ def run(args) -> int:
     else:
         print_plans(plans, f"{problem.graph.name} on {problem.cluster.name} "
                            f"({problem.num_layers} layers, {problem.num_devices} devices)", console)
+    for note in costs_notes(problem):
+        console.print(f"note: {note}", markup=False, highlight=False)
     for algorithm, why in found.refusals.items():
         console.print(f"note: {algorithm} refused, its plans are missing: {why}", markup=False, highlight=False)
     if out is not None:

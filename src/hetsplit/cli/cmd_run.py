@@ -37,6 +37,8 @@ def register(sub) -> None:
     p.add_argument("--threads", type=int, default=1, help="compute threads per device (default 1)")
     p.add_argument("--cluster", "-c", default=None, help="cluster of the plan (default: the plan's own)")
     p.add_argument("--profile", default=None, help="hetsplit.profile/1 JSON for the predictions of --compare")
+    p.add_argument("--recalibrate", action="store_true",
+                   help="measure this machine's local devices anew for the cluster's costs (cached per machine)")
     p.add_argument("--compare", action="store_true", help="print predicted beside measured metrics")
     p.add_argument("--here", action="store_true",
                    help="compare (implies --compare) with a prediction for the processes that ran the plan here "
@@ -66,7 +68,7 @@ def run(args) -> int:
                       port=args.port, run_dir=Path(args.run_dir) if args.run_dir else None, pin=args.pin)
     output_file(args.out)
     plan = load_plan(args.plan, args.index)
-    cluster = load_plan_cluster(plan, args.cluster, required=args.emulate_links)
+    cluster = load_plan_cluster(plan, args.cluster, required=args.emulate_links, recalibrate=args.recalibrate)
     note_unchecked(plan, cluster)
     with progress(f"loading {args.model}"):
         graph, path = resolve_model(args.model)

@@ -36,9 +36,13 @@ CONSTANT_CHECK_MAX = 1 << 19
 SHIPPED_DIR = Path(__file__).with_name("shapes")
 
 
+def cache_root() -> Path:
+    """hetsplit's cache: $HETSPLIT_CACHE, else ~/.cache/hetsplit."""
+    return Path(os.environ.get("HETSPLIT_CACHE") or str(Path.home() / ".cache" / "hetsplit"))
+
+
 def cache_dir() -> Path:
-    root = os.environ.get("HETSPLIT_CACHE") or str(Path.home() / ".cache" / "hetsplit")
-    return Path(root) / f"zoo-{ZOO_VERSION}"
+    return cache_root() / f"zoo-{ZOO_VERSION}"
 
 
 def _lookup(name: str) -> ZooModel:

@@ -1,0 +1,72 @@
+"""Predictions on the `local` cluster against real runs: ResNet-18 (CIFAR), ResNet-50, DenseNet-121.
+
+  .venv/bin/python bench/local_prediction.py [--runs 3] [--recalibrate]
+
+For each model: the exact minimum-bottleneck two-stage plan on the built-in `local` cluster (its
+costs from this machine's cached calibration, `costs.local_calibration`), run three times for
+real (`experiments.mapping_run.run_mapping`: one worker per stage, every output verified). The
+prediction is the runtime-aware one of `mapping_run.predict_here` on the plan's own costs:
+throughput = min(simulated pipeline, cores / (compute + per-message cost x messages, driver's
+included)); latency = simulated unloaded latency + the driver's messages (input in, output out) at
+the loopback link's per-message cost. Prints measured/predicted for both; target within +-15%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from hetsplit.costs import Profile
+from hetsplit.costs.local_calibration import local_costs
+from hetsplit.experiments.mapping_run import MappingRunOptions, predict_here, run_mapping
+from hetsplit.workflow import PlanRequest, costs_notes, load_problem, search_plans
+
+MODELS = {"resnet18": 200, "resnet50": 30, "densenet121": 30}     # model -> inputs per run
+TARGET = 0.15
+
+
+def two_stage(model: str):
+    problem = load_problem(model, "local")
+    plans = [p for p in search_plans(problem, PlanRequest(algorithms=("exact",), baselines=False)).plans
+             if len(p.devices) == 2]
+    plan = min(plans, key=lambda p: p.metrics.bottleneck_s)
+    profile = Profile(problem.graph, problem.costs, {"source": costs_notes(problem)[0], "threads": 1})
+    return problem, plan, profile
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--recalibrate", action="store_true")
+    args = ap.parse_args()
+    t0 = time.monotonic()
+    print(local_costs(recalibrate=args.recalibrate).source, flush=True)
+    print(f"\n{'model':12} {'run':>3} {'pred/s':>8} {'meas/s':>8} {'thr m/p':>7} {'pred lat':>9} {'meas lat':>9} "
+          f"{'lat m/p':>7}  max abs err")
+    summary = []
+    for model, inputs in MODELS.items():
+        problem, plan, profile = two_stage(model)
+        pred = predict_here(plan, problem.graph, profile)
+        lat = pred.simulated_latency_s + pred.driver_messages * pred.message_cost_s
+        thr_r, lat_r = [], []
+        for run in range(args.runs):
+            res = run_mapping(model, plan, MappingRunOptions(inputs=inputs, latency_inputs=3, profile=profile,
+                                                             timeout_s=120))
+            thr_r.append(res.measured_throughput / pred.predicted_throughput)
+            lat_r.append(res.measured_latency_s / lat)
+            print(f"{model:12} {run:3d} {pred.predicted_throughput:8.1f} {res.measured_throughput:8.1f} "
+                  f"{thr_r[-1]:7.2f} {lat * 1e3:7.2f}ms {res.measured_latency_s * 1e3:7.2f}ms {lat_r[-1]:7.2f}  "
+                  f"{res.max_abs_err:.1e}", flush=True)
+        summary.append((model, plan, pred, statistics.median(thr_r), statistics.median(lat_r)))
+    print("\nmedian over runs (target: measured/predicted within 1 +- 15%)")
+    for model, plan, pred, thr, lat in summary:
+        ok = "yes" if abs(thr - 1) <= TARGET and abs(lat - 1) <= TARGET else "no"
+        stages = " -> ".join(f"{s.device}[{len(s.layers)}]" for s in plan.stages)
+        print(f"{model:12} {stages:34} throughput {thr:5.2f}  latency {lat:5.2f}  limited by {pred.limited_by:5}  "
+              f"within target: {ok}")
+    print(f"\n{time.monotonic() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

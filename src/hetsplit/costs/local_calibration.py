@@ -1,0 +1,211 @@
+"""The ``local`` cluster's costs, measured on this machine on first use and cached per machine.
+
+A quick calibration (a few seconds): the probe models (``CalibrationOptions.probes``, small zoo CNNs,
+one CIFAR, one ImageNet) are profiled here as a pipeline worker runs them (one onnxruntime thread,
+``co_load`` other cores running the probe meanwhile, median wall time; ``profiler.profile_model``),
+and the shipped per-class fit of ``REFERENCE`` (``hetsplit calibrate``'s model, fitted on 16 models
+on an idle machine) is rescaled to them: one factor, the probes' measured whole-model time over the
+fit's prediction. The reference fit knows how layer shapes cost; the factor says how fast this
+machine is under load. (Three factors, for the MAC, byte and fixed parts, fitted per layer were
+tried: two probes on a noisy machine do not pin them down, and ResNet-50 came out 25% fast.)
+
+The result is cached in ``cache_root()/local-calibration/`` keyed by CPU model, usable core count,
+onnxruntime version and ``VERSION`` (``machine_key``); ``local_calibration(recalibrate=True)`` redoes
+it. When it cannot run (or ``$HETSPLIT_LOCAL_CALIBRATION=off``) the ``local`` devices keep the
+roofline figures of ``cluster/builtin/local.yaml`` and ``costs_source`` says so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+
+from hetsplit.errors import HetsplitError
+
+VERSION = 1                                  # bump when the recipe changes: old cache entries are ignored
+REFERENCE = "epyc-milan-1t-calibrated"       # the shipped per-class fit that is rescaled
+MODEL = "local"                              # device model name of the local cluster's cores
+ENV = "HETSPLIT_LOCAL_CALIBRATION"           # "off": no calibration, roofline fallback
+MAX_CO_LOAD = 3                              # helpers at most: many-core machines stay quick
+
+
+@dataclass(frozen=True)
+class CalibrationOptions:
+    """What the quick calibration measures: probe models (zoo names or .onnx), runs, co-load
+    (None: ``min(cores - 1, MAX_CO_LOAD)``, every core of a full pipeline busy)."""
+
+    probes: tuple[str, ...] = ("resnet18", "mobilenetv2")
+    repeats: int = 10
+    warmup: int = 2
+    co_load: int | None = None
+
+
+DEFAULT_OPTIONS = CalibrationOptions()
+
+
+@dataclass
+class LocalCalibration:
+    """A calibration of this machine: the rescaled fit (calibrated model params) and how it was made."""
+
+    key: dict[str, Any]
+    created: str                              # ISO 8601, UTC
+    scale: float                              # measured / reference, over the probes' whole-model times
+    params: dict[str, Any]                    # coefficients, terms (the calibrated model's params)
+    probes: list[dict[str, Any]]              # per probe: model, measured_s, reference_s
+    co_load: int
+    seconds: float                            # time the calibration took
+    path: str = ""                            # cache file it was read from or written to
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": "hetsplit.local-calibration/1", **{k: v for k, v in asdict(self).items() if k != "path"}}
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any], path: str = "") -> "LocalCalibration":
+        fields = ("key", "created", "scale", "params", "probes", "co_load", "seconds")
+        return cls(**{k: doc[k] for k in fields}, path=path)
+
+    def source(self) -> str:
+        k = self.key
+        probes = ", ".join(p["model"] for p in self.probes)
+        return (f"calibrated on this machine {self.created} ({k['cpu']}, {k['cores']} cores, onnxruntime "
+                f"{k['onnxruntime']}; probes {probes}, 1 thread, co-load {self.co_load}; {REFERENCE} fit "
+                f"x{self.scale:.2f}); cached in {self.path or '(not cached)'}; --recalibrate redoes it")
+
+
+@dataclass
+class LocalCosts:
+    """What the ``local`` devices cost with: the calibration, or None and why (roofline fallback)."""
+
+    calibration: LocalCalibration | None
+    reason: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def source(self) -> str:
+        if self.calibration is not None:
+            return self.calibration.source()
+        return (f"FALLBACK: roofline figures of cluster/builtin/local.yaml (assumptions, not measured here; "
+                f"{self.reason})")
+
+
+# ---- the machine -------------------------------------------------------------------------------
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def machine_key() -> dict[str, Any]:
+    """What a calibration holds for: CPU model, usable cores, onnxruntime version, recipe version."""
+    from hetsplit.cluster.examples import usable_cores
+
+    try:
+        import onnxruntime
+
+        ort = str(onnxruntime.__version__)
+    except ImportError:
+        ort = "absent"
+    return {"cpu": cpu_model(), "cores": usable_cores(), "onnxruntime": ort, "version": VERSION}
+
+
+def cache_path(key: dict[str, Any]) -> Path:
+    from hetsplit.graph.zoo.export import cache_root
+
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return cache_root() / "local-calibration" / f"{digest}.json"
+
+
+# ---- the calibration ---------------------------------------------------------------------------
+
+def reference_params() -> dict[str, Any]:
+    from hetsplit.cluster.presets import load_preset
+
+    return dict(load_preset(REFERENCE).params)
+
+
+def rescaled(params: dict[str, Any], scale: float) -> dict[str, Any]:
+    """The reference fit's coefficients and terms times ``scale``."""
+    return {"coefficients": {c: [float(x) * scale for x in v] for c, v in params["coefficients"].items()},
+            "terms": {k: float(v) * scale for k, v in params.get("terms", {}).items()}}
+
+
+def measure_probe(model: str, options: CalibrationOptions, co_load: int) -> Any:
+    """One probe profiled here as a worker runs it: a ``calibration.Measured``."""
+    from hetsplit.costs.calibration import measured_from_profile
+    from hetsplit.costs.profiler import LOCAL_CPU, load_for_profiling, profile_model
+
+    prof = profile_model(model, LOCAL_CPU, repeats=options.repeats, warmup=options.warmup, threads=1,
+                         co_load=co_load)
+    return measured_from_profile(prof, LOCAL_CPU, graph=load_for_profiling(model)[0])
+
+
+def calibrate(options: CalibrationOptions = DEFAULT_OPTIONS, key: dict[str, Any] | None = None) -> LocalCalibration:
+    """Measure the probes here and rescale the reference fit to them (see the module docstring)."""
+    from hetsplit.costs.models.calibrated import predict
+
+    key = key or machine_key()
+    k = min(key["cores"] - 1, MAX_CO_LOAD) if options.co_load is None else options.co_load
+    ref = reference_params()
+    t0 = time.monotonic()
+    measured = [measure_probe(p, options, max(0, k)) for p in options.probes]
+    reference = [float(predict(m.graph, ref["coefficients"], ref.get("terms")).sum()) for m in measured]
+    scale = sum(m.whole_s for m in measured) / max(sum(reference), 1e-30)
+    probes = [{"model": m.name, "measured_s": float(m.whole_s), "reference_s": r} for m, r in zip(measured, reference)]
+    return LocalCalibration(key, datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), scale,
+                            rescaled(ref, scale), probes, max(0, k), time.monotonic() - t0)
+
+
+_MEMO: dict[str, LocalCosts] = {}
+
+
+def local_costs(recalibrate: bool = False, options: CalibrationOptions | None = None) -> LocalCosts:
+    """This machine's calibration: from the cache, else measured now and cached; ``recalibrate``
+    measures anew. Falls back (calibration None, with the reason) when it cannot measure."""
+    if os.environ.get(ENV, "").lower() in ("off", "0", "no"):
+        return LocalCosts(None, f"calibration turned off by ${ENV}")
+    key = machine_key()
+    path = cache_path(key)
+    memo = str(path)
+    if not recalibrate and memo in _MEMO:
+        return _MEMO[memo]
+    notes: list[str] = []
+    if not recalibrate and path.is_file():
+        try:
+            doc = json.loads(path.read_text())
+            if doc.get("key") == key:
+                _MEMO[memo] = LocalCosts(LocalCalibration.from_dict(doc, str(path)))
+                return _MEMO[memo]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            notes.append(f"the cached calibration {path} was unreadable ({exc}); measured again")
+    try:
+        cal = calibrate(options or DEFAULT_OPTIONS, key)
+    except (HetsplitError, ImportError, OSError) as exc:
+        return LocalCosts(None, f"the calibration failed: {exc}", notes)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(cal.to_dict(), indent=1))
+        tmp.replace(path)
+        cal.path = str(path)
+    except OSError as exc:
+        notes.append(f"could not cache the calibration in {path}: {exc}")
+    _MEMO[memo] = LocalCosts(cal, notes=notes)
+    return _MEMO[memo]
+
+
+def clear_memo() -> None:
+    """Forget calibrations read in this process (the cache files stay)."""
+    _MEMO.clear()

@@ -1,0 +1,105 @@
+"""The local cluster's calibration: cache key, reuse, --recalibrate, the source note (measurement faked)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from hetsplit.cli.main import main
+from hetsplit.costs import local_calibration as lc
+from hetsplit.costs.calibration import Measured
+from hetsplit.costs.models.calibrated import predict
+from hetsplit.graph import zoo
+from hetsplit.workflow import costs_notes, load_problem
+
+SLOWER = 2.0      # the fake machine runs every probe at twice the reference fit's time
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch, tmp_path) -> list[str]:
+    """Calibration on, cached under tmp_path, probes 'measured' instantly at SLOWER x the reference."""
+    monkeypatch.delenv(lc.ENV)
+    monkeypatch.setenv("HETSPLIT_CACHE", str(tmp_path))
+    monkeypatch.setattr(lc, "DEFAULT_OPTIONS", lc.CalibrationOptions(probes=("resnet8",), repeats=1, warmup=0))
+    done: list[str] = []
+
+    def fake(model: str, options: lc.CalibrationOptions, co_load: int) -> Measured:
+        done.append(model)
+        g = zoo.load(model)
+        ref = lc.reference_params()
+        t = predict(g, ref["coefficients"], ref["terms"])
+        return Measured(model, g, t, SLOWER * float(t.sum()))
+
+    monkeypatch.setattr(lc, "measure_probe", fake)
+    return done
+
+
+def test_key_names_cpu_cores_and_onnxruntime(monkeypatch, tmp_path):
+    monkeypatch.setenv("HETSPLIT_CACHE", str(tmp_path))
+    key = lc.machine_key()
+    assert set(key) == {"cpu", "cores", "onnxruntime", "version"}
+    path = lc.cache_path(key)
+    assert path.parent == tmp_path / "local-calibration"
+    for field, other in (("cpu", "another CPU"), ("cores", key["cores"] + 1), ("onnxruntime", "0.0")):
+        assert lc.cache_path({**key, field: other}) != path
+    assert lc.cache_path(dict(key)) == path
+
+
+def test_calibrates_once_then_reuses_the_cache(calls, monkeypatch):
+    first = lc.local_costs()
+    assert calls == ["resnet8"]
+    cal = first.calibration
+    assert cal is not None and cal.scale == pytest.approx(SLOWER)
+    doc = json.loads(lc.cache_path(lc.machine_key()).read_text())
+    assert doc["key"] == lc.machine_key() and doc["scale"] == pytest.approx(SLOWER)
+    assert lc.local_costs() is first                      # memo
+    lc.clear_memo()
+    again = lc.local_costs()                             # from the file
+    assert calls == ["resnet8"] and again.calibration.created == cal.created
+    monkeypatch.setattr(lc, "cpu_model", lambda: "another CPU")   # another machine: measured anew
+    lc.local_costs()
+    assert calls == ["resnet8", "resnet8"]
+
+
+def test_calibrated_costs_scale_the_reference(calls):
+    problem = load_problem("resnet8", "local")
+    ref = lc.reference_params()
+    expected = predict(problem.graph, ref["coefficients"], ref["terms"]) * SLOWER
+    assert np.allclose(problem.costs.time_s[:, 0], expected)
+    (note,) = costs_notes(problem)
+    assert note.startswith("local-cpu costs: calibrated on this machine") and "--recalibrate" in note
+
+
+def test_plan_recalibrate_and_source_note(calls, capsys):
+    assert main(["plan", "resnet8", "--cluster", "local", "--algo", "exact"]) == 0
+    assert main(["plan", "resnet8", "--cluster", "local", "--algo", "exact"]) == 0
+    assert len(calls) == 1
+    out = capsys.readouterr().out
+    assert "note: local-cpu costs: calibrated on this machine" in out.replace("\n", " ")
+    assert main(["plan", "resnet8", "--cluster", "local", "--algo", "exact", "--recalibrate"]) == 0
+    assert len(calls) == 2
+
+
+def test_fallback_says_so(capsys):
+    assert main(["plan", "resnet8", "--cluster", "local", "--algo", "exact"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "note: local-cpu costs: FALLBACK: roofline figures" in out and lc.ENV in out
+
+
+def test_failed_calibration_falls_back(calls, monkeypatch):
+    from hetsplit.errors import ProfileError
+
+    def broken(*_a):
+        raise ProfileError("no onnxruntime profiler here")
+
+    monkeypatch.setattr(lc, "measure_probe", broken)
+    costs = lc.local_costs()
+    assert costs.calibration is None and "no onnxruntime profiler here" in costs.source
+    assert costs.source.startswith("FALLBACK")
+
+
+def test_other_clusters_have_no_note(calls):
+    assert costs_notes(load_problem("resnet8", "donna-4cpu-pcie5")) == []
+    assert calls == []
