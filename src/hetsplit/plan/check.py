@@ -317,29 +317,24 @@ class _Expander:
                 continue
             c = self.b.task(Task(f"{layer.name}:bcast[g{g}]", "copy", (i,), grp[0]))
             for t in self.g.tensors:
-                if t.producer == i and self._read_by(t, set(grp)):
+                if t.producer == i and self._devices_running(t.consumers) & set(grp):
                     self.b.edge(task, c, f"{t.name}@bcast", t.nbytes)
             copies.update({d: c for d in grp})
         self.copies[i] = copies
         self.copy_tag[i] = "@bcast"
 
-    def _read_by(self, t: Tensor, devices: set[int]) -> bool:
-        """Whether a consumer of tensor ``t`` runs on one of ``devices``."""
-        for c in t.consumers:
-            place = self.plan.assign[self.g.layers[c].name]
-            names = [place] if isinstance(place, str) else [s.device for s in place]
-            if devices & {self.cl.index(n) for n in names if n in self.cl.names}:
-                return True
-        return False
-
-    def _reader_devices(self, i: int) -> set[int]:
-        """Devices that run a consumer of layer ``i`` (from the plan, before those tasks exist)."""
+    def _devices_running(self, layers) -> set[int]:
+        """Devices that run any of ``layers`` (from the plan, before those tasks exist)."""
         out: set[int] = set()
-        for c in {c for t in self.g.tensors if t.producer == i for c in t.consumers}:
+        for c in layers:
             place = self.plan.assign[self.g.layers[c].name]
             names = [place] if isinstance(place, str) else [s.device for s in place]
             out |= {self.cl.index(n) for n in names if n in self.cl.names}
         return out
+
+    def _reader_devices(self, i: int) -> set[int]:
+        """Devices that run a consumer of layer ``i``."""
+        return self._devices_running({c for t in self.g.tensors if t.producer == i for c in t.consumers})
 
     # ---- edges into a task ---------------------------------------------------------------------------
     def _feed(self, i: int, task: int, shard: tuple[Shard, int, int] | None, count: int) -> None:

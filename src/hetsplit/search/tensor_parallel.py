@@ -27,7 +27,7 @@ from typing import Sequence
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import PlanError
 from hetsplit.graph.transformer import TransformerBlock, find_blocks
-from hetsplit.graph.types import GEMM, MATMUL, Graph
+from hetsplit.graph.types import GEMM, INPUT, MATMUL, Graph
 from hetsplit.plan.evaluate import evaluate
 from hetsplit.plan.types import Combine, Placement, Plan, Shard
 from hetsplit.search.base import register_partitioner
@@ -86,10 +86,10 @@ def tensor_parallel_plan(graph: Graph, devices: Sequence[str], tree: int = 4,
             _slice_block(graph, block, list(devices), tree, assign, combine)
         _slice_head(graph, blocks, list(devices), assign, combine)
         _broadcasts(graph, assign, combine, root, tree)
-    per_chip = [block_slices(b, len(devices)) for b in blocks[:1]]
+    first = block_slices(blocks[0], len(devices)) if blocks else BlockSlices([], [])
     params = {"chips": len(devices), "tree": tree, "blocks": len(blocks),
-              "heads_per_chip": [b - a for a, b in per_chip[0].heads] if per_chip else [],
-              "ffn_per_chip": [[b - a for a, b in f] for f in per_chip[0].ffn] if per_chip else []}
+              "heads_per_chip": [b - a for a, b in first.heads],
+              "ffn_per_chip": [[b - a for a, b in f] for f in first.ffn]}
     return Plan(graph.name, "", ALGORITHM, params=params, assign=assign, combine=combine)
 
 
@@ -134,16 +134,13 @@ def _slice_head(graph: Graph, blocks: list[TransformerBlock], devices: list[str]
 def _broadcasts(graph: Graph, assign: dict[str, Placement], combine: dict[str, Combine], root: str,
                 tree: int) -> None:
     """Whole layers on the root whose outputs sharded layers elsewhere read go down the tree."""
-    for i, name in enumerate(graph.names):
-        if assign[name] != root:
+    for t in graph.tensors:
+        if t.producer == INPUT or assign[graph.names[t.producer]] != root:
             continue
-        for t in graph.tensors:
-            if t.producer != i:
-                continue
-            readers = {s.device for c in t.consumers for place in [assign[graph.names[c]]]
-                       if not isinstance(place, str) for s in place}
-            if readers - {root}:
-                combine[name] = Combine("broadcast", root, tree)
+        readers = {s.device for c in t.consumers for place in [assign[graph.names[c]]]
+                   if not isinstance(place, str) for s in place}
+        if readers - {root}:
+            combine[graph.names[t.producer]] = Combine("broadcast", root, tree)
 
 
 @register_partitioner(ALGORITHM)
