@@ -24,7 +24,9 @@ Pure: files in, plans out (no processes). The formats, as AutoDiCE's front end r
 How hetsplit maps onto it: a hetsplit layer groups ONNX nodes (``Layer.nodes``: Conv + Relu, ...);
 they all go under the layer's device. A sharded layer (``out`` shards with a ``concat`` combine =
 ``lop``, ``in`` shards with a flat ``sum`` = ``lip``) lists its anchor node (the Conv / Gemm / MatMul
-that names the layer) under every shard device and its other nodes under the combine device.
+that names the layer) under every shard device and its other nodes under the combine device. (So
+under AutoDiCE a split layer's epilogue, e.g. its Relu, runs once after the concat on that device,
+where hetsplit's cost model runs it on each slice; the placement and the bytes moved are the same.)
 
 What cannot be written: shards without a combine (a chain of sliced layers: AutoDiCE concatenates
 right after each split node), tree-shaped sums and broadcasts in groups (AutoDiCE sends directly), a
