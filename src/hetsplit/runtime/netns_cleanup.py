@@ -18,42 +18,19 @@ their own sessions and survive it, so removal first kills the processes inside t
 from __future__ import annotations
 
 import logging
-import os
-import re
 import shutil
-import signal
 import subprocess
-from dataclasses import dataclass, field
 
-PREFIX = "hetsplit-"
-_NAME = re.compile(r"^hetsplit-(?P<pid>[1-9]\d{0,9})-(?P<tag>[0-9a-f]{3,12})-(?P<what>r\d{1,4}|probe)$")
+from hetsplit.runtime.owned import PREFIX, Cleanup, kill_all, owned_name, owner_alive, owner_of, stale_names
+
+__all__ = ["PREFIX", "Cleanup", "clean_stale", "list_namespaces", "namespace_name", "owner_alive", "owner_of",
+           "remove_stale_namespaces", "stale_namespaces"]
 log = logging.getLogger(__name__)
 
 
 def namespace_name(tag: str, what: str, pid: int | None = None) -> str:
     """The name of a namespace of run ``tag`` owned by ``pid`` (default: this process)."""
-    name = f"{PREFIX}{os.getpid() if pid is None else int(pid)}-{tag}-{what}"
-    if not _NAME.match(name):
-        raise ValueError(f"not a valid hetsplit namespace name: {name!r} (tag: 3-12 hex digits, "
-                         "what: r<rank> or probe)")
-    return name
-
-
-def owner_of(name: str) -> int | None:
-    """The pid that owns hetsplit namespace ``name``; None when ``name`` is not one of hetsplit's."""
-    m = _NAME.match(name)
-    return int(m.group("pid")) if m else None
-
-
-def owner_alive(pid: int) -> bool:
-    """Whether a process ``pid`` exists (one of another user, or a zombie, counts as alive)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return owned_name(tag, what, pid)
 
 
 def list_namespaces() -> list[str]:
@@ -68,34 +45,12 @@ def list_namespaces() -> list[str]:
 
 def stale_namespaces(names: list[str] | None = None) -> list[str]:
     """The hetsplit namespaces (of ``names``, default all here) whose owner is no longer alive."""
-    names = list_namespaces() if names is None else names
-    return [n for n in names if (pid := owner_of(n)) is not None and not owner_alive(pid)]
+    return stale_names(list_namespaces() if names is None else names)
 
 
 def _pids_in(name: str) -> list[int]:
     r = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True)
     return [int(p) for p in r.stdout.split() if p.isdigit()] if r.returncode == 0 else []
-
-
-@dataclass
-class Cleanup:
-    """What ``clean_stale`` found and did: stale namespaces removed (or, dry run, to remove), the
-    orphaned processes killed in them, and those that could not be removed with the reason."""
-
-    stale: list[str] = field(default_factory=list)
-    removed: list[str] = field(default_factory=list)
-    killed: dict[str, list[int]] = field(default_factory=dict)
-    failed: dict[str, str] = field(default_factory=dict)
-    dry_run: bool = False
-
-    def summary(self) -> str:
-        """One line naming what was removed (empty when nothing was)."""
-        if not self.removed:
-            return ""
-        k = sum(len(v) for v in self.killed.values())
-        procs = f", killed {k} orphaned process{'es' if k != 1 else ''} in them" if k else ""
-        return (f"removed {len(self.removed)} stale network namespace{'s' if len(self.removed) != 1 else ''} "
-                f"left by killed hetsplit runs: {', '.join(self.removed)}{procs}")
 
 
 def clean_stale(dry_run: bool = False) -> Cleanup:
@@ -107,14 +62,8 @@ def clean_stale(dry_run: bool = False) -> Cleanup:
         if owner_alive(owner_of(name)):   # checked again: never remove a set whose owner (re)appeared
             continue
         pids = _pids_in(name)
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            except PermissionError as exc:
-                out.failed[name] = f"cannot kill process {pid} inside it ({exc.strerror})"
-        if name in out.failed:
+        if why := kill_all(pids):
+            out.failed[name] = why
             continue
         if pids:
             out.killed[name] = pids
