@@ -1,7 +1,8 @@
-"""Health checks of this machine for hetsplit: versions, link emulation, energy meters, stale namespaces.
+"""Health checks of this machine for hetsplit: versions, link and device emulation, energy meters, stale
+namespaces and CPU cgroups.
 
 ``check(dry_run)`` returns one item per check (``item``, ``status``, ``detail``); a ``BROKEN`` status
-means hetsplit cannot work as asked (``hetsplit doctor`` exits 1). Unavailable link emulation or
+means hetsplit cannot work as asked (``hetsplit doctor`` exits 1). Unavailable link or device emulation or
 energy meters are reported, not errors.
 """
 
@@ -25,9 +26,10 @@ def _package(name: str) -> tuple[str, str]:
 
 
 def check(dry_run: bool) -> list[dict]:
-    """Every check's item; ``dry_run`` lists stale namespaces instead of removing them."""
+    """Every check's item; ``dry_run`` lists stale namespaces and cgroups instead of removing them."""
     from hetsplit import __version__
     from hetsplit.costs.meters import describe, meter_for
+    from hetsplit.runtime.cpu_throttle import clean_stale_groups, throttle_available
     from hetsplit.runtime.netem import emulation_available
     from hetsplit.runtime.netns_cleanup import clean_stale
 
@@ -44,20 +46,28 @@ def check(dry_run: bool) -> list[dict]:
         add(name, *_package(name))
     why = emulation_available()
     add("link emulation", OK if why is None else UNAVAILABLE, "available (--emulate-links)" if why is None else why)
+    why = throttle_available()
+    add("device emulation", OK if why is None else UNAVAILABLE,
+        "available (--emulate-devices)" if why is None else why)
     for kind in ("cpu", "gpu"):
         meter = meter_for(kind)
         add(f"energy meter ({kind})", OK if meter.available else UNAVAILABLE, describe(meter))
-    clean = clean_stale(dry_run=dry_run)
+    _stale(add, "stale namespaces", clean_stale(dry_run=dry_run))
+    _stale(add, "stale CPU cgroups", clean_stale_groups(dry_run=dry_run))
+    return items
+
+
+def _stale(add, item: str, clean) -> None:
+    """The item of one stale cleanup (``runtime.owned.Cleanup``): none, listed (dry run), removed or failed."""
     if not clean.stale:
-        add("stale namespaces", OK, "none")
-    elif dry_run:
-        add("stale namespaces", STALE, f"{len(clean.stale)} left by killed runs (run `hetsplit doctor` to remove): "
+        add(item, OK, "none")
+    elif clean.dry_run:
+        add(item, STALE, f"{len(clean.stale)} left by killed runs (run `hetsplit doctor` to remove): "
             + ", ".join(clean.stale))
     else:
         if clean.removed:
-            add("stale namespaces", OK, clean.summary())
+            add(item, OK, clean.summary())
         if clean.failed:
             hint = "" if os.geteuid() == 0 else " (removing them needs root: run hetsplit doctor as root)"
-            add("stale namespaces", BROKEN, "could not remove " + "; ".join(
-                f"{n}: {why}" for n, why in clean.failed.items()) + hint)
-    return items
+            add(item, BROKEN, "could not remove " + "; ".join(f"{n}: {why}" for n, why in clean.failed.items())
+                + hint)

@@ -22,6 +22,7 @@ from hetsplit.search import PipelineConstraints, make_partitioner, partitioner_n
 
 if TYPE_CHECKING:
     from hetsplit.report.html import ReportDetails
+    from hetsplit.runtime.device_emulation import DeviceEmulation
 
 
 def is_profile_path(spec: str) -> bool:
@@ -253,3 +254,16 @@ def report_details(problem: SplitProblem, plans: list[Plan], featured: int | Non
     run = run_comparison(run_doc, plans[k], problem.cluster) if run_doc is not None else None
     return ReportDetails(cluster_to_dict(problem.cluster), {i: plan_transfers(tg) for i, tg in graphs.items()},
                          k, timeline, run)
+
+
+def device_emulation(plan: Plan, graph: Graph, cluster: Cluster, profile: str | None = None,
+                     cores: int | None = None) -> "DeviceEmulation":
+    """The CPU shares and time dilation that rehearse ``plan`` on ``cluster`` with this machine's cores
+    (``run --emulate-devices``; ``runtime.device_emulation``): the plan's devices costed by ``profile``
+    (else their device models), this machine's one-thread worker by the ``local`` cluster's model."""
+    from hetsplit.cluster.examples import usable_cores
+    from hetsplit.runtime.device_emulation import plan_emulation
+
+    problem = build_problem(graph, cluster, load_profile(profile).costs if profile else None)
+    host = build_problem(graph, load_cluster_spec("local"))
+    return plan_emulation(plan, problem, host, cores or usable_cores())

@@ -26,6 +26,7 @@ def register(sub) -> None:
                      "hetsplit run imce/plans.json resnet8 -n 200 --here   # IMC mapping, costed for its processes",
                      "hetsplit run plan.json resnet50 --cluster local --profile prof.json --compare --out cmp.json",
                      "hetsplit run plan.json resnet18 --cluster edge.yaml --emulate-links",
+                     "hetsplit run plan.json resnet18 --emulate-devices --compare  # each worker at its device's speed",
                      "hetsplit run plan.json resnet18 --hosts cpu0=10.0.0.1,cpu1=10.0.0.2  # per-host commands"])
     p.add_argument("plan", help="plan or plan-set JSON; a set gives its best Pareto plan (or --index)")
     p.add_argument("model", help="zoo name or .onnx file the plan was made for")
@@ -46,6 +47,10 @@ def register(sub) -> None:
                         "links; the simulator and the bound of this machine's shared cores), not the plan's cluster")
     p.add_argument("--emulate-links", action="store_true",
                    help="shape every link to the cluster's bandwidth and latency (needs root, ip and tc)")
+    p.add_argument("--emulate-devices", action="store_true",
+                   help="throttle each device's worker (cgroup CPU quota) to the device's speed relative to this "
+                        "machine, all slowed by one time dilation D, and report emulated metrics (measured / D); "
+                        "needs root and the cgroup cpu controller")
     p.add_argument("--pin", action="store_true", help="pin each device's worker to its own CPU cores")
     p.add_argument("--cpu-only", action="store_true", help="run GPU devices' stages on the CPU too")
     p.add_argument("--hosts", default=None, metavar="DEV=HOST,...", help="place devices on hosts (multi-host run)")
@@ -67,8 +72,11 @@ def run(args) -> int:
     opts = RunOptions(inputs=args.inputs, latency_inputs=args.latency_inputs, timeout_s=args.timeout,
                       port=args.port, run_dir=Path(args.run_dir) if args.run_dir else None, pin=args.pin)
     output_file(args.out)
+    if args.emulate_devices:
+        _check_emulate_devices(args)
     plan = load_plan(args.plan, args.index)
-    cluster = load_plan_cluster(plan, args.cluster, required=args.emulate_links, recalibrate=args.recalibrate)
+    cluster = load_plan_cluster(plan, args.cluster, required=args.emulate_links or args.emulate_devices,
+                                recalibrate=args.recalibrate)
     note_unchecked(plan, cluster)
     with progress(f"loading {args.model}"):
         graph, path = resolve_model(args.model)
@@ -88,6 +96,12 @@ def _run(args, opts, plan, graph, path, cluster, split_dir: Path) -> int:
         manifest = split_model(plan, graph, path, split_dir, cluster=cluster)
     opts.threads = {w.device: args.threads for w in manifest.stages}
     opts.kinds = _kinds(cluster, manifest, args.cpu_only)
+    if args.emulate_devices:
+        from hetsplit.workflow import device_emulation
+
+        with progress("costing the plan's devices and this machine's"):
+            opts.devices = device_emulation(plan, graph, cluster, args.profile)
+        print_emulation(opts.devices, wide_console(stderr=True))
     if args.emulate_links:
         from hetsplit.runtime import LinkMatrix
 
@@ -113,6 +127,20 @@ def _run(args, opts, plan, graph, path, cluster, split_dir: Path) -> int:
         opts.node = args.node
     report = run_manifest(manifest, opts)
     return _finish(args, report, plan, graph, cluster)
+
+
+def _check_emulate_devices(args) -> None:
+    """Refuse --emulate-devices where it cannot work, before any work (exit 2 with the reason)."""
+    from hetsplit.errors import UsageError
+    from hetsplit.runtime.cpu_throttle import throttle_available
+
+    for flag, bad in (("--threads", args.threads != 1), ("--hosts", bool(args.hosts)), ("--here", args.here)):
+        if bad:
+            raise UsageError(f"--emulate-devices throttles one-thread workers on this machine and compares with the "
+                             f"plan's own cluster; it does not combine with {flag}")
+    why = throttle_available()
+    if why:
+        raise UsageError(why)
 
 
 def run_manifest_as(opts, node: str, manifest):
@@ -183,6 +211,10 @@ def _finish(args, report, plan, graph, cluster) -> int:
 
             raise RuntimeFailure("--compare needs predictions: give --profile (with --cluster) or a plan with metrics")
         doc = compare(report, predicted, cluster, simulated=simulated)
+        if report.extra.get("emulated"):
+            from hetsplit.runtime.device_emulation import emulated_rows
+
+            doc["rows"] += emulated_rows(doc["predicted"], report.extra["emulated"])
         overhead = overhead_note(report, predicted_throughput=doc["predicted"].get("throughput"))
         doc["notes"] = notes + [n for n in [overhead] if n]
         print_compare(doc["rows"], console)
@@ -225,6 +257,11 @@ def print_report(report, console: Console) -> None:
                   f"{report.pipeline_efficiency:.0%}")
     if report.efficiency_note():
         console.print(f"note: {report.efficiency_note()}")
+    if report.extra.get("emulated"):
+        emu, dev = report.extra["emulated"], report.extra["device_emulation"]
+        console.print(f"emulated (measured / D, D = {dev['dilation']:.3g}): throughput {emu['throughput']:.2f}/s   "
+                      f"latency {format_quantity(emu['latency_s'], 's')}   compute " + ", ".join(
+                          f"{d} {format_quantity(t, 's')}" for d, t in emu["compute_s"].items()))
     if report.extra.get("driver_cpu_per_input_s") is not None:
         console.print(f"driver (feeds inputs, collects outputs): CPU "
                       f"{format_quantity(report.extra['driver_cpu_per_input_s'], 's')}/input")
@@ -239,3 +276,10 @@ def print_compare(rows: list[dict], console: Console) -> None:
         t.add_row(r["metric"], fmt(r["predicted"]), fmt(r["measured"]), "-" if r["ratio"] is None else
                   f"{r['ratio']:.2f}")
     console.print(t)
+
+
+def print_emulation(emu, console: Console) -> None:
+    """The shares and dilation of --emulate-devices, before the run."""
+    shares = ", ".join(f"{d} {s:.3f}" for d, s in emu.shares.items()) or "none"
+    console.print(f"emulating the plan's devices: CPU share of one core {shares}; time dilation D = "
+                  f"{emu.dilation:.3g} (emulated time = measured / D); host costs: {emu.host}")

@@ -52,6 +52,11 @@ class LinkMatrix:
                     bw[a.rank, b.rank], lat[a.rank, b.rank] = cluster.bandwidth[i, j], cluster.latency_s[i, j]
         return cls(bw, lat)
 
+    def dilated(self, factor: float) -> "LinkMatrix":
+        """These links slowed ``factor`` times (bandwidth / factor, latency x factor), to keep their ratio to
+        compute under a device emulation's time dilation (``runtime.device_emulation``)."""
+        return LinkMatrix(self.bandwidth / factor, self.latency_s * factor)
+
     @classmethod
     def uniform(cls, world: int, bandwidth: float, latency_s: float = 0.0, driver: bool = False) -> "LinkMatrix":
         """Every link between stages (and the driver's too, if ``driver``) at one bandwidth and latency."""

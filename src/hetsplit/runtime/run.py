@@ -13,6 +13,7 @@ from hetsplit.errors import RuntimeFailure, UsageError
 from hetsplit.graph.types import Graph
 from hetsplit.plan.types import Plan
 from hetsplit.runtime.config import RunConfig
+from hetsplit.runtime.device_emulation import DeviceEmulation, emulated_metrics
 from hetsplit.runtime.hosts import DEFAULT_PORT, HostMap
 from hetsplit.runtime.launch import Launcher
 from hetsplit.runtime.manifest import Manifest, load_manifest
@@ -40,6 +41,7 @@ class RunOptions:
     node: str = ""                       # ... and which host this command is
     faults: dict[str, dict] = field(default_factory=dict)  # rank -> {"kind": die|stall, "after": k} (rehearsal)
     pin: bool = False                    # pin each worker to its own CPUs (as many as its threads)
+    devices: DeviceEmulation | None = None   # throttle each worker to its device's speed (runtime.device_emulation)
 
     def __post_init__(self) -> None:
         if not self.inputs >= 1:
@@ -90,15 +92,21 @@ def run_manifest(manifest: Manifest, opts: RunOptions) -> RunReport | None:
                                      "without it")
         if opts.pin:
             cfg.cpus = pin_cpus(manifest, cfg.threads)
-        wrap = None
+        wraps = []
+        throttle = None
+        if opts.devices is not None:
+            throttle = stack.enter_context(_throttle(manifest, opts.devices))
+            wraps.append(throttle.wrap)
         if opts.links is not None:
             from hetsplit.runtime.netem import Emulation
 
-            emu = stack.enter_context(Emulation(manifest, opts.links))
+            links = opts.links.dilated(opts.devices.dilation) if opts.devices is not None else opts.links
+            emu = stack.enter_context(Emulation(manifest, links))
             cfg.master_addr = emu.addr(0)
             cfg.addrs = {str(r): emu.addr(r) for r in range(manifest.world_size)}
             cfg.delays_s = emu.in_process_delays()
-            wrap = emu.wrap
+            wraps.append(emu.wrap)
+        wrap = (lambda rank: [w for f in wraps for w in f(rank)]) if wraps else None
         ranks = None
         if opts.hosts is not None:  # one host of a multi-host run: its own ranks, the shared rendezvous
             ranks = opts.hosts.ranks_on(manifest, opts.node)
@@ -111,7 +119,19 @@ def run_manifest(manifest: Manifest, opts: RunOptions) -> RunReport | None:
         report.extra["run_dir"] = str(run_dir) if opts.run_dir else None
         if opts.links is not None:
             report.extra["emulation"] = emu.describe()
+        if throttle is not None and opts.devices is not None:
+            report.extra["device_emulation"] = {**opts.devices.describe(), **throttle.describe()}
+            report.extra["emulated"] = emulated_metrics(report.to_dict(), opts.devices.dilation)
         return report
+
+
+def _throttle(manifest: Manifest, devices: DeviceEmulation):
+    """The CPU throttle of a run's worker ranks (never the driver's) at their devices' shares."""
+    from hetsplit.runtime.cpu_throttle import CpuThrottle
+
+    shares = {w.rank: devices.shares[w.device] for w in manifest.stages
+              if w.rank != 0 and w.device in devices.shares}
+    return CpuThrottle(shares)
 
 
 def run_plan(plan: Plan, graph: Graph, model_path: str | Path, opts: RunOptions | None = None,

@@ -1,0 +1,106 @@
+"""Which CPU share each worker gets so one machine rehearses a heterogeneous cluster (``--emulate-devices``).
+
+A device ``d`` runs its layers ``S_d`` (a pipeline stage, or the union of a mapping's layers and shards
+on it). Its worker here runs them on one thread of this machine in ``h(S_d)`` seconds (the host's costs),
+while the plan's device takes ``t_d(S_d)`` (the plan's costs). Throttled to the share
+``s_d = h(S_d) / (D x t_d(S_d))`` of one core, the worker takes ``t_d(S_d) x D``: every device runs at its
+modelled speed, all of them slowed by one time dilation ``D`` (emulated time = measured time / D).
+``D`` is the smallest >= 1 for which every share is at most one core and the shares together leave
+half a core for the driver (``sum s_d <= cores - 0.5``).
+
+The assumption: a scalar throttle per worker reproduces the total time of its layers, not each layer's
+(a device fast at convolutions and slow at matrix products keeps this machine's mix within its stage).
+Devices without layers (or with no host cost) are not throttled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hetsplit.costs.problem import SplitProblem
+from hetsplit.errors import UsageError
+from hetsplit.plan.types import Plan
+
+DRIVER_CORES = 0.5   # left to the driver (it feeds inputs and collects outputs)
+
+
+@dataclass(frozen=True)
+class DeviceEmulation:
+    """CPU share of one core per device name (0 < s <= 1), the time dilation ``D >= 1`` (emulated time =
+    measured / D), and where the host's costs came from."""
+
+    shares: dict[str, float]
+    dilation: float
+    host: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.dilation >= 1.0:
+            raise UsageError(f"device emulation: dilation {self.dilation} must be >= 1 (emulated time = measured / D)")
+        for dev, s in self.shares.items():
+            if not 0.0 < s <= 1.0:
+                raise UsageError(f"device emulation: {dev}'s CPU share {s} must be in (0, 1] (of one core)")
+
+    def describe(self) -> dict:
+        return {"dilation": self.dilation, "shares": dict(self.shares), "host": self.host}
+
+
+def device_times(plan: Plan, problem: SplitProblem, host_problem: SplitProblem) -> dict[str, tuple[float, float]]:
+    """Per device of ``plan`` that runs something: (time on the plan's device, time on the host) of its tasks."""
+    from hetsplit.plan.check import check_plan
+    from hetsplit.plan.task_costs import task_costs
+
+    if host_problem.graph.names != problem.graph.names:
+        raise UsageError("device emulation: the host's costs are of another model than the plan's problem")
+    tg = check_plan(problem.graph, problem.cluster, plan)
+    own = task_costs(problem, tg)
+    host = task_costs(host_problem, tg).time_s[:, 0]       # the host's one worker type
+    t_dev = own.time_s[np.arange(tg.num_tasks), problem.device_type[tg.device]]
+    out: dict[str, tuple[float, float]] = {}
+    for k, task in enumerate(tg.tasks):
+        name = problem.cluster.names[task.device]
+        t, h = out.get(name, (0.0, 0.0))
+        out[name] = (t + float(t_dev[k]), h + float(host[k]))
+    return out
+
+
+def plan_emulation(plan: Plan, problem: SplitProblem, host_problem: SplitProblem, cores: int) -> DeviceEmulation:
+    """The shares and dilation that run ``plan`` (costed by ``problem``) on ``cores`` cores of the host
+    whose one-thread worker ``host_problem`` costs; see the module doc."""
+    ratio: dict[str, float] = {}
+    for dev, (t, h) in device_times(plan, problem, host_problem).items():
+        if h <= 0:
+            continue                     # nothing to slow down
+        if not (np.isfinite(t) and t > 0 and np.isfinite(h)):
+            raise UsageError(f"device emulation: device {dev} has no finite time > 0 for its layers "
+                             f"(plan's costs {t:g} s, host's {h:g} s)")
+        ratio[dev] = h / t
+    budget = max(cores - DRIVER_CORES, 1e-9)
+    dilation = max([1.0, *ratio.values(), sum(ratio.values()) / budget])
+    shares = {dev: min(1.0, r / dilation) for dev, r in ratio.items()}
+    host_type = host_problem.cluster.types[0]
+    source = host_problem.costs.sources.get(host_type, "")
+    host = f"{host_problem.cluster.name} {host_type}" + (f" ({source})" if source else "")
+    return DeviceEmulation(shares, float(dilation), host)
+
+
+def emulated_metrics(report_doc: dict, dilation: float) -> dict:
+    """A run's measured throughput, latency and per-device compute brought back to emulated time."""
+    return {"throughput": report_doc["throughput"] * dilation, "latency_s": report_doc["latency_s"] / dilation,
+            "latency_loaded_s": report_doc["latency_loaded_s"] / dilation,
+            "compute_s": {d["device"]: d["compute_s"] / dilation for d in report_doc["devices"]}}
+
+
+def emulated_rows(predicted: dict, emulated: dict) -> list[dict]:
+    """Rows of ``runtime.compare``'s table: the plan's predictions beside the emulated metrics."""
+    comp = predicted.get("compute_s_per_device", {}) or {}
+    rows = [{"metric": "throughput, emulated (1/s)", "predicted": predicted.get("throughput"),
+             "measured": emulated["throughput"]},
+            {"metric": "latency, emulated (s)", "predicted": predicted.get("latency_s"),
+             "measured": emulated["latency_s"]}]
+    rows += [{"metric": f"compute {d}, emulated (s)", "predicted": comp.get(d), "measured": t}
+             for d, t in emulated["compute_s"].items()]
+    for r in rows:
+        r["ratio"] = r["measured"] / r["predicted"] if r["predicted"] else None
+    return rows

@@ -1,0 +1,178 @@
+"""CPU throttling with cgroups: names, quotas, stale groups (a fake cgroup root), and real runs whose
+worker's compute time scales with its quota (skipped where the cgroup cpu controller cannot be used)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from hetsplit.errors import RuntimeFailure
+from hetsplit.plan.types import Plan, Stage
+from hetsplit.runtime import RunOptions, load_manifest, resolve_model, run_manifest, split_model
+from hetsplit.runtime.cpu_throttle import (Controller, CpuThrottle, clean_stale_groups, find_controller,
+                                           quota_for, throttle_available)
+from hetsplit.runtime.device_emulation import DeviceEmulation
+from hetsplit.runtime.launch import processes_of
+from hetsplit.runtime.netns_cleanup import namespace_name
+from hetsplit.runtime.owned import owned_name, owner_of
+
+pytestmark = pytest.mark.timeout(120)
+WHY = throttle_available()
+needs_cgroups = pytest.mark.skipif(WHY is not None, reason=f"needs the cgroup cpu controller as root: {WHY}")
+
+
+def dead_pid() -> int:
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
+
+
+def ours() -> list[str]:
+    """This process's hetsplit cgroups left under the real controller."""
+    ctl = find_controller()
+    return [] if isinstance(ctl, str) else [g for g in ctl.groups() if owner_of(g) == os.getpid()]
+
+
+def test_names_carry_their_owner_like_namespaces():
+    name = owned_name("abc12", "r3")
+    assert name == f"hetsplit-{os.getpid()}-abc12-r3" == namespace_name("abc12", "r3")
+    assert owner_of(name) == os.getpid() and owner_of("hetsplit-x-abc12-r3") is None
+    with pytest.raises(ValueError):
+        owned_name("not-hex", "r1")
+
+
+def test_quota_is_share_of_the_period_never_under_the_kernel_minimum():
+    assert quota_for(0.25) == (2500, 10000) and quota_for(1.0) == (10000, 10000)
+    assert quota_for(0.05) == (1000, 20000)          # 0.5 ms would be refused: a longer period instead
+    assert quota_for(0.5, 4000) == (2000, 4000)
+    with pytest.raises(ValueError):
+        quota_for(0.0)
+
+
+def test_controller_found_in_the_mount_table(tmp_path):
+    mounts = tmp_path / "mounts"
+    mounts.write_text("cgroup /sys/fs/cgroup/cpuacct cgroup rw,cpuacct 0 0\n"
+                      "cgroup /x/cpu,cpuacct cgroup rw,relatime,cpu,cpuacct 0 0\n")
+    assert find_controller(mounts) == Controller(Path("/x/cpu,cpuacct"), "v1")
+    v2 = tmp_path / "unified"
+    v2.mkdir()
+    (v2 / "cgroup.controllers").write_text("cpuset io memory\n")
+    mounts.write_text(f"cgroup2 {v2} cgroup2 rw 0 0\n")
+    assert "no cgroup cpu controller" in find_controller(mounts)
+    (v2 / "cgroup.controllers").write_text("cpuset cpu io memory\n")
+    assert find_controller(mounts) == Controller(v2, "v2")
+
+
+def test_a_root_that_cannot_take_groups_says_why(tmp_path):
+    why = throttle_available(Controller(tmp_path / "missing", "v1"))
+    assert why and "cannot create a cgroup" in why
+    with pytest.raises(RuntimeFailure, match="cannot create a cgroup"):
+        CpuThrottle({1: 0.5}, controller=Controller(tmp_path / "missing", "v1"))
+
+
+def test_stale_groups_of_dead_owners_are_removed_and_nothing_else(tmp_path):
+    ctl = Controller(tmp_path, "v1")
+    stale = owned_name("abc12", "r1", pid=dead_pid())
+    alive = owned_name("abc12", "r2")
+    for name in (stale, alive, "hetsplit-garbage", "user-group"):
+        (tmp_path / name).mkdir()
+    dry = clean_stale_groups(dry_run=True, controller=ctl)
+    assert dry.stale == [stale] and not dry.removed and (tmp_path / stale).is_dir()
+    done = clean_stale_groups(controller=ctl)
+    assert done.removed == [stale] and "stale CPU cgroup" in done.summary()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([alive, "hetsplit-garbage", "user-group"])
+
+
+@needs_cgroups
+def test_a_stale_group_with_an_orphan_inside_is_emptied_and_removed():
+    ctl = find_controller()
+    name = owned_name(uuid.uuid4().hex[:6], "r1", pid=dead_pid())
+    (ctl.root / name).mkdir()
+    orphan = subprocess.Popen(["sh", "-c", 'echo $$ > "$0" && exec sleep 60', str(ctl.procs(name))])
+    try:
+        for _ in range(100):
+            if ctl.pids_in(name):
+                break
+            subprocess.run(["sleep", "0.02"])
+        assert ctl.pids_in(name) == [orphan.pid]
+        done = clean_stale_groups(controller=ctl)
+        assert name in done.removed and done.killed[name] == [orphan.pid]
+        assert orphan.wait(timeout=5) == -9 and not (ctl.root / name).exists()
+    finally:
+        if orphan.poll() is None:
+            orphan.kill()
+        if (ctl.root / name).exists():
+            (ctl.root / name).rmdir()
+
+
+@pytest.fixture(scope="module")
+def vgg8_split(tmp_path_factory):
+    graph, path = resolve_model("vgg8")
+    out = tmp_path_factory.mktemp("vgg8")
+    split_model(Plan(graph.name, "local", "hand", [Stage("local-cpu0", graph.names)]), graph, path, out)
+    return load_manifest(out)
+
+
+@needs_cgroups
+def test_a_workers_compute_time_scales_with_its_quota(vgg8_split, tmp_path):
+    """vgg8 in one stage (~13 ms per input unthrottled, longer than the 10 ms period): at a quarter of a core
+    its median compute per input is twice what it is at half a core, within 15%."""
+    compute = {}
+    for share in (0.5, 0.25):
+        emu = DeviceEmulation({"local-cpu0": share}, 2.0, "test")
+        report = run_manifest(vgg8_split, RunOptions(inputs=20, latency_inputs=0, timeout_s=30, devices=emu,
+                                                     run_dir=tmp_path / f"run{share}"))
+        assert report.verify["ok"]
+        compute[share] = report.devices[0]["compute_s"]
+        dev = report.extra["device_emulation"]
+        assert dev["dilation"] == 2.0 and dev["cgroup"] in ("v1", "v2") and dev["period_us"] == 10000
+        assert dev["groups"] == {"1": {"share": share, "quota_us": round(share * 10000), "period_us": 10000}}
+        emulated = report.extra["emulated"]
+        assert emulated["throughput"] == pytest.approx(report.throughput * 2)
+        assert emulated["compute_s"]["local-cpu0"] == pytest.approx(compute[share] / 2)
+        assert not ours() and not processes_of(tmp_path / f"run{share}")
+    ratio = compute[0.25] / compute[0.5]
+    print(f"compute per input: share 0.5 {compute[0.5] * 1e3:.1f} ms, share 0.25 {compute[0.25] * 1e3:.1f} ms, "
+          f"ratio {ratio:.3f}")
+    assert ratio == pytest.approx(2.0, rel=0.15)
+
+
+@needs_cgroups
+def test_a_run_whose_worker_dies_still_removes_its_groups(tmp_path):
+    from hetsplit.runtime.toy import toy_model
+
+    graph = toy_model(tmp_path / "toy.onnx")
+    plan = Plan(graph.name, "local", "hand", [Stage("local-cpu0", graph.names[:4]),
+                                             Stage("local-cpu1", graph.names[4:])])
+    split_model(plan, graph, tmp_path / "toy.onnx", tmp_path / "split")
+    emu = DeviceEmulation({"local-cpu0": 1.0, "local-cpu1": 1.0}, 1.0)
+    with pytest.raises(RuntimeFailure, match="local-cpu1"):
+        run_manifest(load_manifest(tmp_path / "split"), RunOptions(
+            inputs=6, timeout_s=20, devices=emu, run_dir=tmp_path / "run", faults={"2": {"kind": "die", "after": 2}}))
+    assert not ours() and not processes_of(tmp_path / "run")
+
+
+@needs_cgroups
+def test_throttle_and_link_emulation_compose(tmp_path):
+    from hetsplit.runtime.netem import LinkMatrix, emulation_available
+    from hetsplit.runtime.toy import toy_model
+
+    if emulation_available():
+        pytest.skip(f"link emulation unavailable: {emulation_available()}")
+    graph = toy_model(tmp_path / "toy.onnx")
+    plan = Plan(graph.name, "local", "hand", [Stage("local-cpu0", graph.names[:4]),
+                                             Stage("local-cpu1", graph.names[4:])])
+    split_model(plan, graph, tmp_path / "toy.onnx", tmp_path / "split")
+    manifest = load_manifest(tmp_path / "split")
+    report = run_manifest(manifest, RunOptions(
+        inputs=4, timeout_s=20, run_dir=tmp_path / "run", devices=DeviceEmulation({"local-cpu1": 1.0}, 2.0),
+        links=LinkMatrix.uniform(manifest.world_size, 1e8, 1e-4)))
+    assert report.verify["ok"] and set(report.extra["device_emulation"]["groups"]) == {"2"}
+    assert report.extra["emulation"]["namespaces"] == manifest.world_size
+    shaped = {(s["from_rank"], s["to_rank"]): s["bandwidth"] for s in report.extra["emulation"]["shaped"]}
+    assert shaped[(1, 2)] == pytest.approx(5e7)        # links dilated with compute: bandwidth / D
+    assert not ours()
