@@ -29,6 +29,7 @@ class RunConfig:
     verify: bool = True
     cpus: dict[str, list[int]] = field(default_factory=dict)  # rank -> CPUs it is pinned to (none: not pinned)
     faults: dict[str, dict] = field(default_factory=dict)   # rank -> {"kind": die|stall, "after": k}: rehearsals
+    cgroups: dict[str, str] = field(default_factory=dict)   # rank -> cgroup.procs it joins once connected (throttling)
 
     def addr(self, rank: int) -> str:
         return self.addrs.get(str(rank), self.master_addr)

@@ -7,9 +7,10 @@ process (every thread of it: onnxruntime's are created inside it) gets at most `
 core over time. cgroup v1 (the ``cpu`` hierarchy: ``cpu.cfs_period_us``/``cpu.cfs_quota_us``) and
 v2 (``cpu.max``, where the unified hierarchy has the cpu controller) both work; the groups are made
 directly under the hierarchy's root. The kernel refuses quotas under 1 ms: a share that small gets
-a longer period (quota 1 ms) rather than a wrong share. ``wrap(rank)`` is the command prefix that
-moves the process into its group before it execs the worker. Needs root: ``throttle_available()``
-says why not.
+a longer period (quota 1 ms) rather than a wrong share. Each worker moves itself (all its threads)
+into its group once it has loaded its sub-model and connected (``join_group``), so startup runs at
+full speed and only the streamed inputs are throttled. Needs root: ``throttle_available()`` says
+why not.
 
 Groups are removed on exit, after the processes are gone (processes still inside are killed: they
 can only be this run's workers). A run killed before that leaves them behind: every throttled run
@@ -228,11 +229,13 @@ class CpuThrottle:
         self.created: list[str] = []
         self.removed_stale: list[str] = []
 
-    def wrap(self, rank: int) -> list[str]:
-        """Command prefix that moves the process into rank's group, then execs the rest ([] unthrottled)."""
-        if rank not in self.names:
-            return []
-        return ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(self.controller.procs(self.names[rank]))]
+    def procs_files(self) -> dict[str, str]:
+        """rank -> the cgroup.procs file its worker writes its pid to once connected (``join_group``): the
+        worker starts (imports, session load, warm-up, rendezvous) at full speed and is throttled from
+        its first input on. The paths go through this process's root (``/proc/<pid>/root``): a worker
+        in a network namespace (``ip netns exec``) sees a freshly mounted /sys without the cgroups."""
+        root = f"/proc/{os.getpid()}/root"
+        return {str(rank): root + str(self.controller.procs(name).resolve()) for rank, name in self.names.items()}
 
     def __enter__(self) -> "CpuThrottle":
         self.removed_stale = remove_stale_groups(self.controller)
@@ -261,3 +264,13 @@ class CpuThrottle:
         return {"cgroup": self.controller.version, "period_us": self.period_us,
                 "groups": {str(r): {"share": self.shares[r], "quota_us": q, "period_us": p}
                            for r, (q, p) in self.bandwidth.items()}}
+
+
+def join_group(procs_file: str | None) -> None:
+    """Move this process, every thread of it, into the cgroup whose ``cgroup.procs`` is given (None: stay)."""
+    if not procs_file:
+        return
+    try:
+        Path(procs_file).write_text(f"{os.getpid()}\n")
+    except OSError as exc:
+        raise RuntimeFailure(f"CPU throttling: cannot join {Path(procs_file).parent.name}: {exc.strerror}") from None

@@ -184,6 +184,7 @@ class Inbox:
 def run_mapping_worker(cfg: RunConfig, manifest: MappingManifest, rank: int, run_dir: Path) -> dict:
     """Run device ``rank``'s segments for every input; its measurements for ``rank<R>.json``."""
     from hetsplit.runtime.executor import OrtExecutor
+    from hetsplit.runtime.cpu_throttle import join_group
     from hetsplit.runtime.process import connect, energy_meter, inject, wait_threads
 
     spec = manifest.worker(rank)
@@ -195,6 +196,7 @@ def run_mapping_worker(cfg: RunConfig, manifest: MappingManifest, rank: int, run
             exe.run({t.name: np.zeros(t.shape, t.dtype) for t in s.inputs})
     wire = connect(cfg, manifest, rank, run_dir)
     wire.handshake(spec.recv, spec.send)
+    join_group(cfg.cgroups.get(str(rank)))
     coll = Collectives(manifest, rank, open_groups(manifest, rank, wire, cfg), cfg.timeout_s)
     msgs = manifest.messages
     colls = manifest.collectives

@@ -23,6 +23,7 @@ import numpy as np
 
 from hetsplit.errors import RuntimeFailure
 from hetsplit.runtime.config import RunConfig
+from hetsplit.runtime.cpu_throttle import join_group
 from hetsplit.runtime.manifest import Manifest, TensorSpec, load_manifest
 from hetsplit.runtime.nccl import NcclLinks, gpu_ranks
 from hetsplit.runtime.pipe import EdgeLog, Receiver, Sender, Shared, Stop
@@ -91,6 +92,7 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path) -> 
     exe.run({n: np.zeros(received[n].shape, received[n].dtype) for n in spec.inputs})  # warm-up: first-run allocations
     wire = connect(cfg, manifest, rank, run_dir)
     wire.handshake(spec.recv, spec.send)
+    join_group(cfg.cgroups.get(str(rank)))
     shared = Shared()
     n = cfg.inputs
     rx = Receiver(wire, spec.recv, n, cfg.depth, shared)

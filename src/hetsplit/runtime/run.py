@@ -96,7 +96,7 @@ def run_manifest(manifest: Manifest, opts: RunOptions) -> RunReport | None:
         throttle = None
         if opts.devices is not None:
             throttle = stack.enter_context(_throttle(manifest, opts.devices))
-            wraps.append(throttle.wrap)
+            cfg.cgroups = throttle.procs_files()
         if opts.links is not None:
             from hetsplit.runtime.netem import Emulation
 
