@@ -130,3 +130,19 @@ def test_data_amount_property(number, prefix, base):
     got = parse_quantity(f"{number!r}{prefix}{base}", "bytes")
     assert math.isclose(got, expected, rel_tol=1e-12, abs_tol=1e-300)
     assert math.isclose(parse_quantity(f"{number!r}{prefix}{base}/s", "bandwidth"), got, rel_tol=1e-12)
+
+
+@pytest.mark.parametrize("text, seconds", [("20m", 1200.0), ("90s", 90.0), ("1.5h", 5400.0), ("600", 600.0),
+                                           (" 2 min ", 120.0)])
+def test_durations(text, seconds):
+    from hetsplit.units import parse_duration
+
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["0", "-5m", "20 parsecs", "", "m"])
+def test_bad_durations_say_what_and_where(text):
+    from hetsplit.units import parse_duration
+
+    with pytest.raises(UnitError, match="--budget: cannot read"):
+        parse_duration(text, "--budget")

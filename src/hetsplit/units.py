@@ -234,3 +234,16 @@ def format_bytes(value: float, digits: int = 3) -> str:
         return f"{value:g} B"
     exp = min(int(math.log(abs(value), 1024)), 4)
     return f"{value / 1024 ** exp:.{digits}g} {('', 'Ki', 'Mi', 'Gi', 'Ti')[exp]}B"
+
+
+_DURATION = re.compile(rf"^\s*({_NUMBER})\s*(h|m|min|s)?\s*$")
+_DURATION_UNIT = {"h": 3600.0, "m": 60.0, "min": 60.0, "s": 1.0, None: 1.0}
+
+
+def parse_duration(value: str, where: str = "") -> float:
+    """A wall-clock duration in seconds: "20m", "90s", "1.5h" or a bare number of seconds (> 0)."""
+    m = _DURATION.match(str(value))
+    loc = f"{where}: " if where else ""
+    if not m or not float(m.group(1)) > 0:
+        raise UnitError(f"{loc}cannot read {value!r} as a duration; write it like 20m, 90s, 1.5h or 600 (seconds)")
+    return float(m.group(1)) * _DURATION_UNIT[m.group(2)]
