@@ -155,16 +155,42 @@ def free_nodes(model: onnx.ModelProto, graph: Graph) -> dict[str, onnx.NodeProto
     return {o: n for n in model.graph.node if n.name not in grouped for o in n.output}
 
 
+_PREPARED: dict[tuple, onnx.ModelProto] = {}   # the last model prepared in this process (one entry)
+_SPECS: dict[tuple, dict[str, TensorSpec]] = {}
+
+
+def _file_key(path: Path) -> tuple:
+    st = Path(path).stat()
+    return str(Path(path).resolve()), st.st_mtime_ns, st.st_size
+
+
 def load_prepared(path: Path) -> onnx.ModelProto:
-    """The canonical form the Graph's node names refer to (``prepare_model``), with its weights."""
+    """The canonical form the Graph's node names refer to (``prepare_model``), with its weights.
+
+    The last file prepared is kept (a search splits one model many times): a caller gets its own copy."""
     from onnx.external_data_helper import load_external_data_for_model, uses_external_data
 
     from hetsplit.graph.onnx_prepare import prepare_model
 
-    model = prepare_model(path)
-    if any(uses_external_data(t) for t in model.graph.initializer):
-        load_external_data_for_model(model, str(Path(path).parent))
-    return model
+    key = _file_key(path)
+    if key not in _PREPARED:
+        model = prepare_model(path)
+        if any(uses_external_data(t) for t in model.graph.initializer):
+            load_external_data_for_model(model, str(Path(path).parent))
+        _PREPARED.clear()
+        _PREPARED[key] = model
+    copy = onnx.ModelProto()
+    copy.CopyFrom(_PREPARED[key])
+    return copy
+
+
+def file_tensor_specs(path: Path, model: onnx.ModelProto, names: set[str]) -> dict[str, TensorSpec]:
+    """``tensor_specs`` of the model prepared from ``path``, kept for the last file and set of names."""
+    key = (_file_key(path), frozenset(names))
+    if key not in _SPECS:
+        _SPECS.clear()
+        _SPECS[key] = tensor_specs(model, names)
+    return dict(_SPECS[key])
 
 
 def split_model(plan: Plan, graph: Graph, model_path: str | Path, out_dir: str | Path,
@@ -192,7 +218,7 @@ def split_model(plan: Plan, graph: Graph, model_path: str | Path, out_dir: str |
     require_nodes(graph)
     model = load_prepared(model_path)
     wire = {t.name for t in graph.tensors}
-    specs = tensor_specs(model, wire)
+    specs = file_tensor_specs(model_path, model, wire)
     for t in input_specs(model):  # symbolic input dims were fixed to 1
         specs[t.name] = t
     out.mkdir(parents=True, exist_ok=True)
