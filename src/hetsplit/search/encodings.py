@@ -17,6 +17,12 @@ every chromosome is a valid plan (no repair needed).
 - ``spe`` (Guo et al., split point encoding; vertical only): n - 1 cut points in ``0..L``, sorted;
   device i (cluster order) runs the layers between cuts i - 1 and i, consecutive layers in
   topological order, so a plan is a pipeline (its first split point, always 0, is not a gene).
+- ``ne`` (Guo et al.'s naive encoding): one device gene per whole layer, any device, no contiguity:
+  a node-to-device mapping (``search.node_mapping``). Length L.
+
+``spe`` and ``ne`` may be limited to the first ``devices`` devices of the cluster (the stages of the
+hierarchical exploration search 2, 4, ... of them); a chromosome of a smaller limit is one of a
+larger limit too (``widen``), so a stage's plans seed the next.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from hetsplit.plan.evaluate import evaluate, evaluate_pipelines, make_plan
 from hetsplit.plan.types import Plan, Stage
 from hetsplit.search.hybrid_template import HybridAssignment, SlotTemplate
 
-ENCODINGS = ("naive", "advanced", "spe")
+ENCODINGS = ("naive", "advanced", "spe", "ne")
 
 
 class Encoding(Protocol):
@@ -50,14 +56,19 @@ class Encoding(Protocol):
     def plans(self, x: np.ndarray, params: dict | None = None) -> list[Plan]: ...
 
 
-def make_encoding(problem: SplitProblem, name: str, splits: int = 2) -> Encoding:
-    """The encoding ``name`` (naive, advanced, spe) of ``problem``; ``splits`` is p of ``advanced``."""
+def make_encoding(problem: SplitProblem, name: str, splits: int = 2, devices: int | None = None) -> Encoding:
+    """The encoding ``name`` (naive, advanced, spe, ne) of ``problem``; ``splits`` is p of ``advanced``;
+    ``devices`` limits ``spe`` and ``ne`` to the cluster's first devices (default: all)."""
+    if devices is not None and name not in ("spe", "ne"):
+        raise HetsplitError(f"encoding {name!r} uses every device; only spe and ne take a device limit")
     if name == "naive":
         return NaiveEncoding(problem)
     if name == "advanced":
         return AdvancedEncoding(problem, splits)
     if name == "spe":
-        return SplitPointEncoding(problem)
+        return SplitPointEncoding(problem, devices)
+    if name == "ne":
+        return LayerEncoding(problem, devices)
     raise HetsplitError(f"unknown encoding {name!r}; choose one of {', '.join(ENCODINGS)}")
 
 
@@ -168,19 +179,39 @@ class _Pipelines:
     devices: np.ndarray   # N x n (-1: unused stage)
 
 
+def device_limit(problem: SplitProblem, devices: int | None) -> int:
+    """``devices`` checked against the cluster (None: all of its devices)."""
+    n = problem.num_devices
+    if devices is None:
+        return n
+    if not 1 <= devices <= n:
+        raise HetsplitError(f"a device limit of {devices}: cluster {problem.cluster.name!r} has {n} devices")
+    return int(devices)
+
+
 class SplitPointEncoding:
     """Guo et al.'s split point encoding: vertical partitions as n - 1 sorted cut points."""
 
     name = "spe"
 
-    def __init__(self, problem: SplitProblem):
+    def __init__(self, problem: SplitProblem, devices: int | None = None):
         self.problem = problem
-        self.n_var = max(1, problem.num_devices - 1)
+        self.devices = device_limit(problem, devices)
+        self.n_var = max(1, self.devices - 1)
         self.upper = np.full(self.n_var, problem.num_layers, dtype=np.int64)
+
+    def widen(self, x: np.ndarray, devices: int) -> np.ndarray:
+        """Chromosomes of this encoding as chromosomes of the same plans on ``devices`` >= its own
+        devices: the added devices' stages start at L (empty)."""
+        pop = _population(x, self.n_var, self.upper, self.name)
+        extra = max(1, devices - 1) - self.n_var
+        if extra < 0:
+            raise HetsplitError(f"cannot narrow {self.devices} devices to {devices}")
+        return np.concatenate([pop, np.full((len(pop), extra), self.problem.num_layers, np.int64)], axis=1)
 
     def decode(self, x: np.ndarray) -> _Pipelines:
         pop = _population(x, self.n_var, self.upper, self.name)
-        n_pop, n_layers, n_dev = len(pop), self.problem.num_layers, self.problem.num_devices
+        n_pop, n_layers, n_dev = len(pop), self.problem.num_layers, self.devices
         cuts = np.sort(pop, axis=1)[:, : n_dev - 1]
         full = np.concatenate([np.zeros((n_pop, 1), np.int64), cuts, np.full((n_pop, 1), n_layers)], axis=1)
         starts, length = full[:, :-1], np.diff(full, axis=1)
@@ -211,3 +242,57 @@ class SplitPointEncoding:
             out.append(Plan(self.problem.graph.name, self.problem.cluster.name, "nsga2-spe",
                             stages, {"encoding": self.name, **(params or {})}, metrics_at(self.problem, batch, row)))
         return out
+
+
+class LayerEncoding:
+    """Guo et al.'s naive encoding (NE): the device of every whole layer, no contiguity."""
+
+    name = "ne"
+
+    def __init__(self, problem: SplitProblem, devices: int | None = None):
+        from hetsplit.search.node_mapping import NodeMapping
+
+        self.problem = problem
+        self.devices = device_limit(problem, devices)
+        self.mapping = NodeMapping(problem)
+        self.n_var = problem.num_layers
+        self.upper = np.full(self.n_var, self.devices - 1, dtype=np.int64)
+        # a gene naming a device that cannot run its layer stands for the k-th device that can
+        allowed = self.mapping.feasible[:, : self.devices]
+        if not allowed.any(axis=1).all():
+            layer = int(np.flatnonzero(~allowed.any(axis=1))[0])
+            raise HetsplitError(f"no device among the first {self.devices} can run layer "
+                                f"{problem.graph.names[layer]!r}")
+        self._allowed = [np.flatnonzero(row) for row in allowed]
+
+    def widen(self, x: np.ndarray, devices: int) -> np.ndarray:
+        """The same mappings as chromosomes on ``devices`` >= this encoding's devices (unchanged)."""
+        if devices < self.devices:
+            raise HetsplitError(f"cannot narrow {self.devices} devices to {devices}")
+        return self.decode(x)
+
+    def decode(self, x: np.ndarray) -> np.ndarray:
+        """N x L device indices (a gene a layer cannot run on is replaced as the class says)."""
+        pop = _population(x, self.n_var, self.upper, self.name)
+        out = pop.copy()
+        for layer, ok in enumerate(self._allowed):
+            if len(ok) < self.devices:
+                col = pop[:, layer]
+                out[:, layer] = np.where(np.isin(col, ok), col, ok[col % len(ok)])
+        return out
+
+    def evaluate(self, x: np.ndarray) -> BatchMetrics:
+        return self.mapping.evaluate(self.decode(x))
+
+    def plan(self, x: np.ndarray, params: dict | None = None) -> Plan:
+        return self.mapping.plan(self.decode(x)[:1], "nsga2-ne", {"encoding": self.name, **(params or {})})
+
+    def plans(self, x: np.ndarray, params: dict | None = None) -> list[Plan]:
+        """Many chromosomes' mapping plans, their metrics from one batch evaluation."""
+        dev = self.decode(x)
+        batch = self.mapping.evaluate(dev)
+        g, names = self.problem.graph, self.problem.cluster.names
+        return [Plan(g.name, self.problem.cluster.name, "nsga2-ne", params={"encoding": self.name, **(params or {})},
+                     assign={layer: names[int(d)] for layer, d in zip(g.names, row)},
+                     metrics=metrics_at(self.problem, batch, i))
+                for i, row in enumerate(dev)]

@@ -75,9 +75,11 @@ def memory_violation(batch: BatchMetrics, capacity: np.ndarray) -> np.ndarray:
 class ExploreOptions:
     """One NSGA-II exploration.
 
-    encoding: naive, advanced or spe; splits: p of the advanced chromosome; pop_size and generations
-    as in the thesis (1000 x 100) or smaller; crossover_prob: probability that a mating is a
-    uniform crossover; mutation_rate: per-gene reset probability (None: 1 / genes).
+    encoding: naive, advanced, spe or ne; splits: p of the advanced chromosome; pop_size and
+    generations as in the thesis (1000 x 100) or smaller; crossover_prob: probability that a mating
+    is a uniform crossover; mutation_rate: per-gene reset probability (None: 1 / genes);
+    mutation_prob: probability that an offspring is mutated at all; devices: spe and ne only, the
+    cluster's first ``devices`` devices (None: all).
     """
 
     encoding: str = "advanced"
@@ -88,6 +90,8 @@ class ExploreOptions:
     seed: int = 0
     crossover_prob: float = 0.9
     mutation_rate: float | None = None
+    mutation_prob: float = 1.0
+    devices: int | None = None
 
     def __post_init__(self) -> None:
         if self.encoding not in ENCODINGS:
@@ -115,6 +119,7 @@ class ExploreResult:
     plans: list[Plan]
     front: np.ndarray
     history: list[Generation] = field(default_factory=list)
+    front_x: np.ndarray | None = None   # the chromosomes of ``plans``, row by row
     seconds: float = 0.0
     eval_seconds: float = 0.0
     evaluations: int = 0
@@ -177,25 +182,44 @@ def _front(f: np.ndarray) -> np.ndarray:
     return uniq[pareto_mask(uniq)]
 
 
+def initial_population(enc: Encoding, pop_size: int, seeds: np.ndarray | None, rng: np.random.Generator) -> np.ndarray:
+    """``pop_size`` chromosomes: the distinct ``seeds`` first (at most ``pop_size``), then uniform
+    random ones."""
+    rows = np.zeros((0, enc.n_var), dtype=np.int64)
+    if seeds is not None and len(seeds):
+        rows = np.unique(np.asarray(seeds, dtype=np.int64).reshape(-1, enc.n_var), axis=0)[:pop_size]
+    fill = rng.integers(0, enc.upper + 1, size=(pop_size - len(rows), enc.n_var))
+    return np.concatenate([rows, fill]).astype(np.int64)
+
+
+def nsga2(options: ExploreOptions, initial: np.ndarray | None = None) -> NSGA2:
+    """pymoo's NSGA-II with the options' operators; ``initial``: the first population (else random)."""
+    return NSGA2(pop_size=options.pop_size, sampling=IntegerRandomSampling() if initial is None else initial,
+                 crossover=UniformCrossover(prob=options.crossover_prob),
+                 mutation=RandomResetMutation(prob=options.mutation_prob, prob_var=options.mutation_rate),
+                 eliminate_duplicates=RowDuplicates())
+
+
 def explore(problem: SplitProblem, options: ExploreOptions,
-            on_generation: Callable[[int, int], None] | None = None) -> ExploreResult:
-    """Run NSGA-II with ``options`` on ``problem``; ``on_generation(done, total)`` reports progress."""
+            on_generation: Callable[[int, int], None] | None = None,
+            seeds: np.ndarray | None = None) -> ExploreResult:
+    """Run NSGA-II with ``options`` on ``problem``; ``on_generation(done, total)`` reports progress;
+    ``seeds``: chromosomes put in the first population (the rest random)."""
     t0 = time.perf_counter()
-    enc = make_encoding(problem, options.encoding, options.splits)
+    enc = make_encoding(problem, options.encoding, options.splits, options.devices)
     prob = _EncodedProblem(enc, options.objectives, problem.memory_bytes.astype(np.float64))
-    algorithm = NSGA2(pop_size=options.pop_size, sampling=IntegerRandomSampling(),
-                      crossover=UniformCrossover(prob=options.crossover_prob),
-                      mutation=RandomResetMutation(prob_var=options.mutation_rate),
-                      eliminate_duplicates=RowDuplicates())
+    initial = None
+    if seeds is not None and len(seeds):
+        initial = initial_population(enc, options.pop_size, seeds, np.random.default_rng(options.seed))
     recorder = _Recorder(options.generations, on_generation)
-    res = minimize(prob, algorithm, ("n_gen", options.generations), seed=options.seed, callback=recorder,
-                   verbose=False)
-    plans, front = _pareto_plans(enc, res, options)
-    return ExploreResult(options, plans, front, recorder.history, time.perf_counter() - t0, prob.eval_seconds,
-                         prob.evaluations, enc.n_var)
+    res = minimize(prob, nsga2(options, initial), ("n_gen", options.generations), seed=options.seed,
+                   callback=recorder, verbose=False)
+    plans, front, front_x = _pareto_plans(enc, res, options)
+    return ExploreResult(options, plans, front, recorder.history, front_x, time.perf_counter() - t0,
+                         prob.eval_seconds, prob.evaluations, enc.n_var)
 
 
-def _pareto_plans(enc: Encoding, res, options: ExploreOptions) -> tuple[list[Plan], np.ndarray]:
+def _pareto_plans(enc: Encoding, res, options: ExploreOptions) -> tuple[list[Plan], np.ndarray, np.ndarray]:
     """The feasible non-dominated chromosomes of the final population as plans (one per distinct
     objective vector, in order of the first objective)."""
     pop = res.pop
@@ -211,10 +235,11 @@ def _pareto_plans(enc: Encoding, res, options: ExploreOptions) -> tuple[list[Pla
               "seed": options.seed}
     if options.encoding == "advanced":
         params["splits"] = options.splits
-    plans = enc.plans(np.asarray(x[cand], dtype=np.int64), params)
+    front_x = np.asarray(x[cand], dtype=np.int64)
+    plans = enc.plans(front_x, params)
     for plan in plans:
         plan.pareto = True
-    return plans, f[cand]
+    return plans, f[cand], front_x
 
 
 def hypervolume(front: np.ndarray, ref: np.ndarray, scale: np.ndarray | None = None) -> float:
