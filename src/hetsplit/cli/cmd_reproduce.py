@@ -1,4 +1,4 @@
-"""hetsplit reproduce {donna,lblp,hybrid,mcu} [--out DIR]: re-run a paper's experiments and check its claims."""
+"""hetsplit reproduce {donna,lblp,hybrid,mcu,hierdse} [--out DIR]: re-run a paper's experiments and check its claims."""
 
 from __future__ import annotations
 
@@ -9,10 +9,12 @@ from typing import Callable
 
 from hetsplit.cli.common import add_command
 from hetsplit.errors import HetsplitError
+from hetsplit.units import parse_duration
 
 PAPERS = {"donna": "AlShams et al., seed 000", "lblp": "Bougioukou & Antonakopoulos, IMC units, seed 001",
           "hybrid": "Savva, hybrid CNN partitioning with NSGA-II, seed 003",
-          "mcu": "Bochem et al., Transformers on Siracusa MCUs, seed 002"}
+          "mcu": "Bochem et al., Transformers on Siracusa MCUs, seed 002",
+          "hierdse": "Guo et al., multi-stage hierarchical DSE with measured runs, seed 004"}
 
 
 def register(sub) -> None:
@@ -23,7 +25,8 @@ def register(sub) -> None:
                      "hetsplit reproduce lblp --models resnet8 --quick --out out/lblp-quick",
                      "hetsplit reproduce hybrid --out out/hybrid",
                      "hetsplit reproduce hybrid --models alexnet --quick --out out/hybrid-quick",
-                     "hetsplit reproduce mcu --out out/mcu"])
+                     "hetsplit reproduce mcu --out out/mcu",
+                     "hetsplit reproduce hierdse --budget 20m --out out/hierdse"])
     p.add_argument("paper", choices=list(PAPERS),
                    help="which paper (" + "; ".join(f"{k}: {v}" for k, v in PAPERS.items()) + ")")
     p.add_argument("--out", "-o", default=None, metavar="DIR",
@@ -35,14 +38,20 @@ def register(sub) -> None:
     donna.add_argument("--media", nargs="+", default=None, metavar="MEDIUM", help="default: pcie5 hb-wcc lb-wcc")
     donna.add_argument("--no-edge", action="store_true", help="skip the edge-CIM + cloud experiment (Fig. 4)")
     lblp = p.add_argument_group("lblp")
-    lblp.add_argument("--budget", type=float, default=None, metavar="S",
-                      help="map-opt's time budget per case in seconds (default 2, --quick 0.5)")
+    p.add_argument("--budget", default=None, metavar="TIME",
+                   help="lblp: map-opt's time budget per case (default 2s, --quick 0.5s); hierdse: the wall clock "
+                        "of the three searches together (default 20m); 90s, 20m, 1h or seconds")
     p.add_argument("--quick", action="store_true",
                    help="a reduced run (lblp: coarse unit counts, 60 inputs, 2 RD seeds, one mix size; "
                         "hybrid: population 100 x 25 generations; mcu: only the chip counts the claims need)")
     hybrid = p.add_argument_group("hybrid")
-    hybrid.add_argument("--pop", type=int, default=None, help="population (default 1000, the thesis's)")
+    hybrid.add_argument("--pop", type=int, default=None,
+                        help="population (hybrid: default 1000, the thesis's; hierdse: of the measured level, "
+                             "default 6)")
     hybrid.add_argument("--gens", type=int, default=None, help="generations (default 100, the thesis's)")
+    hier = p.add_argument_group("hierdse")
+    hier.add_argument("--no-emulate", action="store_true",
+                      help="run every worker at this machine's speed (no cgroup throttling to the PEs' speeds)")
     lblp.add_argument("--algorithms", nargs="+", default=None, metavar="ALG",
                       help="default: lblp wb rr rd heft map-opt (unregistered ones are skipped)")
     p.set_defaults(func=run)
@@ -58,7 +67,8 @@ def _say() -> Callable[[str], None]:
 
 
 def run(args) -> int:
-    return {"lblp": _run_lblp, "donna": _run_donna, "hybrid": _run_hybrid, "mcu": _run_mcu}[args.paper](args)
+    return {"lblp": _run_lblp, "donna": _run_donna, "hybrid": _run_hybrid, "mcu": _run_mcu,
+            "hierdse": _run_hierdse}[args.paper](args)
 
 
 def _run_donna(args) -> int:
@@ -93,7 +103,7 @@ def _lblp_config(args):
     models = tuple(args.models or ex.MODELS)
     cfg = ex.LblpConfig.quick(models) if args.quick else ex.LblpConfig(models=models)
     if args.budget is not None:
-        cfg = replace(cfg, budget_s=args.budget)
+        cfg = replace(cfg, budget_s=parse_duration(args.budget, "--budget"))
     if args.algorithms:
         cfg = replace(cfg, algorithms=tuple(args.algorithms))
     return cfg
@@ -157,5 +167,26 @@ def _run_mcu(args) -> int:
         print(f"- [{f.verdict}] {f.claim}\n    {f.evidence}")
     if results.pipeline:
         print("\n".join(rep.pipeline_table(results.pipeline)))
+    print("wrote " + ", ".join(str(p) for p in paths))
+    return 0
+
+
+def _run_hierdse(args) -> int:
+    from dataclasses import replace
+    from pathlib import Path
+
+    from hetsplit.experiments import hierdse as ex
+    from hetsplit.report import hierdse_repro as rep
+
+    opts = ex.HierDseOptions()
+    opts = replace(opts, budget_s=parse_duration(args.budget, "--budget") if args.budget else opts.budget_s,
+                   measured_pop=args.pop or opts.measured_pop,
+                   measure=replace(opts.measure, emulate_devices=not args.no_emulate))
+    results = ex.run(opts, progress=_say())
+    claims = ex.check_claims(results)
+    paths = rep.write_report(Path(args.out or "out/hierdse"), results, claims)
+    print("\n".join(rep.curve_table(results)))
+    for c in claims:
+        print(f"- [{c.verdict}] {c.claim}\n    {c.evidence}")
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0

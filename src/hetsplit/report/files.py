@@ -41,3 +41,20 @@ def write_explore_outputs(plans: list[Plan], best: np.ndarray, hypervolumes: np.
             convergence_plot({label: best}, objectives, out / "convergence.png", title),
             hypervolume_plot({label: hypervolumes}, out / "hypervolume.png", title),
             write_report(plans, out / "report.html", title)]
+
+
+def write_hierarchical_outputs(result, out: Path, model: str, cluster: str, label: str) -> list[Path]:
+    """A hierarchical exploration's plans.json (the measured Pareto set, every measured point in
+    ``history``), search_time.png (best measured value per objective against search time) and report.html."""
+    from hetsplit.report.explore_plots import search_time_plot
+    from hetsplit.report.html import write_report
+
+    title = f"{model} on {cluster}: {label}"
+    history = {"objectives": ["1/throughput (s)", "memory per device (B)", "energy per device (J)"],
+               "points": [{"t_s": p.t_s, "stage": p.stage, "devices": p.devices,
+                           "objectives": [float(v) for v in p.objectives], "error": p.measurement.error}
+                          for p in result.points],
+               "stages": [vars(s) for s in result.stages]}
+    return [save_plans(result.plans, out / "plans.json", model=model, cluster=cluster, history=history),
+            search_time_plot({label: result.best_over_time()}, out / "search_time.png", title),
+            write_report(result.plans, out / "report.html", title)]

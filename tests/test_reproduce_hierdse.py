@@ -1,0 +1,182 @@
+"""``hetsplit reproduce hierdse`` and ``explore --hierarchical``: the experiment runner with a fake measurer,
+the claims on hand-made curves, one real measured run, the command line, and interrupted searches that
+leave no worker, cgroup, namespace or scratch directory behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hetsplit.cli.main import main
+from hetsplit.experiments.hierdse import (EXPERIMENTS, HierDseOptions, HierDseResults, MeasureOptions, RunMeasurer,
+                                          check_claims, run, time_to_reach)
+from hetsplit.report.hierdse_repro import write_report
+from hetsplit.runtime.cpu_throttle import find_controller, throttle_available
+from hetsplit.runtime.launch import processes_of
+from hetsplit.runtime.netem import emulation_available
+from hetsplit.runtime.netns_cleanup import list_namespaces
+from hetsplit.runtime.owned import owner_of
+from hetsplit.search.encodings import make_encoding
+from hetsplit.search.hierarchical import HierarchicalResult, Measurement, MeasuredPoint
+from hetsplit.workflow import load_problem
+
+pytestmark = pytest.mark.timeout(180)
+SCRATCH = "hetsplit-hierdse-"
+
+
+class ModelMeasurer:
+    """Measures nothing: objectives from the plan's cost-model metrics (fast, deterministic)."""
+
+    def __call__(self, plan) -> Measurement:
+        m = plan.metrics
+        return Measurement(m.throughput, max(m.memory_per_device_bytes.values()),
+                           max(m.energy_per_device_j.values()), 0.0)
+
+
+def test_reproduction_with_a_fake_measurer_writes_curves_claims_and_results(tmp_path):
+    opts = HierDseOptions(model="resnet18", budget_s=4.5, measured_pop=4, analytic_pop=10, analytic_gens=3)
+    results = run(opts, measurer=lambda problem: ModelMeasurer())
+    assert list(results.runs) == list(EXPERIMENTS) and results.layers > 10
+    assert results.seconds < 4.5 + 2.0
+    for name, r in results.runs.items():
+        assert r.points, name
+        assert all(p.devices == 8 for p in r.points) or name == "3s-2l-SPE"
+    assert {s.devices for s in results.runs["3s-2l-SPE"].stages} == {2, 4, 8}
+    claims = check_claims(results)
+    assert len(claims) == 3 and all(c.verdict in ("holds", "partly", "does not hold") for c in claims)
+    paths = write_report(tmp_path, results, claims)
+    assert [p.name for p in paths] == ["search_time.png", "claims.md", "results.json"]
+    assert all(p.stat().st_size > 0 for p in paths)
+    md = (tmp_path / "claims.md").read_text()
+    assert "| 3s-2l-SPE | " in md and "| 1s-non-NE | " in md and "70 h" in md
+    for c in claims:
+        assert f"**{c.verdict}**: {c.claim}" in md
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert doc["format"] == "hetsplit.hierdse-repro/1" and set(doc["runs"]) == set(EXPERIMENTS)
+    assert len(doc["runs"]["1s-non-SPE"]["points"]) == len(results.runs["1s-non-SPE"].points)
+
+
+def _result(name: str, points: list[tuple[float, float, float, float]]) -> HierarchicalResult:
+    """A result whose measured points are (t, throughput, memory, energy)."""
+    pts = [MeasuredPoint(t, 1, 8, np.array([1 / thr, mem, e]), None, Measurement(thr, mem, e)) for t, thr, mem, e in
+           points]
+    return HierarchicalResult(EXPERIMENTS[name], [], np.zeros((0, 3)), pts, [], max(p[0] for p in points))
+
+
+def test_claims_follow_the_curves():
+    runs = {"3s-2l-SPE": _result("3s-2l-SPE", [(10, 20, 100, 1.0), (50, 40, 80, 0.5), (200, 50, 70, 0.4)]),
+            "1s-non-SPE": _result("1s-non-SPE", [(10, 10, 150, 2.0), (150, 30, 90, 0.6), (200, 35, 90, 0.6)]),
+            "1s-non-NE": _result("1s-non-NE", [(10, 12, 140, 1.5), (200, 15, 100, 0.5)])}
+    results = HierDseResults(HierDseOptions(), runs, 600.0, 140)
+    by = {c.claim.split(" (")[-1]: c for c in check_claims(results)}
+    assert by["3s-2l-SPE vs 1s-non-SPE)"].verdict == "holds"
+    ne = by["1s-non-SPE vs 1s-non-NE)"]
+    assert ne.verdict == "partly" and "worse in energy per device" in ne.evidence
+    speed = next(c for c in check_claims(results) if "accelerates" in c.claim)
+    assert speed.verdict == "holds" and "throughput after 50 s" in speed.evidence
+    assert time_to_reach(runs["1s-non-NE"], np.array([1 / 35, 90, 0.6])) == [None, None, 200.0]
+
+
+def test_a_real_measured_run_of_a_pipeline_plan():
+    problem = load_problem("resnet8", "jetson-xavier-nx-4")
+    emulate = throttle_available() is None
+    measure = RunMeasurer("resnet8", problem, MeasureOptions(inputs=4, emulate_devices=emulate))
+    enc = make_encoding(problem, "spe", devices=8)
+    plan = enc.plans(np.random.default_rng(3).integers(0, enc.upper + 1, size=(1, enc.n_var)))[0]
+    m = measure(plan)
+    assert m.error is None, m.error
+    assert m.throughput > 0 and m.memory_per_device_bytes > 0 and m.energy_per_device_j > 0
+    assert m.details["verified"] and (m.details["dilation"] is not None) == emulate
+    assert not processes_of(SCRATCH)
+
+
+def test_explore_hierarchical_on_the_command_line(tmp_path, capsys):
+    out = tmp_path / "hier"
+    assert main(["explore", "resnet8", "-c", "local", "--hierarchical", "--measured-pop", "2", "--pop", "6",
+                 "--gens", "2", "--budget", "25s", "--inputs", "3", "--no-emulate", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "stage 1: 2 devices" in text and "plans measured in" in text
+    doc = json.loads((out / "plans.json").read_text())
+    assert doc["plans"] and all("measured" in p["params"] for p in doc["plans"])
+    assert (out / "search_time.png").stat().st_size > 0
+    assert not processes_of(SCRATCH)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["explore", "resnet8", "-c", "local", "--hierarchical", "--budget", "soon"], "--budget: cannot read 'soon'"),
+    (["explore", "resnet8", "-c", "local", "--hierarchical", "--encoding", "naive"], "spe or ne"),
+    (["reproduce", "hierdse", "--budget=-3m"], "--budget: cannot read '-3m'"),
+])
+def test_bad_options_exit_2(argv, message, capsys):
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def _scratch_dirs() -> set[str]:
+    return {p.name for p in Path("/dev/shm").glob(SCRATCH + "*")} if Path("/dev/shm").is_dir() else set()
+
+
+def _wait_for(what, within_s: float) -> bool:
+    end = time.time() + within_s
+    while time.time() < end:
+        if what():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def _cgroups_of(pid: int) -> list[str]:
+    ctl = find_controller()
+    return [] if isinstance(ctl, str) else [g for g in ctl.groups() if owner_of(g) == pid]
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_an_interrupted_search_leaves_nothing_behind(sig, code, tmp_path):
+    """Interrupted mid-run (workers up, throttled where cgroups work): the command ends with 130/143
+    and no worker, cgroup or scratch directory of it remains."""
+    emulate = throttle_available() is None
+    before = _scratch_dirs()
+    cmd = [sys.executable, "-m", "hetsplit.cli.main", "explore", "resnet8", "-c", "jetson-xavier-nx-4",
+           "--hierarchical", "--stages", "1", "--measured-only", "--measured-pop", "2", "--budget", "120s",
+           "--inputs", "5000"] + ([] if emulate else ["--no-emulate"])
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        started = _wait_for(lambda: processes_of(SCRATCH) and (not emulate or _cgroups_of(proc.pid)), 90)
+        assert started, "the search never started its workers"
+        time.sleep(1.0)
+        proc.send_signal(sig)
+        assert proc.wait(timeout=30) == code, proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert _wait_for(lambda: not processes_of(SCRATCH), 5), processes_of(SCRATCH)
+    assert not _cgroups_of(proc.pid)
+    assert _scratch_dirs() <= before
+
+
+@pytest.mark.skipif(emulation_available() is not None, reason=f"needs network namespaces: {emulation_available()}")
+def test_a_terminated_emulated_run_removes_its_namespaces(tmp_path):
+    assert main(["plan", "resnet8", "-c", "jetson-xavier-nx-4", "--algo", "exact", "--out", str(tmp_path / "p")]) == 0
+    run_dir = tmp_path / "split"
+    proc = subprocess.Popen([sys.executable, "-m", "hetsplit.cli.main", "run", str(tmp_path / "p" / "plans.json"),
+                             "resnet8", "--emulate-links", "--inputs", "5000", "--split-dir", str(run_dir)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    mine = lambda: [n for n in list_namespaces() if owner_of(n) == proc.pid]  # noqa: E731
+    try:
+        assert _wait_for(lambda: mine() and processes_of(run_dir), 60), "the run never started"
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 143, proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert not mine() and _wait_for(lambda: not processes_of(run_dir), 5)
+
