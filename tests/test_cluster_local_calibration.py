@@ -22,7 +22,8 @@ def calls(monkeypatch: pytest.MonkeyPatch, tmp_path) -> list[str]:
     """Calibration on, cached under tmp_path, probes 'measured' instantly at SLOWER x the reference."""
     monkeypatch.delenv(lc.ENV)
     monkeypatch.setenv("HETSPLIT_CACHE", str(tmp_path))
-    monkeypatch.setattr(lc, "DEFAULT_OPTIONS", lc.CalibrationOptions(probes=("resnet8",), repeats=1, warmup=0))
+    monkeypatch.setattr(lc, "DEFAULT_OPTIONS", lc.CalibrationOptions(probes=("resnet8",), repeats=1, warmup=0,
+                                                                                 rounds=1))
     done: list[str] = []
 
     def fake(model: str, options: lc.CalibrationOptions, co_load: int) -> Measured:
@@ -103,3 +104,45 @@ def test_failed_calibration_falls_back(calls, monkeypatch):
 def test_other_clusters_have_no_note(calls):
     assert costs_notes(load_problem("resnet8", "donna-4cpu-pcie5")) == []
     assert calls == []
+
+
+def _rounds(monkeypatch, slowdowns: list[float]) -> list[str]:
+    """Two-round calibrations whose n-th probe measurement runs slowdowns[n] x the reference fit."""
+    monkeypatch.setattr(lc, "DEFAULT_OPTIONS", lc.CalibrationOptions(probes=("resnet8",), repeats=1, warmup=0,
+                                                                     rounds=2))
+    done: list[str] = []
+
+    def fake(model: str, options: lc.CalibrationOptions, co_load: int) -> Measured:
+        g = zoo.load(model)
+        ref = lc.reference_params()
+        t = predict(g, ref["coefficients"], ref["terms"])
+        done.append(model)
+        return Measured(model, g, t, slowdowns[len(done) - 1] * float(t.sum()))
+
+    monkeypatch.setattr(lc, "measure_probe", fake)
+    return done
+
+
+def test_a_busy_machine_keeps_the_faster_round_and_is_not_cached(calls, monkeypatch):
+    done = _rounds(monkeypatch, [3.2, SLOWER, 2.05, 2.0])
+    costs = lc.local_costs()
+    cal = costs.calibration
+    assert len(done) == 2 and cal.scale == pytest.approx(SLOWER) and cal.spread == pytest.approx(0.6)
+    assert cal.busy and "WARNING: the machine was busy while calibrating (rounds 60% apart" in costs.source
+    assert not lc.cache_path(lc.machine_key()).exists()
+    lc.clear_memo()
+    steady = lc.local_costs()                            # measured again: steady rounds, cached
+    assert len(done) == 4 and not steady.calibration.busy and "WARNING" not in steady.source
+    assert steady.calibration.spread == pytest.approx(0.025)
+    assert json.loads(lc.cache_path(lc.machine_key()).read_text())["spread"] == pytest.approx(0.025)
+
+
+def test_run_recalibrate_measures_again(calls, tmp_path, capsys):
+    assert main(["plan", "resnet8", "--cluster", "local", "--algo", "exact", "--out", str(tmp_path / "p")]) == 0
+    assert len(calls) == 1
+    argv = ["run", str(tmp_path / "p" / "plans.json"), "resnet8", "--cluster", "local", "--inputs", "2",
+            "--latency-inputs", "1"]
+    assert main(argv) == 0
+    assert len(calls) == 1                               # the cached calibration
+    assert main(argv + ["--recalibrate"]) == 0
+    assert len(calls) == 2

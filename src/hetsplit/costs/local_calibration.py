@@ -6,7 +6,9 @@ one CIFAR, one ImageNet) are profiled here as a pipeline worker runs them (one o
 and the shipped per-class fit of ``REFERENCE`` (``hetsplit calibrate``'s model, fitted on 16 models
 on an idle machine) is rescaled to them: one factor, the probes' measured whole-model time over the
 fit's prediction. The reference fit knows how layer shapes cost; the factor says how fast this
-machine is under load. (Three factors, for the MAC, byte and fixed parts, fitted per layer were
+machine is under load. The probes are measured in two rounds and each keeps its faster time (other
+work only adds time); when the rounds differ by more than ``BUSY_SPREAD`` the machine was busy: the
+calibration is used but not cached (the next run measures again) and its source says so. (Three factors, for the MAC, byte and fixed parts, fitted per layer were
 tried: two probes on a noisy machine do not pin them down, and ResNet-50 came out 25% fast.)
 
 The result is cached in ``cache_root()/local-calibration/`` keyed by CPU model, usable core count,
@@ -30,22 +32,25 @@ from typing import Any
 
 from hetsplit.errors import HetsplitError
 
-VERSION = 1                                  # bump when the recipe changes: old cache entries are ignored
+VERSION = 2                                  # bump when the recipe changes: old cache entries are ignored
 REFERENCE = "epyc-milan-1t-calibrated"       # the shipped per-class fit that is rescaled
 MODEL = "local"                              # device model name of the local cluster's cores
 ENV = "HETSPLIT_LOCAL_CALIBRATION"           # "off": no calibration, roofline fallback
 MAX_CO_LOAD = 3                              # helpers at most: many-core machines stay quick
+BUSY_SPREAD = 0.15                           # rounds further apart than this: a busy machine, not cached
 
 
 @dataclass(frozen=True)
 class CalibrationOptions:
     """What the quick calibration measures: probe models (zoo names or .onnx), runs, co-load
-    (None: ``min(cores - 1, MAX_CO_LOAD)``, every core of a full pipeline busy)."""
+    (None: ``min(cores - 1, MAX_CO_LOAD)``, every core of a full pipeline busy), rounds (each probe
+    keeps its fastest round; their spread tells a busy machine)."""
 
     probes: tuple[str, ...] = ("resnet18", "mobilenetv2")
     repeats: int = 10
     warmup: int = 2
     co_load: int | None = None
+    rounds: int = 2
 
 
 DEFAULT_OPTIONS = CalibrationOptions()
@@ -62,6 +67,7 @@ class LocalCalibration:
     probes: list[dict[str, Any]]              # per probe: model, measured_s, reference_s
     co_load: int
     seconds: float                            # time the calibration took
+    spread: float = 0.0                       # the rounds' largest relative difference on one probe
     path: str = ""                            # cache file it was read from or written to
 
     def to_dict(self) -> dict[str, Any]:
@@ -70,14 +76,21 @@ class LocalCalibration:
     @classmethod
     def from_dict(cls, doc: dict[str, Any], path: str = "") -> "LocalCalibration":
         fields = ("key", "created", "scale", "params", "probes", "co_load", "seconds")
-        return cls(**{k: doc[k] for k in fields}, path=path)
+        return cls(**{k: doc[k] for k in fields}, spread=float(doc.get("spread", 0.0)), path=path)
+
+    @property
+    def busy(self) -> bool:
+        """Whether the machine was busy while calibrating (the rounds disagree)."""
+        return self.spread > BUSY_SPREAD
 
     def source(self) -> str:
         k = self.key
         probes = ", ".join(p["model"] for p in self.probes)
+        busy = (f"; WARNING: the machine was busy while calibrating (rounds {self.spread:.0%} apart, the faster "
+                f"kept): not cached, the next run measures again" if self.busy else "")
         return (f"calibrated on this machine {self.created} ({k['cpu']}, {k['cores']} cores, onnxruntime "
                 f"{k['onnxruntime']}; probes {probes}, 1 thread, co-load {self.co_load}; {REFERENCE} fit "
-                f"x{self.scale:.2f}); cached in {self.path or '(not cached)'}; --recalibrate redoes it")
+                f"x{self.scale:.2f}); cached in {self.path or '(not cached)'}; --recalibrate redoes it{busy}")
 
 
 @dataclass
@@ -160,12 +173,15 @@ def calibrate(options: CalibrationOptions = DEFAULT_OPTIONS, key: dict[str, Any]
     k = min(key["cores"] - 1, MAX_CO_LOAD) if options.co_load is None else options.co_load
     ref = reference_params()
     t0 = time.monotonic()
-    measured = [measure_probe(p, options, max(0, k)) for p in options.probes]
+    rounds = [[measure_probe(p, options, max(0, k)) for p in options.probes] for _ in range(max(1, options.rounds))]
+    measured = [min(per_probe, key=lambda m: m.whole_s) for per_probe in zip(*rounds)]
+    spread = max((max(m.whole_s for m in per_probe) / max(min(m.whole_s for m in per_probe), 1e-30) - 1.0
+                  for per_probe in zip(*rounds)), default=0.0)
     reference = [float(predict(m.graph, ref["coefficients"], ref.get("terms")).sum()) for m in measured]
     scale = sum(m.whole_s for m in measured) / max(sum(reference), 1e-30)
     probes = [{"model": m.name, "measured_s": float(m.whole_s), "reference_s": r} for m, r in zip(measured, reference)]
     return LocalCalibration(key, datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), scale,
-                            rescaled(ref, scale), probes, max(0, k), time.monotonic() - t0)
+                            rescaled(ref, scale), probes, max(0, k), time.monotonic() - t0, spread)
 
 
 _MEMO: dict[str, LocalCosts] = {}
@@ -194,6 +210,9 @@ def local_costs(recalibrate: bool = False, options: CalibrationOptions | None = 
         cal = calibrate(options or DEFAULT_OPTIONS, key)
     except (HetsplitError, ImportError, OSError) as exc:
         return LocalCosts(None, f"the calibration failed: {exc}", notes)
+    if cal.busy:
+        _MEMO[memo] = LocalCosts(cal, notes=notes)
+        return _MEMO[memo]
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".tmp{os.getpid()}")
