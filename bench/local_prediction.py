@@ -7,8 +7,8 @@ costs from this machine's cached calibration, `costs.local_calibration`), run th
 real (`experiments.mapping_run.run_mapping`: one worker per stage, every output verified). The
 prediction is the runtime-aware one of `mapping_run.predict_here` on the plan's own costs:
 throughput = min(simulated pipeline, cores / (compute + per-message cost x messages, driver's
-included)); latency = simulated unloaded latency + the driver's messages (input in, output out) at
-the loopback link's per-message cost. Prints measured/predicted for both; target within +-15%.
+included)); latency = simulated unloaded latency at the calibration's alone-vs-co-loaded factor +
+the driver's messages (input in, output out) at the loopback link's per-message cost. Prints measured/predicted for both; target within +-15%.
 """
 
 from __future__ import annotations
@@ -31,7 +31,9 @@ def two_stage(model: str):
     plans = [p for p in search_plans(problem, PlanRequest(algorithms=("exact",), baselines=False)).plans
              if len(p.devices) == 2]
     plan = min(plans, key=lambda p: p.metrics.bottleneck_s)
-    profile = Profile(problem.graph, problem.costs, {"source": costs_notes(problem)[0], "threads": 1})
+    cal = local_costs().calibration
+    profile = Profile(problem.graph, problem.costs, {"source": costs_notes(problem)[0], "threads": 1,
+                                                      "unloaded_factor": cal.unloaded_factor if cal else 1.0})
     return problem, plan, profile
 
 
@@ -48,7 +50,7 @@ def main() -> None:
     for model, inputs in MODELS.items():
         problem, plan, profile = two_stage(model)
         pred = predict_here(plan, problem.graph, profile)
-        lat = pred.simulated_latency_s + pred.driver_messages * pred.message_cost_s
+        lat = pred.predicted_latency_s
         thr_r, lat_r = [], []
         for run in range(args.runs):
             res = run_mapping(model, plan, MappingRunOptions(inputs=inputs, latency_inputs=3, profile=profile,

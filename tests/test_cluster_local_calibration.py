@@ -14,24 +14,27 @@ from hetsplit.costs.models.calibrated import predict
 from hetsplit.graph import zoo
 from hetsplit.workflow import costs_notes, load_problem
 
-SLOWER = 2.0      # the fake machine runs every probe at twice the reference fit's time
+SLOWER = 2.0      # the fake machine runs every probe at twice the reference fit's time (co-loaded)
+ALONE = 0.8       # and a probe alone at 0.8 x that
 
 
 @pytest.fixture
 def calls(monkeypatch: pytest.MonkeyPatch, tmp_path) -> list[str]:
-    """Calibration on, cached under tmp_path, probes 'measured' instantly at SLOWER x the reference."""
+    """Calibration on, cached under tmp_path, probes 'measured' instantly at SLOWER x the reference
+    (co-loaded; the list records these) and ALONE x that alone."""
     monkeypatch.delenv(lc.ENV)
     monkeypatch.setenv("HETSPLIT_CACHE", str(tmp_path))
     monkeypatch.setattr(lc, "DEFAULT_OPTIONS", lc.CalibrationOptions(probes=("resnet8",), repeats=1, warmup=0,
-                                                                                 rounds=1))
+                                                                                 rounds=1, co_load=1))
     done: list[str] = []
 
     def fake(model: str, options: lc.CalibrationOptions, co_load: int) -> Measured:
-        done.append(model)
+        if co_load:
+            done.append(model)
         g = zoo.load(model)
         ref = lc.reference_params()
         t = predict(g, ref["coefficients"], ref["terms"])
-        return Measured(model, g, t, SLOWER * float(t.sum()))
+        return Measured(model, g, t, SLOWER * (1.0 if co_load else ALONE) * float(t.sum()))
 
     monkeypatch.setattr(lc, "measure_probe", fake)
     return done
@@ -52,7 +55,8 @@ def test_calibrates_once_then_reuses_the_cache(calls, monkeypatch):
     first = lc.local_costs()
     assert calls == ["resnet8"]
     cal = first.calibration
-    assert cal is not None and cal.scale == pytest.approx(SLOWER)
+    assert cal is not None and cal.scale == pytest.approx(SLOWER) and cal.unloaded_factor == pytest.approx(ALONE)
+    assert "alone x0.80" in first.source
     doc = json.loads(lc.cache_path(lc.machine_key()).read_text())
     assert doc["key"] == lc.machine_key() and doc["scale"] == pytest.approx(SLOWER)
     assert lc.local_costs() is first                      # memo
@@ -109,7 +113,7 @@ def test_other_clusters_have_no_note(calls):
 def _rounds(monkeypatch, slowdowns: list[float]) -> list[str]:
     """Two-round calibrations whose n-th probe measurement runs slowdowns[n] x the reference fit."""
     monkeypatch.setattr(lc, "DEFAULT_OPTIONS", lc.CalibrationOptions(probes=("resnet8",), repeats=1, warmup=0,
-                                                                     rounds=2))
+                                                                     rounds=2, co_load=0))
     done: list[str] = []
 
     def fake(model: str, options: lc.CalibrationOptions, co_load: int) -> Measured:

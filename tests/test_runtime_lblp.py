@@ -107,3 +107,21 @@ def test_run_command_compares_here_with_a_saved_profile(plan, tmp_path):
     assert doc["prediction"]["units"] == plan.devices and doc["prediction"]["profile_source"].startswith(str(tmp_path))
     assert doc["outputs_checked"] == 12 and doc["max_abs_err"] < 1e-4
     assert _positive(doc["measured_throughput"]) and _positive(doc["predicted_throughput"]) and _positive(doc["ratio"])
+
+
+def test_predicted_latency_takes_the_profiles_alone_factor(plan, result):
+    """Latency is one input alone: the simulated latency at the profile's alone-vs-co-loaded factor, plus
+    the driver's messages (a profile without the factor counts it 1)."""
+    from dataclasses import replace
+
+    from hetsplit.experiments.mapping_run import predict_here, profile_here
+    from hetsplit.runtime import resolve_model
+
+    assert result.prediction.unloaded_factor == 1.0
+    graph = resolve_model("resnet8")[0]
+    profile = profile_here("resnet8", 4, repeats=1, warmup=0, co_load=0)
+    p = predict_here(plan, graph, profile)
+    assert p.predicted_latency_s == pytest.approx(p.simulated_latency_s + p.driver_messages * p.message_cost_s)
+    q = predict_here(plan, graph, replace(profile, meta={**profile.meta, "unloaded_factor": 0.5}))
+    assert q.unloaded_factor == 0.5 and q.simulated_latency_s == pytest.approx(p.simulated_latency_s)
+    assert q.predicted_latency_s == pytest.approx(0.5 * p.simulated_latency_s + p.driver_messages * p.message_cost_s)

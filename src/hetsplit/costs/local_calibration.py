@@ -8,7 +8,9 @@ on an idle machine) is rescaled to them: one factor, the probes' measured whole-
 fit's prediction. The reference fit knows how layer shapes cost; the factor says how fast this
 machine is under load. The probes are measured in two rounds and each keeps its faster time (other
 work only adds time); when the rounds differ by more than ``BUSY_SPREAD`` the machine was busy: the
-calibration is used but not cached (the next run measures again) and its source says so. (Three factors, for the MAC, byte and fixed parts, fitted per layer were
+calibration is used but not cached (the next run measures again) and its source says so. The probes
+are also timed alone (no co-load): ``unloaded_factor`` = alone / co-loaded, what one input sent
+through an idle pipeline (latency) costs relative to a busy one. (Three factors, for the MAC, byte and fixed parts, fitted per layer were
 tried: two probes on a noisy machine do not pin them down, and ResNet-50 came out 25% fast.)
 
 The result is cached in ``cache_root()/local-calibration/`` keyed by CPU model, usable core count,
@@ -32,7 +34,7 @@ from typing import Any
 
 from hetsplit.errors import HetsplitError
 
-VERSION = 2                                  # bump when the recipe changes: old cache entries are ignored
+VERSION = 3                                  # bump when the recipe changes: old cache entries are ignored
 REFERENCE = "epyc-milan-1t-calibrated"       # the shipped per-class fit that is rescaled
 MODEL = "local"                              # device model name of the local cluster's cores
 ENV = "HETSPLIT_LOCAL_CALIBRATION"           # "off": no calibration, roofline fallback
@@ -68,6 +70,7 @@ class LocalCalibration:
     co_load: int
     seconds: float                            # time the calibration took
     spread: float = 0.0                       # the rounds' largest relative difference on one probe
+    unloaded_factor: float = 1.0              # probes alone / probes co-loaded (for latency)
     path: str = ""                            # cache file it was read from or written to
 
     def to_dict(self) -> dict[str, Any]:
@@ -76,7 +79,8 @@ class LocalCalibration:
     @classmethod
     def from_dict(cls, doc: dict[str, Any], path: str = "") -> "LocalCalibration":
         fields = ("key", "created", "scale", "params", "probes", "co_load", "seconds")
-        return cls(**{k: doc[k] for k in fields}, spread=float(doc.get("spread", 0.0)), path=path)
+        return cls(**{k: doc[k] for k in fields}, spread=float(doc.get("spread", 0.0)),
+                   unloaded_factor=float(doc.get("unloaded_factor", 1.0)), path=path)
 
     @property
     def busy(self) -> bool:
@@ -90,7 +94,7 @@ class LocalCalibration:
                 f"kept): not cached, the next run measures again" if self.busy else "")
         return (f"calibrated on this machine {self.created} ({k['cpu']}, {k['cores']} cores, onnxruntime "
                 f"{k['onnxruntime']}; probes {probes}, 1 thread, co-load {self.co_load}; {REFERENCE} fit "
-                f"x{self.scale:.2f}); cached in {self.path or '(not cached)'}; --recalibrate redoes it{busy}")
+                f"x{self.scale:.2f}; alone x{self.unloaded_factor:.2f} of that); cached in {self.path or '(not cached)'}; --recalibrate redoes it{busy}")
 
 
 @dataclass
@@ -173,15 +177,19 @@ def calibrate(options: CalibrationOptions = DEFAULT_OPTIONS, key: dict[str, Any]
     k = min(key["cores"] - 1, MAX_CO_LOAD) if options.co_load is None else options.co_load
     ref = reference_params()
     t0 = time.monotonic()
-    rounds = [[measure_probe(p, options, max(0, k)) for p in options.probes] for _ in range(max(1, options.rounds))]
-    measured = [min(per_probe, key=lambda m: m.whole_s) for per_probe in zip(*rounds)]
-    spread = max((max(m.whole_s for m in per_probe) / max(min(m.whole_s for m in per_probe), 1e-30) - 1.0
-                  for per_probe in zip(*rounds)), default=0.0)
+    loads = [max(0, k)] + ([0] if k > 0 else [])
+    rounds = [[[measure_probe(p, options, load) for p in options.probes] for load in loads]
+              for _ in range(max(1, options.rounds))]
+    fastest = [[min(per, key=lambda m: m.whole_s) for per in zip(*(r[i] for r in rounds))] for i in range(len(loads))]
+    spread = max((max(m.whole_s for m in per) / max(min(m.whole_s for m in per), 1e-30) - 1.0
+                  for i in range(len(loads)) for per in zip(*(r[i] for r in rounds))), default=0.0)
+    measured = fastest[0]
     reference = [float(predict(m.graph, ref["coefficients"], ref.get("terms")).sum()) for m in measured]
     scale = sum(m.whole_s for m in measured) / max(sum(reference), 1e-30)
+    alone = sum(m.whole_s for m in fastest[-1]) / max(sum(m.whole_s for m in measured), 1e-30)
     probes = [{"model": m.name, "measured_s": float(m.whole_s), "reference_s": r} for m, r in zip(measured, reference)]
     return LocalCalibration(key, datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), scale,
-                            rescaled(ref, scale), probes, max(0, k), time.monotonic() - t0, spread)
+                            rescaled(ref, scale), probes, max(0, k), time.monotonic() - t0, spread, alone)
 
 
 _MEMO: dict[str, LocalCosts] = {}

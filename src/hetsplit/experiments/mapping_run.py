@@ -130,6 +130,13 @@ class LocalPrediction:
     profile_source: str
     profile_co_load: int | None
     profile_threads: int | None
+    unloaded_factor: float = 1.0      # one input alone costs this x the (co-loaded) profile's times
+
+    @property
+    def predicted_latency_s(self) -> float:
+        """One input alone: the simulated latency at unloaded speed, plus the driver's two messages'
+        runtime cost (sending the input, receiving the output)."""
+        return self.simulated_latency_s * self.unloaded_factor + self.driver_messages * self.message_cost_s
 
     @property
     def total_work_s(self) -> float:
@@ -153,7 +160,8 @@ class LocalPrediction:
         return {"model": self.model, "algorithm": self.algorithm, "plan_cluster": self.plan_cluster,
                 "units": list(self.units), "cores": self.cores, "layers_per_unit": dict(self.layers_per_unit),
                 "compute_s": dict(self.compute_s), "simulated_throughput": self.simulated_throughput,
-                "simulated_latency_s": self.simulated_latency_s,
+                "simulated_latency_s": self.simulated_latency_s, "unloaded_factor": self.unloaded_factor,
+                "predicted_latency_s": self.predicted_latency_s,
                 "closed_form_throughput": self.closed_form_throughput, "messages": self.messages,
                 "driver_messages": self.driver_messages, "message_cost_s": self.message_cost_s,
                 "compute_work_s": self.compute_work_s, "total_work_s": self.total_work_s,
@@ -234,7 +242,8 @@ def predict_here(plan: Plan, graph: Graph, profile: str | Path | Profile, cores:
         message_cost_s=local_message_cost(cl) if message_cost_s is None else float(message_cost_s),
         compute_work_s=float(sum(metrics.compute_s_per_device.values())), profile_source=str(meta.get("source", "")),
         profile_co_load=None if meta.get("co_load") is None else int(meta["co_load"]),
-        profile_threads=None if meta.get("threads") is None else int(meta["threads"]))
+        profile_threads=None if meta.get("threads") is None else int(meta["threads"]),
+        unloaded_factor=float(meta.get("unloaded_factor") or 1.0))
 
 
 # ---- prediction beside measurement ----------------------------------------------------------------
@@ -327,6 +336,8 @@ class MappingRunResult:
             {"metric": "throughput, output spacing (1/s)", "predicted": p.predicted_throughput,
              "measured": self.output_rate},
             {"metric": "latency, simulated (s)", "predicted": p.simulated_latency_s,
+             "measured": self.measured_latency_s},
+            {"metric": "latency, predicted: alone + driver messages (s)", "predicted": p.predicted_latency_s,
              "measured": self.measured_latency_s},
             {"metric": "CPU per input, all processes (s)", "predicted": p.total_work_s,
              "measured": self.measured_cpu_per_input_s},
