@@ -8,7 +8,7 @@ import pytest
 
 from hetsplit.cli.main import main
 from hetsplit.plan.evaluate import make_plan
-from hetsplit.report.donna_repro import Scenario
+from hetsplit.experiments.donna import Scenario
 from hetsplit.search import make_partitioner
 
 from factories import chain_graph, cluster, problem

@@ -74,7 +74,8 @@ def run(args) -> int:
 def _run_donna(args) -> int:
     from pathlib import Path
 
-    from hetsplit.report import donna_repro as dr
+    from hetsplit.experiments import donna as dr
+    from hetsplit.report import donna_repro as rep
 
     models = tuple(args.models or dr.MODELS)
     media = tuple(args.media or dr.DONNA_MEDIA)
@@ -88,8 +89,9 @@ def _run_donna(args) -> int:
         say("single-GPU baseline")
         gpu = dr.single_gpu(models)
         edge = [] if args.no_edge else dr.run_edge(models)
-    paths = dr.write_report(Path(args.out or "out/donna"), scen, gpu, edge)
-    for c in dr.check_claims(scen, gpu, edge):
+    claims = dr.check_claims(scen, gpu, edge)
+    paths = rep.write_report(Path(args.out or "out/donna"), scen, gpu, edge, claims)
+    for c in claims:
         print(f"- [{c.verdict}] {c.claim}\n    {c.evidence}")
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0
