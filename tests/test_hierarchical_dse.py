@@ -112,12 +112,13 @@ def test_hierarchical_runs_stages_on_growing_device_sets(problem):
 
 
 def test_budget_stops_between_measurements(problem):
+    """A measurement expected to run past the deadline is not started: every 50 ms measurement ends
+    within the budget (the search's own clock, not the test's: no timing of a noisy machine here)."""
     opts = HierarchicalOptions(encoding="spe", analytic_pop=10, analytic_gens=2, measured_pop=4, budget_s=1.0)
-    t0 = time.perf_counter()
-    res = hierarchical_explore(problem, FakeMeasurer(sleep_s=0.05), opts)
-    took = time.perf_counter() - t0
-    assert took < 1.0 + 0.2          # a measurement expected to run past the deadline is not started
-    assert res.points and res.points[-1].t_s <= 1.0
+    measure = FakeMeasurer(sleep_s=0.05)
+    res = hierarchical_explore(problem, measure, opts)
+    assert len(res.points) >= 3 and all(p.t_s <= 1.0 for p in res.points)
+    assert len(measure.calls) == len(res.points)
 
 
 def test_one_stage_measured_only_baselines(problem):
