@@ -5,7 +5,6 @@ leave no worker, cgroup, namespace or scratch directory behind."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys

@@ -99,7 +99,6 @@ class RunMeasurer:
         return plan_emulation(plan, self.problem, self.host, self.cores) if self.host is not None else None
 
     def __call__(self, plan: Plan) -> Measurement:
-        from hetsplit.errors import RuntimeFailure
         from hetsplit.runtime import load_manifest, run_manifest, split_model
         from hetsplit.runtime.netem import LinkMatrix
         from hetsplit.runtime.run import RunOptions
@@ -116,15 +115,15 @@ class RunMeasurer:
                     opts.links = LinkMatrix.from_cluster(manifest, self.problem.cluster)
                 opts.run_dir = Path(d) / "run"
                 report = run_manifest(manifest, opts)
-        except (RuntimeFailure, HetsplitError) as exc:
+        except HetsplitError as exc:          # RuntimeFailure included: a failed run is a result
             return Measurement(seconds=time.perf_counter() - t0, error=str(exc))
         dilation = emu.dilation if emu is not None else 1.0
-        devices = report.devices
-        memory = max(max(0.0, float(d.get("peak_rss_bytes") or 0) - self.baseline_rss) for d in devices)
-        energy = max(self.device_energy(plan, d, dilation) for d in devices)
+        memory = max(max(0.0, float(d.get("peak_rss_bytes") or 0) - self.baseline_rss) for d in report.devices)
+        energy = max(self.device_energy(plan, d, dilation) for d in report.devices)
         return Measurement(throughput=report.throughput * dilation, memory_per_device_bytes=memory,
                            energy_per_device_j=energy, seconds=time.perf_counter() - t0,
-                           details={"dilation": emu.dilation if emu is not None else None, "verified": bool(report.verify.get("ok", True)),
+                           details={"dilation": emu.dilation if emu is not None else None,
+                                    "verified": bool(report.verify.get("ok", True)),
                                     "latency_s": report.latency_s / dilation})
 
     def device_energy(self, plan: Plan, row: dict, dilation: float) -> float:
@@ -179,7 +178,7 @@ class HierDseResults:
     runs: dict[str, HierarchicalResult]
     seconds: float
     layers: int                                       # the grouped layers the plans split between
-    emulation: dict = field(default_factory=dict)     # how the PEs were emulated (from the first run)
+    emulation: dict = field(default_factory=dict)     # the runs' time dilations (``dilation_summary``)
 
 
 def experiment_options(name: str, options: HierDseOptions, budget_s: float) -> HierarchicalOptions:

@@ -285,14 +285,8 @@ class LayerEncoding:
         return self.mapping.evaluate(self.decode(x))
 
     def plan(self, x: np.ndarray, params: dict | None = None) -> Plan:
-        return self.mapping.plan(self.decode(x)[:1], "nsga2-ne", {"encoding": self.name, **(params or {})})
+        return self.plans(np.atleast_2d(x)[:1], params)[0]
 
     def plans(self, x: np.ndarray, params: dict | None = None) -> list[Plan]:
         """Many chromosomes' mapping plans, their metrics from one batch evaluation."""
-        dev = self.decode(x)
-        batch = self.mapping.evaluate(dev)
-        g, names = self.problem.graph, self.problem.cluster.names
-        return [Plan(g.name, self.problem.cluster.name, "nsga2-ne", params={"encoding": self.name, **(params or {})},
-                     assign={layer: names[int(d)] for layer, d in zip(g.names, row)},
-                     metrics=metrics_at(self.problem, batch, i))
-                for i, row in enumerate(dev)]
+        return self.mapping.plans(self.decode(x), "nsga2-ne", {"encoding": self.name, **(params or {})})

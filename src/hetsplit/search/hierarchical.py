@@ -38,7 +38,6 @@ from hetsplit.search.encodings import Encoding, make_encoding
 from hetsplit.search.explore import ExploreOptions, explore, initial_population, nsga2
 
 OBJECTIVES = ("throughput", "memory-per-device", "energy-per-device")
-ANALYTIC_OBJECTIVES = OBJECTIVES   # the same three, from the analytical evaluator (throughput as 1 / it)
 HIERARCHICAL_ENCODINGS = ("spe", "ne")
 FAILED = 1e30                      # objective value of a plan whose run failed
 
@@ -254,7 +253,7 @@ def _measured_level(enc: Encoding, seeds: np.ndarray | None, opts: HierarchicalO
 def _analytic_level(problem: SplitProblem, opts: HierarchicalOptions, devices: int, seeds: np.ndarray | None,
                     stage: int) -> np.ndarray:
     """Level 1: NSGA-II on the analytical evaluator; the chromosomes of its Pareto plans."""
-    ga_opts = ExploreOptions(encoding=opts.encoding, objectives=ANALYTIC_OBJECTIVES, pop_size=opts.analytic_pop,
+    ga_opts = ExploreOptions(encoding=opts.encoding, objectives=OBJECTIVES, pop_size=opts.analytic_pop,
                              generations=opts.analytic_gens, seed=opts.seed + stage, devices=devices,
                              crossover_prob=opts.crossover_prob, mutation_prob=opts.mutation_prob)
     front_x = explore(problem, ga_opts, seeds=seeds).front_x

@@ -142,13 +142,17 @@ class NodeMapping:
 
     def plan(self, devices: np.ndarray, algorithm: str, params: dict | None = None) -> Plan:
         """A plan/2 mapping with its metrics from one L-vector of device indices."""
+        return self.plans(self.check_assignment(devices)[:1], algorithm, params)[0]
+
+    def plans(self, devices: np.ndarray, algorithm: str, params: dict | None = None) -> list[Plan]:
+        """plan/2 mappings of N x L device indices, their metrics from one batch evaluation."""
         dev = self.check_assignment(devices)
-        names = self.problem.cluster.names
-        g = self.problem.graph
-        plan = Plan(g.name, self.problem.cluster.name, algorithm, params=dict(params or {}),
-                    assign={layer: names[int(d)] for layer, d in zip(g.names, dev[0])})
-        plan.metrics = metrics_at(self.problem, self.evaluate(dev), 0)
-        return plan
+        batch = self.evaluate(dev)
+        names, g = self.problem.cluster.names, self.problem.graph
+        return [Plan(g.name, self.problem.cluster.name, algorithm, params=dict(params or {}),
+                     assign={layer: names[int(d)] for layer, d in zip(g.names, row)},
+                     metrics=metrics_at(self.problem, batch, i))
+                for i, row in enumerate(dev)]
 
 
 class OneMappingPartitioner:
