@@ -112,12 +112,13 @@ def test_hierarchical_runs_stages_on_growing_device_sets(problem):
 
 
 def test_budget_stops_between_measurements(problem):
-    """A measurement expected to run past the deadline is not started: every 50 ms measurement ends
-    within the budget (the search's own clock, not the test's: no timing of a noisy machine here)."""
+    """A measurement expected (from the last ones' durations) to run past the deadline is not started:
+    the 50 ms measurements end within the budget, give or take one measurement's jitter (the search's
+    own clock, not the test's)."""
     opts = HierarchicalOptions(encoding="spe", analytic_pop=10, analytic_gens=2, measured_pop=4, budget_s=1.0)
     measure = FakeMeasurer(sleep_s=0.05)
     res = hierarchical_explore(problem, measure, opts)
-    assert len(res.points) >= 3 and all(p.t_s <= 1.0 for p in res.points)
+    assert len(res.points) >= 3 and all(p.t_s <= 1.0 + 0.05 for p in res.points)
     assert len(measure.calls) == len(res.points)
 
 

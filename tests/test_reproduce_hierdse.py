@@ -45,7 +45,7 @@ def test_reproduction_with_a_fake_measurer_writes_curves_claims_and_results(tmp_
     results = run(opts, measurer=lambda problem: ModelMeasurer())
     assert list(results.runs) == list(EXPERIMENTS) and results.layers > 10
     for name, r in results.runs.items():
-        assert r.points and all(p.t_s <= r.options.budget_s for p in r.points), name
+        assert r.points and all(p.t_s <= r.options.budget_s + 0.5 for p in r.points), name   # + one measurement
         assert all(p.devices == 8 for p in r.points) or name == "3s-2l-SPE"
     assert {s.devices for s in results.runs["3s-2l-SPE"].stages} == {2, 4, 8}
     claims = check_claims(results)

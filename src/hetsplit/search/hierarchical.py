@@ -179,19 +179,21 @@ class _Measured:
         self.measure, self.clock, self.on_point = measure, clock, on_point
         self.cache: dict[tuple, MeasuredPoint] = {}
         self.points: list[MeasuredPoint] = []
+        self.durations: list[float] = []     # wall time of each measurement, on the search's clock
 
     def expected_s(self) -> float:
         """How long the next measurement will likely take (the median of the last five)."""
-        recent = [p.measurement.seconds for p in self.points[-5:]]
-        return float(np.median(recent)) if recent else 0.0
+        return float(np.median(self.durations[-5:])) if self.durations else 0.0
 
     def objectives(self, plan: Plan, stage: int, devices: int, deadline: float) -> np.ndarray:
         key = plan_key(plan)
         if key in self.cache:
             return self.cache[key].objectives
-        if self.clock.elapsed() + self.expected_s() >= deadline:
+        start = self.clock.elapsed()
+        if start + self.expected_s() >= deadline:
             raise _OutOfTime
         m = self.measure(plan)
+        self.durations.append(self.clock.elapsed() - start)
         plan.params["measured"] = measurement_dict(m)
         point = MeasuredPoint(self.clock.elapsed(), stage, devices, m.objectives(), plan, m)
         self.cache[key] = point
