@@ -35,6 +35,7 @@ def test_three_stage_run_with_relays_is_verified_and_measured(toy, tmp_path):
     for s, d in enumerate(report.devices):
         assert d["compute_s"] > 0 and d["peak_rss_bytes"] > 0 and d["kind"] == "cpu"
         assert d["cpu_per_input_s"] > 0     # the process's CPU time (compute and its transfer threads)
+        assert 0 < d["compute_cpu_per_input_s"] < d["cpu_per_input_s"]   # its sub-model's part: one thread
         assert d["recv_bytes"] == graph.cut_bytes[bounds[s]] and d["send_bytes"] == graph.cut_bytes[bounds[s + 1]]
     inner = [h for h in report.hops if "driver" not in (h["from"], h["to"])]
     assert [h["nbytes"] for h in inner] == [graph.cut_bytes[4], graph.cut_bytes[6]]

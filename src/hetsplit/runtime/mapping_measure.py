@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from hetsplit.runtime.mapping_manifest import MappingManifest
-from hetsplit.runtime.measure import RunReport, _med, stage_bound
+from hetsplit.runtime.measure import RunReport, _med, compute_fields, stage_bound
 
 
 def _logs(manifest: MappingManifest, docs: dict[int, dict], rank: int, key: str) -> dict[int, dict]:
@@ -52,8 +52,7 @@ def summarize_mapping(manifest: MappingManifest, docs: dict[int, dict]) -> RunRe
         devices.append({
             "device": w.device, "rank": w.rank, "stage": -1, "segments": len(w.segments),
             "threads": d.get("threads", 1), "kind": d.get("kind", "cpu"),
-            "cpu_per_input_s": d["process_cpu_s"] / len(comp) if d.get("process_cpu_s") is not None and comp else None,
-            "compute_s": _med(comp[steady]), "compute_mean_s": float(np.mean(comp[steady])) if comp else 0.0,
+            **compute_fields(d, steady),
             "idle_s": float(np.sum(d["idle_s"][steady])) / max(1, len(d["idle_s"][steady])),
             "recv_bytes": sum(m.nbytes for m in in_msgs), "send_bytes": sum(m.nbytes for m in out_msgs),
             "recv_workers_bytes": sum(m.nbytes for m in in_msgs if m.src_rank != 0),

@@ -265,6 +265,7 @@ def run_mapping_worker(cfg: RunConfig, manifest: MappingManifest, rank: int, run
     compute: list[float] = []
     idle: list[float] = []
     per_segment: list[list[float]] = []
+    compute_cpu = 0.0             # this thread's CPU inside the sub-models (all of it with one compute thread)
     cpu0 = time.process_time()
     try:
         fault = cfg.faults.get(str(rank))
@@ -278,10 +279,11 @@ def run_mapping_worker(cfg: RunConfig, manifest: MappingManifest, rank: int, run
             for seg, exe in zip(spec.segments, exes):
                 t0 = time.time()
                 take(i, seg, local)
-                t1 = time.time()
+                t1, c1 = time.time(), time.thread_time()
                 if exe is not None:
                     local.update(exe.run({t.name: local[t.name] for t in seg.inputs}))
                 t2 = time.time()
+                compute_cpu += time.thread_time() - c1
                 post_sends(seg, local)
                 if shared.stop.is_set():
                     raise Stop()
@@ -302,7 +304,8 @@ def run_mapping_worker(cfg: RunConfig, manifest: MappingManifest, rank: int, run
     cpu = time.process_time() - cpu0
     energy = meter.stop()
     return {"compute_s": compute, "idle_s": idle, "segment_compute_s": per_segment, "threads": threads,
-            "kind": cfg.kinds.get(spec.device, "cpu"), "process_cpu_s": cpu, "energy_j": energy,
+            "kind": cfg.kinds.get(spec.device, "cpu"), "process_cpu_s": cpu, "compute_cpu_s": compute_cpu,
+            "energy_j": energy,
             "energy_meter": meter.name if energy is not None else meter.reason,
             "recv": [{"id": mid, **log.to_dict()} for mid, log in rx_logs.items()],
             "send": [{"id": mid, **log.to_dict()} for mid, log in tx_logs.items()]}

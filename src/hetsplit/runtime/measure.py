@@ -23,6 +23,20 @@ def _med(xs) -> float:
     return float(np.median(xs)) if len(xs) else 0.0
 
 
+def compute_fields(doc: dict[str, Any], steady: slice) -> dict[str, Any]:
+    """A worker's compute and CPU per input from its record: ``compute_s`` (median wall time of its
+    steady inputs), ``compute_mean_s``, ``cpu_per_input_s`` (its process, every thread) and, with one
+    compute thread, ``compute_cpu_per_input_s`` (the CPU inside its sub-models: the rest of the
+    process's CPU is the runtime's own)."""
+    comp = doc["compute_s"]
+    n = len(comp)
+    one_thread = doc.get("threads", 1) == 1 and doc.get("kind", "cpu") == "cpu"
+    return {"cpu_per_input_s": doc["process_cpu_s"] / n if doc.get("process_cpu_s") is not None and n else None,
+            "compute_cpu_per_input_s": doc["compute_cpu_s"] / n if one_thread and n and
+            doc.get("compute_cpu_s") is not None else None,
+            "compute_s": _med(comp[steady]), "compute_mean_s": float(np.mean(comp[steady])) if n else 0.0}
+
+
 @dataclass
 class RunReport:
     """What one run measured (SI units), plus the verification result."""
@@ -106,8 +120,7 @@ def summarize(manifest: Manifest, docs: dict[int, dict]) -> RunReport:
         devices.append({
             "device": spec.device, "rank": spec.rank, "stage": spec.stage, "threads": d.get("threads", 1),
             "kind": d.get("kind", "cpu"),
-            "cpu_per_input_s": d["process_cpu_s"] / len(comp) if d.get("process_cpu_s") is not None and comp else None,
-            "compute_s": _med(comp[steady]), "compute_mean_s": float(np.mean(comp[steady])) if comp else 0.0,
+            **compute_fields(d, steady),
             "idle_s": float(np.sum(d["idle_s"][steady])) / max(1, len(d["idle_s"][steady])),
             "recv_bytes": sum(e["nbytes"] for e in d["recv"]), "send_bytes": sum(e["nbytes"] for e in d["send"]),
             "send_s": _med([b - a for e in d["send"] for a, b in zip(e["start"][steady], e["done"][steady])]),

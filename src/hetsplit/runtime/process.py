@@ -103,6 +103,7 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path) -> 
     meter.start()
     rx.start(), tx.start()
     compute, idle = [], []
+    compute_cpu = 0.0             # this thread's CPU inside the sub-model (all of it with one compute thread)
     cpu0 = time.process_time()
     try:
         fault = cfg.faults.get(str(rank))
@@ -111,9 +112,10 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path) -> 
                 inject(fault["kind"])
             t0 = time.time()
             _, frame = rx.take()
-            t1 = time.time()
+            t1, c1 = time.time(), time.thread_time()
             outs = exe.run({name: frame[name] for name in spec.inputs})
             t2 = time.time()
+            compute_cpu += time.thread_time() - c1
             idle.append(t1 - t0)
             compute.append(t2 - t1)
             tx.submit(i, {**frame, **outs}, frame)
@@ -125,7 +127,7 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path) -> 
     cpu = time.process_time() - cpu0
     energy = meter.stop()
     return {"compute_s": compute, "idle_s": idle, "threads": threads, "kind": cfg.kinds.get(spec.device, "cpu"),
-            "process_cpu_s": cpu,
+            "process_cpu_s": cpu, "compute_cpu_s": compute_cpu,
             "energy_j": energy, "energy_meter": meter.name if energy is not None else meter.reason,
             "recv": [log.to_dict() for log in rx.logs], "send": [log.to_dict() for log in tx.logs]}
 
