@@ -138,11 +138,36 @@ def machine_key() -> dict[str, Any]:
     return {"cpu": cpu_model(), "cores": usable_cores(), "onnxruntime": ort, "version": VERSION}
 
 
-def cache_path(key: dict[str, Any]) -> Path:
+def cache_path(key: dict[str, Any], folder: str = "local-calibration") -> Path:
+    """Where a measurement of this machine (``key``) is cached: ``cache_root()/folder/<digest>.json``."""
     from hetsplit.graph.zoo.export import cache_root
 
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-    return cache_root() / "local-calibration" / f"{digest}.json"
+    return cache_root() / folder / f"{digest}.json"
+
+
+def calibration_off() -> bool:
+    """``$HETSPLIT_LOCAL_CALIBRATION`` turns every measurement of this machine off (tests, CI)."""
+    return os.environ.get(ENV, "").lower() in ("off", "0", "no")
+
+
+def read_cached(path: Path, key: dict[str, Any]) -> dict[str, Any] | None:
+    """The cached document at ``path`` when it holds for ``key``; None when absent or for another key.
+    Raises ValueError (or OSError) when the file is unreadable."""
+    if not path.is_file():
+        return None
+    doc = json.loads(path.read_text())
+    if not isinstance(doc, dict):
+        raise ValueError("not a JSON object")
+    return doc if doc.get("key") == key else None
+
+
+def write_cached(path: Path, doc: dict[str, Any]) -> None:
+    """Write ``doc`` to ``path`` atomically (a reader never sees half a file); OSError when it cannot."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(doc, indent=1))
+    tmp.replace(path)
 
 
 # ---- the calibration ---------------------------------------------------------------------------
@@ -198,7 +223,7 @@ _MEMO: dict[str, LocalCosts] = {}
 def local_costs(recalibrate: bool = False, options: CalibrationOptions | None = None) -> LocalCosts:
     """This machine's calibration: from the cache, else measured now and cached; ``recalibrate``
     measures anew. Falls back (calibration None, with the reason) when it cannot measure."""
-    if os.environ.get(ENV, "").lower() in ("off", "0", "no"):
+    if calibration_off():
         return LocalCosts(None, f"calibration turned off by ${ENV}")
     key = machine_key()
     path = cache_path(key)
@@ -206,10 +231,10 @@ def local_costs(recalibrate: bool = False, options: CalibrationOptions | None = 
     if not recalibrate and memo in _MEMO:
         return _MEMO[memo]
     notes: list[str] = []
-    if not recalibrate and path.is_file():
+    if not recalibrate:
         try:
-            doc = json.loads(path.read_text())
-            if doc.get("key") == key:
+            doc = read_cached(path, key)
+            if doc is not None:
                 _MEMO[memo] = LocalCosts(LocalCalibration.from_dict(doc, str(path)))
                 return _MEMO[memo]
         except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -222,10 +247,7 @@ def local_costs(recalibrate: bool = False, options: CalibrationOptions | None = 
         _MEMO[memo] = LocalCosts(cal, notes=notes)
         return _MEMO[memo]
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(cal.to_dict(), indent=1))
-        tmp.replace(path)
+        write_cached(path, cal.to_dict())
         cal.path = str(path)
     except OSError as exc:
         notes.append(f"could not cache the calibration in {path}: {exc}")
