@@ -6,9 +6,12 @@ For each model: the exact minimum-bottleneck two-stage plan on the built-in `loc
 costs from this machine's cached calibration, `costs.local_calibration`), run three times for
 real (`experiments.mapping_run.run_mapping`: one worker per stage, every output verified). The
 prediction is the runtime-aware one of `mapping_run.predict_here` on the plan's own costs:
-throughput = min(simulated pipeline, cores / (compute + per-message cost x messages, driver's
-included)); latency = simulated unloaded latency at the calibration's alone-vs-co-loaded factor +
-the driver's messages (input in, output out) at the loopback link's per-message cost. Prints measured/predicted for both; target within +-15%.
+throughput = min(simulated pipeline, unit bound, cores / total work), where the runtime's own CPU
+per message end (workers' and driver's, measured here on first use by toy runs,
+`experiments.runtime_calibration`) is in the unit busy time and in the total work; latency =
+simulated unloaded latency at the calibration's alone-vs-co-loaded factor + the driver's messages
+(input in, output out) at the measured per-message latency. Prints measured/predicted for both;
+target within +-15%. `--recalibrate` measures the machine and the runtime anew.
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ import time
 from hetsplit.costs import Profile
 from hetsplit.costs.local_calibration import local_costs
 from hetsplit.experiments.mapping_run import MappingRunOptions, predict_here, run_mapping
+from hetsplit.experiments.runtime_calibration import runtime_costs
 from hetsplit.workflow import PlanRequest, costs_notes, load_problem, search_plans
 
-MODELS = {"resnet18": 200, "resnet50": 30, "densenet121": 30}     # model -> inputs per run
+MODELS = {"resnet18": 1000, "resnet50": 60, "densenet121": 60}   # model -> inputs per run: >= 2 s streamed
+LATENCY_INPUTS = 10          # sent one at a time first; their median is the latency (the first pays first use)
 TARGET = 0.15
 
 
@@ -44,6 +49,7 @@ def main() -> None:
     args = ap.parse_args()
     t0 = time.monotonic()
     print(local_costs(recalibrate=args.recalibrate).source, flush=True)
+    print(runtime_costs(recalibrate=args.recalibrate).source, flush=True)
     print(f"\n{'model':12} {'run':>3} {'pred/s':>8} {'meas/s':>8} {'thr m/p':>7} {'pred lat':>9} {'meas lat':>9} "
           f"{'lat m/p':>7}  max abs err")
     summary = []
@@ -53,7 +59,7 @@ def main() -> None:
         lat = pred.predicted_latency_s
         thr_r, lat_r = [], []
         for run in range(args.runs):
-            res = run_mapping(model, plan, MappingRunOptions(inputs=inputs, latency_inputs=3, profile=profile,
+            res = run_mapping(model, plan, MappingRunOptions(inputs=inputs, latency_inputs=LATENCY_INPUTS, profile=profile,
                                                              timeout_s=120))
             thr_r.append(res.measured_throughput / pred.predicted_throughput)
             lat_r.append(res.measured_latency_s / lat)

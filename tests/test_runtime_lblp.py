@@ -63,7 +63,10 @@ def test_simulated_and_measured_side_by_side(result):
                   p.core_bound_throughput, p.simulated_latency_s, p.total_work_s, p.message_cost_s,
                   result.measured_cpu_per_input_s, result.measured_cpu_bound_throughput):
         assert _positive(value), value
-    assert result.predicted_throughput == min(p.simulated_throughput, p.core_bound_throughput)
+    assert result.predicted_throughput == min(p.simulated_throughput, p.unit_bound_throughput,
+                                              p.core_bound_throughput)
+    assert p.total_work_s == pytest.approx(p.compute_work_s + p.message_cost_s * p.messages)
+    assert p.runtime_source.startswith("FALLBACK")      # the suite turns measuring this machine off
     assert p.cores >= 1 and p.profile_threads == 1
     assert p.profile_co_load == min(4, p.cores) - 1
 
@@ -121,7 +124,7 @@ def test_predicted_latency_takes_the_profiles_alone_factor(plan, result):
     graph = resolve_model("resnet8")[0]
     profile = profile_here("resnet8", 4, repeats=1, warmup=0, co_load=0)
     p = predict_here(plan, graph, profile)
-    assert p.predicted_latency_s == pytest.approx(p.simulated_latency_s + p.driver_messages * p.message_cost_s)
+    assert p.predicted_latency_s == pytest.approx(p.simulated_latency_s + p.driver_messages * p.message_latency_s)
     q = predict_here(plan, graph, replace(profile, meta={**profile.meta, "unloaded_factor": 0.5}))
     assert q.unloaded_factor == 0.5 and q.simulated_latency_s == pytest.approx(p.simulated_latency_s)
-    assert q.predicted_latency_s == pytest.approx(0.5 * p.simulated_latency_s + p.driver_messages * p.message_cost_s)
+    assert q.predicted_latency_s == pytest.approx(0.5 * p.simulated_latency_s + p.driver_messages * p.message_latency_s)

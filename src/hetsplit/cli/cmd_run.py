@@ -39,12 +39,14 @@ def register(sub) -> None:
     p.add_argument("--cluster", "-c", default=None, help="cluster of the plan (default: the plan's own)")
     p.add_argument("--profile", default=None, help="hetsplit.profile/1 JSON for the predictions of --compare")
     p.add_argument("--recalibrate", action="store_true",
-                   help="measure this machine's local devices anew for the cluster's costs (cached per machine)")
+                   help="measure this machine's local devices anew for the cluster's costs, and with --here the "
+                        "runtime's own per-message costs (both cached per machine)")
     p.add_argument("--compare", action="store_true", help="print predicted beside measured metrics")
     p.add_argument("--here", action="store_true",
                    help="compare (implies --compare) with a prediction for the processes that ran the plan here "
-                        "(every device a 1-thread local-cpu worker, costs from --profile or profiled now, loopback "
-                        "links; the simulator and the bound of this machine's shared cores), not the plan's cluster")
+                        "(every device a 1-thread local-cpu worker, costs from --profile or profiled now, the runtime's "
+                        "per-message costs measured here on first use; the simulator and the bounds of this "
+                        "machine's shared cores), not the plan's cluster")
     p.add_argument("--emulate-links", action="store_true",
                    help="shape every link to the cluster's bandwidth and latency (needs root, ip and tc)")
     p.add_argument("--emulate-devices", action="store_true",
@@ -179,7 +181,8 @@ def _finish(args, report, plan, graph, cluster) -> int:
     if args.here:
         from hetsplit.experiments.mapping_run import compare_run_here
 
-        result = compare_run_here(report, plan, graph, args.model, args.profile, args.latency_inputs, args.run_dir)
+        result = compare_run_here(report, plan, graph, args.model, args.profile, args.latency_inputs, args.run_dir,
+                                  recalibrate=args.recalibrate)
         doc = result.to_dict()
         if args.threads != 1:
             doc["notes"].append(f"the run used {args.threads} threads per device; the prediction assumes 1")

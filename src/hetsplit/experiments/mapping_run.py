@@ -9,16 +9,18 @@ compares nothing. Here the *same mapping* (layer -> unit) is costed for the proc
   name, so the plan applies unchanged; per-layer times come from a ``hetsplit.profile/1`` profile
   measured here with one thread (``hetsplit profile MODEL --threads 1 --co-load K``), given or taken
   on the spot with ``K = min(units, cores) - 1``: as many other cores busy as workers compute at once;
-- every link is the ``local`` cluster's loopback link: the runtime's own cost of a message as that
-  cluster records it (``bench/runtime_overhead.py``), a fixed 150 us per message plus bytes at 1 GB/s;
+- the runtime's own costs come from ``runtime_calibration.runtime_costs`` (measured here on first use
+  with toy runs, cached): the CPU a worker and the driver spend per message end (fixed + per byte)
+  and the wall time a message adds to an input alone, which becomes the loopback link's latency
+  (bytes at the ``local`` link's 1 GB/s);
 - the discrete-event simulator (``plan.simulate``) streams inputs through the re-costed mapping, each
   unit computing on a core of its own: ``simulated_throughput``;
 - the workers (and the driver that feeds them) share this machine's ``C`` cores, which the simulator
-  does not know. An input needs ``total work`` of CPU: the sum of its layers' times plus, per message
-  (driver messages included), the per-message cost charged as CPU once (an assumption: on a loaded
-  machine a hop's latency is mostly its two ends' CPU). So no schedule beats ``C / total work``, the
-  core-sharing bound, and the prediction is ``min(simulated, C / total work)``, that is
-  ``1 / max(per-unit bottleneck, total work / C)``.
+  does not know. An input needs ``total work`` of CPU: the sum of its layers' times plus every
+  process's CPU for its message ends. So no schedule beats ``C / total work``, the core-sharing
+  bound. When the processes outnumber the cores, a worker's message threads get no core of their
+  own either: a unit then needs its compute plus its ends' CPU per input (the unit bound). The
+  prediction is the least of the three: ``1 / max(per-unit bottleneck, unit busy, total work / C)``.
 
 Measured beside it (``MappingRunResult``): throughput over the streamed inputs (their count over
 the time from the first one sent to the last output; the runtime's own figure, from the spacing of
@@ -38,7 +40,7 @@ import math
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hetsplit.cluster.examples import usable_cores
 from hetsplit.cluster.types import Cluster
@@ -50,14 +52,17 @@ from hetsplit.plan.tasks import TaskGraph
 from hetsplit.plan.types import Plan
 from hetsplit.runtime.measure import RunReport
 
+if TYPE_CHECKING:
+    from hetsplit.experiments.runtime_calibration import RuntimeCosts
+
 LOCAL_TEMPLATE = "local"      # the built-in cluster whose device and link stand for this machine's processes
 
 
 # ---- the machine the mapping really runs on ------------------------------------------------------
 
-def local_cluster(devices: list[str], name: str = "local-processes") -> Cluster:
+def local_cluster(devices: list[str], name: str = "local-processes", link_latency_s: float | None = None) -> Cluster:
     """A cluster of ``devices`` (the plan's unit names), each a ``local-cpu`` worker process, joined by
-    the ``local`` built-in's loopback link."""
+    the ``local`` built-in's loopback link (its latency ``link_latency_s`` when given, e.g. measured)."""
     from hetsplit.cluster.examples import builtin_spec
     from hetsplit.cluster.loader import cluster_from_dict
 
@@ -69,18 +74,9 @@ def local_cluster(devices: list[str], name: str = "local-processes") -> Cluster:
                                        "plan's units (the built-in local cluster's device and loopback link)",
                 devices=[{**template, "name": d} for d in devices])
     spec.pop("groups", None)
+    if link_latency_s is not None:
+        spec["links"] = {"default": {**spec["links"]["default"], "latency": f"{float(link_latency_s)!r}s"}}
     return cluster_from_dict(spec, origin=f"built-in {LOCAL_TEMPLATE}, renamed to the plan's units")
-
-
-def local_message_cost(cluster: Cluster) -> float:
-    """The loopback link's per-message latency (s): the runtime's own fixed cost of one message."""
-    if cluster.num_devices >= 2:
-        return float(cluster.latency_s[0, 1])
-    from hetsplit.cluster.examples import builtin_spec
-    from hetsplit.units import parse_quantity
-
-    link = builtin_spec(LOCAL_TEMPLATE)["links"]["default"]
-    return parse_quantity(link["latency"], "time", f"built-in {LOCAL_TEMPLATE}: links.default.latency")
 
 
 def default_co_load(units: int, cores: int) -> int:
@@ -125,36 +121,61 @@ class LocalPrediction:
     closed_form_throughput: float     # the closed-form evaluator's bound on the same costs
     messages: int                     # per input, between workers and to / from the driver
     driver_messages: int
-    message_cost_s: float             # per message: link latency in the simulator, CPU in the core bound
+    message_cpu_s: dict[str, float]   # per process (the units and DRIVER): CPU of its message ends per input
+    message_latency_s: float          # wall time a message adds to an input alone (the links' latency)
     compute_work_s: float             # sum of every unit's compute
     profile_source: str
     profile_co_load: int | None
     profile_threads: int | None
     unloaded_factor: float = 1.0      # one input alone costs this x the (co-loaded) profile's times
+    runtime_source: str = ""          # where the runtime's costs come from
 
     @property
     def predicted_latency_s(self) -> float:
-        """One input alone: the simulated latency at unloaded speed, plus the driver's two messages'
-        runtime cost (sending the input, receiving the output)."""
-        return self.simulated_latency_s * self.unloaded_factor + self.driver_messages * self.message_cost_s
+        """One input alone: the simulated latency at unloaded speed, plus the driver's messages
+        (sending the input, receiving the output) at the measured per-message latency."""
+        return self.simulated_latency_s * self.unloaded_factor + self.driver_messages * self.message_latency_s
+
+    @property
+    def message_cost_s(self) -> float:
+        """The runtime's CPU per message, both ends, averaged over this plan's messages."""
+        return sum(self.message_cpu_s.values()) / self.messages if self.messages else 0.0
 
     @property
     def total_work_s(self) -> float:
-        """CPU one input needs: every layer, plus the runtime's cost of every message."""
-        return self.compute_work_s + self.messages * self.message_cost_s
+        """CPU one input needs: every layer, plus every process's CPU for its message ends."""
+        return self.compute_work_s + sum(self.message_cpu_s.values())
 
     @property
     def core_bound_throughput(self) -> float:
         return self.cores / self.total_work_s if self.total_work_s > 0 else math.inf
 
     @property
+    def oversubscribed(self) -> bool:
+        """Whether the workers and the driver outnumber the cores (no core for message threads)."""
+        return len(self.units) + 1 > self.cores
+
+    @property
+    def unit_busy_s(self) -> dict[str, float]:
+        """Per unit, the time it needs per input: its compute, plus its message ends' CPU when oversubscribed."""
+        return {d: self.compute_s.get(d, 0.0) + (self.message_cpu_s.get(d, 0.0) if self.oversubscribed else 0.0)
+                for d in self.units}
+
+    @property
+    def unit_bound_throughput(self) -> float:
+        busiest = max(self.unit_busy_s.values(), default=0.0)
+        return 1.0 / busiest if busiest > 0 else math.inf
+
+    @property
     def predicted_throughput(self) -> float:
-        """``min(simulated, C / total work)`` = ``1 / max(per-unit bottleneck, total work / C)``."""
-        return min(self.simulated_throughput, self.core_bound_throughput)
+        """``min(simulated, unit bound, C / total work)``."""
+        return min(self.simulated_throughput, self.unit_bound_throughput, self.core_bound_throughput)
 
     @property
     def limited_by(self) -> str:
-        return "cores" if self.core_bound_throughput < self.simulated_throughput else "units"
+        bounds = {"cores": self.core_bound_throughput, "units": self.simulated_throughput,
+                  "units with their messages": self.unit_bound_throughput}
+        return min(bounds, key=bounds.get)
 
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "algorithm": self.algorithm, "plan_cluster": self.plan_cluster,
@@ -164,6 +185,9 @@ class LocalPrediction:
                 "predicted_latency_s": self.predicted_latency_s,
                 "closed_form_throughput": self.closed_form_throughput, "messages": self.messages,
                 "driver_messages": self.driver_messages, "message_cost_s": self.message_cost_s,
+                "message_cpu_s": dict(self.message_cpu_s), "message_latency_s": self.message_latency_s,
+                "unit_busy_s": self.unit_busy_s, "unit_bound_throughput": self.unit_bound_throughput,
+                "runtime_source": self.runtime_source,
                 "compute_work_s": self.compute_work_s, "total_work_s": self.total_work_s,
                 "core_bound_throughput": self.core_bound_throughput,
                 "predicted_throughput": self.predicted_throughput, "limited_by": self.limited_by,
@@ -171,13 +195,15 @@ class LocalPrediction:
                 "profile_threads": self.profile_threads}
 
 
-def local_problem(plan: Plan, graph: Graph, profile: Profile) -> SplitProblem:
+def local_problem(plan: Plan, graph: Graph, profile: Profile, link_latency_s: float | None = None) -> SplitProblem:
     """The SplitProblem of ``graph`` on the plan's units as local-cpu workers, costs from ``profile``."""
-    return workers_problem(graph, profile, plan.devices)
+    return workers_problem(graph, profile, plan.devices, link_latency_s)
 
 
-def workers_problem(graph: Graph, profile: Profile, devices: list[str]) -> SplitProblem:
-    """The SplitProblem of ``graph`` on ``devices`` as local-cpu worker processes, costs from ``profile``."""
+def workers_problem(graph: Graph, profile: Profile, devices: list[str],
+                    link_latency_s: float | None = None) -> SplitProblem:
+    """The SplitProblem of ``graph`` on ``devices`` as local-cpu worker processes, costs from ``profile``
+    (links: the loopback link, at ``link_latency_s`` when given)."""
     from hetsplit.costs import build_problem
     from hetsplit.costs.profiler import LOCAL_CPU
 
@@ -187,7 +213,8 @@ def workers_problem(graph: Graph, profile: Profile, devices: list[str]) -> Split
     if list(profile.costs.layer_names) != list(graph.names):
         raise HetsplitError(f"the profile's layers are not those of {graph.name!r} (first difference at "
                             f"{_first_diff(profile.costs.layer_names, graph.names)!r}); profile this model")
-    return build_problem(graph, local_cluster(devices), profile.costs.select([LOCAL_CPU]))
+    return build_problem(graph, local_cluster(devices, link_latency_s=link_latency_s),
+                         profile.costs.select([LOCAL_CPU]))
 
 
 def _first_diff(a: list[str], b: list[str]) -> str:
@@ -197,31 +224,54 @@ def _first_diff(a: list[str], b: list[str]) -> str:
     return "(one list is longer)"
 
 
-def driver_message_count(tg: TaskGraph) -> int:
-    """Messages the driver sends and receives per input: each model input once to every unit that
-    reads it, each model output once from the unit that makes it (as the runtime's layout does)."""
+DRIVER = "driver"             # the process that feeds the workers and collects the outputs
+
+
+def driver_message_sizes(tg: TaskGraph) -> list[tuple[str, float]]:
+    """``(unit, bytes)`` of every message the driver sends or receives per input: each model input
+    once to every unit that reads it, each model output once from the unit that makes it (as the
+    runtime's layout does)."""
     from hetsplit.plan.tasks import SINK, SOURCE
 
-    out = set()
+    found: dict[tuple, tuple[str, float]] = {}
+    names = tg.cluster.names
     for e in range(len(tg.edge_src)):
         p, q, pay = int(tg.edge_src[e]), int(tg.edge_dst[e]), int(tg.edge_payload[e])
         if p == SOURCE and q >= 0:
-            out.add(("in", pay, tg.tasks[q].device))
+            found.setdefault(("in", pay, tg.tasks[q].device), (names[tg.tasks[q].device], float(tg.edge_bytes[e])))
         elif q == SINK and p >= 0:
-            out.add(("out", pay))
-    return len(out)
+            found.setdefault(("out", pay), (names[tg.tasks[p].device], float(tg.edge_bytes[e])))
+    return list(found.values())
+
+
+def message_cpu(tg: TaskGraph, runtime: "RuntimeCosts") -> dict[str, float]:
+    """Per process (every unit and ``DRIVER``), the CPU its message ends cost per input: both ends of
+    every message between units and of every driver message."""
+    names = tg.cluster.names
+    cpu = {d: 0.0 for d in names}
+    cpu[DRIVER] = 0.0
+    for m in tg.messages():
+        for end in (names[m.src], names[m.dst]):
+            cpu[end] += runtime.end_cpu_s(False, m.nbytes)
+    for unit, nbytes in driver_message_sizes(tg):
+        cpu[unit] += runtime.end_cpu_s(False, nbytes)
+        cpu[DRIVER] += runtime.end_cpu_s(True, nbytes)
+    return cpu
 
 
 def predict_here(plan: Plan, graph: Graph, profile: str | Path | Profile, cores: int | None = None,
-                 message_cost_s: float | None = None, sim_inputs: int = 200) -> LocalPrediction:
+                 runtime: "RuntimeCosts | None" = None, sim_inputs: int = 200) -> LocalPrediction:
     """Cost ``plan`` for its worker processes on this machine (``cores`` shared; default this
-    process's) and simulate it. ``message_cost_s`` defaults to the loopback link's latency."""
+    process's) and simulate it. ``runtime``: the runtime's own costs (default: this machine's,
+    ``runtime_calibration.runtime_costs``, measured on first use)."""
+    from hetsplit.experiments.runtime_calibration import runtime_costs
     from hetsplit.plan.check import check_plan
     from hetsplit.plan.evaluate import evaluate
     from hetsplit.plan.simulate import SimOptions, simulate
 
     prof = _as_profile(profile)
-    problem = local_problem(plan, graph, prof)
+    runtime = runtime or runtime_costs()
+    problem = local_problem(plan, graph, prof, runtime.message_latency_s)
     cl = problem.cluster
     tg = check_plan(graph, cl, plan)
     sim = simulate(problem, tg, SimOptions(inputs=max(2, sim_inputs), keep_timeline=False))
@@ -230,7 +280,7 @@ def predict_here(plan: Plan, graph: Graph, profile: str | Path | Profile, cores:
     for where in plan.placements().values():
         for dev in [where] if isinstance(where, str) else [s.device for s in where]:  # whole, or shards
             layers[dev] += 1
-    driver = driver_message_count(tg)
+    driver = len(driver_message_sizes(tg))
     meta = prof.meta
     return LocalPrediction(
         model=graph.name, algorithm=plan.algorithm, plan_cluster=plan.cluster, units=list(cl.names),
@@ -238,12 +288,11 @@ def predict_here(plan: Plan, graph: Graph, profile: str | Path | Profile, cores:
         compute_s={d: float(metrics.compute_s_per_device.get(d, 0.0)) for d in cl.names},
         simulated_throughput=float(sim.throughput), simulated_latency_s=float(sim.unloaded_latency_s),
         closed_form_throughput=float(metrics.throughput), messages=len(tg.messages()) + driver,
-        driver_messages=driver,
-        message_cost_s=local_message_cost(cl) if message_cost_s is None else float(message_cost_s),
+        driver_messages=driver, message_cpu_s=message_cpu(tg, runtime), message_latency_s=runtime.message_latency_s,
         compute_work_s=float(sum(metrics.compute_s_per_device.values())), profile_source=str(meta.get("source", "")),
         profile_co_load=None if meta.get("co_load") is None else int(meta["co_load"]),
         profile_threads=None if meta.get("threads") is None else int(meta["threads"]),
-        unloaded_factor=float(meta.get("unloaded_factor") or 1.0))
+        unloaded_factor=float(meta.get("unloaded_factor") or 1.0), runtime_source=runtime.source)
 
 
 # ---- prediction beside measurement ----------------------------------------------------------------
@@ -257,10 +306,11 @@ class UnitCompute:
     predicted_s: float            # sum of its layers' profiled times
     measured_s: float             # median wall time of its segments per input (time-sharing included)
     cpu_s: float | None           # its process's CPU time per input (compute and transfer threads)
+    compute_cpu_s: float | None = None   # CPU per input inside its sub-models (one compute thread only)
 
     def to_dict(self) -> dict[str, Any]:
         return {"device": self.device, "layers": self.layers, "predicted_s": self.predicted_s,
-                "measured_s": self.measured_s, "cpu_s": self.cpu_s}
+                "measured_s": self.measured_s, "cpu_s": self.cpu_s, "compute_cpu_s": self.compute_cpu_s}
 
 
 @dataclass
@@ -314,12 +364,14 @@ class MappingRunResult:
 
     @property
     def runtime_cpu_per_message_s(self) -> float | None:
-        """Process CPU per input beyond the workers' compute (wall) time, per message: the runtime's
-        own CPU for a message as this run spent it (compare ``prediction.message_cost_s``)."""
+        """Process CPU per input beyond the workers' compute (its CPU where measured, else its wall
+        time), per message: the runtime's own CPU for a message as this run spent it (compare
+        ``prediction.message_cost_s``)."""
         cpu = self.measured_cpu_per_input_s
         if cpu is None or not self.prediction.messages:
             return None
-        return max(0.0, cpu - sum(u.measured_s for u in self.units)) / self.prediction.messages
+        compute = sum(u.measured_s if u.compute_cpu_s is None else u.compute_cpu_s for u in self.units)
+        return max(0.0, cpu - compute) / self.prediction.messages
 
     def rows(self) -> list[dict[str, Any]]:
         """``metric, predicted, measured, ratio`` rows (what ``hetsplit run --compare`` prints)."""
@@ -328,6 +380,9 @@ class MappingRunResult:
             {"metric": "throughput, simulated (1/s)", "predicted": p.simulated_throughput,
              "measured": self.measured_throughput},
             {"metric": f"throughput, core bound {p.cores} cores (1/s)", "predicted": p.core_bound_throughput,
+             "measured": self.measured_throughput},
+            {"metric": "throughput, unit bound: compute + message ends (1/s)" if p.oversubscribed else
+             "throughput, unit bound: compute (1/s)", "predicted": p.unit_bound_throughput,
              "measured": self.measured_throughput},
             {"metric": "throughput, predicted = min (1/s)", "predicted": p.predicted_throughput,
              "measured": self.measured_throughput},
@@ -390,14 +445,15 @@ def compare_here(report: RunReport, prediction: LocalPrediction, latency_inputs:
     by_dev = {d["device"]: d for d in report.devices}
     units = [UnitCompute(dev, prediction.layers_per_unit.get(dev, 0), prediction.compute_s.get(dev, 0.0),
                          float(by_dev[dev]["compute_s"]) if dev in by_dev else math.nan,
-                         by_dev[dev].get("cpu_per_input_s") if dev in by_dev else None)
+                         by_dev[dev].get("cpu_per_input_s") if dev in by_dev else None,
+                         by_dev[dev].get("compute_cpu_per_input_s") if dev in by_dev else None)
              for dev in prediction.units]
     verify = report.verify or {}
     workers = len(report.devices)
     notes = [f"{workers} worker process(es) and the driver share {prediction.cores} core(s); the simulator gives "
              f"each unit a core of its own, the core-sharing bound {prediction.cores} / total work "
              f"({prediction.total_work_s * 1e3:.3f} ms per input) caps it; prediction limited by "
-             f"{prediction.limited_by}"]
+             f"{prediction.limited_by}", f"the runtime's own costs: {prediction.runtime_source}"]
     if prediction.profile_co_load is not None and \
             prediction.profile_co_load != default_co_load(workers, prediction.cores):
         notes.append(f"the profile was taken with co-load {prediction.profile_co_load}; "
@@ -420,12 +476,16 @@ def read_driver_doc(run_dir: str | Path | None) -> dict | None:
 
 def compare_run_here(report: RunReport, plan: Plan, graph: Graph, model: str,
                      profile: str | Path | Profile | None = None, latency_inputs: int = 2,
-                     run_dir: str | Path | None = None, cores: int | None = None) -> MappingRunResult:
+                     run_dir: str | Path | None = None, cores: int | None = None,
+                     recalibrate: bool = False) -> MappingRunResult:
     """A finished run of ``plan`` beside the prediction for its worker processes (what ``hetsplit run
-    --compare --here`` shows): costs from ``profile`` (a local-cpu profile), or profiled now."""
+    --compare --here`` shows): costs from ``profile`` (a local-cpu profile), or profiled now; the
+    runtime's own costs this machine's (``recalibrate``: measured anew)."""
+    from hetsplit.experiments.runtime_calibration import runtime_costs
+
     cores = cores or usable_cores()
     prof = profile_here(model, len(plan.devices), cores) if profile is None else _as_profile(profile)
-    prediction = predict_here(plan, graph, prof, cores)
+    prediction = predict_here(plan, graph, prof, cores, runtime_costs(recalibrate))
     if profile is not None and not isinstance(profile, Profile):
         prediction.profile_source = f"{profile}: {prediction.profile_source}"
     return compare_here(report, prediction, latency_inputs, read_driver_doc(run_dir))
@@ -440,7 +500,8 @@ class MappingRunOptions:
     streamed; ``profile``: a
     ``hetsplit.profile/1`` with local-cpu costs (path or Profile), None to measure one now
     (``profile_repeats`` runs, ``co_load`` default ``min(units, cores) - 1``); ``cores``: shared by the
-    processes (default: this process's); ``message_cost_s``: default the loopback link's latency."""
+    processes (default: this process's); ``runtime``: the runtime's own costs (default: this
+    machine's, measured on first use)."""
 
     inputs: int = 200
     latency_inputs: int = 5
@@ -449,7 +510,7 @@ class MappingRunOptions:
     profile_repeats: int = 20
     co_load: int | None = None
     cores: int | None = None
-    message_cost_s: float | None = None
+    runtime: "RuntimeCosts | None" = None
     sim_inputs: int = 200
     pin: bool = False
     split_dir: Path | None = None
@@ -471,7 +532,7 @@ def run_mapping(model: str, plan: Plan | str | Path, options: MappingRunOptions 
         prof = profile_here(model, len(plan.devices), cores, opts.profile_repeats, co_load=opts.co_load)
     else:
         prof = _as_profile(opts.profile)
-    prediction = predict_here(plan, graph, prof, cores, opts.message_cost_s, opts.sim_inputs)
+    prediction = predict_here(plan, graph, prof, cores, opts.runtime, opts.sim_inputs)
     if opts.profile is not None and not isinstance(opts.profile, Profile):
         prediction.profile_source = f"{opts.profile}: {prediction.profile_source}"
     with contextlib.ExitStack() as stack:

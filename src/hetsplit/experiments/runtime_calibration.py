@@ -1,0 +1,222 @@
+"""What the runtime itself costs on this machine, per message: measured on first use and cached.
+
+A message of the runtime costs CPU at both of its ends, beyond the gloo transfer itself: a worker's
+receiver and sender threads and gloo's loop thread wake, hand the tensors over and record times;
+the driver posts from its one thread. On a 2-core VM a worker's end costs ~0.25 ms and the driver's
+~0.08 ms, more than a small CNN stage's share of the work, so a prediction that leaves them out (or
+takes them from the loopback link's latency) over-predicts the throughput of small models.
+
+The calibration runs the toy CNN (``runtime.toy``) split in two for real (driver and two workers,
+``CalibrationRun`` sizes: a small and a large cut tensor), and fits, from every process's CPU time
+per input beyond its compute:
+
+- ``worker_end_s + worker_byte_s x bytes``: a worker's CPU per message end it handles,
+- ``driver_end_s + driver_byte_s x bytes``: the driver's per message end,
+- ``message_latency_s``: what one message adds to an input sent through the idle pipeline (wall).
+
+Each size is run ``rounds`` times and keeps its least CPU (other work only adds time). Cached in
+``cache_root()/runtime-calibration/`` keyed like the local calibration (CPU model, cores,
+onnxruntime) plus torch (gloo) and ``VERSION``; ``$HETSPLIT_LOCAL_CALIBRATION=off`` turns it off, and
+then (or when it cannot run) ``RuntimeCosts.fallback`` takes the built-in loopback link's latency
+as every end's cost, as the prediction did before.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from hetsplit.errors import HetsplitError
+
+VERSION = 1
+FOLDER = "runtime-calibration"
+
+
+@dataclass(frozen=True)
+class CalibrationRun:
+    """One toy run: its width and image size (the cut tensor is ``channels x size^2`` float32)."""
+
+    channels: int
+    size: int
+    inputs: int
+
+
+RUNS = (CalibrationRun(8, 16, 400), CalibrationRun(8, 128, 200))    # cut 8 KB / 512 KB, input 3 / 196 KB
+
+
+@dataclass
+class RuntimeCosts:
+    """The runtime's own cost of a message on this machine (SI units; see the module docstring)."""
+
+    worker_end_s: float            # a worker's CPU per message end (receive or send), fixed part
+    driver_end_s: float            # the driver's CPU per message end, fixed part
+    worker_byte_s: float           # a worker's CPU per byte at one end
+    driver_byte_s: float           # the driver's CPU per byte at one end
+    message_latency_s: float       # wall time a message adds to an input alone
+    source: str
+    measured: list[dict[str, Any]] = field(default_factory=list)   # per toy run: what the fit used
+
+    def end_cpu_s(self, at_driver: bool, nbytes: float) -> float:
+        """CPU one end of a message of ``nbytes`` costs its process."""
+        if at_driver:
+            return self.driver_end_s + self.driver_byte_s * float(nbytes)
+        return self.worker_end_s + self.worker_byte_s * float(nbytes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def fallback(cls, reason: str) -> "RuntimeCosts":
+        """Every end costs the built-in loopback link's latency, no per-byte CPU (not measured)."""
+        from hetsplit.cluster.examples import builtin_spec
+        from hetsplit.experiments.mapping_run import LOCAL_TEMPLATE
+        from hetsplit.units import parse_quantity
+
+        latency = parse_quantity(builtin_spec(LOCAL_TEMPLATE)["links"]["default"]["latency"], "time",
+                                 f"built-in {LOCAL_TEMPLATE}: links.default.latency")
+        return cls(latency / 2, latency / 2, 0.0, 0.0, latency,
+                   f"FALLBACK: the loopback link's latency per message, not measured here ({reason})")
+
+
+def runtime_key() -> dict[str, Any]:
+    """What a runtime calibration holds for: the machine, onnxruntime, torch (gloo), ``VERSION``."""
+    from hetsplit.costs.local_calibration import machine_key
+
+    try:
+        import torch
+
+        torch_version = str(torch.__version__)
+    except ImportError:
+        torch_version = "absent"
+    return {**machine_key(), "version": VERSION, "torch": torch_version}
+
+
+# ---- one toy run ------------------------------------------------------------------------------------
+
+def own_compute_cpu(device: dict[str, Any]) -> float:
+    """A worker's CPU per input inside its sub-model: measured (one compute thread), else its mean wall time."""
+    cpu = device.get("compute_cpu_per_input_s")
+    return float(device["compute_mean_s"] if cpu is None else cpu)
+
+
+def measure_run(run: CalibrationRun, workdir: Path) -> dict[str, Any]:
+    """Run the toy split after its stem (one tensor crosses) and return the CPU beyond compute of the
+    workers and of the driver per input, with their message ends and bytes, and the unloaded
+    latency beyond compute per message."""
+    from hetsplit.plan.types import Plan, Stage
+    from hetsplit.runtime import RunOptions, run_manifest, split_model
+    from hetsplit.runtime.toy import toy_model
+
+    here = workdir / f"toy-{run.channels}x{run.size}"
+    model = here / "toy.onnx"
+    model.parent.mkdir(parents=True, exist_ok=True)
+    graph = toy_model(model, channels=run.channels, size=run.size, blocks=1)
+    plan = Plan(graph.name, "local", "runtime calibration", [Stage("local-cpu0", graph.names[:1]),
+                                                                Stage("local-cpu1", graph.names[1:])])
+    manifest = split_model(plan, graph, model, here / "split")
+    report = run_manifest(manifest, RunOptions(inputs=run.inputs, latency_inputs=5, timeout_s=60,
+                                               run_dir=here / "run"))
+    if report is None:
+        raise HetsplitError("the runtime calibration's toy run returned no measurements")
+    worker_ends = [e.nbytes for w in manifest.stages for e in w.recv + w.send]
+    driver = manifest.driver
+    driver_ends = [e.nbytes for e in driver.recv + driver.send]
+    devices = report.devices
+    if any(d.get("cpu_per_input_s") is None for d in devices) or report.extra.get("driver_cpu_per_input_s") is None:
+        raise HetsplitError("the runtime calibration's toy run did not measure its processes' CPU time")
+    beyond = sum(max(0.0, float(d["cpu_per_input_s"]) - own_compute_cpu(d)) for d in devices)
+    compute = sum(float(d["compute_s"]) for d in devices)
+    return {"channels": run.channels, "size": run.size, "inputs": run.inputs,
+            "worker_ends": len(worker_ends), "worker_bytes": float(sum(worker_ends)),
+            "worker_cpu_beyond_compute_s": beyond,
+            "driver_ends": len(driver_ends), "driver_bytes": float(sum(driver_ends)),
+            "driver_cpu_s": float(report.extra["driver_cpu_per_input_s"]),
+            "latency_beyond_compute_s": max(0.0, float(report.latency_s) - compute),
+            "messages_on_path": len(driver_ends) + len(manifest.stages) - 1}
+
+
+def per_end_and_byte(runs: list[tuple[int, float, float]]) -> tuple[float, float]:
+    """``(per_end, per_byte)`` with ``ends x per_end + bytes x per_byte = cpu`` over ``(ends, bytes,
+    cpu)`` runs: per_byte from the runs with the fewest and most bytes per end (0 when they do not
+    differ, never below 0), per_end the mean of what each run leaves after its bytes (never below 0)."""
+    lo, hi = min(runs, key=lambda r: r[1] / r[0]), max(runs, key=lambda r: r[1] / r[0])
+    det = lo[0] * hi[1] - hi[0] * lo[1]
+    per_byte = max(0.0, (lo[0] * hi[2] - hi[0] * lo[2]) / det) if det > 0 else 0.0
+    return statistics.mean(max(0.0, (c - per_byte * b) / n) for n, b, c in runs), per_byte
+
+
+def fit(measured: list[dict[str, Any]]) -> tuple[float, float, float, float, float]:
+    """``(worker_end_s, driver_end_s, worker_byte_s, driver_byte_s, message_latency_s)`` from the toy
+    runs: the workers' CPU beyond compute and the driver's CPU, each solved over the runs for a cost
+    per end and per byte; the latency is the smallest run's, per message on the input's path."""
+    worker_end, worker_byte = per_end_and_byte([(m["worker_ends"], m["worker_bytes"], m["worker_cpu_beyond_compute_s"])
+                                                for m in measured])
+    driver_end, driver_byte = per_end_and_byte([(m["driver_ends"], m["driver_bytes"], m["driver_cpu_s"])
+                                                for m in measured])
+    small = min(measured, key=lambda m: m["worker_bytes"])
+    latency = small["latency_beyond_compute_s"] / max(1, small["messages_on_path"])
+    return worker_end, driver_end, worker_byte, driver_byte, latency
+
+
+def calibrate(runs: tuple[CalibrationRun, ...] = RUNS, rounds: int = 2) -> RuntimeCosts:
+    """Run the toy runs here (``rounds`` each, the least CPU kept) and fit the runtime's costs."""
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="hetsplit-runtime-calibration-") as tmp:
+        measured = []
+        for i, run in enumerate(runs):
+            tries = [measure_run(run, Path(tmp) / f"{i}-{r}") for r in range(max(1, rounds))]
+            measured.append(min(tries, key=lambda m: m["worker_cpu_beyond_compute_s"] + m["driver_cpu_s"]))
+    worker_end, driver_end, worker_byte, driver_byte, latency = fit(measured)
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    source = (f"runtime measured on this machine {when} (toy runs, {time.monotonic() - t0:.0f} s): a worker's "
+              f"message end {worker_end * 1e3:.3f} ms CPU + {worker_byte * 1e9:.2f} ns/B, the driver's "
+              f"{driver_end * 1e3:.3f} ms + {driver_byte * 1e9:.2f} ns/B; {latency * 1e3:.3f} ms per message to an "
+              "input alone")
+    return RuntimeCosts(worker_end, driver_end, worker_byte, driver_byte, latency, source, measured)
+
+
+_MEMO: dict[str, RuntimeCosts] = {}
+
+
+def runtime_costs(recalibrate: bool = False) -> RuntimeCosts:
+    """This machine's runtime costs: cached, else measured now and cached; ``recalibrate`` measures
+    anew. ``RuntimeCosts.fallback`` when turned off or when the toy runs fail."""
+    from hetsplit.costs.local_calibration import ENV, cache_path, calibration_off, read_cached, write_cached
+
+    if calibration_off():
+        return RuntimeCosts.fallback(f"turned off by ${ENV}")
+    key = runtime_key()
+    path = cache_path(key, FOLDER)
+    if not recalibrate and str(path) in _MEMO:
+        return _MEMO[str(path)]
+    costs = None
+    if not recalibrate:
+        try:
+            doc = read_cached(path, key)
+            costs = None if doc is None else RuntimeCosts(**doc["costs"])
+            if costs is not None:
+                costs.source += f"; cached in {path}; --recalibrate redoes it"
+        except (OSError, ValueError, KeyError, TypeError):
+            costs = None                                   # unreadable: measured again below
+    if costs is None:
+        try:
+            costs = calibrate()
+        except (HetsplitError, OSError) as exc:
+            return RuntimeCosts.fallback(f"the toy runs failed: {exc}")
+        try:
+            write_cached(path, {"format": "hetsplit.runtime-calibration/1", "key": key, "costs": costs.to_dict()})
+            costs.source += f"; cached in {path}; --recalibrate redoes it"
+        except OSError as exc:
+            costs.source += f"; not cached ({exc})"
+    _MEMO[str(path)] = costs
+    return costs
+
+
+def clear_memo() -> None:
+    """Forget runtime costs read in this process (the cache files stay)."""
+    _MEMO.clear()

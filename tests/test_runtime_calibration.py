@@ -1,0 +1,134 @@
+"""The runtime's own costs: the fit (against known costs), the cache, the fallback, a real toy run,
+and how the local prediction charges them (per process, per end)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hetsplit.costs import local_calibration as lc
+from hetsplit.experiments import runtime_calibration as rc
+from hetsplit.experiments.mapping_run import DRIVER, local_problem, message_cpu, predict_here, profile_here
+from hetsplit.plan.check import check_plan
+from hetsplit.plan.types import Plan, Stage
+from hetsplit.runtime import resolve_model
+
+WORKER_END, WORKER_BYTE, DRIVER_END, DRIVER_BYTE, LATENCY = 2e-4, 1e-10, 8e-5, 5e-10, 1.5e-4
+
+
+def toy_run(ends: int, nbytes: float, driver_ends: int, driver_bytes: float) -> dict:
+    """What a toy run would measure on a machine with exactly the costs above."""
+    return {"worker_ends": ends, "worker_bytes": nbytes,
+            "worker_cpu_beyond_compute_s": ends * WORKER_END + nbytes * WORKER_BYTE,
+            "driver_ends": driver_ends, "driver_bytes": driver_bytes,
+            "driver_cpu_s": driver_ends * DRIVER_END + driver_bytes * DRIVER_BYTE,
+            "latency_beyond_compute_s": 3 * LATENCY, "messages_on_path": 3}
+
+
+def test_fit_recovers_the_costs_per_end_and_per_byte():
+    got = rc.fit([toy_run(4, 2e4, 2, 3e3), toy_run(4, 1.2e6, 2, 2e5)])
+    assert got == pytest.approx((WORKER_END, DRIVER_END, WORKER_BYTE, DRIVER_BYTE, LATENCY))
+
+
+def test_fit_never_charges_a_negative_byte_cost():
+    small, large = toy_run(4, 2e4, 2, 3e3), toy_run(4, 1.2e6, 2, 2e5)
+    large["worker_cpu_beyond_compute_s"] = small["worker_cpu_beyond_compute_s"] * 0.9   # noise: fewer CPU, more bytes
+    worker_end, _, worker_byte, _, _ = rc.fit([small, large])
+    assert worker_byte == 0.0
+    assert worker_end == pytest.approx(0.95 * small["worker_cpu_beyond_compute_s"] / 4)
+    # one run, or runs moving the same bytes per end, cannot tell bytes from ends: all on the ends
+    assert rc.per_end_and_byte([(4, 4e4, 1e-3)]) == pytest.approx((2.5e-4, 0.0))
+
+
+def test_turned_off_it_falls_back_to_the_loopback_link():
+    costs = rc.runtime_costs()          # the suite sets HETSPLIT_LOCAL_CALIBRATION=off
+    assert costs.source.startswith("FALLBACK") and "turned off" in costs.source
+    assert costs.message_latency_s == pytest.approx(150e-6)
+    assert costs.end_cpu_s(True, 1e6) + costs.end_cpu_s(False, 1e6) == pytest.approx(150e-6)
+
+
+@pytest.fixture
+def measured(monkeypatch, tmp_path) -> list[int]:
+    """Measuring on, cached under tmp_path, the toy runs faked (the list counts calibrations)."""
+    monkeypatch.delenv(lc.ENV)
+    monkeypatch.setenv("HETSPLIT_CACHE", str(tmp_path))
+    rc.clear_memo()
+    calls: list[int] = []
+
+    def fake(runs=rc.RUNS, rounds=2) -> rc.RuntimeCosts:
+        calls.append(1)
+        return rc.RuntimeCosts(WORKER_END, DRIVER_END, WORKER_BYTE, DRIVER_BYTE, LATENCY, "runtime measured (fake)")
+
+    monkeypatch.setattr(rc, "calibrate", fake)
+    yield calls
+    rc.clear_memo()
+
+
+def test_measured_once_then_cached_per_machine(measured, monkeypatch):
+    first = rc.runtime_costs()
+    path = lc.cache_path(rc.runtime_key(), rc.FOLDER)
+    assert measured == [1] and path.is_file() and str(path) in first.source
+    rc.clear_memo()
+    again = rc.runtime_costs()
+    assert measured == [1] and again.worker_end_s == WORKER_END and again.message_latency_s == LATENCY
+    rc.runtime_costs(recalibrate=True)
+    assert measured == [1, 1]
+    monkeypatch.setattr(lc, "cpu_model", lambda: "another CPU")     # another machine: measured anew
+    rc.runtime_costs()
+    assert measured == [1, 1, 1]
+
+
+def test_an_unreadable_cache_is_measured_again(measured):
+    path = lc.cache_path(rc.runtime_key(), rc.FOLDER)
+    path.parent.mkdir(parents=True)
+    path.write_text("{not json")
+    costs = rc.runtime_costs()
+    assert measured == [1] and costs.worker_end_s == WORKER_END
+    assert json.loads(path.read_text())["costs"]["worker_end_s"] == WORKER_END
+
+
+def test_a_failed_toy_run_falls_back_with_the_reason(measured, monkeypatch):
+    def broken(runs=rc.RUNS, rounds=2):
+        raise rc.HetsplitError("no workers here")
+
+    monkeypatch.setattr(rc, "calibrate", broken)
+    costs = rc.runtime_costs()
+    assert costs.source.startswith("FALLBACK") and "no workers here" in costs.source
+
+
+def test_real_toy_runs_measure_positive_costs():
+    """Driver and two worker processes, real tensors: every cost the fit gives is positive and
+    plausible (a message end costs more than nothing and less than 50 ms here)."""
+    costs = rc.calibrate((rc.CalibrationRun(8, 16, 60), rc.CalibrationRun(8, 64, 40)), rounds=1)
+    assert 0 < costs.worker_end_s < 0.05 and 0 < costs.driver_end_s < 0.05
+    assert 0 < costs.message_latency_s < 0.05
+    assert costs.worker_byte_s >= 0 and costs.driver_byte_s >= 0
+    assert [m["worker_ends"] for m in costs.measured] == [4, 4]      # both stages receive and send once
+    assert [m["worker_bytes"] for m in costs.measured] == [2 * 8 * 16 * 16 * 4 + 3 * 16 * 16 * 4 + 40,
+                                                           2 * 8 * 64 * 64 * 4 + 3 * 64 * 64 * 4 + 40]
+    assert "runtime measured on this machine" in costs.source
+
+
+def test_the_prediction_charges_each_process_its_message_ends():
+    graph, _ = resolve_model("resnet8")
+    cut = 9
+    plan = Plan(graph.name, "local", "hand", [Stage("a", graph.names[:cut]), Stage("b", graph.names[cut:])])
+    profile = profile_here("resnet8", 2, repeats=1, warmup=0, co_load=0)
+    costs = rc.RuntimeCosts(WORKER_END, DRIVER_END, WORKER_BYTE, DRIVER_BYTE, LATENCY, "given")
+    tg = check_plan(graph, local_problem(plan, graph, profile).cluster, plan)
+    x, y = 3 * 32 * 32 * 4, 10 * 4                       # resnet8 (CIFAR): image in, 10 logits out
+    cpu = message_cpu(tg, costs)
+    cut_bytes = graph.cut_bytes[cut]
+    assert cpu["a"] == pytest.approx(2 * WORKER_END + (x + cut_bytes) * WORKER_BYTE)
+    assert cpu["b"] == pytest.approx(2 * WORKER_END + (cut_bytes + y) * WORKER_BYTE)
+    assert cpu[DRIVER] == pytest.approx(2 * DRIVER_END + (x + y) * DRIVER_BYTE)
+    one_core = predict_here(plan, graph, profile, cores=1, runtime=costs)
+    many = predict_here(plan, graph, profile, cores=8, runtime=costs)
+    assert one_core.oversubscribed and not many.oversubscribed
+    assert one_core.unit_busy_s["a"] == pytest.approx(one_core.compute_s["a"] + cpu["a"])
+    assert many.unit_busy_s["a"] == pytest.approx(many.compute_s["a"])        # its threads have cores
+    assert one_core.total_work_s == pytest.approx(sum(one_core.compute_s.values()) + sum(cpu.values()))
+    assert one_core.predicted_throughput == pytest.approx(1 / one_core.total_work_s)   # one core: all work serial
+    assert one_core.limited_by == "cores" and one_core.message_latency_s == LATENCY
+    assert one_core.predicted_latency_s == pytest.approx(one_core.simulated_latency_s + 2 * LATENCY)
