@@ -26,10 +26,12 @@ Measured beside it (``MappingRunResult``): throughput over the streamed inputs (
 the time from the first one sent to the last output; the runtime's own figure, from the spacing of
 the outputs, is kept beside it: it overstates when outputs reach a core-starved driver in bursts),
 unloaded latency, every output checked against the unsplit model (max abs error), per unit its
-compute (wall time of its segments) and process CPU per input, and the *measured CPU bound*
-``C / (CPU per input of every process)``: how fast the machine could go given the CPU the run really
-spent; the gap between it and the prediction is the runtime's own CPU (transfer threads, driver)
-beyond the per-message cost assumed, which no profile holds.
+compute (wall time of its segments; CPU inside its sub-models with one compute thread) and process
+CPU per input, and the *measured CPU bound* ``C / (CPU per input of every process)``: how fast the
+machine could go given the CPU the run really spent. Its gap to the prediction is CPU the calibrations
+did not foresee (the machine drifted, or the runtime spent more per message); the gap between it and
+the measured throughput is time no process computed: with more processes than cores and stages of a
+few ms, each stage waits ~0.3 ms per input for its receiver's wake-up chain (not modelled).
 """
 
 from __future__ import annotations
