@@ -14,7 +14,7 @@ from hetsplit.plan.check import check_plan
 from hetsplit.plan.types import Plan, Stage
 from hetsplit.runtime import resolve_model
 
-WORKER_END, WORKER_BYTE, DRIVER_END, DRIVER_BYTE, LATENCY = 2e-4, 1e-10, 8e-5, 5e-10, 1.5e-4
+WORKER_END, WORKER_BYTE, DRIVER_END, DRIVER_BYTE, LATENCY, WAIT = 2e-4, 1e-10, 8e-5, 5e-10, 1.5e-4, 1.2e-4
 
 
 def toy_run(ends: int, nbytes: float, driver_ends: int, driver_bytes: float) -> dict:
@@ -23,18 +23,18 @@ def toy_run(ends: int, nbytes: float, driver_ends: int, driver_bytes: float) -> 
             "worker_cpu_beyond_compute_s": ends * WORKER_END + nbytes * WORKER_BYTE,
             "driver_ends": driver_ends, "driver_bytes": driver_bytes,
             "driver_cpu_s": driver_ends * DRIVER_END + driver_bytes * DRIVER_BYTE,
-            "latency_beyond_compute_s": 3 * LATENCY, "messages_on_path": 3}
+            "latency_beyond_compute_s": 3 * LATENCY, "messages_on_path": 3, "end_wait_s": WAIT}
 
 
 def test_fit_recovers_the_costs_per_end_and_per_byte():
     got = rc.fit([toy_run(4, 2e4, 2, 3e3), toy_run(4, 1.2e6, 2, 2e5)])
-    assert got == pytest.approx((WORKER_END, DRIVER_END, WORKER_BYTE, DRIVER_BYTE, LATENCY))
+    assert got == pytest.approx((WORKER_END, DRIVER_END, WORKER_BYTE, DRIVER_BYTE, LATENCY, WAIT))
 
 
 def test_fit_never_charges_a_negative_byte_cost():
     small, large = toy_run(4, 2e4, 2, 3e3), toy_run(4, 1.2e6, 2, 2e5)
     large["worker_cpu_beyond_compute_s"] = small["worker_cpu_beyond_compute_s"] * 0.9   # noise: fewer CPU, more bytes
-    worker_end, _, worker_byte, _, _ = rc.fit([small, large])
+    worker_end, _, worker_byte, _, _, _ = rc.fit([small, large])
     assert worker_byte == 0.0
     assert worker_end == pytest.approx(0.95 * small["worker_cpu_beyond_compute_s"] / 4)
     # one run, or runs moving the same bytes per end, cannot tell bytes from ends: all on the ends
@@ -58,7 +58,8 @@ def measured(monkeypatch, tmp_path) -> list[int]:
 
     def fake(runs=rc.RUNS, rounds=2) -> rc.RuntimeCosts:
         calls.append(1)
-        return rc.RuntimeCosts(WORKER_END, DRIVER_END, WORKER_BYTE, DRIVER_BYTE, LATENCY, "runtime measured (fake)")
+        return rc.RuntimeCosts(WORKER_END, DRIVER_END, WORKER_BYTE, DRIVER_BYTE, LATENCY, "runtime measured (fake)",
+                               end_wait_s=WAIT)
 
     monkeypatch.setattr(rc, "calibrate", fake)
     yield calls
@@ -72,6 +73,7 @@ def test_measured_once_then_cached_per_machine(measured, monkeypatch):
     rc.clear_memo()
     again = rc.runtime_costs()
     assert measured == [1] and again.worker_end_s == WORKER_END and again.message_latency_s == LATENCY
+    assert again.end_wait_s == WAIT
     rc.runtime_costs(recalibrate=True)
     assert measured == [1, 1]
     monkeypatch.setattr(lc, "cpu_model", lambda: "another CPU")     # another machine: measured anew
@@ -98,15 +100,20 @@ def test_a_failed_toy_run_falls_back_with_the_reason(measured, monkeypatch):
 
 
 def test_real_toy_runs_measure_positive_costs():
-    """Driver and two worker processes, real tensors: every cost the fit gives is positive and
-    plausible (a message end costs more than nothing and less than 50 ms here)."""
+    """Driver and two worker processes on two cores, real tensors: every cost the fit gives is
+    plausible (a message end costs more than nothing and less than 50 ms here), and the processes
+    run on two cores only while it measures."""
+    import os
+
+    before = os.sched_getaffinity(0)
     costs = rc.calibrate((rc.CalibrationRun(8, 16, 60), rc.CalibrationRun(8, 64, 40)), rounds=1)
+    assert os.sched_getaffinity(0) == before
     assert 0 < costs.worker_end_s < 0.05 and 0 < costs.driver_end_s < 0.05
-    assert 0 < costs.message_latency_s < 0.05
+    assert 0 < costs.message_latency_s < 0.05 and 0 <= costs.end_wait_s < 0.05
     assert costs.worker_byte_s >= 0 and costs.driver_byte_s >= 0
-    assert [m["worker_ends"] for m in costs.measured] == [4, 4]      # both stages receive and send once
-    assert [m["worker_bytes"] for m in costs.measured] == [2 * 8 * 16 * 16 * 4 + 3 * 16 * 16 * 4 + 40,
-                                                           2 * 8 * 64 * 64 * 4 + 3 * 64 * 64 * 4 + 40]
+    # stage 0: the image in, two tensors out (b0_conv1's and the stem's, relayed); stage 1: two in, logits out
+    assert [m["worker_ends"] for m in costs.measured] == [6, 6]
+    assert [m["worker_bytes"] for m in costs.measured] == [4 * 8 * s * s * 4 + 3 * s * s * 4 + 40 for s in (16, 64)]
     assert "runtime measured on this machine" in costs.source
 
 
@@ -115,7 +122,7 @@ def test_the_prediction_charges_each_process_its_message_ends():
     cut = 9
     plan = Plan(graph.name, "local", "hand", [Stage("a", graph.names[:cut]), Stage("b", graph.names[cut:])])
     profile = profile_here("resnet8", 2, repeats=1, warmup=0, co_load=0)
-    costs = rc.RuntimeCosts(WORKER_END, DRIVER_END, WORKER_BYTE, DRIVER_BYTE, LATENCY, "given")
+    costs = rc.RuntimeCosts(WORKER_END, DRIVER_END, WORKER_BYTE, DRIVER_BYTE, LATENCY, "given", end_wait_s=WAIT)
     tg = check_plan(graph, local_problem(plan, graph, profile).cluster, plan)
     x, y = 3 * 32 * 32 * 4, 10 * 4                       # resnet8 (CIFAR): image in, 10 logits out
     cpu = message_cpu(tg, costs)
@@ -126,9 +133,32 @@ def test_the_prediction_charges_each_process_its_message_ends():
     one_core = predict_here(plan, graph, profile, cores=1, runtime=costs)
     many = predict_here(plan, graph, profile, cores=8, runtime=costs)
     assert one_core.oversubscribed and not many.oversubscribed
-    assert one_core.unit_busy_s["a"] == pytest.approx(one_core.compute_s["a"] + cpu["a"])
+    assert one_core.message_end_count == {"a": 2, "b": 2, DRIVER: 2}
+    assert one_core.unit_busy_s["a"] == pytest.approx(one_core.compute_s["a"] + cpu["a"] + 2 * WAIT)
     assert many.unit_busy_s["a"] == pytest.approx(many.compute_s["a"])        # its threads have cores
     assert one_core.total_work_s == pytest.approx(sum(one_core.compute_s.values()) + sum(cpu.values()))
     assert one_core.predicted_throughput == pytest.approx(1 / one_core.total_work_s)   # one core: all work serial
     assert one_core.limited_by == "cores" and one_core.message_latency_s == LATENCY
     assert one_core.predicted_latency_s == pytest.approx(one_core.simulated_latency_s + 2 * LATENCY)
+
+
+def test_the_toy_runs_share_two_cores_and_keep_the_least_cpu(monkeypatch):
+    """Three processes on two cores, as a pipeline with more processes than cores runs: the toy runs'
+    affinity is confined (workers inherit it) and restored; of each run's rounds the least CPU is kept."""
+    import os
+
+    seen: list[int] = []
+    rounds = iter([1.5, 1.0, 1.2, 1.1])          # CPU scale of each round: runs keep 1.0 and 1.1
+
+    def fake(run, workdir):
+        seen.append(len(os.sched_getaffinity(0)))
+        scale = next(rounds)
+        doc = toy_run(4, 2e4 if run.size == 16 else 1.2e6, 2, 3e3 if run.size == 16 else 2e5)
+        return {**doc, "worker_cpu_beyond_compute_s": doc["worker_cpu_beyond_compute_s"] * scale}
+
+    monkeypatch.setattr(rc, "measure_run", fake)
+    before = os.sched_getaffinity(0)
+    costs = rc.calibrate(rounds=2)
+    assert seen == [min(2, len(before))] * 4 and os.sched_getaffinity(0) == before
+    kept = [m["worker_cpu_beyond_compute_s"] for m in costs.measured]
+    assert kept == pytest.approx([4 * WORKER_END + 2e4 * WORKER_BYTE, 1.1 * (4 * WORKER_END + 1.2e6 * WORKER_BYTE)])

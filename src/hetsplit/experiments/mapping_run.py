@@ -19,7 +19,8 @@ compares nothing. Here the *same mapping* (layer -> unit) is costed for the proc
   does not know. An input needs ``total work`` of CPU: the sum of its layers' times plus every
   process's CPU for its message ends. So no schedule beats ``C / total work``, the core-sharing
   bound. When the processes outnumber the cores, a worker's message threads get no core of their
-  own either: a unit then needs its compute plus its ends' CPU per input (the unit bound). The
+  own either: a unit then needs its compute plus its ends' CPU per input, and waits at each end
+  for the wake-ups that hand its tensors over (``end_wait_s``, measured): the unit bound. The
   prediction is the least of the three: ``1 / max(per-unit bottleneck, unit busy, total work / C)``.
 
 Measured beside it (``MappingRunResult``): throughput over the streamed inputs (their count over
@@ -30,8 +31,8 @@ compute (wall time of its segments; CPU inside its sub-models with one compute t
 CPU per input, and the *measured CPU bound* ``C / (CPU per input of every process)``: how fast the
 machine could go given the CPU the run really spent. Its gap to the prediction is CPU the calibrations
 did not foresee (the machine drifted, or the runtime spent more per message); the gap between it and
-the measured throughput is time no process computed: with more processes than cores and stages of a
-few ms, each stage waits ~0.3 ms per input for its receiver's wake-up chain (not modelled).
+the measured throughput is time no process computed (the stages' waits at their message ends, which
+the unit bound models when the processes outnumber the cores).
 """
 
 from __future__ import annotations
@@ -124,6 +125,7 @@ class LocalPrediction:
     messages: int                     # per input, between workers and to / from the driver
     driver_messages: int
     message_cpu_s: dict[str, float]   # per process (the units and DRIVER): CPU of its message ends per input
+    message_end_count: dict[str, int]  # per process: its message ends per input
     message_latency_s: float          # wall time a message adds to an input alone (the links' latency)
     compute_work_s: float             # sum of every unit's compute
     profile_source: str
@@ -131,6 +133,7 @@ class LocalPrediction:
     profile_threads: int | None
     unloaded_factor: float = 1.0      # one input alone costs this x the (co-loaded) profile's times
     runtime_source: str = ""          # where the runtime's costs come from
+    end_wait_s: float = 0.0           # oversubscribed: a unit's wait per message end beyond its CPU
 
     @property
     def predicted_latency_s(self) -> float:
@@ -159,9 +162,12 @@ class LocalPrediction:
 
     @property
     def unit_busy_s(self) -> dict[str, float]:
-        """Per unit, the time it needs per input: its compute, plus its message ends' CPU when oversubscribed."""
-        return {d: self.compute_s.get(d, 0.0) + (self.message_cpu_s.get(d, 0.0) if self.oversubscribed else 0.0)
-                for d in self.units}
+        """Per unit, the time it needs per input: its compute, plus, when oversubscribed, its message
+        ends' CPU and their wait (the measured ``end_wait_s`` each)."""
+        if not self.oversubscribed:
+            return {d: self.compute_s.get(d, 0.0) for d in self.units}
+        return {d: self.compute_s.get(d, 0.0) + self.message_cpu_s.get(d, 0.0)
+                + self.message_end_count.get(d, 0) * self.end_wait_s for d in self.units}
 
     @property
     def unit_bound_throughput(self) -> float:
@@ -187,7 +193,8 @@ class LocalPrediction:
                 "predicted_latency_s": self.predicted_latency_s,
                 "closed_form_throughput": self.closed_form_throughput, "messages": self.messages,
                 "driver_messages": self.driver_messages, "message_cost_s": self.message_cost_s,
-                "message_cpu_s": dict(self.message_cpu_s), "message_latency_s": self.message_latency_s,
+                "message_cpu_s": dict(self.message_cpu_s), "message_end_count": dict(self.message_end_count),
+                "end_wait_s": self.end_wait_s, "message_latency_s": self.message_latency_s,
                 "unit_busy_s": self.unit_busy_s, "unit_bound_throughput": self.unit_bound_throughput,
                 "runtime_source": self.runtime_source,
                 "compute_work_s": self.compute_work_s, "total_work_s": self.total_work_s,
@@ -246,19 +253,24 @@ def driver_message_sizes(tg: TaskGraph) -> list[tuple[str, float]]:
     return list(found.values())
 
 
-def message_cpu(tg: TaskGraph, runtime: "RuntimeCosts") -> dict[str, float]:
-    """Per process (every unit and ``DRIVER``), the CPU its message ends cost per input: both ends of
-    every message between units and of every driver message."""
+def message_ends(tg: TaskGraph) -> dict[str, list[float]]:
+    """Per process (every unit and ``DRIVER``), the bytes of each message end it handles per input:
+    both ends of every message between units and of every driver message."""
     names = tg.cluster.names
-    cpu = {d: 0.0 for d in names}
-    cpu[DRIVER] = 0.0
+    ends: dict[str, list[float]] = {d: [] for d in [*names, DRIVER]}
     for m in tg.messages():
-        for end in (names[m.src], names[m.dst]):
-            cpu[end] += runtime.end_cpu_s(False, m.nbytes)
+        ends[names[m.src]].append(m.nbytes)
+        ends[names[m.dst]].append(m.nbytes)
     for unit, nbytes in driver_message_sizes(tg):
-        cpu[unit] += runtime.end_cpu_s(False, nbytes)
-        cpu[DRIVER] += runtime.end_cpu_s(True, nbytes)
-    return cpu
+        ends[unit].append(nbytes)
+        ends[DRIVER].append(nbytes)
+    return ends
+
+
+def message_cpu(tg: TaskGraph, runtime: "RuntimeCosts") -> dict[str, float]:
+    """Per process (every unit and ``DRIVER``), the CPU its message ends cost per input."""
+    return {proc: sum(runtime.end_cpu_s(proc == DRIVER, b) for b in nbytes)
+            for proc, nbytes in message_ends(tg).items()}
 
 
 def predict_here(plan: Plan, graph: Graph, profile: str | Path | Profile, cores: int | None = None,
@@ -290,7 +302,9 @@ def predict_here(plan: Plan, graph: Graph, profile: str | Path | Profile, cores:
         compute_s={d: float(metrics.compute_s_per_device.get(d, 0.0)) for d in cl.names},
         simulated_throughput=float(sim.throughput), simulated_latency_s=float(sim.unloaded_latency_s),
         closed_form_throughput=float(metrics.throughput), messages=len(tg.messages()) + driver,
-        driver_messages=driver, message_cpu_s=message_cpu(tg, runtime), message_latency_s=runtime.message_latency_s,
+        driver_messages=driver, message_cpu_s=message_cpu(tg, runtime),
+        message_end_count={proc: len(nbytes) for proc, nbytes in message_ends(tg).items()},
+        message_latency_s=runtime.message_latency_s, end_wait_s=runtime.end_wait_s,
         compute_work_s=float(sum(metrics.compute_s_per_device.values())), profile_source=str(meta.get("source", "")),
         profile_co_load=None if meta.get("co_load") is None else int(meta["co_load"]),
         profile_threads=None if meta.get("threads") is None else int(meta["threads"]),

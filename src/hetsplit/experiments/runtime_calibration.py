@@ -12,7 +12,11 @@ per input beyond its compute:
 
 - ``worker_end_s + worker_byte_s x bytes``: a worker's CPU per message end it handles,
 - ``driver_end_s + driver_byte_s x bytes``: the driver's per message end,
-- ``message_latency_s``: what one message adds to an input sent through the idle pipeline (wall).
+- ``message_latency_s``: what one message adds to an input sent through the idle pipeline (wall);
+- ``end_wait_s``: with more processes than cores, what a stage waits per message end beyond all CPU:
+  its period (1 / the streamed throughput) less its process's CPU per input, over its ends. With no
+  spare core, the wake-ups that hand a tensor between a stage's threads wait for its compute to
+  yield. The toy runs are confined to two cores (three processes) so that they measure this.
 
 Each size is run ``rounds`` times and keeps its least CPU (other work only adds time). Cached in
 ``cache_root()/runtime-calibration/`` keyed like the local calibration (CPU model, cores,
@@ -23,18 +27,23 @@ as every end's cost, as the prediction did before.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import statistics
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from hetsplit.errors import HetsplitError
 
-VERSION = 1
+VERSION = 2                    # bump when the recipe changes: old cache entries are ignored
 FOLDER = "runtime-calibration"
+CUT = 2                        # the toy's stages: stem and b0_conv1 | b0_conv2, add, pool, fc
+TOY_CORES = 2                  # the toy's three processes share two cores: oversubscribed, as measured
 
 
 @dataclass(frozen=True)
@@ -46,7 +55,7 @@ class CalibrationRun:
     inputs: int
 
 
-RUNS = (CalibrationRun(8, 16, 400), CalibrationRun(8, 128, 200))    # cut 8 KB / 512 KB, input 3 / 196 KB
+RUNS = (CalibrationRun(8, 16, 400), CalibrationRun(8, 128, 200))  # cut 2 x 8 KB / 2 x 512 KB, input 3 / 196 KB
 
 
 @dataclass
@@ -59,6 +68,7 @@ class RuntimeCosts:
     driver_byte_s: float           # the driver's CPU per byte at one end
     message_latency_s: float       # wall time a message adds to an input alone
     source: str
+    end_wait_s: float = 0.0        # oversubscribed: a stage's wait per message end beyond its CPU
     measured: list[dict[str, Any]] = field(default_factory=list)   # per toy run: what the fit used
 
     def end_cpu_s(self, at_driver: bool, nbytes: float) -> float:
@@ -105,9 +115,11 @@ def own_compute_cpu(device: dict[str, Any]) -> float:
 
 
 def measure_run(run: CalibrationRun, workdir: Path) -> dict[str, Any]:
-    """Run the toy split after its stem (one tensor crosses) and return the CPU beyond compute of the
-    workers and of the driver per input, with their message ends and bytes, and the unloaded
-    latency beyond compute per message."""
+    """Run the toy split in two stages of about equal work (after its first block's first conv: two
+    tensors cross, the stem's output relayed for the skip connection) and return the CPU beyond compute of the
+    workers and of the driver per input, with their message ends and bytes, the unloaded latency
+    beyond compute per message, and the busier stage's wait per end beyond its CPU."""
+    from hetsplit.experiments.mapping_run import read_driver_doc, stream_throughput
     from hetsplit.plan.types import Plan, Stage
     from hetsplit.runtime import RunOptions, run_manifest, split_model
     from hetsplit.runtime.toy import toy_model
@@ -116,28 +128,34 @@ def measure_run(run: CalibrationRun, workdir: Path) -> dict[str, Any]:
     model = here / "toy.onnx"
     model.parent.mkdir(parents=True, exist_ok=True)
     graph = toy_model(model, channels=run.channels, size=run.size, blocks=1)
-    plan = Plan(graph.name, "local", "runtime calibration", [Stage("local-cpu0", graph.names[:1]),
-                                                                Stage("local-cpu1", graph.names[1:])])
+    plan = Plan(graph.name, "local", "runtime calibration", [Stage("local-cpu0", graph.names[:CUT]),
+                                                                Stage("local-cpu1", graph.names[CUT:])])
     manifest = split_model(plan, graph, model, here / "split")
-    report = run_manifest(manifest, RunOptions(inputs=run.inputs, latency_inputs=5, timeout_s=60,
+    latency_inputs = 5
+    report = run_manifest(manifest, RunOptions(inputs=run.inputs, latency_inputs=latency_inputs, timeout_s=60,
                                                run_dir=here / "run"))
     if report is None:
         raise HetsplitError("the runtime calibration's toy run returned no measurements")
-    worker_ends = [e.nbytes for w in manifest.stages for e in w.recv + w.send]
-    driver = manifest.driver
-    driver_ends = [e.nbytes for e in driver.recv + driver.send]
+    worker_ends = [t.nbytes for w in manifest.stages for e in w.recv + w.send for t in e.tensors]
+    driver_ends = [t.nbytes for e in manifest.driver.recv + manifest.driver.send for t in e.tensors]
     devices = report.devices
     if any(d.get("cpu_per_input_s") is None for d in devices) or report.extra.get("driver_cpu_per_input_s") is None:
         raise HetsplitError("the runtime calibration's toy run did not measure its processes' CPU time")
     beyond = sum(max(0.0, float(d["cpu_per_input_s"]) - own_compute_cpu(d)) for d in devices)
     compute = sum(float(d["compute_s"]) for d in devices)
+    throughput = stream_throughput(report, latency_inputs, read_driver_doc(here / "run"))
+    busiest = max(devices, key=lambda d: float(d["cpu_per_input_s"]))
+    ends = {w.device: sum(len(e.tensors) for e in w.recv + w.send) for w in manifest.stages}
+    wait = (max(0.0, 1.0 / throughput - float(busiest["cpu_per_input_s"])) / ends[busiest["device"]]
+            if throughput > 0 else 0.0)
     return {"channels": run.channels, "size": run.size, "inputs": run.inputs,
             "worker_ends": len(worker_ends), "worker_bytes": float(sum(worker_ends)),
             "worker_cpu_beyond_compute_s": beyond,
             "driver_ends": len(driver_ends), "driver_bytes": float(sum(driver_ends)),
             "driver_cpu_s": float(report.extra["driver_cpu_per_input_s"]),
             "latency_beyond_compute_s": max(0.0, float(report.latency_s) - compute),
-            "messages_on_path": len(driver_ends) + len(manifest.stages) - 1}
+            "messages_on_path": len(manifest.driver.recv) + len(manifest.driver.send) + len(manifest.stages) - 1,
+            "end_wait_s": wait}
 
 
 def per_end_and_byte(runs: list[tuple[int, float, float]]) -> tuple[float, float]:
@@ -150,34 +168,52 @@ def per_end_and_byte(runs: list[tuple[int, float, float]]) -> tuple[float, float
     return statistics.mean(max(0.0, (c - per_byte * b) / n) for n, b, c in runs), per_byte
 
 
-def fit(measured: list[dict[str, Any]]) -> tuple[float, float, float, float, float]:
-    """``(worker_end_s, driver_end_s, worker_byte_s, driver_byte_s, message_latency_s)`` from the toy
-    runs: the workers' CPU beyond compute and the driver's CPU, each solved over the runs for a cost
-    per end and per byte; the latency is the smallest run's, per message on the input's path."""
+def fit(measured: list[dict[str, Any]]) -> tuple[float, float, float, float, float, float]:
+    """``(worker_end_s, driver_end_s, worker_byte_s, driver_byte_s, message_latency_s, end_wait_s)``
+    from the toy runs: the workers' CPU beyond compute and the driver's CPU, each solved over the
+    runs for a cost per end and per byte; the latency is the smallest run's, per message on the
+    input's path; the wait per end the runs' mean."""
     worker_end, worker_byte = per_end_and_byte([(m["worker_ends"], m["worker_bytes"], m["worker_cpu_beyond_compute_s"])
                                                 for m in measured])
     driver_end, driver_byte = per_end_and_byte([(m["driver_ends"], m["driver_bytes"], m["driver_cpu_s"])
                                                 for m in measured])
     small = min(measured, key=lambda m: m["worker_bytes"])
     latency = small["latency_beyond_compute_s"] / max(1, small["messages_on_path"])
-    return worker_end, driver_end, worker_byte, driver_byte, latency
+    return worker_end, driver_end, worker_byte, driver_byte, latency, statistics.mean(m["end_wait_s"] for m in measured)
+
+
+@contextlib.contextmanager
+def confined_to(cores: int) -> Iterator[None]:
+    """This process (and the processes it starts meanwhile) on its first ``cores`` CPUs only."""
+    try:
+        mine = sorted(os.sched_getaffinity(0))
+    except AttributeError:                                  # not Linux: nothing to confine
+        yield
+        return
+    os.sched_setaffinity(0, mine[:max(1, cores)])
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, mine)
 
 
 def calibrate(runs: tuple[CalibrationRun, ...] = RUNS, rounds: int = 2) -> RuntimeCosts:
-    """Run the toy runs here (``rounds`` each, the least CPU kept) and fit the runtime's costs."""
+    """Run the toy runs here, on two cores (``rounds`` each, the least CPU kept), and fit the
+    runtime's costs."""
     t0 = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="hetsplit-runtime-calibration-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="hetsplit-runtime-calibration-") as tmp, confined_to(TOY_CORES):
         measured = []
         for i, run in enumerate(runs):
             tries = [measure_run(run, Path(tmp) / f"{i}-{r}") for r in range(max(1, rounds))]
             measured.append(min(tries, key=lambda m: m["worker_cpu_beyond_compute_s"] + m["driver_cpu_s"]))
-    worker_end, driver_end, worker_byte, driver_byte, latency = fit(measured)
+    worker_end, driver_end, worker_byte, driver_byte, latency, wait = fit(measured)
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     source = (f"runtime measured on this machine {when} (toy runs, {time.monotonic() - t0:.0f} s): a worker's "
               f"message end {worker_end * 1e3:.3f} ms CPU + {worker_byte * 1e9:.2f} ns/B, the driver's "
               f"{driver_end * 1e3:.3f} ms + {driver_byte * 1e9:.2f} ns/B; {latency * 1e3:.3f} ms per message to an "
-              "input alone")
-    return RuntimeCosts(worker_end, driver_end, worker_byte, driver_byte, latency, source, measured)
+              f"input alone; a stage on a shared core waits {wait * 1e3:.3f} ms per end")
+    return RuntimeCosts(worker_end, driver_end, worker_byte, driver_byte, latency, source, end_wait_s=wait,
+                        measured=measured)
 
 
 _MEMO: dict[str, RuntimeCosts] = {}
