@@ -2,13 +2,14 @@
 
 A message of the runtime costs CPU at both of its ends, beyond the gloo transfer itself: a worker's
 receiver and sender threads and gloo's loop thread wake, hand the tensors over and record times;
-the driver posts from its one thread. On a 2-core VM a worker's end costs ~0.25 ms and the driver's
-~0.08 ms, more than a small CNN stage's share of the work, so a prediction that leaves them out (or
-takes them from the loopback link's latency) over-predicts the throughput of small models.
+the driver posts from its one thread. On a 2-core VM a worker's end costs ~0.2 ms and the driver's
+~0.08 ms (mostly gloo and the kernel, not the Python threads), more than a small CNN stage's share
+of the work, so a prediction that leaves them out (or takes them from the loopback link's latency)
+over-predicts the throughput of small models.
 
-The calibration runs the toy CNN (``runtime.toy``) split in two for real (driver and two workers,
-``CalibrationRun`` sizes: a small and a large cut tensor), and fits, from every process's CPU time
-per input beyond its compute:
+The calibration runs the toy CNN (``runtime.toy``) split in two stages of about equal work for
+real (driver and two workers, ``CalibrationRun`` sizes: small and large tensors), and fits, from
+every process's CPU time per input beyond its compute:
 
 - ``worker_end_s + worker_byte_s x bytes``: a worker's CPU per message end it handles,
 - ``driver_end_s + driver_byte_s x bytes``: the driver's per message end,
@@ -33,8 +34,8 @@ import statistics
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,7 @@ TOY_CORES = 2                  # the toy's three processes share two cores: over
 
 @dataclass(frozen=True)
 class CalibrationRun:
-    """One toy run: its width and image size (the cut tensor is ``channels x size^2`` float32)."""
+    """One toy run: its width and image size (each tensor crossing the cut is ``channels x size^2`` float32)."""
 
     channels: int
     size: int
