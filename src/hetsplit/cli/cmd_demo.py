@@ -53,7 +53,7 @@ def run(args) -> int:
         dominated = [d for d in compare_to_front(donna, front) if d.dominated]
         worst = max(dominated, key=lambda d: d.energy_saving_frac, default=None)
         console.print(f"the exact Pareto front has {len(front)} plans ({len(thin_front(front, FRONT_ROWS))} shown); "
-                      f"{len(dominated)} of DONNA's {len(donna)} alpha plans are dominated"
+                      f"{len(dominated)} of DONNA's {len(donna)} alpha plans {'is' if len(dominated) == 1 else 'are'} dominated"
                       + (f", the worst by {worst.energy_saving_frac:.0%} of its energy at equal or better "
                          f"throughput" if worst and worst.energy_saving_frac > 0 else ""))
     gpus = [p for p in plans if p.algorithm == "single" and problem.cluster.device(p.stages[0].device).kind == "gpu"]
