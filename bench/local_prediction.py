@@ -21,11 +21,10 @@ import argparse
 import statistics
 import time
 
-from hetsplit.costs import Profile
 from hetsplit.costs.local_calibration import local_costs
-from hetsplit.experiments.mapping_run import MappingRunOptions, predict_here, run_mapping
+from hetsplit.experiments.mapping_run import MappingRunOptions, planned_profile, predict_here, run_mapping
 from hetsplit.experiments.runtime_calibration import runtime_costs
-from hetsplit.workflow import PlanRequest, costs_notes, load_problem, search_plans
+from hetsplit.workflow import PlanRequest, load_problem, search_plans
 
 MODELS = {"resnet18": 1000, "resnet50": 60, "densenet121": 60}   # model -> inputs per run: >= 2 s streamed
 LATENCY_INPUTS = 10          # sent one at a time first; their median is the latency (the first pays first use)
@@ -37,10 +36,7 @@ def two_stage(model: str):
     plans = [p for p in search_plans(problem, PlanRequest(algorithms=("exact",), baselines=False)).plans
              if len(p.devices) == 2]
     plan = min(plans, key=lambda p: p.metrics.bottleneck_s)
-    cal = local_costs().calibration
-    profile = Profile(problem.graph, problem.costs, {"source": costs_notes(problem)[0], "threads": 1,
-                                                      "unloaded_factor": cal.unloaded_factor if cal else 1.0})
-    return problem, plan, profile
+    return problem, plan, planned_profile(problem)
 
 
 def main() -> None:

@@ -11,6 +11,7 @@ from hetsplit.cli.main import main
 from hetsplit.costs import local_calibration as lc
 from hetsplit.costs.calibration import Measured
 from hetsplit.costs.models.calibrated import predict
+from hetsplit.experiments import runtime_calibration as rc
 from hetsplit.graph import zoo
 from hetsplit.workflow import costs_notes, load_problem
 
@@ -21,7 +22,7 @@ ALONE = 0.8       # and a probe alone at 0.8 x that
 @pytest.fixture
 def calls(monkeypatch: pytest.MonkeyPatch, tmp_path) -> list[str]:
     """Calibration on, cached under tmp_path, probes 'measured' instantly at SLOWER x the reference
-    (co-loaded; the list records these) and ALONE x that alone."""
+    (co-loaded; the list records these) and ALONE x that alone; the runtime's costs not measured."""
     monkeypatch.delenv(lc.ENV)
     monkeypatch.setenv("HETSPLIT_CACHE", str(tmp_path))
     monkeypatch.setattr(lc, "DEFAULT_OPTIONS", lc.CalibrationOptions(probes=("resnet8",), repeats=1, warmup=0,
@@ -37,6 +38,7 @@ def calls(monkeypatch: pytest.MonkeyPatch, tmp_path) -> list[str]:
         return Measured(model, g, t, SLOWER * (1.0 if co_load else ALONE) * float(t.sum()))
 
     monkeypatch.setattr(lc, "measure_probe", fake)
+    monkeypatch.setattr(rc, "runtime_costs", lambda recalibrate=False: rc.RuntimeCosts.fallback("not measured here"))
     return done
 
 
@@ -124,6 +126,7 @@ def _rounds(monkeypatch, slowdowns: list[float]) -> list[str]:
         return Measured(model, g, t, slowdowns[len(done) - 1] * float(t.sum()))
 
     monkeypatch.setattr(lc, "measure_probe", fake)
+    monkeypatch.setattr(rc, "runtime_costs", lambda recalibrate=False: rc.RuntimeCosts.fallback("not measured here"))
     return done
 
 
@@ -150,3 +153,10 @@ def test_run_recalibrate_measures_again(calls, tmp_path, capsys):
     assert len(calls) == 1                               # the cached calibration
     assert main(argv + ["--recalibrate"]) == 0
     assert len(calls) == 2
+
+
+def test_a_plan_costed_here_takes_the_alone_factor_of_the_calibration_it_was_planned_with(calls):
+    from hetsplit.experiments.mapping_run import planned_profile
+
+    profile = planned_profile(load_problem("resnet8", "local"))
+    assert profile.meta["unloaded_factor"] == pytest.approx(ALONE) and "calibrated" in profile.meta["source"]

@@ -21,6 +21,7 @@ from hetsplit.plan import Plan, mark_pareto
 from hetsplit.search import PipelineConstraints, make_partitioner, partitioner_names, partitioner_options
 
 if TYPE_CHECKING:
+    from hetsplit.experiments.mapping_run import LocalPrediction
     from hetsplit.report.html import ReportDetails
     from hetsplit.runtime.device_emulation import DeviceEmulation
 
@@ -148,6 +149,68 @@ def search_plans(problem: SplitProblem, request: PlanRequest) -> PlanSearch:
     for p in plans:
         p.cluster_file = problem.cluster.file
     return PlanSearch(mark_pareto(plans), {n: str(exc) for n, exc in refused.items()})
+
+
+def runs_here(cluster: Cluster) -> bool:
+    """Whether every device of ``cluster`` is one of this machine's ``local`` cores (a plan on it runs
+    here, a worker process per device)."""
+    return all(cluster.representative(t).model == LOCAL_MODEL for t in cluster.types)
+
+
+@dataclass
+class HerePredictions:
+    """Plans on this machine's ``local`` cluster, costed for the processes that would run them here:
+    ``predictions`` (plan index, prediction), fastest plan first; ``failures`` (plan index, why);
+    ``runtime_source``: where the runtime's costs come from."""
+
+    predictions: list[tuple[int, "LocalPrediction"]]
+    failures: list[tuple[int, str]]
+    runtime_source: str
+
+    SHORT_STAGE_S = 1e-3   # below this a unit's compute is of the order of the runtime's own per-input work
+
+    def notes(self, model: str) -> list[str]:
+        """What the predictions assume, where they are weakest, and how to check one."""
+        notes = [f"the plan table gives each device a core of its own and messages that cost no CPU; `hetsplit run "
+                 f"PLANS {model} --here` measures a plan beside this prediction. The runtime's costs: "
+                 f"{self.runtime_source}"]
+        short = [i for i, p in self.predictions if min(p.compute_s.get(u, 0.0) for u in p.units) < self.SHORT_STAGE_S]
+        if short:
+            notes.append(f"plan(s) {', '.join(f'#{i}' for i in short)} have units computing under "
+                         f"{self.SHORT_STAGE_S * 1e3:g} ms per input: there the hand-overs between the runtime's "
+                         "threads weigh as much as the compute, and this prediction is rougher (mostly optimistic)")
+        notes += [f"plan #{i} could not be costed for running here: {why}" for i, why in self.failures]
+        return notes
+
+
+def predict_plans_here(problem: SplitProblem, plans: list[Plan], limit: int = 4, recalibrate: bool = False,
+                       cores: int | None = None) -> HerePredictions | None:
+    """For a plan set on this machine's ``local`` cluster, its ``limit`` fastest distinct placements
+    (among those that fit) costed for the worker processes and the driver that would run them on this
+    machine's cores (``cores``, default those this process may use), with the runtime's per-message
+    costs (``mapping_run.predict_planned_here``; ``recalibrate`` measures those anew). The plan
+    table's own figures give each device a core of its own and messages that cost no CPU. None for
+    any other cluster."""
+    if not runs_here(problem.cluster):
+        return None
+    from hetsplit.experiments.mapping_run import predict_planned_here
+    from hetsplit.experiments.runtime_calibration import runtime_costs
+
+    runtime = runtime_costs(recalibrate)
+    order = sorted((i for i, p in enumerate(plans) if p.metrics is not None and p.metrics.fits),
+                   key=lambda i: -plans[i].metrics.throughput)
+    seen: set[str] = set()
+    found = HerePredictions([], [], runtime.source)
+    for i in order:
+        placement = repr(sorted(plans[i].placements().items()))
+        if placement in seen or len(seen) >= limit:
+            continue
+        seen.add(placement)
+        try:
+            found.predictions.append((i, predict_planned_here(problem, plans[i], cores, runtime)))
+        except HetsplitError as exc:
+            found.failures.append((i, str(exc)))
+    return found
 
 
 def find_plans(problem: SplitProblem, request: PlanRequest) -> list[Plan]:

@@ -8,9 +8,10 @@ import sys
 from hetsplit.cli.common import add_command, progress
 from hetsplit.report.console import wide_console
 from hetsplit.report.files import write_plan_outputs
-from hetsplit.report.tables import print_plans
+from hetsplit.report.tables import here_table, print_plans
 from hetsplit.search import PipelineConstraints, partitioner_names
-from hetsplit.workflow import PlanRequest, costs_notes, load_problem, output_dir, report_details, search_plans
+from hetsplit.workflow import (PlanRequest, costs_notes, load_problem, output_dir, predict_plans_here, report_details,
+                               search_plans)
 
 
 def register(sub) -> None:
@@ -73,6 +74,14 @@ def run(args) -> int:
         console.print(f"note: {note}", markup=False, highlight=False)
     for algorithm, why in found.refusals.items():
         console.print(f"note: {algorithm} refused, its plans are missing: {why}", markup=False, highlight=False)
+    here = predict_plans_here(problem, plans, recalibrate=args.recalibrate)
+    if here is not None:
+        if here.predictions:
+            console.print(here_table(here, plans, f"run here: the workers and the driver share "
+                                                  f"{here.predictions[0][1].cores} core(s), each message costs "
+                                                  "the runtime CPU"))
+        for note in here.notes(args.model):
+            console.print(f"note: {note}", markup=False, highlight=False)
     if out is not None:
         written = write_plan_outputs(plans, out, problem.graph.name, problem.cluster.name,
                                      report_details(problem, plans))

@@ -182,7 +182,7 @@ class LocalPrediction:
     @property
     def limited_by(self) -> str:
         bounds = {"cores": self.core_bound_throughput, "units": self.simulated_throughput,
-                  "units with their messages": self.unit_bound_throughput}
+                  "units with their messages" if self.oversubscribed else "units": self.unit_bound_throughput}
         return min(bounds, key=bounds.get)
 
     def to_dict(self) -> dict[str, Any]:
@@ -309,6 +309,25 @@ def predict_here(plan: Plan, graph: Graph, profile: str | Path | Profile, cores:
         profile_co_load=None if meta.get("co_load") is None else int(meta["co_load"]),
         profile_threads=None if meta.get("threads") is None else int(meta["threads"]),
         unloaded_factor=float(meta.get("unloaded_factor") or 1.0), runtime_source=runtime.source)
+
+
+def planned_profile(problem: SplitProblem) -> Profile:
+    """The costs of ``problem`` (on this machine's ``local`` cluster) as a local-cpu profile, with the
+    local calibration's alone-vs-co-loaded factor when those costs are the calibration's."""
+    from hetsplit.costs.local_calibration import local_costs
+
+    cal = local_costs().calibration
+    calibrated = cal is not None and cal.source() in problem.costs.sources.values()
+    source = "; ".join(dict.fromkeys(problem.costs.sources.values()))
+    return Profile(problem.graph, problem.costs, {"source": source, "threads": 1,
+                                                   "unloaded_factor": cal.unloaded_factor if calibrated else 1.0})
+
+
+def predict_planned_here(problem: SplitProblem, plan: Plan, cores: int | None = None,
+                         runtime: "RuntimeCosts | None" = None) -> LocalPrediction:
+    """``plan``, made for this machine's ``local`` cluster on ``problem``, costed for the worker
+    processes that would run it here (``predict_here``) with the costs it was planned with."""
+    return predict_here(plan, problem.graph, planned_profile(problem), cores, runtime)
 
 
 # ---- prediction beside measurement ----------------------------------------------------------------

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from rich.console import Console
 from rich.markup import escape
@@ -12,6 +12,9 @@ from rich.table import Table
 from hetsplit.plan.types import Plan
 from hetsplit.report.console import wide_console
 from hetsplit.units import format_quantity
+
+if TYPE_CHECKING:
+    from hetsplit.workflow import HerePredictions
 
 
 def describe_params(plan: Plan) -> str:
@@ -68,6 +71,21 @@ def plans_table(plans: list[Plan], title: str = "") -> Table:
                       r["bottleneck"], format_quantity(r["latency_s"], "s"), format_quantity(r["energy_j"], "J"),
                       format_quantity(r["energy_per_device_j"], "J"), format_quantity(r["max_mem_bytes"], "B"),
                       "yes" if r["fits"] else "NO")
+    return table
+
+
+def here_table(found: "HerePredictions", plans: list[Plan], title: str = "") -> Table:
+    """Plans on this machine's ``local`` cluster beside what running them here is predicted to give."""
+    table = Table(title=title or None, header_style="bold")
+    for col in ("#", "found by", escape("stages (device[layers])"), "planned thru/s", "here thru/s", "here/planned",
+                "here latency", "limited here by"):
+        table.add_column(col, justify="left" if col in ("found by", "limited here by") or col.startswith("stages")
+                         else "right")
+    for i, pred in found.predictions:
+        planned = plans[i].metrics.throughput
+        table.add_row(str(i), escape(describe_params(plans[i])), escape(describe_stages(plans[i])), f"{planned:.4g}",
+                      f"{pred.predicted_throughput:.4g}", f"{pred.predicted_throughput / planned:.2f}",
+                      format_quantity(pred.predicted_latency_s, "s"), pred.limited_by)
     return table
 
 
