@@ -51,6 +51,7 @@ def test_run_command_compares_with_the_plan_and_writes_json(files, tmp_path, cap
     assert doc["measured"]["verify"]["ok"] and doc["predicted"]["throughput"] > 0
     metrics = [r["metric"] for r in doc["rows"]]
     assert "throughput (1/s)" in metrics and any(m.startswith("transfer local-cpu0->local-cpu1") for m in metrics)
+    assert any("`--here` compares" in n for n in doc["notes"])          # the local cluster: this machine's cores
     assert not processes_of(tmp_path / "run")
 
 

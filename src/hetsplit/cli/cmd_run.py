@@ -220,6 +220,13 @@ def _finish(args, report, plan, graph, cluster) -> int:
             doc["rows"] += emulated_rows(doc["predicted"], report.extra["emulated"])
         overhead = overhead_note(report, predicted_throughput=doc["predicted"].get("throughput"))
         doc["notes"] = notes + [n for n in [overhead] if n]
+        if cluster is not None and not args.hosts:
+            from hetsplit.workflow import runs_here
+
+            if runs_here(cluster):
+                doc["notes"].append("the plan's devices are this machine's cores: `--here` compares the run with "
+                                    "a prediction for the processes that ran it (sharing the cores, each message "
+                                    "costing the runtime CPU)")
         print_compare(doc["rows"], console)
         for note in doc["notes"]:
             console.print(f"note: {note}")
