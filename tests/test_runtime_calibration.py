@@ -31,6 +31,13 @@ def test_fit_recovers_the_costs_per_end_and_per_byte():
     assert got == pytest.approx((WORKER_END, DRIVER_END, WORKER_BYTE, DRIVER_BYTE, LATENCY, WAIT))
 
 
+def test_latency_and_wait_come_from_the_run_with_small_tensors():
+    small, large = toy_run(4, 2e4, 2, 3e3), toy_run(4, 1.2e6, 2, 2e5)
+    large.update(end_wait_s=3 * WAIT, latency_beyond_compute_s=3 * 4 * LATENCY)   # bytes take time too
+    *_, latency, wait = rc.fit([large, small])
+    assert (latency, wait) == pytest.approx((LATENCY, WAIT))
+
+
 def test_fit_never_charges_a_negative_byte_cost():
     small, large = toy_run(4, 2e4, 2, 3e3), toy_run(4, 1.2e6, 2, 2e5)
     large["worker_cpu_beyond_compute_s"] = small["worker_cpu_beyond_compute_s"] * 0.9   # noise: fewer CPU, more bytes
@@ -153,7 +160,8 @@ def test_the_toy_runs_share_two_cores_and_keep_the_least_cpu(monkeypatch):
     def fake(run, workdir):
         seen.append(len(os.sched_getaffinity(0)))
         scale = next(rounds)
-        doc = toy_run(4, 2e4 if run.size == 16 else 1.2e6, 2, 3e3 if run.size == 16 else 2e5)
+        small = run == rc.RUNS[0]
+        doc = toy_run(4, 2e4 if small else 1.2e6, 2, 3e3 if small else 2e5)
         return {**doc, "worker_cpu_beyond_compute_s": doc["worker_cpu_beyond_compute_s"] * scale}
 
     monkeypatch.setattr(rc, "measure_run", fake)
