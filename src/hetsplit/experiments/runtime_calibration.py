@@ -13,7 +13,8 @@ every process's CPU time per input beyond its compute:
 
 - ``worker_end_s + worker_byte_s x bytes``: a worker's CPU per message end it handles,
 - ``driver_end_s + driver_byte_s x bytes``: the driver's per message end,
-- ``message_latency_s``: what one message adds to an input sent through the idle pipeline (wall);
+- ``message_latency_s``: what one message adds to an input sent through the idle pipeline (wall:
+  each input's latency less its stages' compute for that input, the median, over the messages);
 - ``end_wait_s``: with more processes than cores, what a stage waits per message end beyond all CPU:
   its period (1 / the streamed throughput) less its process's CPU per input, over its ends (from the
   run with the small tensors, as the latency). With no spare core, the wake-ups that hand a tensor
@@ -35,21 +36,23 @@ as every end's cost, as the prediction did before.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import statistics
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
 from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from hetsplit.errors import HetsplitError
 
-VERSION = 3                    # bump when the recipe changes: old cache entries are ignored
+VERSION = 4                    # bump when the recipe changes: old cache entries are ignored
 FOLDER = "runtime-calibration"
 CUT = 2                        # the toy's stages: stem and b0_conv1 | b0_conv2, add, pool, fc
+LATENCY_INPUTS = 20            # the toy's inputs sent one at a time first (latency), then streamed
 TOY_CORES = 2                  # the toy's three processes share two cores: oversubscribed, as measured
 
 
@@ -139,8 +142,7 @@ def measure_run(run: CalibrationRun, workdir: Path) -> dict[str, Any]:
     plan = Plan(graph.name, "local", "runtime calibration", [Stage("local-cpu0", graph.names[:CUT]),
                                                                 Stage("local-cpu1", graph.names[CUT:])])
     manifest = split_model(plan, graph, model, here / "split")
-    latency_inputs = 5
-    report = run_manifest(manifest, RunOptions(inputs=run.inputs, latency_inputs=latency_inputs, timeout_s=60,
+    report = run_manifest(manifest, RunOptions(inputs=run.inputs, latency_inputs=LATENCY_INPUTS, timeout_s=60,
                                                run_dir=here / "run"))
     if report is None:
         raise HetsplitError("the runtime calibration's toy run returned no measurements")
@@ -150,8 +152,7 @@ def measure_run(run: CalibrationRun, workdir: Path) -> dict[str, Any]:
     if any(d.get("cpu_per_input_s") is None for d in devices) or report.extra.get("driver_cpu_per_input_s") is None:
         raise HetsplitError("the runtime calibration's toy run did not measure its processes' CPU time")
     beyond = sum(max(0.0, float(d["cpu_per_input_s"]) - own_compute_cpu(d)) for d in devices)
-    compute = sum(float(d["compute_s"]) for d in devices)
-    throughput = stream_throughput(report, latency_inputs, read_driver_doc(here / "run"))
+    throughput = stream_throughput(report, LATENCY_INPUTS, read_driver_doc(here / "run"))
     busiest = max(devices, key=lambda d: float(d["cpu_per_input_s"]))
     ends = {w.device: sum(len(e.tensors) for e in w.recv + w.send) for w in manifest.stages}
     wait = (max(0.0, 1.0 / throughput - float(busiest["cpu_per_input_s"])) / ends[busiest["device"]]
@@ -161,9 +162,18 @@ def measure_run(run: CalibrationRun, workdir: Path) -> dict[str, Any]:
             "worker_cpu_beyond_compute_s": beyond,
             "driver_ends": len(driver_ends), "driver_bytes": float(sum(driver_ends)),
             "driver_cpu_s": float(report.extra["driver_cpu_per_input_s"]),
-            "latency_beyond_compute_s": max(0.0, float(report.latency_s) - compute),
+            "latency_beyond_compute_s": latency_beyond_compute(report.latencies_s, here / "run",
+                                                              [w.rank for w in manifest.stages]),
             "messages_on_path": len(manifest.driver.recv) + len(manifest.driver.send) + len(manifest.stages) - 1,
             "end_wait_s": wait}
+
+
+def latency_beyond_compute(latencies_s: list[float], run_dir: Path, ranks: list[int]) -> float:
+    """Median over the inputs sent alone (the first, paying first use, left out) of each one's latency
+    less its stages' compute for that very input: the time its messages and hand-overs add."""
+    computes = [json.loads((run_dir / f"rank{r}.json").read_text())["compute_s"] for r in ranks]
+    beyond = [latencies_s[i] - sum(c[i] for c in computes) for i in range(1, LATENCY_INPUTS)]
+    return max(0.0, statistics.median(beyond))
 
 
 def per_end_and_byte(runs: list[tuple[int, float, float]]) -> tuple[float, float]:
