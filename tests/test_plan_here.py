@@ -8,6 +8,8 @@ import pytest
 from hetsplit.cli.main import main
 from hetsplit.experiments import runtime_calibration as rc
 from hetsplit.experiments.mapping_run import planned_profile, predict_here
+from hetsplit.plan.evaluate import evaluate
+from hetsplit.plan.types import Plan, Stage
 from hetsplit.workflow import PlanRequest, find_plans, load_problem, predict_plans_here
 
 COSTS = rc.RuntimeCosts(worker_end_s=2e-4, driver_end_s=8e-5, worker_byte_s=1e-10, driver_byte_s=5e-10,
@@ -80,3 +82,14 @@ def test_notes_name_short_stages_and_plans_that_could_not_be_costed(given_runtim
     assert found.notes("resnet8")[-1] == "plan #7 could not be costed for running here: a reason"
     found.predictions = []
     assert not any("under 1 ms" in n for n in found.notes("resnet8"))
+
+
+def test_a_plan_is_not_called_short_for_a_small_stage_beside_a_long_one(given_runtime):
+    problem = load_problem("resnet18", "local")
+    names = problem.graph.names
+    plan = Plan(problem.graph.name, "local", "hand", [Stage("local-cpu0", names[:-1]), Stage("local-cpu1", names[-1:])])
+    plan.metrics = evaluate(problem, plan)
+    found = predict_plans_here(problem, [plan], cores=2)
+    compute = found.predictions[0][1].compute_s
+    assert compute["local-cpu1"] < 1e-3 <= compute["local-cpu0"]      # the fc alone, beside the rest
+    assert not any("under 1 ms" in n for n in found.notes("resnet18"))

@@ -167,16 +167,16 @@ class HerePredictions:
     failures: list[tuple[int, str]]
     runtime_source: str
 
-    SHORT_STAGE_S = 1e-3   # below this a unit's compute is of the order of the runtime's own per-input work
+    SHORT_STAGE_S = 1e-3   # busiest unit below this: its compute is of the order of the runtime's own work
 
     def notes(self, model: str) -> list[str]:
         """What the predictions assume, where they are weakest, and how to check one."""
         notes = [f"the plan table gives each device a core of its own and messages that cost no CPU; `hetsplit run "
                  f"PLANS {model} --here` measures a plan beside this prediction. The runtime's costs: "
                  f"{self.runtime_source}"]
-        short = [i for i, p in self.predictions if min(p.compute_s.get(u, 0.0) for u in p.units) < self.SHORT_STAGE_S]
+        short = [i for i, p in self.predictions if max(p.compute_s.get(u, 0.0) for u in p.units) < self.SHORT_STAGE_S]
         if short:
-            notes.append(f"plan(s) {', '.join(f'#{i}' for i in short)} have units computing under "
+            notes.append(f"in plan(s) {', '.join(f'#{i}' for i in short)} even the busiest unit computes under "
                          f"{self.SHORT_STAGE_S * 1e3:g} ms per input: there the hand-overs between the runtime's "
                          "threads weigh as much as the compute, and this prediction is rougher (mostly optimistic)")
         notes += [f"plan #{i} could not be costed for running here: {why}" for i, why in self.failures]
