@@ -74,7 +74,9 @@ def run(args) -> int:
         console.print(f"note: {note}", markup=False, highlight=False)
     for algorithm, why in found.refusals.items():
         console.print(f"note: {algorithm} refused, its plans are missing: {why}", markup=False, highlight=False)
-    here = predict_plans_here(problem, plans, recalibrate=args.recalibrate)
+    with progress("costing the plans for this machine's processes (the runtime's own costs: measured on first "
+                  "use, ~20 s)"):
+        here = predict_plans_here(problem, plans, recalibrate=args.recalibrate)
     if here is not None:
         if here.predictions:
             console.print(here_table(here, plans, f"run here: the workers and the driver share "
