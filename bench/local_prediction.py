@@ -13,8 +13,8 @@ per message end (workers' and driver's, measured here on first use by toy runs,
 simulated unloaded latency at the calibration's alone-vs-co-loaded factor + the driver's messages
 (input in, output out) at the measured per-message latency. Prints measured/predicted for both;
 target within +-15%. Beside it, measured over the plan table's own throughput (each stage on a
-core of its own, messages free), the figure the runtime-aware prediction corrects. Both calibrations are measured anew at the start (the baseline of this run);
-`--cached` uses this machine's cached ones.
+core of its own, messages free), the figure the runtime-aware prediction corrects. Both calibrations
+are measured anew at the start (the baseline of this run); `--cached` uses this machine's cached ones.
 """
 
 from __future__ import annotations

@@ -202,8 +202,10 @@ def predict_plans_here(problem: SplitProblem, plans: list[Plan], limit: int = 4,
     seen: set[str] = set()
     found = HerePredictions([], [], runtime.source)
     for i in order:
+        if len(seen) >= limit:
+            break
         placement = repr(sorted(plans[i].placements().items()))
-        if placement in seen or len(seen) >= limit:
+        if placement in seen:
             continue
         seen.add(placement)
         try:

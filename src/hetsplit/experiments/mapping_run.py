@@ -269,8 +269,12 @@ def message_ends(tg: TaskGraph) -> dict[str, list[float]]:
 
 def message_cpu(tg: TaskGraph, runtime: "RuntimeCosts") -> dict[str, float]:
     """Per process (every unit and ``DRIVER``), the CPU its message ends cost per input."""
-    return {proc: sum(runtime.end_cpu_s(proc == DRIVER, b) for b in nbytes)
-            for proc, nbytes in message_ends(tg).items()}
+    return ends_cpu(message_ends(tg), runtime)
+
+
+def ends_cpu(ends: dict[str, list[float]], runtime: "RuntimeCosts") -> dict[str, float]:
+    """The CPU of ``message_ends``' ends per process."""
+    return {proc: sum(runtime.end_cpu_s(proc == DRIVER, b) for b in nbytes) for proc, nbytes in ends.items()}
 
 
 def predict_here(plan: Plan, graph: Graph, profile: str | Path | Profile, cores: int | None = None,
@@ -295,6 +299,7 @@ def predict_here(plan: Plan, graph: Graph, profile: str | Path | Profile, cores:
         for dev in [where] if isinstance(where, str) else [s.device for s in where]:  # whole, or shards
             layers[dev] += 1
     driver = len(driver_message_sizes(tg))
+    ends = message_ends(tg)
     meta = prof.meta
     return LocalPrediction(
         model=graph.name, algorithm=plan.algorithm, plan_cluster=plan.cluster, units=list(cl.names),
@@ -302,8 +307,8 @@ def predict_here(plan: Plan, graph: Graph, profile: str | Path | Profile, cores:
         compute_s={d: float(metrics.compute_s_per_device.get(d, 0.0)) for d in cl.names},
         simulated_throughput=float(sim.throughput), simulated_latency_s=float(sim.unloaded_latency_s),
         closed_form_throughput=float(metrics.throughput), messages=len(tg.messages()) + driver,
-        driver_messages=driver, message_cpu_s=message_cpu(tg, runtime),
-        message_end_count={proc: len(nbytes) for proc, nbytes in message_ends(tg).items()},
+        driver_messages=driver, message_cpu_s=ends_cpu(ends, runtime),
+        message_end_count={proc: len(nbytes) for proc, nbytes in ends.items()},
         message_latency_s=runtime.message_latency_s, end_wait_s=runtime.end_wait_s,
         compute_work_s=float(sum(metrics.compute_s_per_device.values())), profile_source=str(meta.get("source", "")),
         profile_co_load=None if meta.get("co_load") is None else int(meta["co_load"]),
