@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from hetsplit.plan import evaluate_pipelines, make_plan
+from hetsplit.estimate import evaluate_pipelines, make_plan
 from hetsplit.workflow import load_problem
 
 

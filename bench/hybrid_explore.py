@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from hetsplit.plan.evaluate import evaluate
+from hetsplit.estimate.evaluate import evaluate
 from hetsplit.search.encodings import make_encoding
 from hetsplit.search.explore import ExploreOptions, explore
 from hetsplit.workflow import load_problem

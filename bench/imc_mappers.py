@@ -19,7 +19,7 @@ import argparse
 import statistics
 import time
 
-from hetsplit.plan.simulate import SimOptions, simulate_plan
+from hetsplit.estimate.simulate import SimOptions, simulate_plan
 from hetsplit.search import make_partitioner, partitioner_names
 from hetsplit.workflow import load_problem
 

@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 from hetsplit.plan.check import check_plan
-from hetsplit.plan.mapping import MappingEvaluator
+from hetsplit.estimate.mapping import MappingEvaluator
 from hetsplit.plan.types import Plan
 from hetsplit.workflow import load_problem
 

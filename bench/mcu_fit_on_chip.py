@@ -3,7 +3,7 @@
 Reproduces the effect of Bochem et al. (seed 002): time per block drops sharply once a chip's share
 of a block's weights fits on chip (double-buffered in L2), and again once its share of the whole
 model does (resident). Each point is the block's tensor-parallel plan costed by
-``costs/mcu_parallel.py`` (Siracusa model per chip, all-reduces over MIPI); the 64-head TinyLlama
+``estimate/mcu_parallel.py`` (Siracusa model per chip, all-reduces over MIPI); the 64-head TinyLlama
 runs up to 64 chips, as in the paper's scalability study. ``hetsplit reproduce mcu`` grades the
 paper's numbers.
 Run: .venv/bin/python bench/mcu_fit_on_chip.py

@@ -20,10 +20,10 @@ import numpy as np
 
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.plan.check import check_plan
-from hetsplit.plan.batch import metrics_at
-from hetsplit.plan.mapping import evaluate_mappings
-from hetsplit.plan.simulate import SimOptions, simulate
-from hetsplit.plan.task_costs import task_costs
+from hetsplit.estimate.batch import metrics_at
+from hetsplit.estimate.mapping import evaluate_mappings
+from hetsplit.estimate.simulate import SimOptions, simulate
+from hetsplit.estimate.task_costs import task_costs
 from hetsplit.plan.types import Plan
 from hetsplit.workflow import load_problem
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from hetsplit.errors import InfeasibleError
-from hetsplit.plan.evaluate import evaluate
+from hetsplit.estimate.evaluate import evaluate
 from hetsplit.plan.types import Plan
 from hetsplit.search import PipelineConstraints
 from hetsplit.search.oracle import brute_force

@@ -18,7 +18,7 @@ from hetsplit.plan import load_plans, save_plans
 from hetsplit.plan.autodice import (AutodiceError, anchor_node, autodice_documents, onnx_node_aliases, parse_keys,
                                     read_autodice, suggested_keys, write_autodice)
 from hetsplit.plan.check import check_plan
-from hetsplit.plan.evaluate import evaluate
+from hetsplit.estimate.evaluate import evaluate
 from hetsplit.plan.types import Combine, Plan, Shard, Stage
 from hetsplit.search import make_partitioner
 from hetsplit.search.encodings import NaiveEncoding

@@ -12,7 +12,7 @@ from hetsplit.errors import PlanError
 from hetsplit.graph import zoo
 from hetsplit.graph.shard import axis_size, shard_layer
 from hetsplit.plan.check import check_plan, collectives
-from hetsplit.plan.evaluate import evaluate, make_plan
+from hetsplit.estimate.evaluate import evaluate, make_plan
 from hetsplit.plan.io import load_plan
 from hetsplit.plan.types import Combine, Plan, Shard, Stage
 

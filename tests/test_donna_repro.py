@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from hetsplit.cli.main import main
-from hetsplit.plan.evaluate import make_plan
+from hetsplit.estimate.evaluate import make_plan
 from hetsplit.experiments.donna import Scenario
 from hetsplit.search import make_partitioner
 

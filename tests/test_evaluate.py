@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from hetsplit.errors import PlanError
-from hetsplit.plan import Plan, Stage, evaluate, evaluate_pipelines, make_plan
+from hetsplit.estimate import evaluate, evaluate_pipelines, make_plan
+from hetsplit.plan import Plan, Stage
 
 from factories import chain_graph, cluster, problem
 

@@ -16,7 +16,7 @@ from hetsplit.costs.build import build_problem
 from hetsplit.errors import HetsplitError
 from hetsplit.graph.load import load_model
 from hetsplit.plan.check import check_plan
-from hetsplit.plan.evaluate import evaluate
+from hetsplit.estimate.evaluate import evaluate
 from hetsplit.plan.pareto import pareto_mask
 from hetsplit.search.encodings import AdvancedEncoding, make_encoding
 from hetsplit.search.explore import ExploreOptions, explore, hypervolume, objective_matrix

@@ -14,9 +14,9 @@ from hetsplit.graph import zoo
 from hetsplit.costs.build import build_problem
 from hetsplit.cluster.loader import load_cluster
 from hetsplit.plan.check import check_plan
-from hetsplit.plan.evaluate import evaluate, evaluate_pipelines, make_plan
-from hetsplit.plan.mapping import MappingEvaluator, evaluate_mappings
-from hetsplit.plan.task_costs import task_costs
+from hetsplit.estimate import evaluate, evaluate_pipelines, make_plan
+from hetsplit.estimate.mapping import MappingEvaluator, evaluate_mappings
+from hetsplit.estimate.task_costs import task_costs
 from hetsplit.plan.tasks import SINK, SOURCE
 from hetsplit.plan.types import Combine, Plan, Shard
 
@@ -203,7 +203,7 @@ def test_a_branching_mapping_worked_by_hand():
 def test_shard_tasks_with_one_name_are_costed_each_by_its_own_slice():
     """task_costs builds a Graph of the tasks' work; tasks sharing a name must not share a cost."""
     from hetsplit.graph.shard import shard_layer
-    from hetsplit.plan.task_costs import task_costs
+    from hetsplit.estimate.task_costs import task_costs
     from hetsplit.plan.tasks import Task, TaskGraphBuilder
     from hetsplit.workflow import load_problem
 

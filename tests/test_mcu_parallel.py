@@ -10,7 +10,7 @@ from devmodel_graphs import chain, gemm
 
 from hetsplit.cluster.presets import load_preset
 from hetsplit.cluster.types import Cluster
-from hetsplit.costs.mcu_parallel import block_starts, layer_blocks, parallel_costs
+from hetsplit.estimate.mcu_parallel import block_starts, layer_blocks, parallel_costs
 from hetsplit.costs.models.mcu import PREFETCHED, RESIDENT, STREAMED, McuParams
 from hetsplit.graph.transformer_shapes import TransformerShape, transformer_graph
 from hetsplit.plan.types import Plan, Stage

@@ -13,7 +13,7 @@ from hetsplit.costs import CostTable, SplitProblem
 from hetsplit.errors import HetsplitError, PlanError
 from hetsplit.graph import Graph, Layer, Tensor
 from hetsplit.plan.check import check_plan
-from hetsplit.plan.simulate import SimOptions, simulate_plan
+from hetsplit.estimate.simulate import SimOptions, simulate_plan
 from hetsplit.search import make_partitioner
 from hetsplit.search.balance_mappers import random_assignment, round_robin_assignment, weights_balance_assignment
 from hetsplit.search.heft import heft_assignment

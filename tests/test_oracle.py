@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from hetsplit.errors import HetsplitError, InfeasibleError
-from hetsplit.plan.evaluate import evaluate
+from hetsplit.estimate.evaluate import evaluate
 from hetsplit.search import PipelineConstraints, make_partitioner
 from hetsplit.search.oracle import brute_force, count_plans, enumerate_plans
 

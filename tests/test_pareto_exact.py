@@ -65,7 +65,7 @@ def test_front_reaches_a_non_convex_point_alpha_sums_miss():
 
 def test_compare_to_front_reports_savings():
     # a: 1 s and 4 J per layer, b: 1 s and 1 J per layer. Front: (1 s, 5 J) a|b, (2 s, 2 J) all on b.
-    from hetsplit.plan.evaluate import make_plan
+    from hetsplit.estimate.evaluate import make_plan
 
     g = chain_graph([1, 1], input_bytes=1)
     p = problem(g, cluster(["a", "b"], bandwidth=1e12), np.ones((2, 2)), np.array([[4.0, 1.0], [4.0, 1.0]]))

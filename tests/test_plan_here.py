@@ -8,7 +8,7 @@ import pytest
 from hetsplit.cli.main import main
 from hetsplit.experiments import runtime_calibration as rc
 from hetsplit.experiments.mapping_run import planned_profile, predict_here
-from hetsplit.plan.evaluate import evaluate
+from hetsplit.estimate.evaluate import evaluate
 from hetsplit.plan.types import Plan, Stage
 from hetsplit.workflow import PlanRequest, find_plans, load_problem, predict_plans_here
 

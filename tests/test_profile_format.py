@@ -8,7 +8,8 @@ import pytest
 from hetsplit.costs import CostTable, Profile, build_problem, load_profile, save_profile
 from hetsplit.costs.profile import profile_from_dict
 from hetsplit.errors import ProfileError
-from hetsplit.plan import Plan, Stage, evaluate
+from hetsplit.estimate import evaluate
+from hetsplit.plan import Plan, Stage
 
 from factories import chain_graph, cluster
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from hetsplit.cli.main import main
-from hetsplit.costs.mcu_parallel import parallel_costs
+from hetsplit.estimate.mcu_parallel import parallel_costs
 from hetsplit.experiments.mcu import (PAPER_CLAIMS, WHOLE_MODEL, McuConfig, check_claims, run, siracusa,
                                       tp_pipeline_plan)
 from hetsplit.graph.transformer_shapes import transformer_graph

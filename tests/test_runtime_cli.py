@@ -58,7 +58,7 @@ def test_run_command_compares_with_the_plan_and_writes_json(files, tmp_path, cap
 def add_metrics(files, graph, cluster) -> None:
     """Give the plan file predicted metrics (modelled costs on the local cluster)."""
     from hetsplit.costs import build_problem
-    from hetsplit.plan.evaluate import evaluate
+    from hetsplit.estimate.evaluate import evaluate
     from hetsplit.plan.io import load_plan
 
     plan = load_plan(files / "plan.json")

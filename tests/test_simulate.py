@@ -16,13 +16,13 @@ from hetsplit.costs.build import build_problem
 from hetsplit.errors import HetsplitError
 from hetsplit.graph import Graph, Layer, Tensor, zoo
 from hetsplit.plan.check import check_plan
-from hetsplit.plan.evaluate import make_plan
+from hetsplit.estimate.evaluate import make_plan
 from hetsplit.plan.io import save_plan
-from hetsplit.plan.mapping import evaluate_mappings
-from hetsplit.plan.simulate import SimOptions, Span, simulate, simulate_plan, steady_throughput
-from hetsplit.plan.task_costs import TaskCosts
+from hetsplit.estimate.mapping import evaluate_mappings
+from hetsplit.estimate.simulate import SimOptions, Span, simulate, simulate_plan, steady_throughput
+from hetsplit.estimate.task_costs import TaskCosts
 from hetsplit.plan.tasks import SOURCE
-from hetsplit.plan.trace import trace_document, write_trace
+from hetsplit.report.trace import trace_document, write_trace
 from hetsplit.plan.types import Combine, Plan, Shard
 from hetsplit.report.gantt import gantt_plot
 

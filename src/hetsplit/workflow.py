@@ -302,8 +302,8 @@ def report_details(problem: SplitProblem, plans: list[Plan], featured: int | Non
     from hetsplit.errors import PlanError
     from hetsplit.plan.check import check_plan
     from hetsplit.plan.io import featured_index
-    from hetsplit.plan.simulate import SimOptions, simulate
-    from hetsplit.plan.transfers import plan_transfers
+    from hetsplit.estimate.simulate import SimOptions, simulate
+    from hetsplit.estimate.transfers import plan_transfers
     from hetsplit.report.html import ReportDetails
 
     graphs = {}

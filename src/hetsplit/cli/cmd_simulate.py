@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hetsplit.cli.common import add_command, progress
-from hetsplit.plan.simulate import LINK_ORDERS
+from hetsplit.estimate.simulate import LINK_ORDERS
 from hetsplit.plan.types import Metrics
 from hetsplit.report.console import wide_console
 from hetsplit.units import format_quantity
@@ -38,8 +38,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from hetsplit.plan.evaluate import evaluate
-    from hetsplit.plan.simulate import SimOptions, simulate_plan
+    from hetsplit.estimate.evaluate import evaluate
+    from hetsplit.estimate.simulate import SimOptions, simulate_plan
     from hetsplit.workflow import load_plan_problem, output_dir
 
     options = SimOptions(inputs=args.inputs, interval_s=args.interval, keep_timeline=args.out is not None,
@@ -59,7 +59,7 @@ def run(args) -> int:
     else:
         print_simulation(result, predicted, title, console)
     if out is not None:
-        from hetsplit.plan.trace import write_trace
+        from hetsplit.report.trace import write_trace
         from hetsplit.report.gantt import gantt_plot
 
         written = [write_trace(result, out / "trace.json", title), gantt_plot(result, out / "gantt.png", title)]

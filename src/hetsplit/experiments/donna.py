@@ -19,7 +19,7 @@ import numpy as np
 
 from hetsplit.cluster.examples import DONNA_MEDIA, DONNA_SETS
 from hetsplit.costs.problem import SplitProblem
-from hetsplit.plan.evaluate import make_plan
+from hetsplit.estimate.evaluate import make_plan
 from hetsplit.plan.types import Plan
 from hetsplit.search import PipelineConstraints, make_partitioner
 from hetsplit.search.pareto_exact import Domination, compare_to_front

@@ -30,7 +30,7 @@ from typing import Callable
 import numpy as np
 
 from hetsplit.costs.problem import SplitProblem
-from hetsplit.plan.simulate import SimOptions, simulate_plan
+from hetsplit.estimate.simulate import SimOptions, simulate_plan
 from hetsplit.plan.types import Plan
 from hetsplit.search import make_partitioner, partitioner_names, partitioner_options
 from hetsplit.search.node_mapping import NodeMapping

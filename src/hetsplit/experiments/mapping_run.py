@@ -284,8 +284,8 @@ def predict_here(plan: Plan, graph: Graph, profile: str | Path | Profile, cores:
     ``runtime_calibration.runtime_costs``, measured on first use)."""
     from hetsplit.experiments.runtime_calibration import runtime_costs
     from hetsplit.plan.check import check_plan
-    from hetsplit.plan.evaluate import evaluate
-    from hetsplit.plan.simulate import SimOptions, simulate
+    from hetsplit.estimate.evaluate import evaluate
+    from hetsplit.estimate.simulate import SimOptions, simulate
 
     prof = _as_profile(profile)
     runtime = runtime or runtime_costs()

@@ -2,7 +2,7 @@
 
 Each workload is one Transformer block built from the paper's dimensions (``transformer_graph``),
 split by hetsplit's tensor-parallel partitioner (heads and F over the chips, all-reduces in groups of
-four) on the built-in ``siracusa-N`` clusters and costed by ``costs/mcu_parallel`` (the block's
+four) on the built-in ``siracusa-N`` clusters and costed by ``estimate/mcu_parallel`` (the block's
 TaskGraph on the Siracusa model and MIPI links):
 
 - TinyLlama-42M (E 512, F 2048, 8 heads, 8 blocks) autoregressive (one token against a KV cache of
@@ -27,7 +27,7 @@ from typing import Callable
 
 from hetsplit.cluster.types import Cluster
 from hetsplit.costs.build import build_problem
-from hetsplit.costs.mcu_parallel import ParallelCost, block_starts, parallel_costs
+from hetsplit.estimate.mcu_parallel import ParallelCost, block_starts, parallel_costs
 from hetsplit.errors import PlanError
 from hetsplit.graph.transformer import find_blocks
 from hetsplit.graph.transformer_shapes import TransformerShape, transformer_graph

@@ -7,7 +7,7 @@ per device (``runtime.tensor_parallel``: a prefill pass, then greedy decode step
 cache; every step's logits checked against the unsplit model) and puts the measured time per token
 beside the prediction:
 
-- predicted: the evaluator's latency (``plan.evaluate``) of the *same* plan on the decode step of
+- predicted: the evaluator's latency (``estimate.evaluate``) of the *same* plan on the decode step of
   the model's graph (``graph.transformer.decode_step``: one token against a KV cache of
   ``context`` positions, the cache length at the median measured step). It covers every layer of the
   graph: the embedding with the first norm, the 8 blocks, the final norm and the LM head (whose
@@ -62,7 +62,7 @@ def predict_decode(graph: Graph, plan: Plan, context: int) -> DecodePrediction:
     from hetsplit.experiments.mapping_run import local_cluster
     from hetsplit.graph.transformer import decode_step
     from hetsplit.plan.check import check_plan
-    from hetsplit.plan.evaluate import evaluate
+    from hetsplit.estimate.evaluate import evaluate
 
     step = decode_step(graph, context)
     same = replace(plan, model=step.name, metrics=None)

@@ -1,9 +1,8 @@
-"""Plans: the Plan type, its JSON format, validation, and the evaluators."""
+"""Plans: the Plan type, its JSON formats, validation and the TaskGraph a plan expands to (costed by ``estimate``)."""
 
-from hetsplit.plan.evaluate import BatchMetrics, evaluate, evaluate_pipelines, make_plan, plan_to_arrays
 from hetsplit.plan.io import load_plan, load_plans, save_plan, save_plans
 from hetsplit.plan.pareto import mark_pareto, pareto_mask
 from hetsplit.plan.types import Metrics, Plan, Stage
 
-__all__ = ["BatchMetrics", "Metrics", "Plan", "Stage", "evaluate", "evaluate_pipelines", "load_plan", "load_plans",
-           "make_plan", "mark_pareto", "pareto_mask", "plan_to_arrays", "save_plan", "save_plans"]
+__all__ = ["Metrics", "Plan", "Stage", "load_plan", "load_plans", "mark_pareto", "pareto_mask", "save_plan",
+           "save_plans"]

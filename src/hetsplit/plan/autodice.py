@@ -375,7 +375,7 @@ def read_autodice(mapping_path: str | Path, graph: Graph, cluster: Cluster, hori
     (``onnx_node_aliases``). The plan is checked (``check_plan``) and its metrics computed on
     ``problem`` (default: ``build_problem(graph, cluster)``)."""
     from hetsplit.plan.check import check_plan
-    from hetsplit.plan.evaluate import evaluate
+    from hetsplit.estimate.evaluate import evaluate
 
     mpath = Path(mapping_path)
     r = _Reader(graph, cluster, device_keys, aliases)

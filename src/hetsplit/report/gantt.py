@@ -9,7 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from hetsplit.plan.simulate import SimResult  # noqa: E402
+from hetsplit.estimate.simulate import SimResult  # noqa: E402
 
 _UNITS = ((10.0, 1.0, "s"), (1e-2, 1e3, "ms"), (0.0, 1e6, "µs"))  # (from makespan, scale, unit)
 

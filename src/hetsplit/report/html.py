@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from hetsplit.plan.simulate import SimResult
-from hetsplit.plan.transfers import Transfer
+from hetsplit.estimate.simulate import SimResult
+from hetsplit.estimate.transfers import Transfer
 from hetsplit.plan.types import Plan
 from hetsplit.report.gantt import gantt_plot
 from hetsplit.report.plots import pareto_plot

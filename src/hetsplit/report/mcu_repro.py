@@ -33,7 +33,7 @@ PAPER_POINTS = {"tinyllama-ar": {8: 26.1}, "tinyllama-prompt": {8: 9.9}, "mobile
 SETUP = [
     "Every number is hetsplit's: one Transformer block built from the paper's dimensions "
     "(graph/transformer_shapes.py), split by the tensor-parallel partitioner (heads and F over the chips, "
-    "all-reduces in groups of 4) on the built-in siracusa-N clusters, costed by costs/mcu_parallel.py on the "
+    "all-reduces in groups of 4) on the built-in siracusa-N clusters, costed by estimate/mcu_parallel.py on the "
     "block's TaskGraph: the Siracusa model (presets/siracusa.yaml, int8) per chip, MIPI links (0.5 GB/s, 100 pJ/B, "
     "one port per chip), an L3 regime per chip from its own weight share (resident / prefetched, i.e. "
     "double-buffered / streamed). The paper's numbers come from GVSoC; ours from an analytical model with fitted "

@@ -49,7 +49,7 @@ class DeviceEmulation:
 def device_times(plan: Plan, problem: SplitProblem, host_problem: SplitProblem) -> dict[str, tuple[float, float]]:
     """Per device of ``plan`` that runs something: (time on the plan's device, time on the host) of its tasks."""
     from hetsplit.plan.check import check_plan
-    from hetsplit.plan.task_costs import task_costs
+    from hetsplit.estimate.task_costs import task_costs
 
     if host_problem.graph.names != problem.graph.names:
         raise UsageError("device emulation: the host's costs are of another model than the plan's problem")

@@ -265,7 +265,7 @@ def simulate_prediction(plan: Any, graph: Any, cluster: Any, profile_costs: Any 
     """The discrete-event simulator's steady-state throughput and one input's latency for ``plan``
     (the same costs as ``predict``), as the run streams ``inputs``."""
     from hetsplit.costs import build_problem
-    from hetsplit.plan.simulate import SimOptions, simulate_plan
+    from hetsplit.estimate.simulate import SimOptions, simulate_plan
 
     r = simulate_plan(build_problem(graph, cluster, profile_costs), plan,
                       SimOptions(inputs=max(2, inputs), keep_timeline=False))
@@ -275,6 +275,6 @@ def simulate_prediction(plan: Any, graph: Any, cluster: Any, profile_costs: Any 
 def predict(plan: Any, graph: Any, cluster: Any, profile_costs: Any = None) -> Any:
     """The evaluator's Metrics of ``plan`` (costs from the profile where it has the device type)."""
     from hetsplit.costs import build_problem
-    from hetsplit.plan.evaluate import evaluate
+    from hetsplit.estimate.evaluate import evaluate
 
     return evaluate(build_problem(graph, cluster, profile_costs), plan)

@@ -2,7 +2,7 @@
 
 A partitioner is a class registered under an algorithm name with ``@register_partitioner``. It
 is built from typed options and called as ``solve(problem) -> list[Plan]``; plans come back with
-their metrics from the one evaluator (``hetsplit.plan.evaluate``).
+their metrics from the one evaluator (``hetsplit.estimate.evaluate``).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ import numpy as np
 
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import InfeasibleError
-from hetsplit.plan.evaluate import make_plan
+from hetsplit.estimate.evaluate import make_plan
 from hetsplit.plan.types import Plan
 from hetsplit.search.base import PipelineConstraints, register_partitioner
 

@@ -34,8 +34,8 @@ import numpy as np
 
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import HetsplitError
-from hetsplit.plan.batch import BatchMetrics, metrics_at
-from hetsplit.plan.evaluate import evaluate, evaluate_pipelines, make_plan
+from hetsplit.estimate.batch import BatchMetrics, metrics_at
+from hetsplit.estimate import evaluate, evaluate_pipelines, make_plan
 from hetsplit.plan.types import Plan, Stage
 from hetsplit.search.hybrid_template import HybridAssignment, SlotTemplate
 

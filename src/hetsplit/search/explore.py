@@ -31,7 +31,7 @@ from pymoo.optimize import minimize
 
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import HetsplitError
-from hetsplit.plan.batch import BatchMetrics
+from hetsplit.estimate.batch import BatchMetrics
 from hetsplit.plan.pareto import pareto_mask
 from hetsplit.plan.types import Plan
 from hetsplit.search.encodings import ENCODINGS, Encoding, make_encoding

@@ -30,9 +30,9 @@ import numpy as np
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.graph.shard import combine_layer, shard_layer
 from hetsplit.graph.types import CONV, GEMM, INPUT, Layer
-from hetsplit.plan.batch import BatchMetrics, concat_metrics
-from hetsplit.plan.mapping import MappingEvaluator, TaskOverrides
-from hetsplit.plan.task_costs import task_costs
+from hetsplit.estimate.batch import BatchMetrics, concat_metrics
+from hetsplit.estimate.mapping import MappingEvaluator, TaskOverrides
+from hetsplit.estimate.task_costs import task_costs
 from hetsplit.plan.tasks import SINK, SOURCE, Task, TaskGraphBuilder
 from hetsplit.plan.types import DIRECT, Combine, Plan, Shard
 

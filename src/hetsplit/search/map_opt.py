@@ -88,7 +88,7 @@ class MapOpt:
 
     def _verify(self, nm: NodeMapping, finalists: dict[str, np.ndarray]) -> tuple[tuple[str, np.ndarray], float | None]:
         """The finalist with the highest simulated rate (closed form only when ``verify_inputs`` is 0)."""
-        from hetsplit.plan.simulate import SimOptions, simulate
+        from hetsplit.estimate.simulate import SimOptions, simulate
 
         names = list(finalists)
         keys = scores(nm.evaluate(np.array([finalists[n] for n in names])))

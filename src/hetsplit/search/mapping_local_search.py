@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hetsplit.plan.batch import BatchMetrics
+from hetsplit.estimate.batch import BatchMetrics
 from hetsplit.search.mapping_milp import PROOF_TOL
 from hetsplit.search.node_mapping import NodeMapping
 

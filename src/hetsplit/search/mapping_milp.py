@@ -1,7 +1,7 @@
 """The bottleneck of a node-to-unit mapping, minimized exactly as a MILP (HiGHS, via scipy).
 
 Variables: ``x[i, d]`` = layer i on device d (binary, only where d can run i) and the bottleneck T.
-Constraints mirror the mapping evaluator (``plan/mapping.py``) term for term:
+Constraints mirror the mapping evaluator (``estimate/mapping.py``) term for term:
 
 - compute: ``sum_i time[i, d] x[i, d] <= T`` for every device d;
 - links (when they can bind): ``y[p, b]`` = payload p is needed on device b (>= x[c, b] for every

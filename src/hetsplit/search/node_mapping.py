@@ -3,7 +3,7 @@ functional constraints, processing types, the parallel-branch relation and plan 
 
 A node-to-unit mapping puts every layer, whole, on one device (any device, no contiguity): an
 L-vector of device indices. Layer i is task i of the mapping's TaskGraph, so whole populations of
-mappings go through the batch evaluator (``plan/mapping.py``) as N x L arrays.
+mappings go through the batch evaluator (``estimate/mapping.py``) as N x L arrays.
 
 Functional constraints come from the cost table: a layer whose time on a device is not finite
 (an IMC unit cannot pool) may not go there. A layer's *processing type* is the device type that
@@ -19,9 +19,9 @@ import numpy as np
 
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import PlanError
-from hetsplit.plan.batch import BatchMetrics, metrics_at
+from hetsplit.estimate.batch import BatchMetrics, metrics_at
 from hetsplit.plan.check import check_plan
-from hetsplit.plan.mapping import MappingEvaluator
+from hetsplit.estimate.mapping import MappingEvaluator
 from hetsplit.plan.tasks import TaskGraph
 from hetsplit.plan.types import Plan
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import HetsplitError, InfeasibleError
-from hetsplit.plan.evaluate import BatchMetrics, evaluate_pipelines, make_plan
+from hetsplit.estimate import BatchMetrics, evaluate_pipelines, make_plan
 from hetsplit.plan.pareto import pareto_mask
 from hetsplit.plan.types import Plan
 from hetsplit.search.base import PipelineConstraints, register_partitioner

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hetsplit.costs.problem import SplitProblem
-from hetsplit.plan.evaluate import evaluate_pipelines, make_plan
+from hetsplit.estimate import evaluate_pipelines, make_plan
 from hetsplit.plan.types import Plan
 from hetsplit.search.base import register_partitioner
 

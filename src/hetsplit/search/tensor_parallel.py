@@ -28,7 +28,7 @@ from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import PlanError
 from hetsplit.graph.transformer import TransformerBlock, find_blocks
 from hetsplit.graph.types import GEMM, INPUT, MATMUL, Graph
-from hetsplit.plan.evaluate import evaluate
+from hetsplit.estimate.evaluate import evaluate
 from hetsplit.plan.types import Combine, Placement, Plan, Shard
 from hetsplit.search.base import register_partitioner
 

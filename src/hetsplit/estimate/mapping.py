@@ -29,8 +29,8 @@ import numpy as np
 
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import PlanError
-from hetsplit.plan.batch import BatchMetrics, concat_metrics
-from hetsplit.plan.task_costs import TaskCosts, task_costs
+from hetsplit.estimate.batch import BatchMetrics, concat_metrics
+from hetsplit.estimate.task_costs import TaskCosts, task_costs
 from hetsplit.plan.tasks import SINK, SOURCE, TaskGraph
 
 CHUNK_CELLS = 1 << 16  # rows per chunk x D x D stays below this (cache-sized chunks are fastest)

@@ -1,4 +1,4 @@
-"""The analytic pipeline evaluator, vectorized over many plans at once.
+"""The closed-form pipeline evaluator, vectorized over many plans at once.
 
 Pipeline semantics (DESIGN.md): each stage runs consecutive layers on one device; every cut between
 two stages moves ``cut_bytes[k]`` (all tensors live across it) over the link between their devices;
@@ -20,10 +20,7 @@ import numpy as np
 
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import PlanError
-from hetsplit.plan.batch import BatchMetrics, metrics_at
-from hetsplit.plan.check import check_plan, stage_bounds
-from hetsplit.plan.mapping import evaluate_mappings
-from hetsplit.plan.types import Metrics, Plan, Stage
+from hetsplit.estimate.batch import BatchMetrics
 
 
 def check_batch(problem: SplitProblem, bounds: np.ndarray, devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -122,35 +119,3 @@ def evaluate_pipelines(problem: SplitProblem, bounds: np.ndarray, devices: np.nd
     fits = (mem_dev <= problem.memory_bytes[None, :]).all(axis=1)
     return BatchMetrics(throughput, bottleneck, latency, energy, comm_e, comm_t, energy_dev, compute_dev,
                         mem_dev, participates, fits, energy * latency, max_tr, link)
-
-
-# ---- single plans -------------------------------------------------------------------------------
-
-def plan_to_arrays(problem: SplitProblem, plan: Plan) -> tuple[np.ndarray, np.ndarray]:
-    """Bounds and device indices of a whole-layer pipeline plan, validated by ``check_plan``'s rules."""
-    if plan.model and plan.model != problem.graph.name:
-        raise PlanError(f"the plan is for model {plan.model!r}, not {problem.graph.name!r}")
-    if not plan.is_pipeline:
-        raise PlanError("the plan is a mapping (assign), not a pipeline of stages; evaluate it with evaluate()")
-    bounds, devs = stage_bounds(problem.graph, problem.cluster, plan)
-    return np.array([bounds]), np.array([devs])
-
-
-def evaluate(problem: SplitProblem, plan: Plan) -> Metrics:
-    """Metrics of one plan, a pipeline or a mapping (raises PlanError naming what is wrong with it)."""
-    if plan.is_pipeline:
-        bounds, devs = plan_to_arrays(problem, plan)
-        return metrics_at(problem, evaluate_pipelines(problem, bounds, devs), 0)
-    return metrics_at(problem, evaluate_mappings(problem, check_plan(problem.graph, problem.cluster, plan)), 0)
-
-
-def make_plan(problem: SplitProblem, bounds, devices, algorithm: str, params: dict | None = None) -> Plan:
-    """A Plan (with its metrics) from one row of stage bounds and device indices."""
-    b = [int(x) for x in np.asarray(bounds).ravel()]
-    d = [int(x) for x in np.asarray(devices).ravel()]
-    used = [s for s in range(len(d)) if d[s] >= 0]
-    names = problem.graph.names
-    stages = [Stage(problem.cluster.names[d[s]], names[b[s]:b[s + 1]]) for s in used]
-    plan = Plan(problem.graph.name, problem.cluster.name, algorithm, stages, dict(params or {}))
-    plan.metrics = evaluate(problem, plan)
-    return plan

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from hetsplit.plan.simulate import SimResult
+from hetsplit.estimate.simulate import SimResult
 
 US = 1e6  # trace times are microseconds
 

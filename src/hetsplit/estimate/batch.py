@@ -32,6 +32,11 @@ class BatchMetrics:
     def __len__(self) -> int:
         return len(self.throughput)
 
+    def take(self, rows: np.ndarray) -> "BatchMetrics":
+        """The metrics of plans ``rows`` (in that order)."""
+        idx = np.asarray(rows, dtype=np.int64)
+        return BatchMetrics(*[getattr(self, f)[idx] for f in BatchMetrics.__dataclass_fields__])
+
 
 def concat_metrics(parts: list[BatchMetrics]) -> BatchMetrics:
     """The metrics of several batches as one (in order)."""

@@ -1,6 +1,6 @@
 """Discrete-event simulation of a stream of inputs through a plan's TaskGraph.
 
-The closed-form evaluators (plan/evaluate.py, plan/mapping.py) give throughput as the inverse of
+The closed-form evaluators (estimate/pipeline.py, estimate/mapping.py) give throughput as the inverse of
 the busiest resource and latency as one input's critical path. This simulator runs the stream for
 real, event by event, so it also shows queueing, utilization and the timeline (DESIGN.md,
 "General mappings": it is the reference for latency).
@@ -53,7 +53,7 @@ import numpy as np
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import HetsplitError, PlanError
 from hetsplit.plan.check import check_plan
-from hetsplit.plan.task_costs import TaskCosts, task_costs
+from hetsplit.estimate.task_costs import TaskCosts, task_costs
 from hetsplit.plan.tasks import SOURCE, Message, TaskGraph
 from hetsplit.plan.types import Plan
 
