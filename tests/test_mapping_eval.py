@@ -52,26 +52,53 @@ def reference(pr, tg) -> dict:
             mem[dev[src]] += nb
     bottleneck = max([compute.max()] + list(busy.values()))
 
-    def xfer(u, v, nb):
-        return 0.0 if u == v or nb <= 0 else cl.latency_s[u, v] + nb / cl.bandwidth[u, v]
-
-    finish = {}
-    free = np.zeros(n_dev)
-    for t, task in enumerate(tg.tasks):
-        ready = 0.0
-        for e in np.flatnonzero(tg.edge_dst == t):
-            s = tg.edge_src[e]
-            u = dev[s] if s >= 0 else (cl.source_index if cl.source_index is not None else task.device)
-            ready = max(ready, (finish[s] if s >= 0 else 0.0) + xfer(u, task.device, tg.edge_bytes[e]))
-        finish[t] = max(ready, free[task.device]) + costs.time_s[t, types[task.device]]
-        free[task.device] = finish[t]
-    latency = max(finish.values())
-    for e in np.flatnonzero(tg.edge_dst == SINK):
-        u = dev[tg.edge_src[e]]
-        v = cl.sink_index if cl.sink_index is not None else u
-        latency = max(latency, finish[tg.edge_src[e]] + xfer(u, v, tg.edge_bytes[e]))
+    latency = one_input_latency(pr, tg, costs)
     return {"bottleneck_s": bottleneck, "latency_s": latency, "energy_j": energy.sum(), "comm_energy_j": comm_e,
             "compute": compute, "energy_dev": energy, "mem": mem}
+
+
+def one_input_latency(pr, tg, costs) -> float:
+    """One input alone, the rules of docs/architecture.md written plainly: at each instant every job
+    whose inputs are there and whose resources (its device; its link, or both ports) are free starts,
+    lowest index first, tasks before messages; then time jumps to the next completion."""
+    cl, types = pr.cluster, pr.device_type
+    msgs = tg.messages()
+    n_t = tg.num_tasks
+    dur = [float(costs.time_s[t, types[task.device]]) for t, task in enumerate(tg.tasks)] + \
+        [float(cl.latency_s[m.src, m.dst] + m.nbytes / cl.bandwidth[m.src, m.dst]) for m in msgs]
+    needs: list[set] = [set() for _ in range(n_t + len(msgs))]   # jobs each job waits for
+    u, v = tg.endpoints(tg.device)
+    carrier = {(m.payload, m.dst): n_t + k for k, m in enumerate(msgs)}
+    for e in range(len(tg.edge_src)):
+        s, d = int(tg.edge_src[e]), int(tg.edge_dst[e])
+        if d < 0:
+            continue
+        if u[e] != v[e] and tg.edge_bytes[e] > 0:
+            needs[d].add(carrier[(tg.payloads[tg.edge_payload[e]], int(v[e]))])
+        elif s >= 0:
+            needs[d].add(s)
+    for a, b in tg.chain:
+        needs[int(b)].add(int(a))
+    for k, m in enumerate(msgs):
+        if m.producer >= 0:
+            needs[n_t + k].add(m.producer)
+    shared = cl.ports == "shared"
+    holds = [(("dev", task.device),) for task in tg.tasks] + \
+        [(("port", m.src), ("port", m.dst)) if shared else (("link", m.src, m.dst),) for m in msgs]
+    finish: dict[int, float] = {}
+    running: dict[int, float] = {}
+    now = 0.0
+    while len(finish) < len(dur):
+        in_use = {r for j in running for r in holds[j]}
+        for j in range(len(dur)):
+            if j in finish or j in running or not needs[j] <= finish.keys() or in_use & set(holds[j]):
+                continue
+            running[j] = now + dur[j]
+            in_use |= set(holds[j])
+        now = min(running.values())
+        for j in [j for j, end in running.items() if end == now]:
+            finish[j] = running.pop(j)
+    return max(finish.values())
 
 
 def assert_matches_reference(pr, tg, batch, row: int = 0) -> None:

@@ -21,6 +21,7 @@ Format (every key but ``devices`` optional; ``links.default`` needed with two or
       overrides:                                       # applied in order, after groups
         - {between: [gpu0, cpu0], medium: pcie5}       # device or group names; both directions
         - {from: edge, to: cloud, medium: {bandwidth: 1MB/s, energy: 50uJ/b}}  # one direction
+      ports: links                                     # or shared: one port per device, messages take turns
     source: cim0                                       # where model inputs arrive
     sink: cim0                                         # where outputs must end up
 
@@ -41,14 +42,14 @@ import numpy as np
 import yaml
 
 from hetsplit.cluster.presets import MEDIUM, MEDIUM_FIGURES, Preset, device_preset_names, load_preset, preset_names
-from hetsplit.cluster.types import DEVICE_KINDS, Cluster, Device, Medium
+from hetsplit.cluster.types import DEVICE_KINDS, PORTS, Cluster, Device, Medium
 from hetsplit.errors import ClusterError
 from hetsplit.units import KEY_KINDS, parse_param, parse_quantity
 
 CLUSTER_FORMAT = "hetsplit.cluster/1"
 TOP_KEYS = ("format", "name", "description", "media", "devices", "groups", "links", "source", "sink")
 DEVICE_KEYS = ("name", "preset", "kind", "type", "model", "memory", "params", "group", "host", "count")
-LINK_KEYS = ("default", "overrides")
+LINK_KEYS = ("default", "overrides", "ports")
 OVERRIDE_KEYS = ("between", "from", "to", "medium")
 GROUP_KEYS = ("devices", "medium")
 MEDIUM_KEYS = ("preset", "name") + tuple(MEDIUM_FIGURES)
@@ -142,7 +143,7 @@ class _Builder:
             roles[role] = value
         return Cluster(name=str(data.get("name") or default_name), devices=devices, bandwidth=bw, latency_s=lat,
                        energy_per_byte=en, medium_names=mnames, groups=groups, origin=self.origin,
-                       description=str(data.get("description", "")), **roles)
+                       description=str(data.get("description", "")), ports=self.ports(data), **roles)
 
     # ---- devices --------------------------------------------------------------------------------
     def devices(self, raw: Any) -> list[_Entry]:
@@ -280,6 +281,13 @@ class _Builder:
         return groups, media
 
     # ---- links ----------------------------------------------------------------------------------
+    def ports(self, data: dict) -> str:
+        value = (self.mapping(data.get("links") or {}, "links")).get("ports", "links")
+        if value not in PORTS:
+            raise self.err("links.ports", f"{value!r}; expected 'links' (each directed link carries its own "
+                           "messages) or 'shared' (a device's messages in and out take turns on its one port)")
+        return str(value)
+
     def links(self, data: dict, names: list[str], groups: dict[str, list[str]], group_media: dict[str, Medium]
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[list[str]]]:
         n = len(names)

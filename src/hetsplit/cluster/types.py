@@ -17,6 +17,7 @@ import numpy as np
 from hetsplit.errors import ClusterError
 
 DEVICE_KINDS = ("cpu", "gpu", "cim", "mcu", "imc", "dpu")
+PORTS = ("links", "shared")  # how messages share the wires: per directed link, or one port per device
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,8 @@ class Cluster:
     groups: dict[str, list[str]] = field(default_factory=dict)
     origin: str = ""               # file or built-in name it was loaded from
     description: str = ""          # what the cluster models, where its set-up comes from
+    ports: str = "links"           # "links": every directed link carries its own messages; "shared": a
+    #                                device has one port that its messages in and out take in turn
 
     def __post_init__(self) -> None:
         self.validate()
@@ -103,6 +106,8 @@ class Cluster:
                 raise ClusterError(
                     f"{where}: devices {first.name!r} and {dev.name!r} share type {dev.type!r} but differ in "
                     "kind, model or parameters; give them different 'type' names")
+        if self.ports not in PORTS:
+            raise ClusterError(f"{where}: links.ports is {self.ports!r}; expected one of {', '.join(PORTS)}")
         for role in ("source", "sink"):
             value = getattr(self, role)
             if value is not None and value not in names:

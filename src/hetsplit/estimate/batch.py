@@ -27,7 +27,7 @@ class BatchMetrics:
     fits: np.ndarray
     edp: np.ndarray
     max_transfer_s: np.ndarray          # largest single transfer (for naming the bottleneck)
-    max_transfer_link: np.ndarray       # N x 2 (u, v) of that transfer, -1 if none
+    max_transfer_link: np.ndarray       # N x 2 (u, v) of that link, (d, d) for device d's port, -1 if none
 
     def __len__(self) -> int:
         return len(self.throughput)
@@ -52,7 +52,7 @@ def metrics_at(problem: SplitProblem, batch: BatchMetrics, i: int) -> Metrics:
     comp = batch.compute_s_per_device[i]
     if batch.max_transfer_s[i] > comp.max():
         u, v = batch.max_transfer_link[i]
-        what = f"link {names[u]}->{names[v]}"
+        what = f"port {names[u]}" if u == v else f"link {names[u]}->{names[v]}"
     else:
         what = f"stage {names[int(np.argmax(comp))]}"
     charged = part | (batch.energy_per_device_j[i] > 0)

@@ -1,24 +1,27 @@
-"""The closed-form evaluator of mappings, vectorized over many device assignments of one TaskGraph.
+"""The closed-form evaluator of mappings, over many device assignments of one TaskGraph (compiled).
 
-Semantics (DESIGN.md, "General mappings"), for a stream of inputs:
+Semantics (docs/architecture.md, "The estimator"), for a stream of inputs:
 - per-device compute = the sum of its tasks' times; a link's busy time = its bytes / bandwidth +
-  its latency per message, where a message is one payload sent once from one device to another;
+  its latency per message, where a message is one payload sent once from one device to another
+  (with ``ports="shared"``: a device port's busy time = every message in or out of the device);
   throughput = 1 / the largest of these (compute and transfers overlap);
-- latency = one input's critical path through the task DAG with transfers (a message takes
-  latency + bytes / bandwidth and does not queue), each device running its tasks in topological
-  order, the model inputs leaving the source and the outputs reaching the sink;
+- latency = one input alone through the task DAG with transfers (``schedule.one_input``): each
+  device and link runs one job at a time and never idles while one of its jobs is ready, lowest
+  task or message index first (or the plan's run order), the model inputs leaving the source and
+  the outputs reaching the sink: the simulator's latency for one input;
 - memory per device = its tasks' memory + the bytes it receives + the bytes it sends (model inputs
   it is fed and outputs it delivers included, as in the pipeline semantics; the cluster's source
   and sink are charged nothing for them);
 - energy = compute energy + bytes x energy per byte, charged to the sender.
 
 A pipeline's TaskGraph (stage tasks, one payload per cut) evaluates to exactly the pipeline
-evaluator's metrics when no device pair carries two cuts (a test checks it).
+evaluator's metrics (a test checks it).
 
-``devices`` is an N x T array of device indices (task t of plan n on ``devices[n, t]``); the loop
-over tasks for the latency is the only Python loop, and it runs over all N plans at once.
-``TaskOverrides`` give per-plan task costs and edge bytes for encodings whose plans share one
-task structure but not the sizes of its shards (a zero-byte edge sends no message).
+``devices`` is an N x T array of device indices (task t of plan n on ``devices[n, t]``). One
+compiled pass per plan computes every figure: a schedule's order depends on each plan's durations,
+so it cannot be vectorized across plans. ``TaskOverrides`` give per-plan task costs and edge bytes
+for encodings whose plans share one task structure but not the sizes of their shards (a zero-byte
+edge sends no message); ``ExtraJobs`` add per-plan jobs (an MCU's weight loads).
 """
 
 from __future__ import annotations
@@ -26,54 +29,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import PlanError
-from hetsplit.estimate.batch import BatchMetrics, concat_metrics
+from hetsplit.estimate.batch import BatchMetrics
+from hetsplit.estimate.schedule import ExtraJobs, Resources, Structure, one_input, scratch
 from hetsplit.estimate.task_costs import TaskCosts, task_costs
-from hetsplit.plan.tasks import SINK, SOURCE, TaskGraph
-
-CHUNK_CELLS = 1 << 16  # rows per chunk x D x D stays below this (cache-sized chunks are fastest)
-
-
-@dataclass
-class _Structure:
-    """Assignment-independent index arrays of a TaskGraph, computed once per evaluator."""
-
-    in_edges: list[np.ndarray]    # per task: the edges into it
-    dup_pairs: list[tuple[np.ndarray, np.ndarray]]  # (edge, earlier edge of the same payload), by offset
-    sink_edges: np.ndarray
-    from_source: np.ndarray
-    to_sink: np.ndarray
-
-
-def _structure(tg: TaskGraph) -> _Structure:
-    dst = tg.edge_dst
-    in_edges = [np.flatnonzero(dst == t) for t in range(tg.num_tasks)]
-    order = np.argsort(tg.edge_payload, kind="stable")
-    pay = tg.edge_payload[order]
-    pairs = []
-    for off in range(1, len(order)):
-        same = pay[off:] == pay[:-off]
-        if not same.any():
-            break
-        pairs.append((order[off:][same], order[:-off][same]))
-    return _Structure(in_edges, pairs, np.flatnonzero(dst == SINK), tg.edge_src == SOURCE, dst == SINK)
+from hetsplit.plan.tasks import TaskGraph
 
 
 @dataclass
 class TaskOverrides:
-    """Per-plan costs replacing the task graph's own, task-major like the evaluator's own arrays:
-    T x N task time, energy and memory and E x N edge bytes (column n belongs to plan n)."""
+    """Per-plan costs replacing the task graph's own, task-major: T x N task time, energy and memory
+    and E x N edge bytes (column n belongs to plan n)."""
 
     time_s: np.ndarray
     energy_j: np.ndarray
     mem_bytes: np.ndarray
     edge_bytes: np.ndarray
-
-    def columns(self, lo: int, hi: int) -> "TaskOverrides":
-        return TaskOverrides(*(np.ascontiguousarray(a[:, lo:hi]) for a in
-                               (self.time_s, self.energy_j, self.mem_bytes, self.edge_bytes)))
 
 
 class MappingEvaluator:
@@ -82,14 +56,11 @@ class MappingEvaluator:
     def __init__(self, problem: SplitProblem, tg: TaskGraph, costs: TaskCosts | None = None):
         self.problem, self.tg = problem, tg
         self.costs = costs if costs is not None else task_costs(problem, tg)
-        self.s = _structure(tg)
+        self.structure = Structure.of(tg)
         types = problem.device_type  # per (task, device) costs, flattened as t * D + d
-        self._time = self.costs.time_s[:, types].ravel()
-        self._energy = self.costs.energy_j[:, types].ravel()
-        self._mem = self.costs.mem_bytes[:, types].ravel()
-        self._task_offset = np.arange(tg.num_tasks) * problem.num_devices
-        self._src = np.where(tg.edge_src >= 0, tg.edge_src, tg.num_tasks)  # SOURCE reads column T (time 0)
-        self._link_costs = self._links()
+        self._tables = tuple(np.ascontiguousarray(a[:, types].ravel(), dtype=np.float64)
+                             for a in (self.costs.time_s, self.costs.energy_j, self.costs.mem_bytes))
+        self._links = _link_tables(problem)
 
     def check_devices(self, devices: np.ndarray | None) -> np.ndarray:
         dev = self.tg.device[None, :] if devices is None else np.atleast_2d(np.asarray(devices, dtype=np.int64))
@@ -97,19 +68,37 @@ class MappingEvaluator:
             raise PlanError(f"an assignment has {dev.shape[1]} entries; the task graph has {self.tg.num_tasks} tasks")
         if dev.size and (dev.min() < 0 or dev.max() >= self.problem.num_devices):
             raise PlanError(f"device indices must be in 0..{self.problem.num_devices - 1}")
-        return dev
+        return np.ascontiguousarray(dev, dtype=np.int64)
 
-    def evaluate(self, devices: np.ndarray | None = None, overrides: TaskOverrides | None = None) -> BatchMetrics:
+    def evaluate(self, devices: np.ndarray | None = None, overrides: TaskOverrides | None = None,
+                 extras: list[ExtraJobs] | None = None) -> BatchMetrics:
         """Metrics of every assignment (rows of ``devices``; default: the plan's own), with the task
-        costs and edge bytes of ``overrides`` where given."""
+        costs and edge bytes of ``overrides`` and the extra jobs of ``extras`` (one per plan) where given."""
         dev = self.check_devices(devices)
+        n, n_dev, tg, st = len(dev), self.problem.num_devices, self.tg, self.structure
         if overrides is not None:
-            self._check_overrides(overrides, len(dev))
-        d = self.problem.num_devices
-        step = max(1, CHUNK_CELLS // max(1, d * d))
-        parts = [self._chunk(dev[i:i + step], None if overrides is None else overrides.columns(i, i + step))
-                 for i in range(0, len(dev), step)]
-        return concat_metrics(parts)
+            self._check_overrides(overrides, n)
+            ov = tuple(np.ascontiguousarray(a, dtype=np.float64) for a in
+                       (overrides.time_s, overrides.energy_j, overrides.mem_bytes, overrides.edge_bytes))
+        else:
+            ov = tuple(np.zeros((0, 0)) for _ in range(4))
+        x_ptr, x_dur, x_dev, x_after, x_before = _pack_extras(extras, n)
+        x_res = Resources(n_dev).channels + x_dev
+        cl = self.problem.cluster
+        out = _outputs(n, n_dev)
+        _evaluate(dev, *self._tables, *ov, overrides is not None, st.edge_src, st.edge_dst, tg.edge_bytes,
+                  tg.edge_payload, len(tg.payloads), st.out_ptr, st.out_idx, st.source_edges, st.chain_ptr,
+                  st.chain_idx, st.indeg, *self._links,
+                  -1 if cl.source_index is None else cl.source_index, -1 if cl.sink_index is None else cl.sink_index,
+                  cl.ports == "shared", x_ptr, x_dur, x_res, x_after, x_before, *out)
+        compute, energy_dev, mem_dev, participates, latency, comm_e, comm_t, task_e, max_busy, max_link = out
+        bottleneck = np.maximum(compute.max(axis=1), max_busy)
+        with np.errstate(divide="ignore"):
+            throughput = np.where(bottleneck > 0, 1.0 / bottleneck, np.inf)
+        total_e = task_e + comm_e
+        fits = (mem_dev <= self.problem.memory_bytes[None, :]).all(axis=1)
+        return BatchMetrics(throughput, bottleneck, latency, total_e, comm_e, comm_t, energy_dev, compute, mem_dev,
+                            participates, fits, total_e * latency, max_busy, max_link)
 
     def _check_overrides(self, ov: TaskOverrides, n: int) -> None:
         t, e = self.tg.num_tasks, len(self.tg.edge_src)
@@ -119,101 +108,145 @@ class MappingEvaluator:
                 raise PlanError(f"overrides.{name} is {arr.shape}; it must be {(cols, n)} "
                                 f"({'tasks' if cols == t else 'edges'} x plans)")
 
-    # ---- one chunk of plans ----------------------------------------------------------------------
-    def _links(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Latency, seconds per byte and joules per byte of every (u, v) pair, flattened (u * D + v);
-        zero on the diagonal (a device does not send to itself)."""
-        cl = self.problem.cluster
-        off = ~np.eye(self.problem.num_devices, dtype=bool)
-        with np.errstate(divide="ignore"):
-            per_byte = np.where(off, 1.0 / cl.bandwidth, 0.0)
-        return (np.where(off, cl.latency_s, 0.0).ravel(), per_byte.ravel(),
-                np.where(off, cl.energy_per_byte, 0.0).ravel())
-
-    def _chunk(self, dev: np.ndarray, ov: TaskOverrides | None = None) -> BatchMetrics:
-        """Metrics of a chunk of plans, computed task-major (T x N, E x N: contiguous rows per task/edge)."""
-        pr, tg, s = self.problem, self.tg, self.s
-        n, n_dev = dev.shape[0], pr.num_devices
-        d = np.ascontiguousarray(dev.T)                       # T x N
-        col = np.arange(n)[None, :]
-        if ov is None:
-            cell = d + self._task_offset[:, None]
-            time, energy, mem = np.take(self._time, cell), np.take(self._energy, cell), np.take(self._mem, cell)
-            nbytes = tg.edge_bytes[:, None]
-        else:
-            time, energy, mem, nbytes = ov.time_s, ov.energy_j, ov.mem_bytes, ov.edge_bytes
-        per_dev = (d * n + col).ravel()                       # device-major bins: d * N + plan
-        bins = n * n_dev
-        compute = np.bincount(per_dev, weights=time.ravel(), minlength=bins)
-        energy_dev = np.bincount(per_dev, weights=energy.ravel(), minlength=bins)
-        mem_dev = np.bincount(per_dev, weights=mem.ravel(), minlength=bins)
-        participates = np.bincount(per_dev, minlength=bins) > 0
-
-        u, v = tg.endpoints(d)                                # E x N
-        pair = u * n_dev + v
-        lat, per_byte, joule = self._link_costs
-        moves = (u != v) & (nbytes > 0)
-        first = np.ones(u.shape, dtype=bool)  # first edge of its payload to its destination device
-        for e, earlier in s.dup_pairs:
-            first[e] &= v[e] != v[earlier]
-        sent = moves & first
-        xfer = np.take(lat, pair)
-        xfer += nbytes * np.take(per_byte, pair)
-        xfer[~moves] = 0.0
-        link = (col * (n_dev * n_dev) + pair)[sent]
-        busy = np.bincount(link, weights=xfer[sent], minlength=n * n_dev * n_dev).reshape(n, n_dev * n_dev)
-        e_bytes = nbytes * np.take(joule, pair)
-        e_bytes[~sent] = 0.0
-        sender = (u * n + col).ravel()
-        energy_dev += np.bincount(sender, weights=e_bytes.ravel(), minlength=bins)
-        held_in = (sent & ~s.to_sink[:, None]) | (s.from_source[:, None] & first)  # source and sink hold nothing of ours
-        held_out = (sent & ~s.from_source[:, None]) | s.to_sink[:, None]
-        mem_dev += np.bincount((v * n + col).ravel(), weights=(held_in * nbytes).ravel(), minlength=bins)
-        mem_dev += np.bincount(sender, weights=(held_out * nbytes).ravel(), minlength=bins)
-        compute, energy_dev, mem_dev, participates = (a.reshape(n_dev, n).T for a in
-                                                      (compute, energy_dev, mem_dev, participates))
-
-        arg = np.argmax(busy, axis=1)
-        max_busy = busy[np.arange(n), arg]
-        bottleneck = np.maximum(compute.max(axis=1), max_busy)
-        with np.errstate(divide="ignore"):
-            throughput = np.where(bottleneck > 0, 1.0 / bottleneck, np.inf)
-        latency = self._latency(d, time, xfer)
-        comm_e = e_bytes.sum(axis=0)
-        total_e = energy.sum(axis=0) + comm_e
-        max_link = np.where(max_busy[:, None] > 0, np.stack([arg // n_dev, arg % n_dev], axis=1), -1)
-        fits = (mem_dev <= pr.memory_bytes[None, :]).all(axis=1)
-        return BatchMetrics(throughput, bottleneck, latency, total_e, comm_e, np.where(sent, xfer, 0.0).sum(axis=0),
-                            energy_dev, compute, mem_dev, participates, fits, total_e * latency, max_busy, max_link)
-
-    def _latency(self, d: np.ndarray, time: np.ndarray, xfer: np.ndarray) -> np.ndarray:
-        """Critical path of one input: tasks in topological order, each device one task at a time."""
-        tg, s = self.tg, self.s
-        n, n_dev = d.shape[1], self.problem.num_devices
-        finish = np.zeros((tg.num_tasks + 1, n))  # last row: 0 for the SOURCE producer
-        free = np.zeros(n * n_dev)
-        slot = d * n + np.arange(n)[None, :]     # where each task's device clock lives
-        src = self._src
-        for t in range(tg.num_tasks):
-            ins = s.in_edges[t]
-            if len(ins) == 1:
-                ready = finish[src[ins[0]]] + xfer[ins[0]]
-            elif len(ins):
-                ready = (finish[src[ins]] + xfer[ins]).max(axis=0)
-            else:
-                ready = 0.0
-            k = slot[t]
-            end = np.maximum(ready, free[k])
-            end += time[t]
-            finish[t] = end
-            free[k] = end
-        done = finish[:-1].max(axis=0)
-        if len(s.sink_edges):
-            done = np.maximum(done, (finish[src[s.sink_edges]] + xfer[s.sink_edges]).max(axis=0))
-        return done
-
 
 def evaluate_mappings(problem: SplitProblem, tg: TaskGraph, devices: np.ndarray | None = None,
-                      costs: TaskCosts | None = None) -> BatchMetrics:
+                      costs: TaskCosts | None = None, extras: list[ExtraJobs] | None = None) -> BatchMetrics:
     """Metrics of N device assignments of ``tg`` (default: its own assignment)."""
-    return MappingEvaluator(problem, tg, costs).evaluate(devices)
+    return MappingEvaluator(problem, tg, costs).evaluate(devices, extras=extras)
+
+
+def _link_tables(problem: SplitProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Latency, seconds per byte and joules per byte of every (u, v) pair, flattened (u * D + v);
+    zero on the diagonal (a device does not send to itself)."""
+    cl = problem.cluster
+    off = ~np.eye(problem.num_devices, dtype=bool)
+    with np.errstate(divide="ignore"):
+        per_byte = np.where(off, 1.0 / cl.bandwidth, 0.0)
+    return (np.where(off, cl.latency_s, 0.0).ravel(), per_byte.ravel(), np.where(off, cl.energy_per_byte, 0.0).ravel())
+
+
+def _outputs(n: int, n_dev: int) -> tuple[np.ndarray, ...]:
+    """compute, energy, memory, participates (N x D); latency, comm energy, comm time, task energy,
+    busiest link time (N); busiest link (N x 2, -1: none)."""
+    return (np.zeros((n, n_dev)), np.zeros((n, n_dev)), np.zeros((n, n_dev)), np.zeros((n, n_dev), dtype=np.bool_),
+            np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n), np.full((n, 2), -1, dtype=np.int64))
+
+
+def _pack_extras(extras: list[ExtraJobs] | None, n: int) -> tuple[np.ndarray, ...]:
+    """The plans' extra jobs as one CSR over plans: ptr (N+1), then duration, device, after, before."""
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    if not extras:
+        z = np.zeros(0, dtype=np.int64)
+        return ptr, np.zeros(0), z, z, z
+    if len(extras) != n:
+        raise PlanError(f"{len(extras)} sets of extra jobs for {n} plans")
+    ptr[1:] = np.cumsum([len(x) for x in extras])
+    return (ptr, *(np.concatenate([np.asarray(getattr(x, f)) for x in extras]).astype(dtype)
+                   for f, dtype in (("duration_s", np.float64), ("device", np.int64), ("after", np.int64),
+                                    ("before", np.int64))))
+
+
+@njit(cache=True)
+def _evaluate(dev, t_time, t_energy, t_mem, ov_time, ov_energy, ov_mem, ov_bytes, has_ov, e_src, e_dst, e_bytes,
+              e_payload, n_payloads, out_ptr, out_idx, src_edges, chain_ptr, chain_idx, indeg0, lat, per_byte, joule,
+              source, sink, shared_ports, x_ptr, x_dur, x_res, x_after, x_before,
+              compute, energy_dev, mem_dev, participates, latency, comm_e, comm_t, task_e, max_busy, max_link):
+    n, t_count = dev.shape
+    e_count = len(e_src)
+    n_dev = compute.shape[1]
+    res_links = n_dev
+    res_ports = n_dev + n_dev * n_dev
+    res_channels = res_ports + n_dev
+    x_max = 0
+    for p in range(n):
+        x_max = max(x_max, x_ptr[p + 1] - x_ptr[p])
+    work = scratch(res_channels + n_dev, t_count, e_count, x_max)
+    dur = np.empty(t_count)
+    carrier = np.empty(e_count, dtype=np.int64)
+    xfer = np.empty(e_count)
+    r0 = np.empty(e_count, dtype=np.int64)
+    r1 = np.full(e_count, -1, dtype=np.int64)
+    busy = np.zeros(res_channels)            # per link (u * D + v) or port, this plan's message time
+    busy_stamp = np.zeros(res_channels, dtype=np.int64)
+    first_stamp = np.zeros(n_payloads * n_dev, dtype=np.int64)    # first edge of (payload, v): memory
+    moved_stamp = np.zeros(n_payloads * n_dev, dtype=np.int64)    # first moving edge of (payload, v): message
+    moved_edge = np.empty(n_payloads * n_dev, dtype=np.int64)
+    for p in range(n):
+        stamp = p + 1
+        row = dev[p]
+        e_task = 0.0
+        for t in range(t_count):
+            d = row[t]
+            if has_ov:
+                tt, te, tm = ov_time[t, p], ov_energy[t, p], ov_mem[t, p]
+            else:
+                k = t * n_dev + d
+                tt, te, tm = t_time[k], t_energy[k], t_mem[k]
+            dur[t] = tt
+            compute[p, d] += tt
+            energy_dev[p, d] += te
+            mem_dev[p, d] += tm
+            participates[p, d] = True
+            e_task += te
+        task_e[p] = e_task
+        c_e, c_t, top, top_res = 0.0, 0.0, 0.0, -1
+        for e in range(e_count):
+            s, q = e_src[e], e_dst[e]
+            u = row[s] if s >= 0 else row[0]
+            v = row[q] if q >= 0 else row[0]
+            if s < 0:
+                u = v if source < 0 else source
+            if q < 0:
+                v = u if sink < 0 else sink
+            nb = ov_bytes[e, p] if has_ov else e_bytes[e]
+            key = e_payload[e] * n_dev + v
+            first = first_stamp[key] != stamp
+            if first:
+                first_stamp[key] = stamp
+            moves = u != v and nb > 0
+            carrier[e] = -1
+            xfer[e] = 0.0
+            sent = False
+            if moves:
+                if moved_stamp[key] != stamp:
+                    moved_stamp[key] = stamp
+                    moved_edge[key] = e
+                    sent = True
+                carrier[e] = moved_edge[key]
+                pair = u * n_dev + v
+                xfer[e] = lat[pair] + nb * per_byte[pair]
+                if shared_ports:
+                    r0[e], r1[e] = res_ports + u, res_ports + v
+                else:
+                    r0[e] = res_links + pair
+            if sent:
+                eb = nb * joule[u * n_dev + v]
+                energy_dev[p, u] += eb
+                c_e += eb
+                c_t += xfer[e]
+                for r in (r0[e], r1[e]):
+                    if r < 0:
+                        continue
+                    if busy_stamp[r] != stamp:
+                        busy_stamp[r] = stamp
+                        busy[r] = 0.0
+                    busy[r] += xfer[e]
+            if (sent and q >= 0) or (s < 0 and first):
+                mem_dev[p, v] += nb
+            if (sent and s >= 0) or q < 0:
+                mem_dev[p, u] += nb
+        for e in range(e_count):              # the busiest link or port (lowest index among equals)
+            if carrier[e] == e:
+                for r in (r0[e], r1[e]):
+                    if r >= 0 and (busy[r] > top or (busy[r] == top and top > 0 and r < top_res)):
+                        top, top_res = busy[r], r
+        comm_e[p], comm_t[p], max_busy[p] = c_e, c_t, top
+        if top_res >= 0:
+            if top_res < res_ports:
+                max_link[p, 0], max_link[p, 1] = (top_res - res_links) // n_dev, (top_res - res_links) % n_dev
+            else:
+                max_link[p, 0], max_link[p, 1] = top_res - res_ports, top_res - res_ports
+        x0, x1 = x_ptr[p], x_ptr[p + 1]
+        latency[p] = one_input(row, dur, carrier, xfer, r0, r1, e_dst, out_ptr, out_idx, src_edges, chain_ptr,
+                               chain_idx, indeg0, x_dur[x0:x1], x_res[x0:x1], x_after[x0:x1],
+                               x_before[x0:x1], work)

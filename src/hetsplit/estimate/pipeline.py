@@ -2,8 +2,9 @@
 
 Pipeline semantics (DESIGN.md): each stage runs consecutive layers on one device; every cut between
 two stages moves ``cut_bytes[k]`` (all tensors live across it) over the link between their devices;
-compute and communication overlap, so the bottleneck is the largest per-device compute time or cut
-transfer time and throughput is its inverse; latency is the sum of every stage and transfer; energy
+compute and communication overlap, so the bottleneck is the largest per-device compute time or
+per-link transfer time (a link carrying two cuts carries both; with ``ports="shared"`` a device's
+port carries every cut in or out of it) and throughput is its inverse; latency is the sum of every stage and transfer; energy
 is the sum of compute and transfer energy. With a cluster ``source`` the model input first moves
 from the source to the first stage (``cut_bytes[0]``); with a ``sink`` the outputs move from the
 last stage to the sink (``cut_bytes[L]``). A device that runs several stages adds up their compute.
@@ -43,6 +44,37 @@ def check_batch(problem: SplitProblem, bounds: np.ndarray, devices: np.ndarray) 
     if (used[:, 1:] & ~used[:, :-1]).any():
         raise PlanError("unused stages (device -1) must come after all used stages")
     return b, d
+
+
+def _busiest(tt: np.ndarray, lu: np.ndarray, lv: np.ndarray, n_dev: int, shared: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Per plan, the busiest wire and its time: the sum of the transfers it carries (N x K transfers
+    ``tt`` from ``lu`` to ``lv``). A wire is a directed link, or with ``shared`` ports a device's
+    port, which carries every transfer in or out of it. Returns (time, N x 2 (u, v); (d, d) for a
+    port; -1 when nothing moves); ties go to the lowest wire index (links u * D + v, then ports)."""
+    n = len(tt)
+    if shared:
+        wire = np.concatenate([n_dev * n_dev + lu, n_dev * n_dev + lv], axis=1)
+        time = np.concatenate([tt, tt], axis=1)
+    else:
+        wire, time = lu * n_dev + lv, tt
+    wire = np.where(time > 0, wire, -1)
+    width = n_dev * n_dev + n_dev
+    flat = (np.arange(n)[:, None] * width + wire)[wire >= 0]
+    ids, inverse = np.unique(flat, return_inverse=True)
+    per_wire = np.bincount(inverse, weights=time[wire >= 0])
+    busy = np.zeros(wire.shape)
+    busy[wire >= 0] = per_wire[inverse]
+    busy_key = np.where(wire >= 0, busy, -1.0)
+    top = busy_key.max(axis=1)
+    pick = np.where((busy_key == top[:, None]) & (wire >= 0), wire, width).min(axis=1)
+    max_tr = np.maximum(top, 0.0)
+    link = np.full((n, 2), -1, dtype=np.int64)
+    has = max_tr > 0
+    port = pick >= n_dev * n_dev
+    link[has & ~port] = np.stack([pick // n_dev, pick % n_dev], axis=1)[has & ~port]
+    d = pick - n_dev * n_dev
+    link[has & port] = np.stack([d, d], axis=1)[has & port]
+    return max_tr, link
 
 
 def evaluate_pipelines(problem: SplitProblem, bounds: np.ndarray, devices: np.ndarray) -> BatchMetrics:
@@ -100,11 +132,9 @@ def evaluate_pipelines(problem: SplitProblem, bounds: np.ndarray, devices: np.nd
     if transfers_t:
         tt = np.stack(transfers_t, axis=1)
         te = np.stack(transfers_e, axis=1)
-        arg = np.argmax(tt, axis=1)
-        max_tr = tt[rows, arg]
-        lu = np.stack([lk[0] for lk in links], axis=1)[rows, arg]
-        lv = np.stack([lk[1] for lk in links], axis=1)[rows, arg]
-        link = np.where(max_tr[:, None] > 0, np.stack([lu, lv], axis=1), -1)
+        lu = np.stack([lk[0] for lk in links], axis=1)
+        lv = np.stack([lk[1] for lk in links], axis=1)
+        max_tr, link = _busiest(tt, lu, lv, n_dev, problem.cluster.ports == "shared")
         comm_t, comm_e = tt.sum(axis=1), te.sum(axis=1)
     else:
         max_tr = np.zeros(n)

@@ -22,6 +22,7 @@ from hetsplit.cluster.types import Cluster
 from hetsplit.errors import ModelError, PlanError
 from hetsplit.graph.shard import CHAIN_KINDS, axis_size, combine_layer, shard_layer
 from hetsplit.graph.types import CONV, DWCONV, GEMM, INPUT, MATMUL, Graph, Tensor
+from hetsplit.plan.order import apply_order
 from hetsplit.plan.types import DIRECT, RELAY, Collective, Combine, Plan, Shard
 from hetsplit.plan.tasks import SINK, SOURCE, Task, TaskGraph, TaskGraphBuilder
 
@@ -39,8 +40,10 @@ def check_plan(graph: Graph, cluster: Cluster, plan: Plan, one_worker_per_device
     if plan.model and plan.model != graph.name:
         raise PlanError(f"the plan is for model {plan.model!r}, not {graph.name!r}")
     if plan.is_pipeline:
-        return _pipeline(graph, cluster, plan, one_worker_per_device)
-    return _Expander(graph, cluster, plan).run()
+        tg = _pipeline(graph, cluster, plan, one_worker_per_device)
+    else:
+        tg = _Expander(graph, cluster, plan).run()
+    return apply_order(tg, plan.order)
 
 
 def collectives(graph: Graph, plan: Plan) -> list[Collective]:

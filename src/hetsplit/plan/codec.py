@@ -64,7 +64,18 @@ def plan_from_dict(cls: type[Plan], d: Any, where: str) -> Plan:
     if cluster_file is not None and not isinstance(cluster_file, str):
         raise PlanError(f"{where}: 'cluster_file' must be the path of a cluster YAML, got {cluster_file!r}")
     return cls(str(d["model"]), str(d.get("cluster", "")), str(d.get("algorithm", "")), stages, params, metrics,
-               d.get("pareto"), assign, combine, cluster_file)
+               d.get("pareto"), assign, combine, cluster_file, _order(d.get("order", {}), where))
+
+
+def _order(raw: Any, where: str) -> dict[str, list[str]]:
+    if not isinstance(raw, dict):
+        raise PlanError(f"{where}: 'order' must be an object from device name to its task names in run order")
+    out: dict[str, list[str]] = {}
+    for dev, names in raw.items():
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise PlanError(f"{where}: order[{dev!r}] must be a list of task names, got {names!r}")
+        out[str(dev)] = list(names)
+    return out
 
 
 def _stages(raw: Any, where: str) -> list[Stage]:

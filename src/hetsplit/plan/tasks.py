@@ -13,7 +13,8 @@ manifest — reads this one expansion, so they agree on what runs where and what
   and the same destination device share it (a tensor is sent once per device pair).
 
 Tasks are in topological order. Devices are per task (``device``); the batch evaluator can also
-take other device assignments of the same structure.
+take other device assignments of the same structure. ``chain`` holds the plan's run order, if any:
+pairs of tasks on one device where the first must finish before the second starts.
 """
 
 from __future__ import annotations
@@ -79,6 +80,8 @@ class TaskGraph:
     edge_bytes: np.ndarray        # E
     edge_payload: np.ndarray      # E payload id: edges of one payload to one device share a message
     payloads: list[str] = field(default_factory=list)
+    chain: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), dtype=np.int64))
+    # K x 2 (before, after): consecutive tasks of a device's run order (the plan's ``order``)
 
     @property
     def num_tasks(self) -> int:

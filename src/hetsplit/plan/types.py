@@ -147,7 +147,9 @@ class Plan:
 
     A pipeline plan has ``stages`` (and ``assign`` is derived from them); a mapping has ``assign``
     and ``combine`` and no stages. ``check_plan`` (plan/check.py) validates either against a graph
-    and a cluster.
+    and a cluster. ``order`` (optional) gives devices their run order: every task of the device
+    (``TaskGraph`` task names: layers, ``layer@axis[a:b]`` shards, ``layer:concat`` ...) once;
+    a device without one runs its ready tasks first-ready-first (docs/architecture.md).
     """
 
     model: str
@@ -160,6 +162,7 @@ class Plan:
     assign: dict[str, Placement] = field(default_factory=dict)
     combine: dict[str, Combine] = field(default_factory=dict)
     cluster_file: str | None = None  # the cluster YAML the plan was made from (absolute), so run finds it
+    order: dict[str, list[str]] = field(default_factory=dict)  # device -> its task names in run order
 
     def __post_init__(self) -> None:
         if self.stages and self.assign:
@@ -216,6 +219,8 @@ class Plan:
                        for name, p in self.placements().items()}
         if self.combine:
             d["combine"] = {name: c.to_dict() for name, c in self.combine.items()}
+        if self.order:
+            d["order"] = {dev: list(names) for dev, names in self.order.items()}
         if self.metrics is not None:
             d["metrics"] = self.metrics.to_dict()
         if self.pareto is not None:

@@ -1,0 +1,349 @@
+"""One input's schedule through a TaskGraph, for many device assignments at once (compiled).
+
+The latency every fidelity reports (docs/architecture.md, "Latency"): one input alone in the
+system, each resource running one job at a time and never idling while a job of its own is ready:
+
+- *jobs*: every task (on its device), every message (``TaskGraph.messages``: a payload once per
+  destination device, on its link), and the plan's extra jobs (``ExtraJobs``: e.g. an MCU loading
+  a block's weights from L3, on the device's memory channel);
+- a task is ready when each payload it reads is there (its message delivered, or its producer on
+  the same device done) and, with a run order (``TaskGraph.chain``), when the task before it in its
+  device's order is done; a message when its producer is done (a model input: at once); an extra
+  job when the task it follows is done;
+- when a resource is free, it starts the ready job with the lowest index (tasks in topological
+  order; messages in message order); a message over a cluster with ``ports="shared"`` holds the
+  ports of both its devices and starts, in message order, as soon as both are free;
+- all jobs finishing at one instant are applied before any resource picks its next job.
+
+The discrete-event simulator (``simulate.py``) applies the same rules to a stream of inputs; with
+one input the two give the same latency (a property test checks it on random plans).
+
+The per-plan loop is compiled with numba: the schedule's order depends on each plan's durations, so
+it cannot be vectorized across plans, and in Python it runs ~100x slower (bench/evaluator_speed.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from hetsplit.plan.tasks import SOURCE, TaskGraph
+
+
+
+@dataclass(frozen=True)
+class ExtraJobs:
+    """Jobs beyond tasks and messages, per plan: ``duration_s`` on ``device``'s memory channel,
+    after task ``after`` is done (-1: at once), before task ``before`` may start (-1: nothing waits)."""
+
+    duration_s: np.ndarray
+    device: np.ndarray
+    after: np.ndarray
+    before: np.ndarray
+    labels: tuple[str, ...] = ()
+
+    @staticmethod
+    def none() -> "ExtraJobs":
+        z = np.zeros(0, dtype=np.int64)
+        return ExtraJobs(np.zeros(0), z, z, z)
+
+    def __len__(self) -> int:
+        return len(self.duration_s)
+
+
+@dataclass(frozen=True)
+class Resources:
+    """Resource numbering: devices ``0..D-1``; links ``D + u*D + v``; ports ``D + D*D + d``;
+    memory channels ``D + D*D + D + d``."""
+
+    num_devices: int
+
+    @property
+    def links(self) -> int:
+        return self.num_devices
+
+    @property
+    def ports(self) -> int:
+        return self.num_devices + self.num_devices ** 2
+
+    @property
+    def channels(self) -> int:
+        return self.ports + self.num_devices
+
+    @property
+    def count(self) -> int:
+        return self.channels + self.num_devices
+
+
+@dataclass
+class Structure:
+    """Assignment-independent index arrays of a TaskGraph (CSR lists), built once."""
+
+    edge_src: np.ndarray
+    edge_dst: np.ndarray
+    out_ptr: np.ndarray      # T+1: edges leaving task t are out_idx[out_ptr[t]:out_ptr[t+1]]
+    out_idx: np.ndarray
+    source_edges: np.ndarray
+    chain_ptr: np.ndarray    # T+1: tasks that follow task t in its device's order
+    chain_idx: np.ndarray
+    indeg: np.ndarray        # T: edges into the task + its order predecessor
+
+    @staticmethod
+    def of(tg: TaskGraph) -> "Structure":
+        t_count = tg.num_tasks
+        src, dst = tg.edge_src.astype(np.int64), tg.edge_dst.astype(np.int64)
+        out_ptr, out_idx = _csr(src, np.arange(len(src)), t_count)
+        chain = tg.chain.reshape(-1, 2)
+        chain_ptr, chain_idx = _csr(chain[:, 0], chain[:, 1], t_count)
+        indeg = np.bincount(dst[dst >= 0], minlength=t_count) + np.bincount(chain[:, 1], minlength=t_count)
+        return Structure(src, dst, out_ptr, out_idx, np.flatnonzero(src == SOURCE).astype(np.int64), chain_ptr,
+                         chain_idx, indeg.astype(np.int64))
+
+
+def _csr(keys: np.ndarray, values: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    keep = keys >= 0
+    k, v = keys[keep], values[keep]
+    order = np.argsort(k, kind="stable")
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(k, minlength=n), out=ptr[1:])
+    return ptr, v[order].astype(np.int64)
+
+
+# ---- the compiled loop ----------------------------------------------------------------------------
+
+@njit(cache=True, inline="always")
+def _push(keys, vals, size, key, val):
+    """Push (key, val) on a binary min-heap (key, then val) held in keys[:size], vals[:size]."""
+    i = size
+    while i > 0:
+        p = (i - 1) >> 1
+        if keys[p] < key or (keys[p] == key and vals[p] <= val):
+            break
+        keys[i] = keys[p]
+        vals[i] = vals[p]
+        i = p
+    keys[i] = key
+    vals[i] = val
+    return size + 1
+
+
+@njit(cache=True, inline="always")
+def _pop(keys, vals, size):
+    """Remove the heap's top; return the new size (the top was keys[0], vals[0] before the call)."""
+    size -= 1
+    key, val = keys[size], vals[size]
+    i = 0
+    while True:
+        a = 2 * i + 1
+        if a >= size:
+            break
+        if a + 1 < size and (keys[a + 1] < keys[a] or (keys[a + 1] == keys[a] and vals[a + 1] < vals[a])):
+            a += 1
+        if key < keys[a] or (key == keys[a] and val <= vals[a]):
+            break
+        keys[i] = keys[a]
+        vals[i] = vals[a]
+        i = a
+    keys[i] = key
+    vals[i] = val
+    return size
+
+
+@njit(cache=True, inline="always")
+def _ipush(heap, base, size, job):
+    """Push ``job`` on the min-heap of ints at heap[base:base + size]."""
+    i = size
+    while i > 0:
+        p = (i - 1) >> 1
+        if heap[base + p] <= job:
+            break
+        heap[base + i] = heap[base + p]
+        i = p
+    heap[base + i] = job
+    return size + 1
+
+
+@njit(cache=True, inline="always")
+def _ipop(heap, base, size):
+    """Remove the top of the int min-heap at heap[base:base + size]; return the new size."""
+    size -= 1
+    job = heap[base + size]
+    i = 0
+    while True:
+        a = 2 * i + 1
+        if a >= size:
+            break
+        if a + 1 < size and heap[base + a + 1] < heap[base + a]:
+            a += 1
+        if job <= heap[base + a]:
+            break
+        heap[base + i] = heap[base + a]
+        i = a
+    heap[base + i] = job
+    return size
+
+
+@njit(cache=True)
+def scratch(n_res: int, t_count: int, e_count: int, x_max: int):
+    """Work arrays for ``one_input`` (allocated once per batch)."""
+    jobs = t_count + e_count + x_max
+    return (np.empty(n_res * (jobs + 1), dtype=np.int64), jobs + 1, np.zeros(n_res, dtype=np.int64), np.zeros(n_res, dtype=np.bool_), np.empty(jobs + 1),
+            np.empty(jobs + 1, dtype=np.int64), np.empty(max(t_count, 1), dtype=np.int64),
+            np.empty(4 * jobs + 4, dtype=np.int64), np.zeros(max(e_count, 1), dtype=np.bool_),
+            np.empty(max(e_count, 1), dtype=np.int64), np.empty(max(e_count, 1), dtype=np.int64),
+            np.empty(max(t_count, 1), dtype=np.int64), np.empty(x_max + 1, dtype=np.int64))
+
+
+@njit(cache=True, inline="always")
+def _ready(heap, cap, hsize, touched, n_touch, r, job):
+    hsize[r] = _ipush(heap, r * cap, hsize[r], job)
+    touched[n_touch] = r
+    return n_touch + 1
+
+
+@njit(cache=True)
+def one_input(dev, dur, carrier, xfer, r0, r1, e_dst, out_ptr, out_idx, src_edges, chain_ptr, chain_idx, indeg0,
+              x_dur, x_res, x_after, x_before, work) -> float:
+    """One input's latency under one assignment (module docstring), NaN when some job never runs.
+
+    Per task: ``dev``, ``dur``; per edge: ``carrier`` (the edge whose message brings its payload, -1:
+    nothing moves), ``xfer`` (that message's seconds), ``r0``/``r1`` (its resources, -1: none);
+    extra jobs ``x_*``; ``work``: ``scratch(...)``."""
+    heap, cap, hsize, busy, ev_t, ev_j, remaining, touched, wait2, alias_head, alias_next, ext_head, ext_next = work
+    t_count, e_count, n_x = len(dev), len(carrier), len(x_dur)
+    jt, je = t_count, t_count + e_count      # job ids: tasks, then messages (by edge), then extra jobs
+    for t in range(t_count):
+        remaining[t] = indeg0[t]
+        ext_head[t] = -1
+    for e in range(e_count):
+        alias_head[e] = -1
+        wait2[e] = False
+    for e in range(e_count - 1, -1, -1):
+        c = carrier[e]
+        if c >= 0:
+            alias_next[e] = alias_head[c]
+            alias_head[c] = e
+    for x in range(n_x - 1, -1, -1):
+        if x_after[x] >= 0:
+            ext_next[x] = ext_head[x_after[x]]
+            ext_head[x_after[x]] = x
+        if x_before[x] >= 0:
+            remaining[x_before[x]] += 1
+    total = t_count + n_x
+    for e in range(e_count):
+        if carrier[e] == e:
+            total += 1
+    n_touch, ev, any2 = 0, 0, False
+    for t in range(t_count):                   # the input arrives
+        if remaining[t] == 0:
+            n_touch = _ready(heap, cap, hsize, touched, n_touch, dev[t], t)
+    for k in range(len(src_edges)):
+        e = src_edges[k]
+        c = carrier[e]
+        if c < 0:
+            d = e_dst[e]
+            if d >= 0:
+                remaining[d] -= 1
+                if remaining[d] == 0:
+                    n_touch = _ready(heap, cap, hsize, touched, n_touch, dev[d], d)
+        elif c == e:
+            if r1[e] < 0:
+                n_touch = _ready(heap, cap, hsize, touched, n_touch, r0[e], jt + e)
+            else:
+                wait2[e] = True
+                any2 = True
+    for x in range(n_x):
+        if x_after[x] < 0:
+            n_touch = _ready(heap, cap, hsize, touched, n_touch, x_res[x], je + x)
+    now, done = 0.0, 0
+    while True:
+        for k in range(n_touch):               # every free resource starts its lowest ready job
+            r = touched[k]
+            if busy[r] or hsize[r] == 0:
+                continue
+            j = heap[r * cap]
+            hsize[r] = _ipop(heap, r * cap, hsize[r])
+            busy[r] = True
+            d = dur[j] if j < jt else (xfer[j - jt] if j < je else x_dur[j - je])
+            ev = _push(ev_t, ev_j, ev, now + d, j)
+        n_touch = 0
+        if any2:                               # messages holding two ports, in message order
+            any2 = False
+            for e in range(e_count):
+                if wait2[e]:
+                    if busy[r0[e]] or busy[r1[e]]:
+                        any2 = True
+                        continue
+                    wait2[e] = False
+                    busy[r0[e]] = True
+                    busy[r1[e]] = True
+                    ev = _push(ev_t, ev_j, ev, now + xfer[e], jt + e)
+        if ev == 0:
+            break
+        now = ev_t[0]                          # apply every completion at the next instant
+        while ev > 0 and ev_t[0] == now:
+            j = ev_j[0]
+            ev = _pop(ev_t, ev_j, ev)
+            done += 1
+            if j < jt:
+                busy[dev[j]] = False
+                touched[n_touch] = dev[j]
+                n_touch += 1
+                for k in range(out_ptr[j], out_ptr[j + 1]):
+                    e = out_idx[k]
+                    c = carrier[e]
+                    if c < 0:
+                        d = e_dst[e]
+                        if d >= 0:
+                            remaining[d] -= 1
+                            if remaining[d] == 0:
+                                n_touch = _ready(heap, cap, hsize, touched, n_touch, dev[d], d)
+                    elif c == e:
+                        if r1[e] < 0:
+                            n_touch = _ready(heap, cap, hsize, touched, n_touch, r0[e], jt + e)
+                        else:
+                            wait2[e] = True
+                            any2 = True
+                for k in range(chain_ptr[j], chain_ptr[j + 1]):
+                    d = chain_idx[k]
+                    remaining[d] -= 1
+                    if remaining[d] == 0:
+                        n_touch = _ready(heap, cap, hsize, touched, n_touch, dev[d], d)
+                x = ext_head[j]
+                while x >= 0:
+                    n_touch = _ready(heap, cap, hsize, touched, n_touch, x_res[x], je + x)
+                    x = ext_next[x]
+            elif j < je:
+                e = j - jt
+                busy[r0[e]] = False
+                if r1[e] >= 0:
+                    busy[r1[e]] = False
+                    any2 = True
+                else:
+                    touched[n_touch] = r0[e]
+                    n_touch += 1
+                f = alias_head[e]
+                while f >= 0:
+                    d = e_dst[f]
+                    if d >= 0:
+                        remaining[d] -= 1
+                        if remaining[d] == 0:
+                            n_touch = _ready(heap, cap, hsize, touched, n_touch, dev[d], d)
+                    f = alias_next[f]
+            else:
+                x = j - je
+                busy[x_res[x]] = False
+                touched[n_touch] = x_res[x]
+                n_touch += 1
+                b = x_before[x]
+                if b >= 0:
+                    remaining[b] -= 1
+                    if remaining[b] == 0:
+                        n_touch = _ready(heap, cap, hsize, touched, n_touch, dev[b], b)
+    if done == total:                          # every heap is empty and every resource free again
+        return now
+    hsize[:] = 0
+    busy[:] = False
+    return np.nan
