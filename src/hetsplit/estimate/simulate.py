@@ -1,17 +1,18 @@
 """Discrete-event simulation of a stream of inputs through a plan's TaskGraph.
 
-The closed-form evaluators (estimate/pipeline.py, estimate/mapping.py) give throughput as the inverse of
-the busiest resource and latency as one input's critical path. This simulator runs the stream for
-real, event by event, so it also shows queueing, utilization and the timeline (DESIGN.md,
-"General mappings": it is the reference for latency).
+The closed forms (estimate/pipeline.py, estimate/mapping.py) give throughput as the inverse of the
+busiest resource and latency as one input's schedule (estimate/schedule.py, the same rules as here
+for one input). This simulator runs the stream for real, event by event, so it also shows queueing,
+utilization and the timeline (docs/architecture.md, "The estimator").
 
 Work items, per input ``i`` (N inputs) of one TaskGraph ``tg``:
 
 - a *compute job* per task ``t`` on device ``tg.tasks[t].device``, taking ``TaskCosts.time_s`` of
   that device's type;
 - a *transfer job* per message ``m`` of ``tg.messages()`` (one payload once from device ``src`` to
-  ``dst``) on the directed link ``(src, dst)``, taking ``latency_s[src, dst] + nbytes /
-  bandwidth[src, dst]``; the link is busy for all of it.
+  ``dst``) on the directed link ``(src, dst)`` (with ``cluster.ports == "shared"``: holding the
+  ports of both devices), taking ``latency_s[src, dst] + nbytes / bandwidth[src, dst]``;
+- an *extra job* per ``ExtraJobs`` entry (an MCU's weight load) on its device's memory channel.
 
 Rules (compute-and-forward units):
 
@@ -20,11 +21,14 @@ Rules (compute-and-forward units):
   edge's producer task is done (a model input produced by ``SOURCE`` on the same device is there
   when input i arrives);
 - a message of input i is ready when its producer task finished (``SOURCE`` messages: when input i
-  arrives); messages whose consumers include ``SINK`` deliver the output;
+  arrives); messages whose consumers include ``SINK`` deliver the output; with a run order
+  (``TaskGraph.chain``) a task also waits for the task before it in its device's order; an extra
+  job waits for the task it follows and holds back the task it precedes;
 - each device runs one task at a time and, among its ready tasks, starts the lowest
   ``(input, task index)``; each link carries one message at a time, FIFO by ready time, ties by
   ``(input, message index)`` (``link_order="input"``: lowest ``(input, message index)`` first, as
-  on devices); both are work-conserving (never idle while something is ready);
+  on devices); both are work-conserving (never idle while something is ready); a message holding
+  two ports starts, in the same order, when both are free;
 - all events at one instant are applied before any idle resource picks its next job, so the choice
   does not depend on the order of simultaneous events;
 - input i arrives at ``i * interval_s`` (``interval_s = 0``: all at t = 0, a saturated stream) and
@@ -53,6 +57,7 @@ import numpy as np
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import HetsplitError, PlanError
 from hetsplit.plan.check import check_plan
+from hetsplit.estimate.schedule import ExtraJobs
 from hetsplit.estimate.task_costs import TaskCosts, task_costs
 from hetsplit.plan.tasks import SOURCE, Message, TaskGraph
 from hetsplit.plan.types import Plan
@@ -103,7 +108,7 @@ class SimResult:
 
     inputs: int
     resources: list[str]
-    resource_kinds: list[str]              # "device" or "link", per resource
+    resource_kinds: list[str]              # "device", "link", "port" or "memory", per resource
     arrival_s: np.ndarray                  # N
     done_s: np.ndarray                     # N
     throughput: float                      # in steady state: see steady_throughput
@@ -164,16 +169,17 @@ def steady_throughput(inputs: int, makespan_s: float, unloaded_latency_s: float)
 
 @dataclass
 class _Jobs:
-    """A TaskGraph as flat job lists: jobs 0..T-1 are tasks, T..T+M-1 are messages (message order)."""
+    """A TaskGraph as flat job lists: jobs 0..T-1 are tasks, T..T+M-1 messages (message order), then
+    the plan's extra jobs (``ExtraJobs``)."""
 
-    resource: list[int]           # per job: resource index
+    resource: list[tuple[int, ...]]   # per job: the resources it holds (a message over shared ports: two)
     duration: list[float]         # per job: seconds
-    label: list[str]              # per job: task name or payload
+    label: list[str]              # per job: task name, payload or extra job
     unlocks: list[list[int]]      # per job: tasks whose token count drops when it finishes
-    releases: list[list[int]]     # per job: messages that become ready when it finishes
+    releases: list[list[int]]     # per job: messages and extra jobs that become ready when it finishes
     counts: list[int]             # per task: tokens still awaited once its input has arrived
     start_tasks: list[int]        # tasks ready when an input arrives
-    start_messages: list[int]     # messages ready when an input arrives (model inputs from the source)
+    start_others: list[int]       # messages (model inputs from the source) and extra jobs ready then
     resources: list[str]
     resource_kinds: list[str]
 
@@ -182,9 +188,11 @@ class _Jobs:
         return len(self.duration)
 
 
-def _compile(problem: SplitProblem, tg: TaskGraph, costs: TaskCosts, messages: list[Message]) -> _Jobs:
+def _compile(problem: SplitProblem, tg: TaskGraph, costs: TaskCosts, messages: list[Message],
+             extras: ExtraJobs) -> _Jobs:
     cl = tg.cluster
-    n_tasks, n_jobs = tg.num_tasks, tg.num_tasks + len(messages)
+    n_tasks, n_msgs = tg.num_tasks, len(messages)
+    n_jobs = n_tasks + n_msgs + len(extras)
     if costs.time_s.shape[0] != n_tasks:
         raise PlanError(f"the task costs have {costs.time_s.shape[0]} rows; the task graph has {n_tasks} tasks")
     time_s = costs.on(tg.device[None, :], problem.device_type)[0][0]
@@ -193,10 +201,14 @@ def _compile(problem: SplitProblem, tg: TaskGraph, costs: TaskCosts, messages: l
         t = tg.tasks[int(bad[0])]
         raise PlanError(f"task {t.name!r} cannot run on device {cl.names[t.device]!r} (its time is "
                         f"{time_s[bad[0]]}); place it on a device that can")
-    resource, names, kinds = _resources(tg, messages)
-    duration = [float(x) for x in time_s] + [float(cl.latency_s[m.src, m.dst] + m.nbytes / cl.bandwidth[m.src, m.dst])
-                                             for m in messages]
+    resource, names, kinds = _resources(tg, messages, extras)
+    duration = [float(x) for x in time_s] + \
+        [float(cl.latency_s[m.src, m.dst] + m.nbytes / cl.bandwidth[m.src, m.dst]) for m in messages] + \
+        [float(x) for x in extras.duration_s]
     tokens = _tokens(tg, messages)
+    for x, before in enumerate(extras.before):
+        if before >= 0:
+            tokens[int(before)].add(n_tasks + n_msgs + x)
     unlocks: list[list[int]] = [[] for _ in range(n_jobs)]
     counts = [0] * n_tasks
     for t, toks in enumerate(tokens):
@@ -205,28 +217,42 @@ def _compile(problem: SplitProblem, tg: TaskGraph, costs: TaskCosts, messages: l
                 unlocks[tok].append(t)
                 counts[t] += 1
     releases: list[list[int]] = [[] for _ in range(n_jobs)]
-    start_messages = []
+    start_others = []
     for k, m in enumerate(messages):
-        (start_messages if m.producer == SOURCE else releases[m.producer]).append(n_tasks + k)
-    return _Jobs(resource, duration, [t.name for t in tg.tasks] + [m.payload for m in messages], unlocks, releases,
-                 counts, [t for t in range(n_tasks) if counts[t] == 0], start_messages, names, kinds)
+        (start_others if m.producer == SOURCE else releases[m.producer]).append(n_tasks + k)
+    for x, after in enumerate(extras.after):
+        (start_others if after < 0 else releases[int(after)]).append(n_tasks + n_msgs + x)
+    labels = [t.name for t in tg.tasks] + [m.payload for m in messages] + \
+        (list(extras.labels) or [f"extra{x}" for x in range(len(extras))])
+    return _Jobs(resource, duration, labels, unlocks, releases, counts, [t for t in range(n_tasks) if counts[t] == 0],
+                 start_others, names, kinds)
 
 
-def _resources(tg: TaskGraph, messages: list[Message]) -> tuple[list[int], list[str], list[str]]:
-    """Per job its resource index; the resources' names and kinds: devices that run tasks, then the
-    links that carry messages (both in index order)."""
+def _resources(tg: TaskGraph, messages: list[Message], extras: ExtraJobs
+               ) -> tuple[list[tuple[int, ...]], list[str], list[str]]:
+    """Per job the resources it holds; the resources' names and kinds: devices that run tasks, the
+    links that carry messages (or with ``ports="shared"`` the devices' ports), then the devices'
+    memory channels that extra jobs use (each group in index order)."""
     names = tg.cluster.names
+    shared = tg.cluster.ports == "shared"
     devices = sorted({int(d) for d in tg.device})
-    links = sorted({(m.src, m.dst) for m in messages})
-    index = {("device", d): r for r, d in enumerate(devices)}
-    index.update({("link", u, v): len(devices) + r for r, (u, v) in enumerate(links)})
-    resource = [index[("device", int(d))] for d in tg.device] + [index[("link", m.src, m.dst)] for m in messages]
-    return (resource, [names[d] for d in devices] + [f"{names[u]}->{names[v]}" for u, v in links],
-            ["device"] * len(devices) + ["link"] * len(links))
+    wires = sorted({w for m in messages for w in ([("port", m.src), ("port", m.dst)] if shared
+                                                   else [("link", m.src, m.dst)])})
+    channels = sorted({int(d) for d in extras.device})
+    keys = [("device", d) for d in devices] + wires + [("memory", d) for d in channels]
+    index = {k: r for r, k in enumerate(keys)}
+    resource = [(index[("device", int(d))],) for d in tg.device]
+    resource += [(index[("port", m.src)], index[("port", m.dst)]) if shared else (index[("link", m.src, m.dst)],)
+                 for m in messages]
+    resource += [(index[("memory", int(d))],) for d in extras.device]
+    label = {"device": lambda k: names[k[1]], "link": lambda k: f"{names[k[1]]}->{names[k[2]]}",
+             "port": lambda k: f"{names[k[1]]} port", "memory": lambda k: f"{names[k[1]]} memory"}
+    return resource, [label[k[0]](k) for k in keys], [k[0] for k in keys]
 
 
 def _tokens(tg: TaskGraph, messages: list[Message]) -> list[set[int]]:
-    """Per task, what it waits for: producer tasks (same device), message jobs (T + m), the arrival."""
+    """Per task, what it waits for: producer tasks (same device) and the task before it in its
+    device's run order, message jobs (T + m), the arrival."""
     u, v = tg.endpoints(tg.device)
     msg_of = {(m.payload, m.dst): tg.num_tasks + k for k, m in enumerate(messages)}
     tokens: list[set[int]] = [set() for _ in range(tg.num_tasks)]
@@ -239,6 +265,8 @@ def _tokens(tg: TaskGraph, messages: list[Message]) -> list[set[int]]:
         else:
             src = int(tg.edge_src[e])
             tokens[dst].add(src if src >= 0 else _ARRIVAL)
+    for before, after in tg.chain:
+        tokens[int(after)].add(int(before))
     return tokens
 
 
@@ -256,13 +284,15 @@ class _Run:
 def _run(jobs: _Jobs, n: int, interval_s: float, keep: bool, fifo: bool) -> _Run:
     """Simulate ``n`` inputs arriving every ``interval_s``; see the module docstring for the rules.
 
-    Event: ``(time, resource, input, job)``, resource -1 for an arrival. Ready heaps hold ``(key,
-    input, job)`` with key 0 on devices (lowest input, then task) and on links the ready time
-    (``fifo``) or 0 (lowest input, then message)."""
+    Event: ``(time, -1, input, job)``, job -1 for an arrival. Ready heaps hold ``(key, input, job)``
+    with key 0 on devices and memory channels (lowest input, then job) and on links the ready time
+    (``fifo``) or 0 (lowest input, then message); messages that hold two ports wait in one heap of
+    their own and start, in that order, when both ports are free."""
     n_res, n_jobs = len(jobs.resources), jobs.num_jobs
     resource, duration, unlocks, releases = jobs.resource, jobs.duration, jobs.unlocks, jobs.releases
-    start_tasks, start_messages, counts = jobs.start_tasks, jobs.start_messages, jobs.counts
+    start_tasks, start_others, counts = jobs.start_tasks, jobs.start_others, jobs.counts
     ready: list[list[tuple[float, int, int]]] = [[] for _ in range(n_res)]
+    pairs: list[tuple[float, int, int]] = []          # ready jobs that hold two resources
     running = [False] * n_res
     busy = [0.0] * n_res
     pending: list[list[int] | None] = [None] * n
@@ -272,37 +302,52 @@ def _run(jobs: _Jobs, n: int, interval_s: float, keep: bool, fifo: bool) -> _Run
     timeline: list[tuple[int, int, int, float, float]] = []
     events: list[tuple[float, int, int, int]] = [(0.0, -1, 0, -1)]
     n_events = 0
+
+    def make_ready(key: float, i: int, j: int, touched: list[int]) -> None:
+        res = resource[j]
+        if len(res) == 1:
+            heappush(ready[res[0]], (key, i, j))
+            touched.append(res[0])
+        else:
+            heappush(pairs, (key, i, j))
+
+    def start(now: float, i: int, j: int) -> None:
+        d = duration[j]
+        for r in resource[j]:
+            running[r] = True
+            busy[r] += d
+            if keep:
+                timeline.append((r, j, i, now, now + d))
+        heappush(events, (now + d, -1, i, j))
+
     while events:
         now = events[0][0]
         link_key = now if fifo else 0.0
         touched: list[int] = []
         while events and events[0][0] == now:
-            _, r, i, j = heappop(events)
+            _, _, i, j = heappop(events)
             n_events += 1
-            if r < 0:  # input i arrives
+            if j < 0:  # input i arrives
                 pending[i] = counts.copy()
                 left[i] = n_jobs
                 for t in start_tasks:
-                    heappush(ready[resource[t]], (0.0, i, t))
-                    touched.append(resource[t])
-                for k in start_messages:
-                    heappush(ready[resource[k]], (link_key, i, k))
-                    touched.append(resource[k])
+                    make_ready(0.0, i, t, touched)
+                for k in start_others:
+                    make_ready(link_key, i, k, touched)
                 if i + 1 < n:
                     heappush(events, (arrival[i + 1], -1, i + 1, -1))
                 continue
-            running[r] = False
-            touched.append(r)
+            for r in resource[j]:
+                running[r] = False
+                touched.append(r)
             cnt = pending[i]
             for t in unlocks[j]:
                 c = cnt[t] - 1
                 cnt[t] = c
                 if c == 0:
-                    heappush(ready[resource[t]], (0.0, i, t))
-                    touched.append(resource[t])
+                    make_ready(0.0, i, t, touched)
             for k in releases[j]:
-                heappush(ready[resource[k]], (link_key, i, k))
-                touched.append(resource[k])
+                make_ready(link_key, i, k, touched)
             left[i] -= 1
             if not left[i]:
                 done[i] = now
@@ -310,13 +355,17 @@ def _run(jobs: _Jobs, n: int, interval_s: float, keep: bool, fifo: bool) -> _Run
         for r in touched:
             if not running[r] and ready[r]:
                 _, i, j = heappop(ready[r])
-                d = duration[j]
-                end = now + d
-                running[r] = True
-                busy[r] += d
-                heappush(events, (end, r, i, j))
-                if keep:
-                    timeline.append((r, j, i, now, end))
+                start(now, i, j)
+        if pairs:
+            waiting = []
+            while pairs:
+                item = heappop(pairs)
+                if any(running[r] for r in resource[item[2]]):
+                    waiting.append(item)
+                else:
+                    start(now, item[1], item[2])
+            for item in waiting:
+                heappush(pairs, item)
     stuck = [i for i in range(n) if left[i]]
     if stuck:
         raise PlanError(f"input {stuck[0]} never finished: the task graph has a dependency cycle")
@@ -326,12 +375,13 @@ def _run(jobs: _Jobs, n: int, interval_s: float, keep: bool, fifo: bool) -> _Run
 # ---- entry points ---------------------------------------------------------------------------------
 
 def simulate(problem: SplitProblem, tg: TaskGraph, options: SimOptions | None = None,
-             costs: TaskCosts | None = None) -> SimResult:
-    """Simulate ``options.inputs`` inputs through ``tg`` (costs default: ``task_costs(problem, tg)``)."""
+             costs: TaskCosts | None = None, extras: ExtraJobs | None = None) -> SimResult:
+    """Simulate ``options.inputs`` inputs through ``tg`` (costs default: ``task_costs(problem, tg)``;
+    ``extras``: the plan's extra jobs, e.g. an MCU's weight loads)."""
     opts = options or SimOptions()
     costs = costs if costs is not None else task_costs(problem, tg)
     messages = tg.messages()
-    jobs = _compile(problem, tg, costs, messages)
+    jobs = _compile(problem, tg, costs, messages, extras if extras is not None else ExtraJobs.none())
     fifo = opts.link_order == "fifo"
     t0 = time.perf_counter()
     run = _run(jobs, opts.inputs, opts.interval_s, opts.keep_timeline, fifo)

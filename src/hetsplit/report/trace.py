@@ -21,7 +21,7 @@ US = 1e6  # trace times are microseconds
 def trace_document(result: SimResult, title: str = "") -> dict[str, Any]:
     """The trace of ``result.timeline``: metadata events naming each resource, then one "X" event per span."""
     pid = {name: k + 1 for k, name in enumerate(result.resources)}
-    cat = {name: ("compute" if kind == "device" else "transfer")
+    cat = {name: {"device": "compute", "memory": "memory"}.get(kind, "transfer")
            for name, kind in zip(result.resources, result.resource_kinds)}
     events: list[dict[str, Any]] = []
     for name, p in pid.items():
