@@ -6,7 +6,11 @@
 2. Layers in decreasing rank (a topological order) each go to the device giving the earliest finish
    time, with insertion: a layer may fill an idle gap between layers already on the device.
 A layer whose time on a device is not finite is never put there. HEFT schedules one input for the
-makespan; the plan's metrics (throughput of a stream included) come from the mapping evaluator.
+makespan; the plan carries that schedule's run order per device (``Plan.order``: layers by their
+start time), and its metrics come from the estimator with that order. ``params["makespan_s"]`` is
+HEFT's own estimate, which assumes (as the algorithm does) that links carry any number of transfers
+at once and that the model input is on every device; the estimator queues messages on their link
+and moves the input from the cluster's source, so its latency can be a little higher.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hetsplit.costs.problem import SplitProblem
+from hetsplit.plan.types import Plan
 from hetsplit.search.base import register_partitioner
 from hetsplit.search.node_mapping import NodeMapping, OneMappingPartitioner
 
@@ -74,13 +80,14 @@ class _Timeline:
         self.ends.insert(k, end)
 
 
-def heft_assignment(nm: NodeMapping) -> tuple[np.ndarray, float]:
-    """HEFT's device per layer and its one-input makespan estimate."""
+def heft_schedule(nm: NodeMapping) -> tuple[np.ndarray, np.ndarray, float]:
+    """HEFT's device and start time per layer, and its one-input makespan estimate."""
     edge_bytes = _edge_bytes(nm)
     rank = upward_ranks(nm, edge_bytes)
     order = sorted(range(nm.num_layers), key=lambda i: (-rank[i], i))
     device = np.full(nm.num_layers, -1, dtype=np.int64)
     finish = np.zeros(nm.num_layers)
+    begin = np.zeros(nm.num_layers)
     lines = [_Timeline() for _ in range(nm.num_devices)]
     preds = nm.problem.graph.predecessors
     for i in order:
@@ -93,9 +100,9 @@ def heft_assignment(nm: NodeMapping) -> tuple[np.ndarray, float]:
             if end < best[0]:
                 best = (end, int(d), start)
         end, d, start = best
-        device[i], finish[i] = d, end
+        device[i], finish[i], begin[i] = d, end, start
         lines[d].book(start, end)
-    return device, float(finish.max())
+    return device, begin, float(finish.max())
 
 
 @register_partitioner("heft")
@@ -106,5 +113,11 @@ class Heft(OneMappingPartitioner):
     name: str = "heft"
 
     def assignment(self, nm: NodeMapping) -> tuple[np.ndarray, dict]:
-        devices, makespan = heft_assignment(nm)
+        devices, _, makespan = heft_schedule(nm)
         return devices, {"makespan_s": makespan}
+
+    def solve(self, problem: SplitProblem) -> list[Plan]:
+        nm = NodeMapping(problem)
+        devices, start, makespan = heft_schedule(nm)
+        return [nm.plan(devices, self.name, {"makespan_s": makespan}, start_order=np.lexsort((np.arange(len(start)),
+                                                                                             start)))]

@@ -28,7 +28,7 @@ from hetsplit.errors import HetsplitError
 from hetsplit.plan.types import Plan
 from hetsplit.search.balance_mappers import round_robin_assignment, weights_balance_assignment
 from hetsplit.search.base import register_partitioner
-from hetsplit.search.heft import heft_assignment
+from hetsplit.search.heft import heft_schedule
 from hetsplit.search.lblp import lblp_assignment
 from hetsplit.search.mapping_local_search import LocalSearch, best_row, scores
 from hetsplit.search.mapping_milp import PROOF_TOL, solve_bottleneck
@@ -59,7 +59,7 @@ class MapOpt:
         deadline = t0 + self.time_budget_s
         nm = NodeMapping(problem)
         starts = {"lblp": lblp_assignment(nm), "wb": weights_balance_assignment(nm),
-                  "rr": round_robin_assignment(nm), "heft": heft_assignment(nm)[0]}
+                  "rr": round_robin_assignment(nm), "heft": heft_schedule(nm)[0]}
         keys = scores(nm.evaluate(np.array(list(starts.values()))))
         fitting = keys[keys[:, 0] == 0, 1]
         milp = solve_bottleneck(nm, MILP_SHARE * max(0.0, deadline - time.perf_counter()),

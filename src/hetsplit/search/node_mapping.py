@@ -21,6 +21,7 @@ from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import PlanError
 from hetsplit.estimate.batch import BatchMetrics, metrics_at
 from hetsplit.plan.check import check_plan
+from hetsplit.estimate.evaluate import evaluate
 from hetsplit.estimate.mapping import MappingEvaluator
 from hetsplit.plan.tasks import TaskGraph
 from hetsplit.plan.types import Plan
@@ -140,9 +141,21 @@ class NodeMapping:
         dev = self.check_assignment(devices)[0]
         return replace(self.tg, tasks=[replace(t, device=int(d)) for t, d in zip(self.tg.tasks, dev)])
 
-    def plan(self, devices: np.ndarray, algorithm: str, params: dict | None = None) -> Plan:
-        """A plan/2 mapping with its metrics from one L-vector of device indices."""
-        return self.plans(self.check_assignment(devices)[:1], algorithm, params)[0]
+    def plan(self, devices: np.ndarray, algorithm: str, params: dict | None = None,
+             start_order: np.ndarray | None = None) -> Plan:
+        """A plan/2 mapping with its metrics from one L-vector of device indices; ``start_order`` (the
+        layers in the order a list scheduler starts them) becomes the plan's per-device run order."""
+        if start_order is None:
+            return self.plans(self.check_assignment(devices)[:1], algorithm, params)[0]
+        dev = self.check_assignment(devices)[0]
+        names, g = self.problem.cluster.names, self.problem.graph
+        order: dict[str, list[str]] = {}
+        for i in start_order:
+            order.setdefault(names[int(dev[i])], []).append(g.names[int(i)])
+        plan = Plan(g.name, self.problem.cluster.name, algorithm, params=dict(params or {}),
+                    assign={layer: names[int(d)] for layer, d in zip(g.names, dev)}, order=order)
+        plan.metrics = evaluate(self.problem, plan)
+        return plan
 
     def plans(self, devices: np.ndarray, algorithm: str, params: dict | None = None) -> list[Plan]:
         """plan/2 mappings of N x L device indices, their metrics from one batch evaluation."""
