@@ -137,7 +137,8 @@ def test_a_sharded_dag_worked_by_hand():
     np.testing.assert_allclose(r.done_s, [11.65, 14.65])
     assert r.unloaded_latency_s == pytest.approx(11.65)
     assert r.unloaded_latency_s == pytest.approx(evaluate_mappings(pr, tg, costs=costs).latency_s[0])
-    assert r.throughput == pytest.approx(1 / 3.0)            # (2 - 1) / (14.65 - 11.65)
+    # (2 - 1) / (14.65 - 11.65) = 1/3 would outrun d2, busy 4.5 s per input: capped at 2 / 9 s
+    assert r.throughput == pytest.approx(2 / 9.0)
     assert r.energy_j == pytest.approx(2 * 9.25 + 0.01 * (6 * 100 + 2 * 40))
     assert r.busy_s["d2"] == pytest.approx(2 * 4.5) and r.utilization["d2"] == pytest.approx(9 / 14.65)
     assert r.events == 2 + 2 * (7 + 8)                       # arrivals + every task and message

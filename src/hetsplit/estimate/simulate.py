@@ -147,9 +147,10 @@ class SimResult:
                 "wall_s": self.wall_s}
 
 
-def steady_throughput(inputs: int, makespan_s: float, unloaded_latency_s: float) -> float:
+def steady_throughput(inputs: int, makespan_s: float, unloaded_latency_s: float, busiest_s: float = 0.0) -> float:
     """Inputs per second in steady state: ``(N - 1) / (makespan - L1)``, where ``L1`` is the unloaded
-    latency (one input alone) and the makespan is the last completion.
+    latency (one input alone) and the makespan is the last completion, capped at ``N / busiest_s``
+    (the busiest resource's time over the whole run: no stream outruns it).
 
     The first input costs the fill and drain of the system (``L1``); every further input adds the
     stream's period. A deterministic pipeline completes input i at exactly ``L1 + i * B`` (B: its
@@ -157,12 +158,16 @@ def steady_throughput(inputs: int, makespan_s: float, unloaded_latency_s: float)
     bottleneck give exactly ``1 / interval_s``. Unlike a completion rate over a window of the run, it
     never credits work done ahead of the window: with every input waiting at t = 0, a FIFO link can
     ship one payload of every input before another payload of any, and the last completions then
-    follow each other faster than the busiest resource could sustain. One input, or a makespan
-    not above ``L1``: ``N / makespan``.
+    follow each other faster than the busiest resource could sustain. The cap matters for DAGs: the
+    last input of a saturated stream has had its first tasks done long before, so it finishes less
+    than ``L1`` after the one before it, and the formula alone overshoots by up to ``L1 / (N B)``.
+    One input, or a makespan not above ``L1``: ``N / makespan``.
     """
     if inputs > 1 and makespan_s > unloaded_latency_s:
-        return (inputs - 1) / (makespan_s - unloaded_latency_s)
-    return inputs / makespan_s if makespan_s > 0 else math.inf
+        rate = (inputs - 1) / (makespan_s - unloaded_latency_s)
+    else:
+        rate = inputs / makespan_s if makespan_s > 0 else math.inf
+    return min(rate, inputs / busiest_s) if busiest_s > 0 else rate
 
 
 # ---- the compiled structure -----------------------------------------------------------------------
@@ -393,7 +398,7 @@ def simulate(problem: SplitProblem, tg: TaskGraph, options: SimOptions | None = 
     names, labels, make = jobs.resources, jobs.label, Span._make
     timeline = [make((names[r], labels[j], i, s, e)) for r, j, i, s, e in run.timeline]
     return SimResult(opts.inputs, jobs.resources, jobs.resource_kinds, arrival, done,
-                     steady_throughput(opts.inputs, makespan, unloaded), makespan, unloaded,
+                     steady_throughput(opts.inputs, makespan, unloaded, max(run.busy, default=0.0)), makespan, unloaded,
                      dict(zip(jobs.resources, run.busy)), energy, comm, per_device, run.events, wall, timeline)
 
 
