@@ -189,7 +189,7 @@ def _evaluate(dev, t_time, t_energy, t_mem, ov_time, ov_energy, ov_mem, ov_bytes
             participates[p, d] = True
             e_task += te
         task_e[p] = e_task
-        c_e, c_t, top, top_res = 0.0, 0.0, 0.0, -1
+        c_e, c_t, top, top_res, n_msg = 0.0, 0.0, 0.0, -1, 0
         for e in range(e_count):
             s, q = e_src[e], e_dst[e]
             u = row[s] if s >= 0 else row[0]
@@ -220,6 +220,7 @@ def _evaluate(dev, t_time, t_energy, t_mem, ov_time, ov_energy, ov_mem, ov_bytes
                 else:
                     r0[e] = res_links + pair
             if sent:
+                n_msg += 1
                 eb = nb * joule[u * n_dev + v]
                 energy_dev[p, u] += eb
                 c_e += eb
@@ -247,6 +248,6 @@ def _evaluate(dev, t_time, t_energy, t_mem, ov_time, ov_energy, ov_mem, ov_bytes
             else:
                 max_link[p, 0], max_link[p, 1] = top_res - res_ports, top_res - res_ports
         x0, x1 = x_ptr[p], x_ptr[p + 1]
-        latency[p] = one_input(row, dur, carrier, xfer, r0, r1, e_dst, out_ptr, out_idx, src_edges, chain_ptr,
+        latency[p] = one_input(row, dur, carrier, xfer, r0, r1, n_msg, e_dst, out_ptr, out_idx, src_edges, chain_ptr,
                                chain_idx, indeg0, x_dur[x0:x1], x_res[x0:x1], x_after[x0:x1],
                                x_before[x0:x1], work)

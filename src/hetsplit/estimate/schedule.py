@@ -115,7 +115,8 @@ def _csr(keys: np.ndarray, values: np.ndarray, n: int) -> tuple[np.ndarray, np.n
 
 @njit(cache=True, inline="always")
 def _push(keys, vals, size, key, val):
-    """Push (key, val) on a binary min-heap (key, then val) held in keys[:size], vals[:size]."""
+    """Push (key, val) on a binary min-heap by key held in keys[:size], vals[:size] (ties in any
+    order: every event of one instant is applied before any resource picks a job)."""
     i = size
     while i > 0:
         p = (i - 1) >> 1
@@ -204,13 +205,13 @@ def _ready(heap, cap, hsize, touched, n_touch, r, job):
 
 
 @njit(cache=True)
-def one_input(dev, dur, carrier, xfer, r0, r1, e_dst, out_ptr, out_idx, src_edges, chain_ptr, chain_idx, indeg0,
-              x_dur, x_res, x_after, x_before, work) -> float:
+def one_input(dev, dur, carrier, xfer, r0, r1, n_messages, e_dst, out_ptr, out_idx, src_edges, chain_ptr, chain_idx,
+              indeg0, x_dur, x_res, x_after, x_before, work) -> float:
     """One input's latency under one assignment (module docstring), NaN when some job never runs.
 
     Per task: ``dev``, ``dur``; per edge: ``carrier`` (the edge whose message brings its payload, -1:
     nothing moves), ``xfer`` (that message's seconds), ``r0``/``r1`` (its resources, -1: none);
-    extra jobs ``x_*``; ``work``: ``scratch(...)``."""
+    ``n_messages`` edges carry their own message; extra jobs ``x_*``; ``work``: ``scratch(...)``."""
     heap, cap, hsize, busy, ev_t, ev_j, remaining, touched, wait2, alias_head, alias_next, ext_head, ext_next = work
     t_count, e_count, n_x = len(dev), len(carrier), len(x_dur)
     jt, je = t_count, t_count + e_count      # job ids: tasks, then messages (by edge), then extra jobs
@@ -231,10 +232,7 @@ def one_input(dev, dur, carrier, xfer, r0, r1, e_dst, out_ptr, out_idx, src_edge
             ext_head[x_after[x]] = x
         if x_before[x] >= 0:
             remaining[x_before[x]] += 1
-    total = t_count + n_x
-    for e in range(e_count):
-        if carrier[e] == e:
-            total += 1
+    total = t_count + n_x + n_messages
     n_touch, ev, any2 = 0, 0, False
     for t in range(t_count):                   # the input arrives
         if remaining[t] == 0:
