@@ -252,3 +252,20 @@ def test_shard_tasks_with_one_name_are_costed_each_by_its_own_slice():
         costs.append(task_costs(problem, b.build()).time_s)
     assert np.array_equal(costs[0], costs[1])      # the GPU's per-layer overhead was lost with one name
     assert (np.diff(costs[0], axis=0) > 0).all()
+
+
+def test_a_large_batch_split_over_threads_equals_one_plan_at_a_time(alexnet_nx):
+    """Batches large enough to be split into ranges evaluated on parallel threads give every plan
+    the figures it gets alone."""
+    from hetsplit.estimate.mapping import PARALLEL_MIN
+
+    rng = np.random.default_rng(11)
+    pr = alexnet_nx
+    tg = check_plan(pr.graph, pr.cluster, random_sharded_plan(pr, rng))
+    ev = MappingEvaluator(pr, tg)
+    devices = rng.integers(0, pr.num_devices, size=(4 * PARALLEL_MIN + 3, tg.num_tasks))
+    batch = ev.evaluate(devices)
+    for i in range(0, len(devices), 97):
+        one = ev.evaluate(devices[i])
+        for field in ("throughput", "latency_s", "energy_j", "memory_per_device_bytes", "max_transfer_link"):
+            np.testing.assert_array_equal(getattr(batch, field)[i], getattr(one, field)[0])

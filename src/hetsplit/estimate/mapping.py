@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
+from numba import get_num_threads, njit, prange
 
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import PlanError
@@ -37,6 +37,9 @@ from hetsplit.estimate.batch import BatchMetrics
 from hetsplit.estimate.schedule import ExtraJobs, Resources, Structure, one_input, scratch
 from hetsplit.estimate.task_costs import TaskCosts, task_costs
 from hetsplit.plan.tasks import TaskGraph
+
+
+PARALLEL_MIN = 512   # fewer plans than this per thread: one thread (starting threads costs more)
 
 
 @dataclass
@@ -86,11 +89,16 @@ class MappingEvaluator:
         x_res = Resources(n_dev).channels + x_dev
         cl = self.problem.cluster
         out = _outputs(n, n_dev)
-        _evaluate(dev, *self._tables, *ov, overrides is not None, st.edge_src, st.edge_dst, tg.edge_bytes,
-                  tg.edge_payload, len(tg.payloads), st.out_ptr, st.out_idx, st.source_edges, st.chain_ptr,
-                  st.chain_idx, st.indeg, *self._links,
-                  -1 if cl.source_index is None else cl.source_index, -1 if cl.sink_index is None else cl.sink_index,
-                  cl.ports == "shared", x_ptr, x_dur, x_res, x_after, x_before, *out)
+        args = (dev, *self._tables, *ov, overrides is not None, st.edge_src, st.edge_dst, tg.edge_bytes,
+                tg.edge_payload, len(tg.payloads), st.out_ptr, st.out_idx, st.source_edges, st.chain_ptr,
+                st.chain_idx, st.indeg, *self._links,
+                -1 if cl.source_index is None else cl.source_index, -1 if cl.sink_index is None else cl.sink_index,
+                cl.ports == "shared", x_ptr, x_dur, x_res, x_after, x_before, *out)
+        chunks = _chunks(n)
+        if chunks > 1:
+            _evaluate(*args, chunks)
+        else:  # no thread pool for a few plans: starting it costs more than they take
+            _evaluate_range(0, n, *args)
         compute, energy_dev, mem_dev, participates, latency, comm_e, comm_t, task_e, max_busy, max_link = out
         bottleneck = np.maximum(compute.max(axis=1), max_busy)
         with np.errstate(divide="ignore"):
@@ -125,6 +133,11 @@ def _link_tables(problem: SplitProblem) -> tuple[np.ndarray, np.ndarray, np.ndar
     return (np.where(off, cl.latency_s, 0.0).ravel(), per_byte.ravel(), np.where(off, cl.energy_per_byte, 0.0).ravel())
 
 
+def _chunks(n: int) -> int:
+    """Ranges of plans to evaluate in parallel: one per thread, each of at least PARALLEL_MIN plans."""
+    return max(1, min(get_num_threads(), n // PARALLEL_MIN))
+
+
 def _outputs(n: int, n_dev: int) -> tuple[np.ndarray, ...]:
     """compute, energy, memory, participates (N x D); latency, comm energy, comm time, task energy,
     busiest link time (N); busiest link (N x 2, -1: none)."""
@@ -146,19 +159,34 @@ def _pack_extras(extras: list[ExtraJobs] | None, n: int) -> tuple[np.ndarray, ..
                                     ("before", np.int64))))
 
 
-@njit(cache=True)
+@njit(cache=True, parallel=True)
 def _evaluate(dev, t_time, t_energy, t_mem, ov_time, ov_energy, ov_mem, ov_bytes, has_ov, e_src, e_dst, e_bytes,
               e_payload, n_payloads, out_ptr, out_idx, src_edges, chain_ptr, chain_idx, indeg0, lat, per_byte, joule,
               source, sink, shared_ports, x_ptr, x_dur, x_res, x_after, x_before,
-              compute, energy_dev, mem_dev, participates, latency, comm_e, comm_t, task_e, max_busy, max_link):
-    n, t_count = dev.shape
+              compute, energy_dev, mem_dev, participates, latency, comm_e, comm_t, task_e, max_busy, max_link, chunks):
+    """Every plan's figures, the plans split into ``chunks`` ranges evaluated on parallel threads."""
+    n = dev.shape[0]
+    for c in prange(chunks):
+        _evaluate_range(c * n // chunks, (c + 1) * n // chunks, dev, t_time, t_energy, t_mem, ov_time, ov_energy,
+                        ov_mem, ov_bytes, has_ov, e_src, e_dst, e_bytes, e_payload, n_payloads, out_ptr, out_idx,
+                        src_edges, chain_ptr, chain_idx, indeg0, lat, per_byte, joule, source, sink, shared_ports,
+                        x_ptr, x_dur, x_res, x_after, x_before, compute, energy_dev, mem_dev, participates, latency,
+                        comm_e, comm_t, task_e, max_busy, max_link)
+
+
+@njit(cache=True)
+def _evaluate_range(lo, hi, dev, t_time, t_energy, t_mem, ov_time, ov_energy, ov_mem, ov_bytes, has_ov, e_src, e_dst,
+                    e_bytes, e_payload, n_payloads, out_ptr, out_idx, src_edges, chain_ptr, chain_idx, indeg0, lat,
+                    per_byte, joule, source, sink, shared_ports, x_ptr, x_dur, x_res, x_after, x_before,
+                    compute, energy_dev, mem_dev, participates, latency, comm_e, comm_t, task_e, max_busy, max_link):
+    t_count = dev.shape[1]
     e_count = len(e_src)
     n_dev = compute.shape[1]
     res_links = n_dev
     res_ports = n_dev + n_dev * n_dev
     res_channels = res_ports + n_dev
     x_max = 0
-    for p in range(n):
+    for p in range(lo, hi):
         x_max = max(x_max, x_ptr[p + 1] - x_ptr[p])
     work = scratch(res_channels + n_dev, t_count, e_count, x_max)
     dur = np.empty(t_count)
@@ -171,7 +199,7 @@ def _evaluate(dev, t_time, t_energy, t_mem, ov_time, ov_energy, ov_mem, ov_bytes
     first_stamp = np.zeros(n_payloads * n_dev, dtype=np.int64)    # first edge of (payload, v): memory
     moved_stamp = np.zeros(n_payloads * n_dev, dtype=np.int64)    # first moving edge of (payload, v): message
     moved_edge = np.empty(n_payloads * n_dev, dtype=np.int64)
-    for p in range(n):
+    for p in range(lo, hi):
         stamp = p + 1
         row = dev[p]
         e_task = 0.0
