@@ -1,7 +1,8 @@
 """Starting and supervising the processes of a run on this host; nothing is left behind.
 
 The driver (rank 0) starts first, serves the rendezvous on a port the OS picks (no race) and writes
-it to ``port.txt``; then the workers start. The launcher polls them: when one fails it gives the
+it to ``port.txt``; then the workers start. Every process dies with the launcher, SIGKILL of it
+included (``lifetime.die_with_parent``). The launcher polls them: when one fails it gives the
 others a moment to report, kills every process it started, and raises ``RuntimeFailure`` with the
 root cause (a process that died outright, else the first error, else the first stalled or lost
 link), naming the device.
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from hetsplit.errors import RuntimeFailure
+from hetsplit.lifetime import die_with_parent
 from hetsplit.runtime.config import RunConfig
 from hetsplit.runtime.manifest import Manifest
 from hetsplit.runtime.nccl import BLOCKING_WAIT_ENV
@@ -69,7 +71,7 @@ class Launcher:
         cmd = self.wrap(rank) + [sys.executable, "-m", self.module, str(self.run_dir), str(rank)]
         with open(log, "wb") as f:
             p = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                 env=child_env(threads), start_new_session=True)
+                                 env=child_env(threads), start_new_session=True, preexec_fn=die_with_parent())
         proc = Proc(rank, device, p, log)
         self.procs.append(proc)
         return proc

@@ -23,6 +23,7 @@ from types import TracebackType
 from typing import Self
 
 from hetsplit.errors import ProfileError
+from hetsplit.lifetime import die_with_parent
 
 READY = b"ready\n"
 START_TIMEOUT_S = 300.0
@@ -78,7 +79,8 @@ class CoLoad:
                     [sys.executable, "-m", "hetsplit.costs.profiler.coload", str(self.onnx_path), str(self.threads),
                      ",".join(map(str, cpus))],
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                    start_new_session=True))    # a Ctrl-C reaches this process, which stops the helpers
+                    start_new_session=True,     # a Ctrl-C reaches this process, which stops the helpers
+                    preexec_fn=die_with_parent()))  # and a SIGKILL of it kills them
             self._wait_ready()
         except BaseException:
             self.stop()
