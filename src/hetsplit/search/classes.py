@@ -101,10 +101,17 @@ class ClassModel:
         return np.unique(np.concatenate([np.asarray(v, dtype=np.float64).ravel() for v in vals]))
 
     def lower_bound(self) -> float:
-        """Largest single layer at its fastest class (every plan runs every layer somewhere)."""
-        if self.num_layers == 0:
+        """Over the layers, the largest fastest stage that holds the layer (every plan runs each layer
+        in some stage). Read from the stage table itself: a stage time is a difference of prefix
+        sums and can lie an ulp below its single layer's time, so a bound from the raw layer times
+        could exceed the table's own optimum."""
+        L = self.num_layers
+        if L == 0:
             return 0.0
-        per_layer = self.problem.costs.time_s[:, self.problem.device_type[self.label_device]].min(axis=1)
+        fastest = self.time.min(axis=2)                              # (i, j): the fastest class
+        upto = np.minimum.accumulate(fastest, axis=0)                # [l, j]: min over starts i <= l
+        holds = np.arange(L + 1)[None, :] > np.arange(L + 1)[:, None]  # [l, j]: j > l
+        per_layer = np.where(holds, upto, np.inf)[:L].min(axis=1)
         lb = float(per_layer.max())
         return lb if np.isfinite(lb) else 0.0
 
