@@ -52,7 +52,7 @@ class ClassModel:
     tr_energy: np.ndarray         # (L+1, C, Mv)
     src_time: np.ndarray          # (C,) input transfer to a first stage of label c (inf: not allowed)
     src_energy: np.ndarray
-    snk_time: np.ndarray          # (C,) output transfer from a last stage of label c
+    snk_time: np.ndarray          # (C,) output transfer from a last stage of label c (inf: not allowed)
     snk_energy: np.ndarray
     max_stages: int
     space: StateSpace
@@ -153,9 +153,10 @@ def build_classes(problem: SplitProblem, constraints: PipelineConstraints = Pipe
     n_dev, L = problem.num_devices, problem.num_layers
     cb = problem.cut_bytes if cut_bytes is None else np.asarray(cut_bytes, dtype=np.float64)
     first = set(constraints.first_stage_indices(problem))
+    last = set(constraints.last_stage_indices(problem))
     src, snk = cl.source_index, cl.sink_index
     bw, lat, epb = cl.bandwidth, cl.latency_s, cl.energy_per_byte
-    ucs = unit_classes(problem, first, units)
+    ucs = unit_classes(problem, first, last, units)
     max_stages = min(constraints.max_stages or n_dev, n_dev, L)
     space = StateSpace([len(c) for c in ucs], [len(c[0]) for c in ucs], max_stages)
     members = [[u[q] for u in ucs[U]] for U, _, q in space.labels]
@@ -212,6 +213,8 @@ def build_classes(problem: SplitProblem, constraints: PipelineConstraints = Pipe
             snk_energy[c] = cb[L] * epb[r, snk]
         if r not in first or space.initial(c) < 0:
             src_time[c] = np.inf
+        if r not in last:
+            snk_time[c] = np.inf
     return ClassModel(problem, members, reps, time, energy, tr_time, tr_energy, src_time, src_energy,
                       snk_time, snk_energy, max_stages, space, ucs)
 
@@ -311,9 +314,10 @@ def check_state_budget(cm: ClassModel, arrays: int, budget_bytes: float, algorit
 
 def infeasible_message(cm: ClassModel, bound: float | None = None) -> str:
     what = "" if bound is None else f" with a bottleneck <= {bound:.6g} s"
+    restricted = "".join(f", {end} stage restricted" for end, t in (("first", cm.src_time), ("last", cm.snk_time))
+                         if np.isinf(t).any())
     return (f"no pipeline over the {cm.problem.num_devices} devices of {cm.problem.cluster.name!r} "
-            f"(one stage per device, at most {cm.max_stages} stages{', first stage restricted' if np.isinf(cm.src_time).any() else ''})"
-            f" fits memory{what}")
+            f"(one stage per device, at most {cm.max_stages} stages{restricted}) fits memory{what}")
 
 
 def to_plan(cm: ClassModel, bounds: list[int], moves: list[int], algorithm: str, params: dict) -> Plan:
