@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from hetsplit.errors import InfeasibleError
 from hetsplit.estimate.evaluate import evaluate
 from hetsplit.plan.types import Plan
-from hetsplit.search import PipelineConstraints
+from hetsplit.search import PipelineConstraints, make_partitioner
 from hetsplit.search.oracle import brute_force
 
 RTOL = 1e-9
@@ -36,3 +37,28 @@ def oracle_or_none(p, c: PipelineConstraints = PipelineConstraints()):
         return brute_force(p, c)
     except InfeasibleError:
         return None
+
+
+def assert_solvers_match_oracle(p, c: PipelineConstraints = PipelineConstraints()) -> None:
+    """``exact`` (with and without its tie-break) and ``pareto`` equal the brute-force oracle under ``c``."""
+    o = oracle_or_none(p, c)
+    if o is None:
+        for algo in ("exact", "pareto"):
+            with pytest.raises(InfeasibleError):
+                make_partitioner(algo, constraints=c).solve(p)
+        return
+    (plan,) = make_partitioner("exact", constraints=c).solve(p)
+    assert_evaluator_metrics(p, [plan])
+    best = o.min_bottleneck()
+    assert close(plan.metrics.bottleneck_s, best)
+    m = o.metrics
+    assert close(plan.metrics.energy_j, m.energy_j[m.bottleneck_s <= best * (1 + 1e-9)].min())
+    (bare,) = make_partitioner("exact", constraints=c, tie_break_budget_bytes=0).solve(p)  # the search's own plan
+    assert_evaluator_metrics(p, [bare])
+    assert close(bare.metrics.bottleneck_s, best)
+    front = make_partitioner("pareto", constraints=c).solve(p)
+    assert_evaluator_metrics(p, front)
+    got = np.array(sorted((f.metrics.bottleneck_s, f.metrics.energy_j) for f in front))
+    want = o.front()
+    assert got.shape == want.shape
+    assert np.allclose(got, want, rtol=1e-9, atol=0)

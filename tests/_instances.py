@@ -180,3 +180,31 @@ def synthetic_on_cluster(seed: int, n_layers: int, cluster: Cluster, model_memor
     time = work[:, None] / speed[None, :] * rng.uniform(0.8, 1.2, size=(n_layers, nt))
     energy = work[:, None] * rng.uniform(0.5, 2.0, size=nt)[None, :] * rng.uniform(0.8, 1.2, size=(n_layers, nt))
     return SplitProblem(g, cluster, CostTable(g.names, cluster.types, time, energy, layer_mem))
+
+
+def coupled_problem(seed: int) -> SplitProblem:
+    """Source d0 and sink d1 whose link often carries both the input and the output in the best plans:
+    the first half of the layers is fast on d1, the second half on d0 (so d1 | d0, first stage on the
+    sink and last on the source, is a strong plan), and each of the two transfers over d0 -> d1 takes
+    45-95 % of such a stage; every other device and link is random. 2-6 layers, 2-4 devices."""
+    rng = np.random.default_rng(seed)
+    L, D = int(rng.integers(2, 7)), int(rng.integers(2, 5))
+    g = random_graph(rng, L)
+    cb = g.cut_bytes.astype(np.float64)
+    layer_mem = g.param_bytes + g.out_bytes
+    memory = (layer_mem.sum() + 2 * cb.max()) * rng.uniform(0.6, 2.0, size=D)
+    devices = [Device(f"d{k}", "cpu", f"t{k}", float(memory[k]), params={"t": k}) for k in range(D)]
+    half = L // 2
+    time = rng.uniform(1.0, 3.0, size=(L, D))
+    time[:half, 1] = rng.uniform(0.2, 0.6, size=half)
+    time[half:, 0] = rng.uniform(0.2, 0.6, size=L - half)
+    stage = max(time[:half, 1].sum(), time[half:, 0].sum())
+    bw = cb.max() / (stage * rng.uniform(0.05, 0.5, size=(D, D)))
+    bw[0, 1] = max(cb[0], cb[L]) / (stage * rng.uniform(0.45, 0.95))
+    lat = np.zeros((D, D))
+    en = rng.uniform(0.0, 1e-7, size=(D, D))
+    for m, diag in ((bw, np.inf), (en, 0.0)):
+        np.fill_diagonal(m, diag)
+    cl = Cluster("coupled", devices, bw, lat, en, source="d0", sink="d1")
+    energy = rng.uniform(0.5, 2.0, size=(L, D))
+    return SplitProblem(g, cl, CostTable(g.names, cl.types, time, energy, layer_mem))

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from hetsplit.cli.main import main
+from hetsplit.cluster import load_cluster
 from hetsplit.graph import zoo
 
 CLUSTER = "donna-2cpu-1gpu-1cim-hb-wcc"
@@ -72,3 +73,15 @@ def test_plan_out_writes_an_html_report_and_report_rewrites_it(tmp_path, capsys)
     assert page.count("<details>") == len(json.loads((out / "plans.json").read_text())["plans"])
     assert main(["report", str(out / "plans.json"), "--out", str(tmp_path / "again.html")]) == 0
     assert (tmp_path / "again.html").read_text().count("<tr class=") == page.count("<tr class=")
+
+
+def test_plan_last_device_constrains_the_pipeline_solvers(capsys):
+    args = ["plan", "resnet8", "--cluster", CLUSTER, "--algo", "exact", "donna", "--alpha", "1",
+            "--no-baselines", "--json"]
+    assert main(args) == 0
+    free = json.loads(capsys.readouterr().out)["plans"]
+    last = next(n for n in load_cluster(CLUSTER).names if n != free[0]["stages"][-1]["device"])
+    assert main(args + ["--last-device", last]) == 0
+    plans = json.loads(capsys.readouterr().out)["plans"]
+    assert {p["algorithm"] for p in plans} == {"exact", "donna"}
+    assert all(p["stages"][-1]["device"] == last for p in plans)

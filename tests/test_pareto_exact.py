@@ -105,3 +105,16 @@ def test_stage_starts_with_a_gap(seed):
     assert np.allclose(got, o.front(), rtol=1e-9, atol=0)
     (plan,) = make_partitioner("exact").solve(p)
     assert np.isclose(plan.metrics.bottleneck_s, o.min_bottleneck(), rtol=1e-9, atol=0)
+
+
+def test_a_stage_time_an_ulp_below_its_layer_time_stays_on_the_front():
+    # l1 alone on d0 takes 0.9 s, but its stage time is the prefix difference (0.3 + 0.9) - 0.3, an
+    # ulp below 0.9: a lower bound from the raw layer times would cut the fast point (d1 | d0) off
+    g = chain_graph([1, 1], input_bytes=1)
+    t = np.array([[0.3, 0.5], [0.9, 5.0]])
+    e = np.array([[0.1, 1.0], [0.1, 1.0]])
+    p = problem(g, cluster(["a", "b"], bandwidth=1e12), t, e)
+    assert p.costs.range_time(1, 2, 0) < 0.9
+    front = make_partitioner("pareto").solve(p)
+    got = np.array(sorted((f.metrics.bottleneck_s, f.metrics.energy_j) for f in front))
+    assert got.shape == (2, 2) and np.array_equal(got, brute_force(p).front())

@@ -29,6 +29,8 @@ def register(sub) -> None:
                    help="DONNA's weights (1 = throughput, 0 = energy); default 0 0.2 ... 1")
     p.add_argument("--first-device", nargs="+", default=None, metavar="DEVICE",
                    help="devices allowed to run the first stage (e.g. the edge devices)")
+    p.add_argument("--last-device", nargs="+", default=None, metavar="DEVICE",
+                   help="devices allowed to run the last stage")
     p.add_argument("--ignore-memory", action="store_true", help="do not drop stages that overflow memory")
     p.add_argument("--no-baselines", action="store_true", help="leave out the single-device plans")
     p.add_argument("--seed", type=int, default=0, help="seed for stochastic algorithms")
@@ -52,6 +54,7 @@ def run(args) -> int:
     console = wide_console(stderr=args.json)
     constraints = PipelineConstraints(
         first_stage_devices=tuple(args.first_device) if args.first_device else None,
+        last_stage_devices=tuple(args.last_device) if args.last_device else None,
         enforce_memory=not args.ignore_memory)
     request = PlanRequest(algorithms=args.algo, alphas=args.alpha, constraints=constraints,
                           baselines=not args.no_baselines, seed=args.seed,

@@ -21,6 +21,7 @@ class PipelineConstraints:
 
     first_stage_devices: device names allowed to run the first stage (DONNA's edge experiment
       forces the first layer onto an edge device); None allows any.
+    last_stage_devices: device names allowed to run the last stage; None allows any.
     enforce_memory: drop stages that do not fit their device's memory.
     max_stages: at most this many stages (None: up to the number of devices).
     """
@@ -28,11 +29,22 @@ class PipelineConstraints:
     first_stage_devices: tuple[str, ...] | None = None
     enforce_memory: bool = True
     max_stages: int | None = None
+    last_stage_devices: tuple[str, ...] | None = None
 
     def first_stage_indices(self, problem: SplitProblem) -> list[int]:
-        if self.first_stage_devices is None:
-            return list(range(problem.num_devices))
-        return [problem.cluster.index(n) for n in self.first_stage_devices]
+        """Indices of the devices allowed to run the first stage."""
+        return _indices(problem, self.first_stage_devices)
+
+    def last_stage_indices(self, problem: SplitProblem) -> list[int]:
+        """Indices of the devices allowed to run the last stage."""
+        return _indices(problem, self.last_stage_devices)
+
+
+def _indices(problem: SplitProblem, names: tuple[str, ...] | None) -> list[int]:
+    """Device indices of ``names`` (every device when None); an unknown name raises ClusterError."""
+    if names is None:
+        return list(range(problem.num_devices))
+    return [problem.cluster.index(n) for n in names]
 
 
 class Partitioner(Protocol):

@@ -52,7 +52,7 @@ class ClassModel:
     tr_energy: np.ndarray         # (L+1, C, Mv)
     src_time: np.ndarray          # (C,) input transfer to a first stage of label c (inf: not allowed)
     src_energy: np.ndarray
-    snk_time: np.ndarray          # (C,) output transfer from a last stage of label c
+    snk_time: np.ndarray          # (C,) output transfer from a last stage of label c (inf: not allowed)
     snk_energy: np.ndarray
     max_stages: int
     space: StateSpace
@@ -101,10 +101,17 @@ class ClassModel:
         return np.unique(np.concatenate([np.asarray(v, dtype=np.float64).ravel() for v in vals]))
 
     def lower_bound(self) -> float:
-        """Largest single layer at its fastest class (every plan runs every layer somewhere)."""
-        if self.num_layers == 0:
+        """Over the layers, the largest fastest stage that holds the layer (every plan runs each layer
+        in some stage). Read from the stage table itself: a stage time is a difference of prefix
+        sums and can lie an ulp below its single layer's time, so a bound from the raw layer times
+        could exceed the table's own optimum."""
+        L = self.num_layers
+        if L == 0:
             return 0.0
-        per_layer = self.problem.costs.time_s[:, self.problem.device_type[self.label_device]].min(axis=1)
+        fastest = self.time.min(axis=2)                              # (i, j): the fastest class
+        upto = np.minimum.accumulate(fastest, axis=0)                # [l, j]: min over starts i <= l
+        holds = np.arange(L + 1)[None, :] > np.arange(L + 1)[:, None]  # [l, j]: j > l
+        per_layer = np.where(holds, upto, np.inf)[:L].min(axis=1)
         lb = float(per_layer.max())
         return lb if np.isfinite(lb) else 0.0
 
@@ -146,9 +153,10 @@ def build_classes(problem: SplitProblem, constraints: PipelineConstraints = Pipe
     n_dev, L = problem.num_devices, problem.num_layers
     cb = problem.cut_bytes if cut_bytes is None else np.asarray(cut_bytes, dtype=np.float64)
     first = set(constraints.first_stage_indices(problem))
+    last = set(constraints.last_stage_indices(problem))
     src, snk = cl.source_index, cl.sink_index
     bw, lat, epb = cl.bandwidth, cl.latency_s, cl.energy_per_byte
-    ucs = unit_classes(problem, first, units)
+    ucs = unit_classes(problem, first, last, units)
     max_stages = min(constraints.max_stages or n_dev, n_dev, L)
     space = StateSpace([len(c) for c in ucs], [len(c[0]) for c in ucs], max_stages)
     members = [[u[q] for u in ucs[U]] for U, _, q in space.labels]
@@ -205,6 +213,8 @@ def build_classes(problem: SplitProblem, constraints: PipelineConstraints = Pipe
             snk_energy[c] = cb[L] * epb[r, snk]
         if r not in first or space.initial(c) < 0:
             src_time[c] = np.inf
+        if r not in last:
+            snk_time[c] = np.inf
     return ClassModel(problem, members, reps, time, energy, tr_time, tr_energy, src_time, src_energy,
                       snk_time, snk_energy, max_stages, space, ucs)
 
@@ -304,9 +314,10 @@ def check_state_budget(cm: ClassModel, arrays: int, budget_bytes: float, algorit
 
 def infeasible_message(cm: ClassModel, bound: float | None = None) -> str:
     what = "" if bound is None else f" with a bottleneck <= {bound:.6g} s"
+    restricted = "".join(f", {end} stage restricted" for end, t in (("first", cm.src_time), ("last", cm.snk_time))
+                         if np.isinf(t).any())
     return (f"no pipeline over the {cm.problem.num_devices} devices of {cm.problem.cluster.name!r} "
-            f"(one stage per device, at most {cm.max_stages} stages{', first stage restricted' if np.isinf(cm.src_time).any() else ''})"
-            f" fits memory{what}")
+            f"(one stage per device, at most {cm.max_stages} stages{restricted}) fits memory{what}")
 
 
 def to_plan(cm: ClassModel, bounds: list[int], moves: list[int], algorithm: str, params: dict) -> Plan:

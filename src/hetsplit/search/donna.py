@@ -5,7 +5,8 @@ runs on device u (not in s). Each state keeps the normalized slowest stage ``h_t
 normalized energy so far ``h_e``; the DP keeps, per state, the path with the lowest
 ``alpha * h_t + (1 - alpha) * h_e`` (eq. 1), exactly as the paper's pseudo code does: it is a
 heuristic (a weighted sum of a max and a sum is not decomposable), which is why hetsplit also has
-exact solvers. Each device runs at most one stage; not every device has to take part.
+exact solvers. Each device runs at most one stage; not every device has to take part. The first
+and the last stage may be restricted to given devices (``PipelineConstraints``).
 
 Where hetsplit's semantics differ from the paper's pseudo code (and why):
 - a cut moves every tensor live across it (``cut_bytes``), not only the last layer's output;
@@ -119,7 +120,10 @@ def donna_dp(problem: SplitProblem, alpha: float, constraints: PipelineConstrain
         t_sink = problem.cut_time(n_layers, devices, snk) / tn
         e_sink = problem.cut_energy(n_layers, devices, snk) / en
     else:
-        t_sink = e_sink = np.zeros(n_dev)
+        t_sink, e_sink = np.zeros(n_dev), np.zeros(n_dev)
+    may_end = np.zeros(n_dev, dtype=bool)
+    may_end[constraints.last_stage_indices(problem)] = True
+    t_sink = np.where(may_end, t_sink, np.inf)                       # no last stage elsewhere
     grp_s, grp_u, valid = _member_table(n_dev)
     max_stages = constraints.max_stages or n_dev
     popcount = np.array([bin(x).count("1") for x in range(n_sub)])

@@ -16,6 +16,11 @@ When the dense tables of that DP would exceed ``tie_break_budget_bytes``, a spar
 (``tie_break``) runs over the states both reachable and completable within T* (forward and backward
 families), which every optimal plan passes through (done for all-different devices, whose families
 are packed bits); otherwise the plan is any optimal-bottleneck plan and ``params["tie_break"]`` says so.
+
+The DP charges each transfer alone; where the evaluator's link carries two (a source and a sink
+that differ, the first stage on the sink and the last on the source), ``coupling`` splits the
+plans into three sets on which the DP is exact, so the answer is optimal for the evaluator. With
+shared ports it is optimal for per-cut transfers only, and the plan's params say so.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from hetsplit.plan.types import Plan
 from hetsplit.search.base import PipelineConstraints, SolveStats, register_partitioner
 from hetsplit.search.classes import (ClassModel, build_classes, check_layers_fit, infeasible_message,
                                      path_bottleneck, path_is_valid, relaxed_min_bottleneck, to_plan)
+from hetsplit.search.coupling import PlanSet, solve_for_estimator
 from hetsplit.search.reach import Reach, backtrack_reach, co_reach, families, reach
 from hetsplit.search.tie_break import sparse_tie_break
 from hetsplit.search.value_dp import value_dp
@@ -93,28 +99,45 @@ class Exact:
     name: str = "exact"
 
     def solve(self, problem: SplitProblem) -> list[Plan]:
+        return solve_for_estimator(problem, self.constraints,
+                                   lambda c, plan_set: [self._solve(problem, c, plan_set)], _best)
+
+    def _solve(self, problem: SplitProblem, constraints: PipelineConstraints, plan_set: PlanSet | None) -> Plan:
+        """The per-cut optimum among the plans ``constraints`` allow; with a ``plan_set``, its
+        bottleneck floored at ``plan_set.floor`` (the tie-break runs under the floored bound)."""
         stats = SolveStats()
-        cm = build_classes(problem, self.constraints)
+        cm = build_classes(problem, constraints)
         check_layers_fit(cm)
         t_star, r = min_bottleneck(cm, stats)
-        params = {"bottleneck_s": t_star, **stats.extra}
+        bound = max(t_star, plan_set.floor) if plan_set is not None else t_star
+        params = {"bottleneck_s": bound, **stats.extra}
         # tie-break: dense DP over every multiset when its tables fit the budget, else a sparse DP
-        # over the states both reachable and completable within T* (worth it with packed subsets)
+        # over the states both reachable and completable within the bound (worth it with packed subsets)
         dense = 2 * 8 * (cm.num_layers + 1) * cm.num_classes * cm.num_multisets
         vr = None
         if dense <= self.tie_break_budget_bytes:
-            vr = value_dp(cm, t_star, "energy", "latency")
+            vr = value_dp(cm, bound, "energy", "latency")
         elif families(cm).packed:
-            if isinstance(r, tuple) or r.bound != t_star:  # families at exactly T*
-                r = reach(cm, t_star)
+            if isinstance(r, tuple) or r.bound != bound:  # families at exactly the bound
+                r = reach(cm, bound)
             G = co_reach(cm, r)
             states = int(np.unpackbits((r.A & G).view(np.uint8)).sum())
             params["tie_break_states"] = states
             if 64 * states <= self.tie_break_budget_bytes:
-                vr = sparse_tie_break(cm, r, G, t_star)
+                vr = sparse_tie_break(cm, r, G, bound)
         if vr is not None:
             params["tie_break"] = "energy, latency"
-            return [to_plan(cm, vr.bounds, vr.moves, self.name, params)]
+            return to_plan(cm, vr.bounds, vr.moves, self.name, params)
         params["tie_break"] = "none (the tie-break DP would exceed tie_break_budget_bytes)"
         bounds, classes = r if isinstance(r, tuple) else backtrack_reach(cm, r)
-        return [to_plan(cm, bounds, classes, self.name, params)]
+        return to_plan(cm, bounds, classes, self.name, params)
+
+
+def _best(plans: list[Plan]) -> list[Plan]:
+    """The best plan of the plan sets by (bottleneck, energy, latency); its tie-break is as good as
+    the weakest among the sets that reach its bottleneck."""
+    best = min(plans, key=lambda p: (p.metrics.bottleneck_s, p.metrics.energy_j, p.metrics.latency_s))
+    for p in plans:
+        if p.metrics.bottleneck_s == best.metrics.bottleneck_s and p.params["tie_break"].startswith("none"):
+            best.params["tie_break"] = p.params["tie_break"]
+    return [best]

@@ -2,7 +2,8 @@
 
 A plan is a sequence of stages over distinct devices (the search space of every pipeline solver);
 the oracle enumerates all ordered device sequences and all compositions of the layers, evaluates
-them in one batch and keeps those that fit memory (and honour the constraints).
+them in one batch and keeps those that fit memory (and honour the constraints). Its metrics are
+the evaluator's, so it is the truth the exact solvers are checked against.
 """
 
 from __future__ import annotations
@@ -27,19 +28,20 @@ def count_plans(num_layers: int, num_devices: int, max_stages: int) -> int:
 
 def enumerate_plans(problem: SplitProblem, constraints: PipelineConstraints = PipelineConstraints(),
                     limit: int = 2_000_000) -> tuple[np.ndarray, np.ndarray]:
-    """All plans as (bounds N x S+1, devices N x S) with -1 padding; first-stage constraint applied."""
+    """All plans as (bounds N x S+1, devices N x S) with -1 padding; first- and last-stage constraints applied."""
     L, D = problem.num_layers, problem.num_devices
     s_max = min(constraints.max_stages or D, D, L)
     n = count_plans(L, D, s_max)
     if n > limit:
         raise HetsplitError(f"brute force would enumerate {n} plans (> {limit}); use a smaller instance")
     first = set(constraints.first_stage_indices(problem))
+    last = set(constraints.last_stage_indices(problem))
     bounds, devs = [], []
     for s in range(1, s_max + 1):
         for cuts in itertools.combinations(range(1, L), s - 1):
             b = [0, *cuts, L] + [L] * (s_max - s)
             for seq in itertools.permutations(range(D), s):
-                if seq[0] not in first:
+                if seq[0] not in first or seq[-1] not in last:
                     continue
                 bounds.append(b)
                 devs.append(list(seq) + [-1] * (s_max - s))

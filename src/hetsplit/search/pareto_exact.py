@@ -4,7 +4,9 @@ Epsilon-constraint sweep: with a bound T on every stage and transfer, a lexicogr
 least energy and, among those, the least bottleneck: a front point (B, E). The next point is the
 same DP with T = the largest candidate bottleneck value below B, until no plan is left. One DP per
 front point (plus one), each exact (energy is additive, so (energy, bottleneck) is decomposable).
-Unlike DONNA's alpha-weighted sum, this reaches non-convex parts of the front.
+Unlike DONNA's alpha-weighted sum, this reaches non-convex parts of the front. Where the
+evaluator's link carries two transfers (``coupling``), the front is merged from three plan sets
+on which the sweep is exact; with shared ports it is the front for per-cut transfers, and says so.
 
 ``compare_to_front`` says, for plans of another solver (DONNA's alphas), whether the front
 dominates each and by how much.
@@ -13,6 +15,7 @@ dominates each and by how much.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -22,36 +25,46 @@ from hetsplit.plan.types import Plan
 from hetsplit.search.base import PipelineConstraints, register_partitioner
 from hetsplit.search.classes import (ClassModel, build_classes, check_layers_fit, check_state_budget,
                                      infeasible_message, path_bottleneck, to_plan)
+from hetsplit.search.coupling import PlanSet, solve_for_estimator
 from hetsplit.search.value_dp import RTOL, ValueResult, value_dp
 
 REL_EPS = 1e-9  # relative tolerance when comparing bottlenecks and energies of different plans
 
 
-def pareto_sweep(cm: ClassModel, max_points: int | None = None) -> list[ValueResult]:
+def pareto_sweep(cm: ClassModel, max_points: int | None = None, floor: float = 0.0) -> list[ValueResult]:
     """Front points in order of decreasing bottleneck (increasing energy).
 
     Each DP minimizes energy alone under the bound; when several plans tie on energy the DP may
     return one with a larger bottleneck, and the next bound then finds the same energy at a smaller
-    bottleneck: the dominated twin is dropped at the end (ties within ``RTOL``).
+    bottleneck: the dominated twin is dropped at the end (ties within ``RTOL``); with ``max_points``
+    the sweep runs until that many points are known not to be such twins. It also stops
+    after the first point with a bottleneck <= ``floor`` (when every bottleneck is lifted to at least
+    ``floor``, later points are dominated by it).
     """
     cand = cm.candidates()
     lb = cm.lower_bound()
     bound = np.inf
     raw: list[ValueResult] = []
-    while max_points is None or len(raw) < max_points:
+    settled = 0  # points whose next one costs more energy (not a dominated twin)
+    while max_points is None or settled < max_points:
         vr = value_dp(cm, bound, "energy", None)
         if vr is None:
             break
         vr.secondary = path_bottleneck(cm, vr.bounds, vr.moves)
+        settled += bool(raw) and _costlier(vr, raw[-1])
         raw.append(vr)
         idx = int(np.searchsorted(cand, vr.secondary, side="left")) - 1
-        if idx < 0 or cand[idx] < lb:
+        if vr.secondary <= floor or idx < 0 or cand[idx] < lb:
             break
         bound = float(cand[idx])
     # raw is sorted by decreasing bottleneck; a point is kept unless the next one ties its energy
-    out = [vr for vr, nxt in zip(raw, raw[1:] + [None])
-           if nxt is None or nxt.primary > vr.primary + RTOL * abs(vr.primary)]
-    return out
+    out = [vr for vr, nxt in zip(raw, raw[1:] + [None]) if nxt is None or _costlier(nxt, vr)]
+    return out[:max_points]
+
+
+def _costlier(a: ValueResult, b: ValueResult) -> bool:
+    """``a`` needs more energy than ``b`` (beyond a tie within ``RTOL``)."""
+    return a.primary > b.primary + RTOL * abs(b.primary)
 
 
 @register_partitioner("pareto")
@@ -65,18 +78,39 @@ class ParetoExact:
     name: str = "pareto"
 
     def solve(self, problem: SplitProblem) -> list[Plan]:
-        cm = build_classes(problem, self.constraints)
+        return solve_for_estimator(problem, self.constraints, partial(self._front, problem), self._merge)
+
+    def _front(self, problem: SplitProblem, constraints: PipelineConstraints, plan_set: PlanSet | None) -> list[Plan]:
+        """The per-cut front of the plans ``constraints`` allow, fastest first; with a ``plan_set``,
+        every bottleneck floored at ``plan_set.floor`` and no ``max_points`` (``_merge`` applies it)."""
+        cm = build_classes(problem, constraints)
         check_layers_fit(cm)
         check_state_budget(cm, 1, self.state_budget_bytes, self.name)
-        points = pareto_sweep(cm, self.max_points)
+        floor = plan_set.floor if plan_set is not None else 0.0
+        points = pareto_sweep(cm, self.max_points if plan_set is None else None, floor)
         if not points:
             raise InfeasibleError(infeasible_message(cm))
         plans = []
         for rank, vr in enumerate(reversed(points)):  # fastest first
-            p = to_plan(cm, vr.bounds, vr.moves, self.name, {"front_index": rank})
+            p = to_plan(cm, vr.bounds, vr.moves, self.name,
+                        {"front_index": rank, "bottleneck_s": max(vr.secondary, floor)})
             p.pareto = True
             plans.append(p)
         return plans
+
+    def _merge(self, plans: list[Plan]) -> list[Plan]:
+        """The plans (of the plan sets) no other one dominates, fastest first, at most ``max_points``
+        of them (the least-energy ones); ties within ``RTOL`` keep the faster plan."""
+        front: list[Plan] = []
+        for p in sorted(plans, key=lambda p: (p.metrics.bottleneck_s, p.metrics.energy_j)):
+            e = p.metrics.energy_j
+            if not front or e < front[-1].metrics.energy_j - RTOL * abs(front[-1].metrics.energy_j):
+                front.append(p)
+        if self.max_points is not None:
+            front = front[max(0, len(front) - self.max_points):]
+        for rank, p in enumerate(front):
+            p.params["front_index"] = rank
+        return front
 
 
 @dataclass

@@ -3,10 +3,10 @@
 A unit class is a list of units, each a list of device indices in position order (unit ``A``'s
 position ``p`` corresponds to unit ``B``'s position ``p``), such that exchanging any two units of the
 class position by position is an automorphism of the problem: it preserves every device's type,
-memory and role (source, sink, allowed to run the first stage) and every link (bandwidth, latency,
-energy per byte, both directions). Transpositions generate all permutations, so any permutation of
-the units of a class preserves every cost; the DPs count units per usage pattern instead of naming
-them (``search.states``).
+memory and role (source, sink, allowed to run the first stage, allowed to run the last) and every
+link (bandwidth, latency, energy per byte, both directions). Transpositions generate all
+permutations, so any permutation of the units of a class preserves every cost; the DPs count units
+per usage pattern instead of naming them (``search.states``).
 
 Candidate units are the connected components of the pairs joined by one link value (a Jetson
 board: the shared-memory link inside it), by any of the rarest link values (boards whose PEs are
@@ -34,10 +34,10 @@ MAX_RADIX_STATES = 2**22  # a grouping whose mixed-radix state index would excee
 class Symmetry:
     """Automorphism checks on one problem's devices."""
 
-    def __init__(self, problem: SplitProblem, first: set[int]):
+    def __init__(self, problem: SplitProblem, first: set[int], last: set[int] = frozenset()):
         cl, n = problem.cluster, problem.num_devices
         special = {cl.source_index, cl.sink_index} - {None}
-        self.color = [(int(problem.device_type[d]), float(problem.memory_bytes[d]), d in first,
+        self.color = [(int(problem.device_type[d]), float(problem.memory_bytes[d]), d in first, d in last,
                        d if d in special else -1) for d in range(n)]
         self.links = (cl.bandwidth, cl.latency_s, cl.energy_per_byte)
         self.n = n
@@ -131,13 +131,15 @@ def _score(classes: list[list[list[int]]]) -> float:
     return float("inf") if multi and radix > MAX_RADIX_STATES else labels * states
 
 
-def unit_classes(problem: SplitProblem, first: set[int], units: bool = True) -> list[list[list[int]]]:
-    """Classes of interchangeable units (see the module docstring); ``units=False``: single devices only.
+def unit_classes(problem: SplitProblem, first: set[int], last: set[int],
+                 units: bool = True) -> list[list[list[int]]]:
+    """Classes of interchangeable units (see the module docstring); ``first``/``last``: the devices
+    allowed to run the first/last stage; ``units=False``: single devices only.
 
     Of the candidate unit sets, the one whose grouping gives the fewest DP states wins (single
     devices if none does better).
     """
-    sym = Symmetry(problem, first)
+    sym = Symmetry(problem, first, last)
 
     def with_singles(multi: list[list[list[int]]]) -> list[list[list[int]]]:
         taken = {d for c in multi for u in c for d in u}
