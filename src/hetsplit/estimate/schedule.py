@@ -199,9 +199,35 @@ def scratch(n_res: int, t_count: int, e_count: int, x_max: int):
 
 @njit(cache=True, inline="always")
 def _ready(heap, cap, hsize, touched, n_touch, r, job):
+    """``job`` is ready on resource ``r``: queue it there and mark ``r`` for the next dispatch."""
     hsize[r] = _ipush(heap, r * cap, hsize[r], job)
     touched[n_touch] = r
     return n_touch + 1
+
+
+@njit(cache=True, inline="always")
+def _unlock(task, remaining, dev, heap, cap, hsize, touched, n_touch):
+    """One thing ``task`` waited for is there; queue it on its device when it was the last."""
+    remaining[task] -= 1
+    if remaining[task] == 0:
+        return _ready(heap, cap, hsize, touched, n_touch, dev[task], task)
+    return n_touch
+
+
+@njit(cache=True, inline="always")
+def _produced(e, carrier, e_dst, r0, r1, jt, wait2, remaining, dev, heap, cap, hsize, touched, n_touch):
+    """Edge ``e``'s producer is done (or the input arrived): its consumer, on the same device, may
+    start, or the message it heads is ready. Returns (n_touch, whether a two-port message waits)."""
+    c = carrier[e]
+    if c < 0:
+        if e_dst[e] >= 0:
+            n_touch = _unlock(e_dst[e], remaining, dev, heap, cap, hsize, touched, n_touch)
+    elif c == e:
+        if r1[e] < 0:
+            return _ready(heap, cap, hsize, touched, n_touch, r0[e], jt + e), False
+        wait2[e] = True
+        return n_touch, True
+    return n_touch, False
 
 
 @njit(cache=True)
@@ -238,20 +264,9 @@ def one_input(dev, dur, carrier, xfer, r0, r1, n_messages, e_dst, out_ptr, out_i
         if remaining[t] == 0:
             n_touch = _ready(heap, cap, hsize, touched, n_touch, dev[t], t)
     for k in range(len(src_edges)):
-        e = src_edges[k]
-        c = carrier[e]
-        if c < 0:
-            d = e_dst[e]
-            if d >= 0:
-                remaining[d] -= 1
-                if remaining[d] == 0:
-                    n_touch = _ready(heap, cap, hsize, touched, n_touch, dev[d], d)
-        elif c == e:
-            if r1[e] < 0:
-                n_touch = _ready(heap, cap, hsize, touched, n_touch, r0[e], jt + e)
-            else:
-                wait2[e] = True
-                any2 = True
+        n_touch, two = _produced(src_edges[k], carrier, e_dst, r0, r1, jt, wait2, remaining, dev, heap, cap, hsize,
+                                 touched, n_touch)
+        any2 |= two
     for x in range(n_x):
         if x_after[x] < 0:
             n_touch = _ready(heap, cap, hsize, touched, n_touch, x_res[x], je + x)
@@ -290,25 +305,11 @@ def one_input(dev, dur, carrier, xfer, r0, r1, n_messages, e_dst, out_ptr, out_i
                 touched[n_touch] = dev[j]
                 n_touch += 1
                 for k in range(out_ptr[j], out_ptr[j + 1]):
-                    e = out_idx[k]
-                    c = carrier[e]
-                    if c < 0:
-                        d = e_dst[e]
-                        if d >= 0:
-                            remaining[d] -= 1
-                            if remaining[d] == 0:
-                                n_touch = _ready(heap, cap, hsize, touched, n_touch, dev[d], d)
-                    elif c == e:
-                        if r1[e] < 0:
-                            n_touch = _ready(heap, cap, hsize, touched, n_touch, r0[e], jt + e)
-                        else:
-                            wait2[e] = True
-                            any2 = True
+                    n_touch, two = _produced(out_idx[k], carrier, e_dst, r0, r1, jt, wait2, remaining, dev, heap,
+                                             cap, hsize, touched, n_touch)
+                    any2 |= two
                 for k in range(chain_ptr[j], chain_ptr[j + 1]):
-                    d = chain_idx[k]
-                    remaining[d] -= 1
-                    if remaining[d] == 0:
-                        n_touch = _ready(heap, cap, hsize, touched, n_touch, dev[d], d)
+                    n_touch = _unlock(chain_idx[k], remaining, dev, heap, cap, hsize, touched, n_touch)
                 x = ext_head[j]
                 while x >= 0:
                     n_touch = _ready(heap, cap, hsize, touched, n_touch, x_res[x], je + x)
@@ -324,22 +325,16 @@ def one_input(dev, dur, carrier, xfer, r0, r1, n_messages, e_dst, out_ptr, out_i
                     n_touch += 1
                 f = alias_head[e]
                 while f >= 0:
-                    d = e_dst[f]
-                    if d >= 0:
-                        remaining[d] -= 1
-                        if remaining[d] == 0:
-                            n_touch = _ready(heap, cap, hsize, touched, n_touch, dev[d], d)
+                    if e_dst[f] >= 0:
+                        n_touch = _unlock(e_dst[f], remaining, dev, heap, cap, hsize, touched, n_touch)
                     f = alias_next[f]
             else:
                 x = j - je
                 busy[x_res[x]] = False
                 touched[n_touch] = x_res[x]
                 n_touch += 1
-                b = x_before[x]
-                if b >= 0:
-                    remaining[b] -= 1
-                    if remaining[b] == 0:
-                        n_touch = _ready(heap, cap, hsize, touched, n_touch, dev[b], b)
+                if x_before[x] >= 0:
+                    n_touch = _unlock(x_before[x], remaining, dev, heap, cap, hsize, touched, n_touch)
     if done == total:                          # every heap is empty and every resource free again
         return now
     hsize[:] = 0
