@@ -135,3 +135,13 @@ def test_embedding_layer_reads_only_its_rows():
     assert layer.onnx_ops[0] == "Gather"
     table, rows = 32000 * 512 * 4, 128 * 512 * 4
     assert layer.attrs["param_bytes_read"] == layer.param_bytes - table + rows
+    assert layer.attrs["lookup_bytes"] == rows
+
+
+def test_a_decode_step_looks_up_one_row():
+    from hetsplit.graph.transformer import decode_step
+
+    layer = decode_step(zoo.load("tinyllama-42m"), 128).layers[0]
+    table, row = 32000 * 512 * 4, 512 * 4
+    assert layer.attrs["lookup_bytes"] == row
+    assert layer.attrs["param_bytes_read"] == layer.param_bytes - table + row

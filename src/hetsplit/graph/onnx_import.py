@@ -9,8 +9,10 @@
   in_bytes     bytes of the tensors it receives from other layers or the model inputs
   nodes        every ONNX node of the layer, constants included (the runtime cuts by these)
   onnx_ops     the op types of its computing nodes, in order (constant-only nodes left out)
-  attrs        see ``Layer``; plus ``param_bytes_read`` on layers holding an embedding table, of
-               which one inference reads only the looked-up rows
+  attrs        see ``Layer``; plus, on layers holding an embedding table of which one inference
+               reads only the looked-up rows: ``param_bytes_read`` (the parameter bytes one inference
+               reads: param_bytes minus the rows it does not look up) and ``lookup_bytes`` (the bytes
+               of the rows it looks up, part of param_bytes_read)
 """
 
 from __future__ import annotations
@@ -111,14 +113,16 @@ def _static_tensors(m: _Model) -> set[str]:
     return static
 
 
-def _embedding_savings(m: _Model, nodes: list[onnx.NodeProto]) -> int:
-    """Bytes of embedding tables a layer holds but does not read: a Gather of an initializer reads
-    only the rows it looks up (``attrs["param_bytes_read"]`` = param_bytes minus this)."""
-    saved = 0
+def _lookups(m: _Model, nodes: list[onnx.NodeProto]) -> tuple[int, int]:
+    """(bytes of embedding tables a layer holds but does not read, bytes of the rows it looks up):
+    a Gather of an initializer reads only the rows it looks up."""
+    saved = rows = 0
     for n in nodes:
         if n.op_type == "Gather" and n.input[0] in m.inits:
-            saved += max(0, m.nbytes(n.input[0]) - m.nbytes(n.output[0]))
-    return saved
+            read = min(m.nbytes(n.input[0]), m.nbytes(n.output[0]))
+            saved += m.nbytes(n.input[0]) - read
+            rows += read
+    return saved, rows
 
 
 def graph_from_prepared(proto: onnx.ModelProto, name: str, source: str = "") -> Graph:
@@ -225,9 +229,10 @@ def _layer(m: _Model, grp: NodeGroup, gi: int, static: set[str], params: int, ou
             axis = int(node_attrs(head).get("axis", -1 if m.opset >= 13 else 1)) % max(1, len(shape))
             attrs["axis"], attrs["row"] = axis, int(shape[axis]) if shape else 1
     attrs["elem_bytes"] = elem_size(m.types[main][1])
-    lookup = _embedding_savings(m, nodes)
-    if lookup:
-        attrs["param_bytes_read"] = max(0, params - lookup)
+    saved, rows = _lookups(m, nodes)
+    if saved:
+        attrs["param_bytes_read"] = max(0, params - saved)
+        attrs["lookup_bytes"] = rows
     name = compact_name(head.name) or f"layer{gi}"
     base, k = name, 1
     while name in used:

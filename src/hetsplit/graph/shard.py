@@ -106,8 +106,9 @@ def shard_layer(layer: Layer, axis: str, start: int, stop: int, size: int, first
             attrs["c_in"] = n
         elif layer.op == GEMM:
             attrs["k"] = n
-    if "param_bytes_read" in attrs:
-        attrs["param_bytes_read"] = params
+    for key in ("param_bytes_read", "lookup_bytes"):   # an embedding's shard reads its share of the rows
+        if key in attrs and layer.param_bytes:
+            attrs[key] = int(attrs[key]) * params // layer.param_bytes
     return replace(layer, name=f"{layer.name}@{axis}[{start}:{stop}]", macs=part(layer.macs), param_bytes=params,
                    out_bytes=out_bytes, in_bytes=in_bytes, attrs=attrs)
 

@@ -215,8 +215,8 @@ def decode_step(graph: Graph, context: int) -> Graph:
     """One autoregressive step of a Transformer graph exported for a prompt of S tokens: one new token
     against a KV cache of ``context`` positions (Bochem et al.'s autoregressive mode).
 
-    S is the rows of the first Q projection. Every layer's work and tensors shrink by S (one row),
-    except inside attention: the scores are ``heads x 1 x context`` and the attention matmuls read the
+    S is the rows of the first Q projection. Every layer's work and tensors shrink by S (one row; an
+    embedding looks up one row of its table), except inside attention: the scores are ``heads x 1 x context`` and the attention matmuls read the
     cache (``context`` keys and values per head). Layer names stay, so a plan made for the prompt
     graph applies to the decode graph. Costs must then come from a device model, not a profile.
     """
@@ -247,6 +247,10 @@ def decode_step(graph: Graph, context: int) -> Graph:
             for key in ("m", "elements"):
                 if key in attrs and attrs[key]:
                     attrs[key] = max(1, int(attrs[key]) // tokens)
+            if attrs.get("lookup_bytes"):      # an embedding looks up one token's row, not S
+                rows = int(attrs["lookup_bytes"])
+                attrs["lookup_bytes"] = rows // tokens
+                attrs["param_bytes_read"] = int(attrs["param_bytes_read"]) - (rows - rows // tokens)
             layers.append(replace(layer, macs=layer.macs // tokens, out_bytes=layer.out_bytes // tokens,
                                   in_bytes=layer.in_bytes // tokens, attrs=attrs))
     ratio = [new.out_bytes / old.out_bytes if old.out_bytes else 0.0 for new, old in zip(layers, graph.layers)]
