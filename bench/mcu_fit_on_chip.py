@@ -2,9 +2,10 @@
 
 Reproduces the effect of Bochem et al. (seed 002): time per block drops sharply once a chip's share
 of a block's weights fits on chip (double-buffered in L2), and again once its share of the whole
-model does (resident). Each point is the block's tensor-parallel plan costed by
-``estimate/mcu_parallel.py`` (Siracusa model per chip, all-reduces over MIPI); the 64-head TinyLlama
-runs up to 64 chips, as in the paper's scalability study. ``hetsplit reproduce mcu`` grades the
+model does (resident). Each point is the block's tensor-parallel plan costed by the estimator
+(Siracusa model per chip, each chip's weights placed by estimate/memory.py, all-reduces over MIPI;
+the breakdown follows the critical path of one simulated input); the 64-head TinyLlama runs up to 64
+chips, as in the paper's scalability study. ``hetsplit reproduce mcu`` grades the
 paper's numbers.
 Run: .venv/bin/python bench/mcu_fit_on_chip.py
 """
@@ -24,7 +25,7 @@ def main() -> None:
         print(f"{'chips':>5} {'regime':>28} {'ms/block':>9} {'speedup':>8} {'uJ/block':>9}   "
               "critical path: compute / chip-to-chip / L2 / L3 (ms)")
         for p in run_workload(w, w.chips):
-            parts = " / ".join(f"{v * 1e3:.3f}" for v in p.cost.breakdown().values())
+            parts = " / ".join(f"{v * 1e3:.3f}" for v in p.cost.breakdown_s.values())
             print(f"{p.chips:5d} {p.cost.regime:>28} {p.cost.latency_s * 1e3:9.3f} {p.speedup:7.1f}x "
                   f"{p.cost.energy_j * 1e6:9.1f}   {parts}")
 

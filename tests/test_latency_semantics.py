@@ -98,6 +98,41 @@ def test_one_input_latency_is_the_simulators_on_random_sharded_mappings(alexnet_
     assert closed == pytest.approx(simulated, rel=1e-9)
 
 
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10**6), shared=st.booleans(), extra=st.booleans())
+def test_the_critical_path_tiles_one_inputs_latency(alexnet_nx, seed, shared, extra):
+    """Each job on the path starts when the one before it ends, from the arrival to the latency."""
+    rng = np.random.default_rng(seed)
+    pr = with_ports(alexnet_nx, shared)
+    tg = check_plan(pr.graph, pr.cluster, random_sharded_plan(pr, rng))
+    extras = random_extras(tg, rng, 0.01) if extra else None
+    sim = simulate(pr, tg, ONE, extras=extras)
+    path = sim.critical_path
+    assert path[0].start == 0.0 and path[-1].end == sim.unloaded_latency_s
+    assert all(b.start == a.end for a, b in zip(path, path[1:]))
+    assert all(s.end - s.start == pytest.approx(sum(s.parts.values()), abs=1e-15) for s in path)
+    assert sum(sim.breakdown().values()) == pytest.approx(sim.unloaded_latency_s, rel=1e-12)
+
+
+def test_the_closed_form_counts_each_memory_channel_in_the_bottleneck():
+    from hetsplit.estimate.batch import metrics_at
+    from hetsplit.graph.types import Graph, Layer, Tensor
+
+    layers = [Layer("a", "conv", 1, 0, 1), Layer("b", "conv", 1, 0, 1)]
+    g = Graph("two", layers, [Tensor("input", -1, 1, (0,)), Tensor("ta", 0, 1, (1,)),
+                              Tensor("tb", 1, 1, (), is_output=True)])
+    cl = cluster(["t", "t"], bandwidth=np.inf)
+    time = np.array([[1.0], [2.0]])
+    pr = problem(g, cl, time, np.zeros_like(time))
+    tg = check_plan(g, cl, Plan(g.name, cl.name, "hand", assign={"a": "d0", "b": "d1"}))
+    loads = ExtraJobs(np.array([3.0, 4.0]), np.array([1, 1]), np.array([-1, 0]), np.array([1, -1]))
+    batch = evaluate_mappings(pr, tg, extras=[loads])
+    assert batch.bottleneck_s[0] == 7.0 and metrics_at(pr, batch, 0).bottleneck == "memory d1"
+    assert batch.latency_s[0] == 7.0            # b waits for the 3 s load, the 4 s one after a ends at 1
+    stream = simulate(pr, tg, SimOptions(inputs=30, keep_timeline=False), extras=loads)
+    assert stream.throughput == pytest.approx(1 / 7.0, rel=1e-9)
+
+
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 10**6), shared=st.booleans())
 def test_one_input_latency_is_the_simulators_on_random_dags(seed, shared):
@@ -129,7 +164,12 @@ def test_work_conserving_beats_index_order_when_a_later_task_is_ready_first():
     # p 3-4, q 4-6, r 6-7.
     assert evaluate(pr, plan).latency_s == pytest.approx(5.0)
     tg = check_plan(pr.graph, pr.cluster, plan)
-    assert simulate(pr, tg, ONE).unloaded_latency_s == pytest.approx(5.0)
+    sim = simulate(pr, tg, ONE)
+    assert sim.unloaded_latency_s == pytest.approx(5.0)
+    # the critical path: r waited for p, p for s (through its message, instant here); q ended earlier
+    assert [(s.label, s.start, s.end) for s in sim.critical_path if s.end > s.start] == \
+        [("s", 0.0, 3.0), ("p", 3.0, 4.0), ("r", 4.0, 5.0)]
+    assert sim.breakdown() == pytest.approx({"compute": 5.0, "transfer": 0.0})
     plan.order = {"d0": ["p", "q", "r"], "d1": ["s"]}
     assert evaluate(pr, plan).latency_s == pytest.approx(7.0)     # the order is obeyed, idle time and all
     assert simulate(pr, check_plan(pr.graph, pr.cluster, plan), ONE).unloaded_latency_s == pytest.approx(7.0)

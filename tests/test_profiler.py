@@ -136,7 +136,7 @@ def test_cli_profile_of_a_modelled_device(tmp_path, capsys):
     assert prof.costs.time_s.sum() == pytest.approx(1.36e-3, rel=0.25)
     assert "sum over layers" in capsys.readouterr().out
     assert main(["profile", "vgg8", "--device", "nosuchpreset"]) == 2
-    assert main(["profile", "vgg8", "--device", "siracusa", "--param", "weight_fraction"]) == 2
+    assert main(["profile", "vgg8", "--device", "siracusa", "--param", "l2_bytes"]) == 2
 
 
 def test_resolve_device_errors():

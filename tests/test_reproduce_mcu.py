@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from hetsplit.cli.main import main
-from hetsplit.estimate.mcu_parallel import parallel_costs
-from hetsplit.experiments.mcu import (PAPER_CLAIMS, WHOLE_MODEL, McuConfig, check_claims, run, siracusa,
-                                      tp_pipeline_plan)
-from hetsplit.graph.transformer_shapes import transformer_graph
+from hetsplit.experiments.mcu import (PAPER_CLAIMS, McuConfig, check_claims, compare_pipelines, cost, run,
+                                      tp_pipeline_plan, whole_model_problem)
 from hetsplit.plan.check import check_plan
 
 
@@ -43,12 +43,33 @@ def test_claims_of_workloads_not_run_say_so():
 
 
 def test_a_pipeline_of_tensor_parallel_groups_passes_the_residual_root_to_root():
-    graph = transformer_graph(WHOLE_MODEL)
-    cluster = siracusa(8)
+    problem = whole_model_problem(8)
+    graph, cluster = problem.graph, problem.cluster
     plan = tp_pipeline_plan(graph, [cluster.names[:4], cluster.names[4:]])
     tg = check_plan(graph, cluster, plan)
     across = [m for m in tg.messages() if (m.src < 4) != (m.dst < 4)]
-    assert [(m.src, m.dst) for m in across] == [(0, 4)]        # one residual stream message between stages
-    cost = parallel_costs(graph, cluster, plan)
-    assert {ch.name for ch in cost.chips} == set(cluster.names)
-    assert max(ch.block_weight_bytes for ch in cost.chips) == (4 * 512 * 512 + 3 * 512 * 2048) / 4
+    # the zoo graph computes block 4's input norm with block 3's last add (one layer, on stage 0's root):
+    # the residual goes root to root, the normalized input to each chip of stage 1 that reads it
+    residual = [m for m in across if not m.payload.endswith("Mul_1_output_0@bcast")]
+    assert [(m.src, m.dst) for m in residual] == [(0, 4)]
+    assert sorted((m.src, m.dst) for m in across if m not in residual) == [(0, 4), (0, 5), (0, 6), (0, 7)]
+    assert all(m.nbytes == 512 for m in across)                # one token's E values, int8
+    costed = cost(problem, plan)
+    assert {ch.device for ch in costed.chips} == set(cluster.names)
+    largest = {ch.device: ch.segment_weight_bytes for ch in costed.chips}
+    # a quarter of a block's weights (and of the few constants the exporter keeps with its projections);
+    # a quarter of the LM head's
+    block = pytest.approx((4 * 512 * 512 + 3 * 512 * 2048) / 4, rel=0.01)
+    assert [largest[f"chip{i}"] for i in (1, 2, 3)] == [block] * 3
+    assert [largest[f"chip{i}"] for i in (5, 6, 7)] == [32000 * 512 / 4] * 3
+
+
+@pytest.mark.parametrize("chips", [8, 2])
+def test_plan_and_reproduce_mcu_print_the_same_figures_per_token(chips, capsys):
+    assert main(["plan", "tinyllama-42m", "--cluster", f"siracusa-{chips}", "--algo", "tensor-parallel",
+                 "--decode", "128", "--no-baselines", "--json"]) == 0
+    (planned,) = json.loads(capsys.readouterr().out)["plans"]
+    row = next(r for r in compare_pipelines((chips,)) if r.kind == "tensor-parallel")
+    for key in ("latency_s", "energy_j", "throughput", "bottleneck_s", "comm_energy_j"):
+        assert getattr(row.cost.metrics, key) == pytest.approx(planned["metrics"][key], rel=1e-9, abs=0), key
+    assert sum(row.cost.breakdown_s.values()) == pytest.approx(planned["metrics"]["latency_s"], rel=1e-9)

@@ -20,7 +20,7 @@ def register(sub) -> None:
                      ("hetsplit profile resnet50 --threads 1 --co-load 1 --out resnet50.json"
                       "   # for 2 pipeline stages computing at once here"),
                      "hetsplit profile vgg8 --device neurosim-rram",
-                     "hetsplit profile tinyllama-42m --device siracusa --param weight_fraction=0.125",
+                     "hetsplit profile tinyllama-42m --device siracusa --param l2_bytes=4194304",
                      "hetsplit profile resnet8 --device imce-imc --out resnet8.imc.json"])
     p.add_argument("model", help="zoo name or .onnx file")
     p.add_argument("--device", default="local-cpu",
@@ -41,7 +41,7 @@ def register(sub) -> None:
     p.add_argument("--power", default=None, metavar="WATTS",
                    help="power to estimate energy from when no energy meter can read (e.g. 35W)")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a modelled device's parameter (repeatable), e.g. weight_fraction=0.125")
+                   help="override a modelled device's parameter (repeatable), e.g. l2_bytes=4194304")
     p.add_argument("--out", default=None, metavar="FILE", help="write the hetsplit.profile/1 JSON here")
     p.add_argument("--layers", type=int, default=40, metavar="N", help="show at most N layers (default 40)")
     p.set_defaults(func=run)
@@ -52,7 +52,7 @@ def _params(pairs: list[str]) -> dict[str, str]:
     for item in pairs:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise ProfileError(f"--param {item!r}: write KEY=VALUE, e.g. --param weight_fraction=0.125")
+            raise ProfileError(f"--param {item!r}: write KEY=VALUE, e.g. --param l2_bytes=4194304")
         out[key.strip()] = value.strip()
     return out
 

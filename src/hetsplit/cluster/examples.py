@@ -95,9 +95,10 @@ def _siracusa(n: int) -> dict[str, Any]:
               for g in range((n + SIRACUSA_GROUP - 1) // SIRACUSA_GROUP)}
     return {"name": f"siracusa-{n}",
             "description": (f"Bochem et al. (seed 002): {n} Siracusa chip(s) joined by MIPI (0.5 GB/s, 100 pJ/B), "
-                            f"in groups of {SIRACUSA_GROUP} for hierarchical reduction; inputs arrive at chip0"),
+                            f"one MIPI port per chip (its messages in and out take turns), in groups of "
+                            f"{SIRACUSA_GROUP} for hierarchical reduction; inputs arrive at chip0"),
             "devices": [{"name": c, "preset": "siracusa"} for c in chips],
-            "groups": groups, "links": {"default": "mipi"}, "source": "chip0"}
+            "groups": groups, "links": {"default": "mipi", "ports": "shared"}, "source": "chip0"}
 
 
 def imce_default_imc(units: int) -> int:

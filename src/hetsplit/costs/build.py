@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 
 from hetsplit.cluster.types import Cluster
-from hetsplit.costs.models.base import device_model
-from hetsplit.costs.problem import SplitProblem
+from hetsplit.costs.models.base import device_model, element_bytes
+from hetsplit.costs.problem import ModelScope, SplitProblem
 from hetsplit.costs.table import CostTable
 from hetsplit.errors import ProfileError
+from hetsplit.graph.precision import at_element_bytes
 from hetsplit.graph.types import Graph
 
 
@@ -35,6 +36,19 @@ def build_cost_table(graph: Graph, cluster: Cluster, profile: CostTable | None =
     return CostTable.concat(columns)
 
 
-def build_problem(graph: Graph, cluster: Cluster, profile: CostTable | None = None) -> SplitProblem:
-    """The SplitProblem of ``graph`` on ``cluster`` (costs from models and/or a profile)."""
-    return SplitProblem(graph, cluster, build_cost_table(graph, cluster, profile))
+def deployed_graph(graph: Graph, cluster: Cluster) -> Graph:
+    """``graph`` as ``cluster`` runs it: at the element size every device type's model declares
+    (``element_bytes``: int8 MCUs keep and send one byte per element), or as exported when the types
+    do not all declare one and the same."""
+    sizes = {element_bytes(cluster.representative(t)) for t in cluster.types}
+    if len(sizes) != 1 or None in sizes:
+        return graph
+    return at_element_bytes(graph, sizes.pop())
+
+
+def build_problem(graph: Graph, cluster: Cluster, profile: CostTable | None = None,
+                  scope: ModelScope = ModelScope()) -> SplitProblem:
+    """The SplitProblem of ``graph`` (deployed as ``cluster`` runs it, ``deployed_graph``) on ``cluster``
+    (costs from models and/or a profile); ``scope``: the whole model the graph is part of."""
+    graph = deployed_graph(graph, cluster)
+    return SplitProblem(graph, cluster, build_cost_table(graph, cluster, profile), scope)

@@ -19,13 +19,28 @@ from hetsplit.graph.types import Graph
 from hetsplit.units import format_bytes
 
 
+@dataclass(frozen=True)
+class ModelScope:
+    """What the graph stands for: ``model_blocks`` Transformer blocks of a whole model, when the graph
+    is some of them (a reproduction costs one block of an 8-block model); None: the graph is the
+    whole model. Memory models judge what fits on a chip by its share of the whole model."""
+
+    model_blocks: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.model_blocks is not None and self.model_blocks < 1:
+            raise ProfileError(f"a model has at least one block, got model_blocks={self.model_blocks}")
+
+
 @dataclass
 class SplitProblem:
-    """A model's costs on a cluster. Layers 0..L-1, devices 0..D-1, cuts 0..L."""
+    """A model's costs on a cluster. Layers 0..L-1, devices 0..D-1, cuts 0..L; ``scope``: the whole
+    model the graph is part of."""
 
     graph: Graph
     cluster: Cluster
     costs: CostTable
+    scope: ModelScope = ModelScope()
 
     def __post_init__(self) -> None:
         if self.costs.layer_names != self.graph.names:

@@ -1,7 +1,8 @@
 """Every way to cost plans, behind one interface: ``estimate(problem, plans, fidelity)``.
 
 Closed forms (pipelines, any TaskGraph; vectorized over many plans), the discrete-event simulator,
-task costs, what a plan sends. See docs/architecture.md, "The estimator".
+task costs, what a plan sends, and the memory-hierarchy effects of chips that keep weights off chip
+(``memory.py``, applied by every fidelity). See docs/architecture.md, "The estimator".
 """
 
 from hetsplit.estimate.batch import BatchMetrics, concat_metrics, metrics_at

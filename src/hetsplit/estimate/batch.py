@@ -28,6 +28,7 @@ class BatchMetrics:
     edp: np.ndarray
     max_transfer_s: np.ndarray          # largest single transfer (for naming the bottleneck)
     max_transfer_link: np.ndarray       # N x 2 (u, v) of that link, (d, d) for device d's port, -1 if none
+    memory_channel_s: np.ndarray        # N x D: seconds each device's memory channel is busy (weight loads)
 
     def __len__(self) -> int:
         return len(self.throughput)
@@ -50,7 +51,10 @@ def metrics_at(problem: SplitProblem, batch: BatchMetrics, i: int) -> Metrics:
     names = problem.cluster.names
     part = batch.participates[i]
     comp = batch.compute_s_per_device[i]
-    if batch.max_transfer_s[i] > comp.max():
+    channel = batch.memory_channel_s[i]
+    if channel.max() > max(comp.max(), batch.max_transfer_s[i]):
+        what = f"memory {names[int(np.argmax(channel))]}"
+    elif batch.max_transfer_s[i] > comp.max():
         u, v = batch.max_transfer_link[i]
         what = f"port {names[u]}" if u == v else f"link {names[u]}->{names[v]}"
     else:

@@ -3,8 +3,9 @@
 Semantics (docs/architecture.md, "The estimator"), for a stream of inputs:
 - per-device compute = the sum of its tasks' times; a link's busy time = its bytes / bandwidth +
   its latency per message, where a message is one payload sent once from one device to another
-  (with ``ports="shared"``: a device port's busy time = every message in or out of the device);
-  throughput = 1 / the largest of these (compute and transfers overlap);
+  (with ``ports="shared"``: a device port's busy time = every message in or out of the device); a
+  device's memory channel's busy time = its extra jobs (weight loads); throughput = 1 / the largest
+  of these (compute, transfers and loads overlap);
 - latency = one input alone through the task DAG with transfers (``schedule.one_input``): each
   device and link runs one job at a time and never idles while one of its jobs is ready, lowest
   task or message index first (or the plan's run order), the model inputs leaving the source and
@@ -21,7 +22,8 @@ evaluator's metrics (a test checks it).
 compiled pass per plan computes every figure: a schedule's order depends on each plan's durations,
 so it cannot be vectorized across plans. ``TaskOverrides`` give per-plan task costs and edge bytes
 for encodings whose plans share one task structure but not the sizes of their shards (a zero-byte
-edge sends no message); ``ExtraJobs`` add per-plan jobs (an MCU's weight loads).
+edge sends no message); ``ExtraJobs`` add per-plan jobs (an MCU's weight loads). On a cluster whose
+devices keep weights off chip, the memory model (``memory.py``) gives both, assignment by assignment.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from numba import get_num_threads, njit, prange
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import PlanError
 from hetsplit.estimate.batch import BatchMetrics
+from hetsplit.estimate.memory import MemoryEffects
 from hetsplit.estimate.schedule import ExtraJobs, Resources, Structure, one_input, scratch
 from hetsplit.estimate.task_costs import TaskCosts, task_costs
 from hetsplit.plan.tasks import TaskGraph
@@ -57,18 +60,26 @@ class MappingEvaluator:
     """Evaluates device assignments of one TaskGraph (costs and index arrays prepared once)."""
 
     def __init__(self, problem: SplitProblem, tg: TaskGraph, costs: TaskCosts | None = None):
-        self.problem, self.tg = problem, tg
-        self.costs = costs if costs is not None else task_costs(problem, tg)
-        self.structure = Structure.of(tg)
+        """``costs``: of ``tg``'s tasks (default: ``task_costs``). On a problem whose devices keep weights
+        off chip (``memory.MemoryEffects``) every assignment is costed by the memory model, on ``tg``
+        with its stages split by segment (those pieces costed from the table)."""
+        self.problem, self.given = problem, tg
+        self.memory = MemoryEffects.of(problem)
+        self.tg, self._columns = (tg, None) if self.memory is None else self.memory.split(tg)
+        reuse = costs is not None and self.tg is tg
+        self.costs = costs if reuse else task_costs(problem, self.tg)
+        self.structure = Structure.of(self.tg)
         types = problem.device_type  # per (task, device) costs, flattened as t * D + d
         self._tables = tuple(np.ascontiguousarray(a[:, types].ravel(), dtype=np.float64)
                              for a in (self.costs.time_s, self.costs.energy_j, self.costs.mem_bytes))
         self._links = _link_tables(problem)
 
     def check_devices(self, devices: np.ndarray | None) -> np.ndarray:
-        dev = self.tg.device[None, :] if devices is None else np.atleast_2d(np.asarray(devices, dtype=np.int64))
-        if dev.shape[1] != self.tg.num_tasks:
-            raise PlanError(f"an assignment has {dev.shape[1]} entries; the task graph has {self.tg.num_tasks} tasks")
+        """Assignments of the given task graph's tasks, validated (N x T)."""
+        tasks = self.given.num_tasks
+        dev = self.given.device[None, :] if devices is None else np.atleast_2d(np.asarray(devices, dtype=np.int64))
+        if dev.shape[1] != tasks:
+            raise PlanError(f"an assignment has {dev.shape[1]} entries; the task graph has {tasks} tasks")
         if dev.size and (dev.min() < 0 or dev.max() >= self.problem.num_devices):
             raise PlanError(f"device indices must be in 0..{self.problem.num_devices - 1}")
         return np.ascontiguousarray(dev, dtype=np.int64)
@@ -76,8 +87,17 @@ class MappingEvaluator:
     def evaluate(self, devices: np.ndarray | None = None, overrides: TaskOverrides | None = None,
                  extras: list[ExtraJobs] | None = None) -> BatchMetrics:
         """Metrics of every assignment (rows of ``devices``; default: the plan's own), with the task
-        costs and edge bytes of ``overrides`` and the extra jobs of ``extras`` (one per plan) where given."""
+        costs and edge bytes of ``overrides`` and the extra jobs of ``extras`` (one per plan) where given
+        (the memory model's own, plan by plan, on a problem that has one)."""
         dev = self.check_devices(devices)
+        if self.memory is not None:
+            if overrides is not None or extras is not None:
+                raise PlanError(f"the devices of cluster {self.problem.cluster.name!r} keep weights off chip: the "
+                                "memory model gives their task costs and weight loads; per-plan overrides or extra "
+                                "jobs cannot be added to it")
+            if self._columns is not None:
+                dev = np.ascontiguousarray(dev[:, self._columns])
+            overrides, extras = self._memory_jobs(dev)
         n, n_dev, tg, st = len(dev), self.problem.num_devices, self.tg, self.structure
         if overrides is not None:
             self._check_overrides(overrides, n)
@@ -100,13 +120,31 @@ class MappingEvaluator:
         else:  # no thread pool for a few plans: starting it costs more than they take
             _evaluate_range(0, n, *args)
         compute, energy_dev, mem_dev, participates, latency, comm_e, comm_t, task_e, max_busy, max_link = out
-        bottleneck = np.maximum(compute.max(axis=1), max_busy)
+        channel = np.zeros((n, n_dev))
+        for p, x in enumerate(extras or ()):
+            np.add.at(channel[p], x.device, x.duration_s)
+        bottleneck = np.maximum(np.maximum(compute.max(axis=1), max_busy), channel.max(axis=1))
         with np.errstate(divide="ignore"):
             throughput = np.where(bottleneck > 0, 1.0 / bottleneck, np.inf)
         total_e = task_e + comm_e
         fits = (mem_dev <= self.problem.memory_bytes[None, :]).all(axis=1)
         return BatchMetrics(throughput, bottleneck, latency, total_e, comm_e, comm_t, energy_dev, compute, mem_dev,
-                            participates, fits, total_e * latency, max_busy, max_link)
+                            participates, fits, total_e * latency, max_busy, max_link, channel)
+
+    def _memory_jobs(self, dev: np.ndarray) -> tuple[TaskOverrides, list[ExtraJobs]]:
+        """The memory model's task costs and weight loads of every assignment (rows of ``dev``)."""
+        n, t = dev.shape
+        cols = np.arange(t)
+        ov = TaskOverrides(np.empty((t, n)), np.empty((t, n)), np.empty((t, n)),
+                           np.repeat(self.tg.edge_bytes[:, None], n, axis=1))
+        extras = []
+        for p, row in enumerate(dev):
+            pm = self.memory.plan(self.tg, row, self.costs)
+            types = self.problem.device_type[row]
+            ov.time_s[:, p], ov.energy_j[:, p] = pm.costs.time_s[cols, types], pm.costs.energy_j[cols, types]
+            ov.mem_bytes[:, p] = pm.costs.mem_bytes[cols, types]
+            extras.append(pm.extras)
+        return ov, extras
 
     def _check_overrides(self, ov: TaskOverrides, n: int) -> None:
         t, e = self.tg.num_tasks, len(self.tg.edge_src)

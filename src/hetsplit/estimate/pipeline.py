@@ -21,7 +21,11 @@ import numpy as np
 
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import PlanError
-from hetsplit.estimate.batch import BatchMetrics
+from hetsplit.estimate.batch import BatchMetrics, concat_metrics
+from hetsplit.estimate.mapping import evaluate_mappings
+from hetsplit.estimate.memory import has_memory_model
+from hetsplit.plan.check import check_plan
+from hetsplit.plan.types import Plan, Stage
 
 
 def check_batch(problem: SplitProblem, bounds: np.ndarray, devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -78,8 +82,12 @@ def _busiest(tt: np.ndarray, lu: np.ndarray, lv: np.ndarray, n_dev: int, shared:
 
 
 def evaluate_pipelines(problem: SplitProblem, bounds: np.ndarray, devices: np.ndarray) -> BatchMetrics:
-    """Metrics of every plan in a batch, with array operations only (no loop over plans)."""
+    """Metrics of every plan in a batch, with array operations only (no loop over plans); on a
+    cluster whose devices keep weights off chip, plan by plan through the TaskGraph, where the memory
+    model places each chip's weights (``memory.py``)."""
     b, d = check_batch(problem, bounds, devices)
+    if has_memory_model(problem):
+        return _through_tasks(problem, b, d)
     n, s_max = d.shape
     n_dev = problem.num_devices
     rows = np.arange(n)
@@ -148,4 +156,15 @@ def evaluate_pipelines(problem: SplitProblem, bounds: np.ndarray, devices: np.nd
         throughput = np.where(bottleneck > 0, 1.0 / bottleneck, np.inf)
     fits = (mem_dev <= problem.memory_bytes[None, :]).all(axis=1)
     return BatchMetrics(throughput, bottleneck, latency, energy, comm_e, comm_t, energy_dev, compute_dev,
-                        mem_dev, participates, fits, energy * latency, max_tr, link)
+                        mem_dev, participates, fits, energy * latency, max_tr, link, np.zeros_like(compute_dev))
+
+
+def _through_tasks(problem: SplitProblem, bounds: np.ndarray, devices: np.ndarray) -> BatchMetrics:
+    """Each pipeline of a (checked) batch through its TaskGraph and the mapping closed form."""
+    graph, cluster = problem.graph, problem.cluster
+    names, layers = cluster.names, graph.names
+    parts = []
+    for b, d in zip(bounds, devices):
+        stages = [Stage(names[int(d[s])], layers[b[s]:b[s + 1]]) for s in range(len(d)) if d[s] >= 0]
+        parts.append(evaluate_mappings(problem, check_plan(graph, cluster, Plan(graph.name, cluster.name, "", stages))))
+    return concat_metrics(parts)

@@ -36,13 +36,15 @@ from hetsplit.plan.tasks import SOURCE, TaskGraph
 @dataclass(frozen=True)
 class ExtraJobs:
     """Jobs beyond tasks and messages, per plan: ``duration_s`` on ``device``'s memory channel,
-    after task ``after`` is done (-1: at once), before task ``before`` may start (-1: nothing waits)."""
+    after task ``after`` is done (-1: at once), before task ``before`` may start (-1: nothing waits);
+    ``part``: what their time counts as in a latency breakdown (e.g. "l3")."""
 
     duration_s: np.ndarray
     device: np.ndarray
     after: np.ndarray
     before: np.ndarray
     labels: tuple[str, ...] = ()
+    part: str = "memory"
 
     @staticmethod
     def none() -> "ExtraJobs":

@@ -12,7 +12,9 @@ Work items, per input ``i`` (N inputs) of one TaskGraph ``tg``:
 - a *transfer job* per message ``m`` of ``tg.messages()`` (one payload once from device ``src`` to
   ``dst``) on the directed link ``(src, dst)`` (with ``cluster.ports == "shared"``: holding the
   ports of both devices), taking ``latency_s[src, dst] + nbytes / bandwidth[src, dst]``;
-- an *extra job* per ``ExtraJobs`` entry (an MCU's weight load) on its device's memory channel.
+- an *extra job* per ``ExtraJobs`` entry (an MCU's weight load) on its device's memory channel; on
+  a cluster whose devices keep weights off chip the memory model (``memory.py``) gives these and
+  the task costs, as it does for the closed form.
 
 Rules (compute-and-forward units):
 
@@ -37,7 +39,11 @@ Rules (compute-and-forward units):
 Reported (``SimResult``): steady-state throughput (``steady_throughput``), latency per input (done -
 arrival) and its percentiles, the unloaded latency (one input alone in the system), busy time and
 utilization (busy / makespan) of every device and link, energy per inference (compute energy of
-every task + bytes x energy per byte of every message, charged to the sender) and the timeline.
+every task + bytes x energy per byte of every message, charged to the sender), the timeline, and
+the unloaded input's *critical path*: from its last job back, each job to the one that let it start
+(the job whose end made it ready, or, when it was ready earlier, the one that held its resource
+until then), so the path's jobs tile the latency from 0; ``SimResult.breakdown`` sums their time
+by part (a task's as its device model splits it, "transfer" for messages, an extra job's part).
 
 Implementation: a heap of completion events, a ready heap per resource, and per task a precomputed
 count of the tokens (finished producers, delivered messages, the arrival) it waits for; an event
@@ -57,6 +63,7 @@ import numpy as np
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import HetsplitError, PlanError
 from hetsplit.plan.check import check_plan
+from hetsplit.estimate.memory import MemoryEffects
 from hetsplit.estimate.schedule import ExtraJobs
 from hetsplit.estimate.task_costs import TaskCosts, task_costs
 from hetsplit.plan.tasks import SOURCE, Message, TaskGraph
@@ -101,6 +108,19 @@ class Span(NamedTuple):
     end: float
 
 
+class PathStep(NamedTuple):
+    """One job of an input's critical path: what it is (``kind``: task, message or extra), where it
+    ran, when, and its time in parts (a task's as its device model splits it, e.g. compute / l2 / l3;
+    a message's "transfer"; an extra job's its ``ExtraJobs.part``)."""
+
+    label: str
+    kind: str
+    resource: str
+    start: float
+    end: float
+    parts: dict[str, float]
+
+
 @dataclass
 class SimResult:
     """What a simulation measured (SI units). Resources are the devices that run tasks (cluster
@@ -121,6 +141,15 @@ class SimResult:
     events: int                            # events processed (arrivals + job completions)
     wall_s: float                          # seconds the event loop took
     timeline: list[Span] = field(default_factory=list)
+    critical_path: list[PathStep] = field(default_factory=list)  # of the unloaded input, first job first
+
+    def breakdown(self) -> dict[str, float]:
+        """Seconds of the unloaded latency in each part along its critical path (they sum to it)."""
+        out: dict[str, float] = {}
+        for step in self.critical_path:
+            for part, seconds in step.parts.items():
+                out[part] = out.get(part, 0.0) + seconds
+        return out
 
     @property
     def latency_s(self) -> np.ndarray:
@@ -187,10 +216,15 @@ class _Jobs:
     start_others: list[int]       # messages (model inputs from the source) and extra jobs ready then
     resources: list[str]
     resource_kinds: list[str]
+    tasks: int                    # jobs 0 .. tasks - 1 are tasks, then ``messages`` messages, then extra jobs
+    messages: int
 
     @property
     def num_jobs(self) -> int:
         return len(self.duration)
+
+    def kind(self, j: int) -> str:
+        return "task" if j < self.tasks else "message" if j < self.tasks + self.messages else "extra"
 
 
 def _compile(problem: SplitProblem, tg: TaskGraph, costs: TaskCosts, messages: list[Message],
@@ -230,7 +264,7 @@ def _compile(problem: SplitProblem, tg: TaskGraph, costs: TaskCosts, messages: l
     labels = [t.name for t in tg.tasks] + [m.payload for m in messages] + \
         (list(extras.labels) or [f"extra{x}" for x in range(len(extras))])
     return _Jobs(resource, duration, labels, unlocks, releases, counts, [t for t in range(n_tasks) if counts[t] == 0],
-                 start_others, names, kinds)
+                 start_others, names, kinds, n_tasks, n_msgs)
 
 
 def _resources(tg: TaskGraph, messages: list[Message], extras: ExtraJobs
@@ -284,15 +318,20 @@ class _Run:
     busy: list[float]
     events: int
     timeline: list[tuple[int, int, int, float, float]]  # (resource, job, input, start, end)
+    trace: dict[int, tuple[float, float, int]]          # job of input 0 -> (start, end, the job that let it start)
 
 
-def _run(jobs: _Jobs, n: int, interval_s: float, keep: bool, fifo: bool) -> _Run:
+def _run(jobs: _Jobs, n: int, interval_s: float, keep: bool, fifo: bool, trace: bool = False) -> _Run:
     """Simulate ``n`` inputs arriving every ``interval_s``; see the module docstring for the rules.
 
     Event: ``(time, -1, input, job)``, job -1 for an arrival. Ready heaps hold ``(key, input, job)``
     with key 0 on devices and memory channels (lowest input, then job) and on links the ready time
     (``fifo``) or 0 (lowest input, then message); messages that hold two ports wait in one heap of
-    their own and start, in that order, when both ports are free."""
+    their own and start, in that order, when both ports are free.
+
+    ``trace`` (one input): record for each job what let it start: the job whose end made it ready,
+    or, when it was ready earlier, the job that held its resource until then (-1: the arrival). A
+    job starts when both have happened, so each starts exactly when the one it records ended."""
     n_res, n_jobs = len(jobs.resources), jobs.num_jobs
     resource, duration, unlocks, releases = jobs.resource, jobs.duration, jobs.unlocks, jobs.releases
     start_tasks, start_others, counts = jobs.start_tasks, jobs.start_others, jobs.counts
@@ -307,8 +346,13 @@ def _run(jobs: _Jobs, n: int, interval_s: float, keep: bool, fifo: bool) -> _Run
     timeline: list[tuple[int, int, int, float, float]] = []
     events: list[tuple[float, int, int, int]] = [(0.0, -1, 0, -1)]
     n_events = 0
+    made_ready: dict[int, tuple[float, int]] = {}        # trace: job -> (when it became ready, by which job)
+    held: list[tuple[float, int]] = [(0.0, -1)] * n_res  # trace: resource -> (end, job) of its last job
+    traced: dict[int, tuple[float, float, int]] = {}
 
-    def make_ready(key: float, i: int, j: int, touched: list[int]) -> None:
+    def make_ready(key: float, i: int, j: int, touched: list[int], by: int = -1) -> None:
+        if trace:
+            made_ready[j] = (now, by)
         res = resource[j]
         if len(res) == 1:
             heappush(ready[res[0]], (key, i, j))
@@ -318,6 +362,11 @@ def _run(jobs: _Jobs, n: int, interval_s: float, keep: bool, fifo: bool) -> _Run
 
     def start(now: float, i: int, j: int) -> None:
         d = duration[j]
+        if trace:
+            binder = max([made_ready[j]] + [held[r] for r in resource[j]], key=lambda x: x[0])[1]
+            traced[j] = (now, now + d, binder)
+            for r in resource[j]:
+                held[r] = (now + d, j)
         for r in resource[j]:
             running[r] = True
             busy[r] += d
@@ -350,9 +399,9 @@ def _run(jobs: _Jobs, n: int, interval_s: float, keep: bool, fifo: bool) -> _Run
                 c = cnt[t] - 1
                 cnt[t] = c
                 if c == 0:
-                    make_ready(0.0, i, t, touched)
+                    make_ready(0.0, i, t, touched, j)
             for k in releases[j]:
-                make_ready(link_key, i, k, touched)
+                make_ready(link_key, i, k, touched, j)
             left[i] -= 1
             if not left[i]:
                 done[i] = now
@@ -374,7 +423,27 @@ def _run(jobs: _Jobs, n: int, interval_s: float, keep: bool, fifo: bool) -> _Run
     stuck = [i for i in range(n) if left[i]]
     if stuck:
         raise PlanError(f"input {stuck[0]} never finished: the task graph has a dependency cycle")
-    return _Run(arrival, done, busy, n_events, timeline)
+    return _Run(arrival, done, busy, n_events, timeline, traced)
+
+
+def _critical_path(jobs: _Jobs, run: _Run, costs: TaskCosts, device_type: np.ndarray, tg: TaskGraph,
+                   extras: ExtraJobs) -> list[PathStep]:
+    """The traced input's critical path: from its last job back along what let each job start."""
+    if not run.trace:
+        return []
+    j = max(run.trace, key=lambda k: (run.trace[k][1], -k))
+    steps = []
+    while j >= 0:
+        start, end, binder = run.trace[j]
+        kind = jobs.kind(j)
+        if kind == "task":
+            parts = costs.time_parts(j, int(device_type[tg.device[j]]))
+        else:
+            parts = {"transfer" if kind == "message" else extras.part: end - start}
+        steps.append(PathStep(jobs.label[j], kind, " + ".join(jobs.resources[r] for r in jobs.resource[j]), start,
+                              end, parts))
+        j = binder
+    return steps[::-1]
 
 
 # ---- entry points ---------------------------------------------------------------------------------
@@ -382,16 +451,29 @@ def _run(jobs: _Jobs, n: int, interval_s: float, keep: bool, fifo: bool) -> _Run
 def simulate(problem: SplitProblem, tg: TaskGraph, options: SimOptions | None = None,
              costs: TaskCosts | None = None, extras: ExtraJobs | None = None) -> SimResult:
     """Simulate ``options.inputs`` inputs through ``tg`` (costs default: ``task_costs(problem, tg)``;
-    ``extras``: the plan's extra jobs, e.g. an MCU's weight loads)."""
+    ``extras``: the plan's extra jobs). On a cluster whose devices keep weights off chip, the memory
+    model (``memory.py``) gives the costs and extra jobs (its weight loads), as in the closed form,
+    on ``tg`` with its stages split by segment (those pieces costed from the table)."""
     opts = options or SimOptions()
+    memory = MemoryEffects.of(problem)
+    if memory is not None:
+        if extras is not None:
+            raise PlanError(f"the devices of cluster {problem.cluster.name!r} keep weights off chip: the memory "
+                            "model gives their weight loads; extra jobs cannot be added to it")
+        split, _ = memory.split(tg)
+        base = costs if costs is not None and split is tg else task_costs(problem, split)
+        own = memory.plan(split, split.device, base)
+        tg, costs, extras = split, own.costs, own.extras
     costs = costs if costs is not None else task_costs(problem, tg)
+    extras = extras if extras is not None else ExtraJobs.none()
     messages = tg.messages()
-    jobs = _compile(problem, tg, costs, messages, extras if extras is not None else ExtraJobs.none())
+    jobs = _compile(problem, tg, costs, messages, extras)
     fifo = opts.link_order == "fifo"
     t0 = time.perf_counter()
     run = _run(jobs, opts.inputs, opts.interval_s, opts.keep_timeline, fifo)
     wall = time.perf_counter() - t0
-    unloaded = _run(jobs, 1, 0.0, False, fifo).done[0]
+    one = _run(jobs, 1, 0.0, False, fifo, trace=True)
+    unloaded = one.done[0]
     done, arrival = np.array(run.done), np.array(run.arrival)
     makespan = float(done.max())
     energy, comm, per_device = _energy(problem, tg, costs, messages)
@@ -399,7 +481,8 @@ def simulate(problem: SplitProblem, tg: TaskGraph, options: SimOptions | None = 
     timeline = [make((names[r], labels[j], i, s, e)) for r, j, i, s, e in run.timeline]
     return SimResult(opts.inputs, jobs.resources, jobs.resource_kinds, arrival, done,
                      steady_throughput(opts.inputs, makespan, unloaded, max(run.busy, default=0.0)), makespan, unloaded,
-                     dict(zip(jobs.resources, run.busy)), energy, comm, per_device, run.events, wall, timeline)
+                     dict(zip(jobs.resources, run.busy)), energy, comm, per_device, run.events, wall, timeline,
+                     _critical_path(jobs, one, costs, problem.device_type, tg, extras))
 
 
 def simulate_plan(problem: SplitProblem, plan: Plan, options: SimOptions | None = None) -> SimResult:

@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -23,11 +23,20 @@ from hetsplit.plan.tasks import TaskGraph
 
 @dataclass
 class TaskCosts:
-    """``time_s[t, k]``, ``energy_j[t, k]``, ``mem_bytes[t, k]`` of task t on device type k (inf: cannot run)."""
+    """``time_s[t, k]``, ``energy_j[t, k]``, ``mem_bytes[t, k]`` of task t on device type k (inf: cannot run);
+    ``parts``: where a device model splits the time (e.g. compute, l2, l3: arrays like ``time_s`` that sum
+    to it), empty when all of it is compute."""
 
     time_s: np.ndarray
     energy_j: np.ndarray
     mem_bytes: np.ndarray
+    parts: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def time_parts(self, t: int, k: int) -> dict[str, float]:
+        """Task t's time on device type k, split into its parts."""
+        if not self.parts:
+            return {"compute": float(self.time_s[t, k])}
+        return {name: float(a[t, k]) for name, a in self.parts.items()}
 
     def on(self, devices: np.ndarray, device_type: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Time, energy and memory of every task on its device (``devices``: N x T) as N x T arrays."""

@@ -2,8 +2,11 @@
 
 Each workload is one Transformer block built from the paper's dimensions (``transformer_graph``),
 split by hetsplit's tensor-parallel partitioner (heads and F over the chips, all-reduces in groups of
-four) on the built-in ``siracusa-N`` clusters and costed by ``estimate/mcu_parallel`` (the block's
-TaskGraph on the Siracusa model and MIPI links):
+four) on the built-in ``siracusa-N`` clusters and costed by the estimator like any plan (``cost``):
+closed-form latency, energy and throughput, the latency's breakdown from the critical path of one
+simulated input, and where each chip keeps its weights from the memory model
+(``estimate/memory.py``). The problem's ``ModelScope`` says how many such blocks the whole model has
+(a chip's L3 regime is judged on its share of the whole model):
 
 - TinyLlama-42M (E 512, F 2048, 8 heads, 8 blocks) autoregressive (one token against a KV cache of
   128) and prompt mode (16 tokens) on 1, 2, 4, 8 chips (Fig. 4a/b, 5a/b);
@@ -11,10 +14,12 @@ TaskGraph on the Siracusa model and MIPI links):
 - MobileBERT as the paper models it (E 512, F 512, 4 heads, S 268, BERT block: one FFN, post-norm,
   24 blocks) on 1 .. 4 chips, 3 showing uneven slices (Fig. 4c, 5c).
 
-Beyond the paper, on the whole 8-block TinyLlama decoding one token: tensor-parallel over N chips
-against hetsplit's exact pipeline plan (``exact``, minimum bottleneck) and pipelines of
-tensor-parallel groups, all costed by the same model, so latency per token (one user), the rate with
-many independent users in flight, and energy compare.
+Beyond the paper, the whole zoo TinyLlama-42M (embedding, 8 blocks, LM head) decoding one token,
+the problem ``hetsplit plan tinyllama-42m --cluster siracusa-N --decode 128`` costs
+(``workflow.load_problem``): tensor-parallel over N chips (the ``tensor-parallel`` partitioner's
+plan) against hetsplit's exact pipeline plan (``exact``, minimum bottleneck on the per-layer table)
+and pipelines of tensor-parallel groups, so latency per token (one user), the rate with many
+independent users in flight, and energy compare.
 
 ``check_claims`` grades each number the paper states against ours (within +-25%);
 ``report/mcu_repro.py`` draws and writes them.
@@ -27,15 +32,19 @@ from typing import Callable
 
 from hetsplit.cluster.types import Cluster
 from hetsplit.costs.build import build_problem
-from hetsplit.estimate.mcu_parallel import ParallelCost, block_starts, parallel_costs
+from hetsplit.costs.problem import ModelScope, SplitProblem
 from hetsplit.errors import PlanError
+from hetsplit.estimate import SimOptions, estimate_plan, simulate
+from hetsplit.estimate.memory import ChipMemory, plan_memory, regime_label
+from hetsplit.graph.segments import block_starts
 from hetsplit.graph.transformer import find_blocks
 from hetsplit.graph.transformer_shapes import TransformerShape, transformer_graph
 from hetsplit.graph.types import Graph
-from hetsplit.plan.types import Plan
+from hetsplit.plan.check import check_plan
+from hetsplit.plan.types import Metrics, Plan
 from hetsplit.search import make_partitioner
 from hetsplit.search.tensor_parallel import tensor_parallel_plan
-from hetsplit.workflow import load_cluster_spec
+from hetsplit.workflow import load_cluster_spec, load_problem
 
 BAND = 0.25                      # a number within +-25% of the paper's reproduces it
 Progress = Callable[[str], None]
@@ -78,7 +87,8 @@ WORKLOADS = (
              (1, 2, 3, 4), (1, 4)),
 )
 WORKLOAD = {w.key: w for w in WORKLOADS}
-WHOLE_MODEL = _tinyllama(8, 1, 128, blocks=8)        # beyond the paper: the 8-block decoder, one token
+WHOLE_MODEL = "tinyllama-42m"      # beyond the paper: the zoo decoder, one token against a KV cache of
+DECODE_CONTEXT = 128               # 128 positions, as ``hetsplit plan ... --decode 128`` costs it
 PIPELINE_CHIPS = (1, 2, 4, 8, 16, 32, 64)
 
 
@@ -95,13 +105,72 @@ class McuConfig:
         return cls(quick=True, pipeline_chips=(8,))
 
 
+@dataclass(frozen=True)
+class Costed:
+    """One plan's figures, all from the estimator: its closed-form ``metrics``, the breakdown of one
+    input's latency along its critical path (simulated: compute, chip-to-chip, L2, L3; they sum to the
+    latency), where each chip keeps its weights (the memory model) and what crosses the chip-to-chip
+    links per input."""
+
+    metrics: Metrics
+    breakdown_s: dict[str, float]
+    chips: tuple[ChipMemory, ...]
+    messages: int
+    c2c_bytes: float
+    c2c_energy_j: float
+
+    @property
+    def latency_s(self) -> float:
+        return self.metrics.latency_s
+
+    @property
+    def energy_j(self) -> float:
+        return self.metrics.energy_j
+
+    @property
+    def edp(self) -> float:
+        return self.metrics.edp
+
+    @property
+    def throughput(self) -> float:
+        """Inputs per second with enough independent inputs in flight (1 / the busiest resource)."""
+        return self.metrics.throughput
+
+    @property
+    def regime(self) -> str:
+        """The chips' L3 regime ("mixed: ..." when their segments differ)."""
+        return regime_label(tuple(r for c in self.chips for r in c.regimes))
+
+    def to_dict(self) -> dict:
+        return {"latency_s": self.latency_s, "breakdown_s": dict(self.breakdown_s), "energy_j": self.energy_j,
+                "edp_js": self.edp, "throughput": self.throughput, "regime": self.regime,
+                "c2c_bytes": self.c2c_bytes, "c2c_energy_j": self.c2c_energy_j, "messages": self.messages,
+                "metrics": self.metrics.to_dict(), "per_chip": [{**c.__dict__, "regime": c.regime}
+                                                                for c in self.chips]}
+
+
+def cost(problem: SplitProblem, plan: Plan) -> Costed:
+    """``plan``'s figures from the estimator (``Costed``)."""
+    tg = check_plan(problem.graph, problem.cluster, plan)
+    sim = simulate(problem, tg, SimOptions(inputs=1, keep_timeline=False))
+    parts = sim.breakdown()
+    memory = plan_memory(problem, tg)
+    messages = tg.messages()
+    cl = problem.cluster
+    return Costed(estimate_plan(problem, plan, "closed"),
+                  {"compute": parts.get("compute", 0.0), "c2c": parts.get("transfer", 0.0),
+                   "l2": parts.get("l2", 0.0), "l3": parts.get("l3", 0.0)},
+                  memory.chips if memory is not None else (), len(messages), sum(m.nbytes for m in messages),
+                  sum(float(cl.transfer_energy(m.src, m.dst, m.nbytes)) for m in messages))
+
+
 @dataclass
 class Point:
     """One workload on N chips, and its gains over one chip (1 when there is no 1-chip point)."""
 
     workload: str
     chips: int
-    cost: ParallelCost
+    cost: Costed
     speedup: float = 1.0
     energy_gain: float = 1.0      # E(1 chip) / E(N chips)
     edp_gain: float = 1.0
@@ -116,7 +185,7 @@ class PipelineRow:
     chips: int
     kind: str                     # "tensor-parallel", "pipeline (exact)", "pipeline of TP groups"
     layout: str
-    cost: ParallelCost
+    cost: Costed
     chips_used: int
 
     @property
@@ -158,16 +227,18 @@ def siracusa(chips: int) -> Cluster:
     return _CLUSTERS[size]
 
 
+def block_problem(w: Workload, chips: int) -> SplitProblem:
+    """The block of ``w`` on the smallest ``siracusa-N`` with ``chips`` chips, one of ``w.model_blocks``."""
+    return build_problem(transformer_graph(w.shape), siracusa(chips), scope=ModelScope(w.model_blocks))
+
+
 def run_workload(w: Workload, chips: tuple[int, ...]) -> list[Point]:
     """The block of ``w`` tensor-parallel on each chip count, with gains over the 1-chip point."""
-    graph = transformer_graph(w.shape)
-    blocks = find_blocks(graph)
     out = []
     for n in chips:
-        cluster = siracusa(n)
-        plan = tensor_parallel_plan(graph, cluster.names[:n], blocks=blocks)
-        out.append(Point(w.key, n, parallel_costs(graph, cluster, plan, w.model_blocks),
-                         heads_per_chip=list(plan.params["heads_per_chip"]),
+        problem = block_problem(w, n)
+        plan = tensor_parallel_plan(problem.graph, problem.cluster.names[:n], blocks=find_blocks(problem.graph))
+        out.append(Point(w.key, n, cost(problem, plan), heads_per_chip=list(plan.params["heads_per_chip"]),
                          ffn_per_chip=list(plan.params["ffn_per_chip"][0]) if plan.params["ffn_per_chip"] else []))
     base = next((p.cost for p in out if p.chips == 1), None)
     if base is not None:
@@ -179,6 +250,12 @@ def run_workload(w: Workload, chips: tuple[int, ...]) -> list[Point]:
 
 
 # ---- beyond the paper: tensor-parallel vs pipelines on the whole model ----------------------------
+
+def whole_model_problem(chips: int) -> SplitProblem:
+    """The whole TinyLlama-42M decoding one token on ``siracusa-<chips>``: what ``hetsplit plan
+    tinyllama-42m --cluster siracusa-<chips> --decode 128`` costs."""
+    return load_problem(WHOLE_MODEL, f"siracusa-{chips}", decode_context=DECODE_CONTEXT)
+
 
 def stage_layer_ranges(graph: Graph, stages: int) -> list[tuple[int, int]]:
     """``[start, stop)`` layers of ``stages`` consecutive stages of whole blocks, as even as can be."""
@@ -232,33 +309,28 @@ def _pipeline_layout(graph: Graph, plan: Plan) -> str:
     return f"{len(plan.stages)} stages: " + ", ".join(t if k == 1 else f"{t} x{k}" for t, k in runs)
 
 
-def compare_pipelines(chips: tuple[int, ...], shape: TransformerShape = WHOLE_MODEL,
-                      progress: Progress = _quiet) -> list[PipelineRow]:
+def compare_pipelines(chips: tuple[int, ...], progress: Progress = _quiet) -> list[PipelineRow]:
     """Tensor-parallel, the exact pipeline and every even pipeline of tensor-parallel groups (2+
-    stages of 2+ chips, whole blocks per stage) of ``shape`` on each chip count."""
-    graph = transformer_graph(shape)
-    n_blocks = len(block_starts(graph))
+    stages of 2+ chips, whole blocks per stage) of the whole model (``whole_model_problem``) on each
+    chip count."""
     rows = []
     for n in chips:
-        cluster = siracusa(n)
-        names = cluster.names[:n]
-        progress(f"whole {shape.name} on {n} chip(s): tensor-parallel, exact pipeline, pipelines of TP groups")
-        tp = tensor_parallel_plan(graph, names)
+        problem = whole_model_problem(n)
+        graph, names = problem.graph, problem.cluster.names
+        n_blocks = len(block_starts(graph))
+        progress(f"whole {graph.name} on {n} chip(s): tensor-parallel, exact pipeline, pipelines of TP groups")
+        (tp,) = make_partitioner("tensor-parallel").solve(problem)
         rows.append(PipelineRow(n, "tensor-parallel", f"{n} chip{'s' if n > 1 else ''}: all {n_blocks} blocks",
-                                parallel_costs(graph, cluster, tp), n))
-        if cluster.num_devices != n:
-            raise PlanError(f"the pipeline comparison runs on built-in siracusa-N clusters: N in {SCALE_CHIPS}")
-        problem = build_problem(graph, cluster)
+                                cost(problem, tp), n))
         exact = make_partitioner("exact").solve(problem)[0]
-        rows.append(PipelineRow(n, "pipeline (exact)", _pipeline_layout(graph, exact),
-                                parallel_costs(graph, cluster, exact), len(exact.stages)))
+        rows.append(PipelineRow(n, "pipeline (exact)", _pipeline_layout(graph, exact), cost(problem, exact),
+                                len(exact.stages)))
         for stages in range(2, min(n // 2, n_blocks) + 1):
             if n % stages or n_blocks % stages:
                 continue
             g = n // stages
             plan = tp_pipeline_plan(graph, [names[s * g:(s + 1) * g] for s in range(stages)])
-            rows.append(PipelineRow(n, "pipeline of TP groups", plan.params["layout"],
-                                    parallel_costs(graph, cluster, plan), n))
+            rows.append(PipelineRow(n, "pipeline of TP groups", plan.params["layout"], cost(problem, plan), n))
     return rows
 
 

@@ -33,18 +33,20 @@ PAPER_POINTS = {"tinyllama-ar": {8: 26.1}, "tinyllama-prompt": {8: 9.9}, "mobile
 SETUP = [
     "Every number is hetsplit's: one Transformer block built from the paper's dimensions "
     "(graph/transformer_shapes.py), split by the tensor-parallel partitioner (heads and F over the chips, "
-    "all-reduces in groups of 4) on the built-in siracusa-N clusters, costed by estimate/mcu_parallel.py on the "
-    "block's TaskGraph: the Siracusa model (presets/siracusa.yaml, int8) per chip, MIPI links (0.5 GB/s, 100 pJ/B, "
-    "one port per chip), an L3 regime per chip from its own weight share (resident / prefetched, i.e. "
-    "double-buffered / streamed). The paper's numbers come from GVSoC; ours from an analytical model with fitted "
-    "parameters (marked 'assumption, fitted' in the preset, each with what it was fitted to).",
-    "Per block, as the paper reports: the block's L3 regime is judged on the whole model's weights per chip "
-    "(TinyLlama 8 blocks, MobileBERT 24). Energy: N_c2c E_c2c + sum over chips (P T_comp + N_L3 E_L3 + N_L2 E_L2), "
-    "T_comp being compute time.",
-    "Reading the breakdown: the four parts follow the critical path of one block, so they add up to its latency. "
-    "On a prefetched point, L3 is the part of the next block's L2 load (double buffering) that the chip's own work "
-    "does not hide: on 8 chips the chips finish their share in ~0.4 ms and wait for the 0.52 MB load at "
-    "l3_bandwidth, which sets the block time.",
+    "all-reduces in groups of 4) on the built-in siracusa-N clusters and costed by the estimator like any plan: "
+    "latency, energy and throughput from its closed form, the Siracusa model (presets/siracusa.yaml) per chip with "
+    "the model deployed in int8 (one byte per element, messages included), MIPI links (0.5 GB/s, 100 pJ/B) with one "
+    "port per chip (links.ports: shared), and each chip's L3 regime from its own share of the weights "
+    "(estimate/memory.py: resident / prefetched, i.e. double-buffered, with the loads on the chip's memory channel / "
+    "streamed). The paper's numbers come from GVSoC; ours from an analytical model with fitted parameters (marked "
+    "'assumption, fitted' in the preset, each with what it was fitted to).",
+    "Per block, as the paper reports: the block's problem says it is one of the model's blocks (ModelScope: TinyLlama "
+    "8, MobileBERT 24), so a chip's regime is judged on its share of the whole model. Energy: N_c2c E_c2c + sum over "
+    "chips (P T_comp + N_L3 E_L3 + N_L2 E_L2), T_comp being compute time.",
+    "Reading the breakdown: the four parts follow the critical path of one simulated input (each job back to the one "
+    "that let it start), so they add up to its latency. On a prefetched point, L3 is the part of the weight loads "
+    "(double buffering: a block loads while the one before runs, the first again during the last) that the chip's own "
+    "work does not hide.",
     "MobileBERT as the paper models it: E = F = 512, 4 heads, S = 268, one FFN, post-norm (the real MobileBERT's "
     "bottlenecks and stacked FFNs are not in the paper's description).",
 ]
@@ -64,7 +66,7 @@ def _bars(ax, points: list[Point]) -> None:
     x = list(range(len(points)))
     bottom = [0.0] * len(points)
     for part, label in PART_LABELS.items():
-        h = [100 * p.cost.breakdown()[part] / p.cost.latency_s for p in points]
+        h = [100 * p.cost.breakdown_s[part] / p.cost.latency_s for p in points]
         ax.bar(x, h, bottom=bottom, color=PART_COLORS[part], label=label, width=0.6)
         bottom = [b + v for b, v in zip(bottom, h)]
     for i, p in enumerate(points):
@@ -168,7 +170,7 @@ def figure_pipeline(results: McuResults, out: Path) -> Path | None:
         ax.set_ylabel(ylabel)
         ax.grid(True, which="both", alpha=0.3)
     axes[0].legend(fontsize=8)
-    fig.suptitle("Beyond the paper: whole TinyLlama-42M (8 blocks) decoding, tensor-parallel vs pipelines "
+    fig.suptitle("Beyond the paper: the whole TinyLlama-42M decoding one token, tensor-parallel vs pipelines "
                  "(pipelines of TP groups: the lowest-latency layout)", fontsize=9)
     return _save(fig, out / "fig_tp_vs_pipeline.png")
 
@@ -191,7 +193,7 @@ def points_table(points: list[Point]) -> list[str]:
              "energy gain | EDP gain | heads / chip | F / chip | weights / chip (KiB, model) | in L2 (KiB) |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in points:
-        c, b = p.cost, p.cost.breakdown()
+        c, b = p.cost, p.cost.breakdown_s
         heads = ",".join(map(str, sorted(set(p.heads_per_chip), reverse=True)))
         ffn = ",".join(map(str, sorted(set(p.ffn_per_chip), reverse=True)))
         model_w = max(ch.model_weight_bytes for ch in c.chips) / 1024
@@ -222,12 +224,15 @@ def claims_lines(results: McuResults, claims: list[NumericClaim], findings: list
     for key in dict.fromkeys(p.workload for p in results.points):
         lines += ["", f"## {WORKLOAD[key].label}: per block", ""] + points_table(results.series(key))
     if results.pipeline:
-        lines += ["", "## Whole TinyLlama-42M (8 blocks) decoding one token: tensor-parallel vs pipelines", "",
-                  "Same cost model on every side: a pipeline stage holding k blocks holds k blocks of weights on its "
-                  "chip(s). 'pipeline (exact)' is hetsplit's exact minimum-bottleneck pipeline on the cluster (optimal under "
-                  "the planner's per-layer Siracusa costs, then re-costed here block by block); "
-                  "'tokens/s, one user' is 1 / latency (each token waits for the one before), 'many users' the "
-                  "rate of the busiest chip resource with enough independent requests in flight.", ""]
+        lines += ["", "## Whole TinyLlama-42M (embedding, 8 blocks, LM head) decoding one token: tensor-parallel vs "
+                  "pipelines", "",
+                  "The problem `hetsplit plan tinyllama-42m --cluster siracusa-N --decode 128` costs, every row by the "
+                  "same estimator: a chip's regime is judged per segment (each block, the LM head) on its own share "
+                  "of the weights; the embedding table stays in L3 and a token reads its one row. 'pipeline (exact)' "
+                  "is hetsplit's exact minimum-bottleneck pipeline, optimal on the per-layer cost table (one chip "
+                  "holding the whole graph), its figures from the estimator like every row's; 'tokens/s, one user' "
+                  "is 1 / latency (each token waits for the one before), 'many users' the rate of the busiest chip "
+                  "resource with enough independent requests in flight.", ""]
         lines += pipeline_table(results.pipeline)
     return lines
 

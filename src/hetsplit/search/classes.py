@@ -33,6 +33,7 @@ import numpy as np
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import HetsplitError, InfeasibleError
 from hetsplit.estimate.evaluate import make_plan
+from hetsplit.estimate.memory import table_objective
 from hetsplit.plan.types import Plan
 from hetsplit.search.base import PipelineConstraints
 from hetsplit.search.states import StateSpace
@@ -325,4 +326,4 @@ def to_plan(cm: ClassModel, bounds: list[int], moves: list[int], algorithm: str,
     devices = cm.realize(moves)
     if devices is None:
         raise AssertionError(f"a DP path cannot be placed on devices: moves {moves}")
-    return make_plan(cm.problem, bounds, devices, algorithm, params)
+    return make_plan(cm.problem, bounds, devices, algorithm, {**params, **table_objective(cm.problem)})

@@ -29,6 +29,7 @@ import numpy as np
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import InfeasibleError
 from hetsplit.estimate.evaluate import make_plan
+from hetsplit.estimate.memory import table_objective
 from hetsplit.plan.types import Plan
 from hetsplit.search.base import PipelineConstraints, register_partitioner
 
@@ -221,5 +222,5 @@ class Donna:
         for alpha in self.alphas:
             r = donna_dp(problem, float(alpha), self.constraints)
             plans.append(make_plan(problem, r.bounds, r.devices, self.name,
-                                   {"alpha": float(alpha), "dp_cost": r.cost}))
+                                   {"alpha": float(alpha), "dp_cost": r.cost, **table_objective(problem)}))
         return plans

@@ -31,7 +31,8 @@ from hetsplit.costs.problem import SplitProblem
 from hetsplit.graph.shard import combine_layer, shard_layer
 from hetsplit.graph.types import CONV, GEMM, INPUT, Layer
 from hetsplit.estimate.batch import BatchMetrics, concat_metrics
-from hetsplit.estimate.mapping import MappingEvaluator, TaskOverrides
+from hetsplit.estimate.mapping import MappingEvaluator, TaskOverrides, evaluate_mappings
+from hetsplit.plan.check import check_plan
 from hetsplit.estimate.task_costs import task_costs
 from hetsplit.plan.tasks import SINK, SOURCE, Task, TaskGraphBuilder
 from hetsplit.plan.types import DIRECT, Combine, Plan, Shard
@@ -262,7 +263,12 @@ class SlotTemplate:
 
     def evaluate(self, a: HybridAssignment, chunk: int = 256) -> BatchMetrics:
         """Metrics of every mapping of ``a`` from the batch evaluator, ``chunk`` mappings per call
-        (the per-plan arrays of a chunk stay cache-sized)."""
+        (the per-plan arrays of a chunk stay cache-sized); on a cluster whose devices keep weights off
+        chip, each decoded plan alone (the memory model costs its shards from their layers)."""
+        if self.evaluator.memory is not None:
+            g, cl = self.problem.graph, self.problem.cluster
+            return concat_metrics([evaluate_mappings(self.problem, check_plan(g, cl, self.to_plan(a, r, "hybrid")))
+                                   for r in range(len(a))])
         parts = []
         for lo in range(0, len(a), chunk):
             part = HybridAssignment(a.layer_device[lo:lo + chunk], a.slot_device[lo:lo + chunk],

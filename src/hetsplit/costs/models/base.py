@@ -63,6 +63,16 @@ def device_model(device: Device) -> DeviceModel:
     return factory(device)
 
 
+def element_bytes(device: Device) -> float | None:
+    """Bytes per tensor element the device keeps and sends (its model's ``element_bytes``: 1 for an
+    int8 MCU), None when its model declares none (it runs the model's own sizes; such a model is not
+    even built, so a device costed from a profile needs no model parameters)."""
+    _load_builtin_models()
+    if not hasattr(_REGISTRY.get(device.model), "element_bytes"):
+        return None
+    return device_model(device).element_bytes  # type: ignore[attr-defined]
+
+
 class AnalyticalDeviceModel:
     """A device model made of a parameter dataclass (``from_params(params, where)``) and a model class
     (``Model(params, label)`` with ``costs(graph)``): subclasses name the two."""

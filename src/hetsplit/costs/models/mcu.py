@@ -1,45 +1,55 @@
 """Siracusa-class MCU: an 8-core RISC-V cluster with L1/L2 on chip and weights in off-chip L3.
 
 After Bochem et al. (Transformers on low-power MCUs, seed 002) and Prasad et al. (Siracusa, JSSC 2024).
-int8 inference. Per layer, with f = ``weight_fraction`` (the share of the layer's weights and MACs
-this chip holds when a layer is split over 1/f chips, tensor-parallel; 1 = the whole layer):
+int8: the chip keeps and sends ``act_bytes`` per activation element (``element_bytes``: the
+estimator deploys the model at that size, ``costs/build.deployed_graph``). Per layer on one chip (a
+shard of a layer is a layer of its own, with its share of the MACs and weights):
 
-  weights   W = params x weight_bytes x f        activations A = (in + out elements) x act_bytes
-  compute   GEMM (conv, gemm/matmul with m > 1): MACs f / (gemm_macs_per_cycle x gemm_efficiency x clock)
-            GEMV (gemm/matmul with m == 1):      MACs f / (gemv_macs_per_cycle x clock)
+  weights   held H = params x weight_bytes; read per inference R = H, except for an embedding
+            lookup (``param_bytes_read`` below its params): R = the rows it looks up (and any other
+            weights of the layer)
+  activations A = (in + out elements) x act_bytes
+  compute   GEMM (conv, gemm/matmul with m > 1): MACs / (gemm_macs_per_cycle x gemm_efficiency x clock)
+            GEMV (gemm/matmul with m == 1):      MACs / (gemv_macs_per_cycle x clock)
             other layers:                        elements / (elementwise_per_cycle x clock)
-            plus kernel_overhead_cycles per layer (set-up, tiling loop, core synchronization;
-            default 0), so small slices of a layer do not scale down linearly
-  on chip   t_on = max(compute, (W + A) / l2_l1_bandwidth)   (cluster DMA double-buffers L1)
-  L3        budget = l2_bytes - l2_reserved_bytes, and the chip's weights Wtot = sum of W:
-              resident   Wtot <= budget:   t = t_on, no L3 traffic
-              prefetched 2 W  <= budget:   t = max(t_on, W / l3_bandwidth)  (next weights load while
-                                           this layer runs: double buffering in L2)
-              streamed   otherwise:        t = t_on + W / (l3_bandwidth x l3_stream_efficiency)
-                                           (tiles pass L3 -> L2 -> L1 one after the other, in small
-                                           bursts, with intermediate tensors spilled to L3 as well)
-  energy    E = P t + N_L3<->L2 E_L3 + N_L2<->L1 E_L2     (Bochem et al., eq. for E_Total per chip;
-            chip-to-chip transfers are the links' cost, not the device's)
+            plus kernel_overhead_cycles per layer (set-up, tiling loop, core synchronization), so
+            small slices of a layer do not scale down linearly
+  L2        the cluster DMA moves R + A between L2 and L1 at l2_l1_bandwidth, overlapped with the
+            compute: the layer waits max(0, (R + A) / l2_l1_bandwidth - compute)
+  L3        where the chip keeps its weights (``placement``), judged on its *dense* weights (lookup
+            tables stay off chip: a lookup reads its rows from L3 every inference); with the budget
+            B = l2_bytes - l2_reserved_bytes:
+              resident   its share of the whole model <= B: no L3 traffic;
+              prefetched 2 x its share of a segment (a Transformer block, ``graph/segments.py``) <= B:
+                         the segment's weights load from L3 at l3_bandwidth into the second L2 buffer
+                         while the segment before runs (double buffering). The loads are jobs of the
+                         chip's memory channel (``estimate/memory.py``), not part of the layer's time;
+              streamed   otherwise: the layer's weights and activations pass L3 -> L2 -> L1 in tiles
+                         while it runs, at l3_bandwidth x l3_stream_efficiency, and it waits for them
+  energy    E = P x compute + N_L3 E_L3 + N_L2<->L1 E_L2 (Bochem et al.'s E_Total per chip, T_comp
+            being the compute time; chip-to-chip transfers are the links' cost); a prefetch load
+            costs its bytes x E_L3.
 
-``block_costs`` evaluates a group of layers (a Transformer block) the way the paper runs it: the
-whole block's weights are double-buffered when twice the block fits in L2, which is what makes the
-time per block drop sharply once a block's share of weights per chip fits on chip.
+``costs(graph)`` is the per-layer table the planners search on: one chip holding the whole graph,
+each prefetched layer's load hidden behind that layer alone. A plan's figures come from
+``estimate``, which places each chip's own share (``estimate/memory.py``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
-from hetsplit.cluster.types import Device
 from hetsplit.costs.models.base import AnalyticalDeviceModel, LayerCosts, register_model
 from hetsplit.costs.models.layer_attrs import elements
 from hetsplit.errors import ClusterError
+from hetsplit.graph.segments import segments
 from hetsplit.graph.types import CONV, DWCONV, GEMM, MATMUL, RESHAPE, Graph, Layer
 
 RESIDENT, PREFETCHED, STREAMED = "resident", "prefetched", "streamed"
+MODEL_NAME = "mcu"     # devices with ``model: mcu`` use this model
 MAY_BE_ZERO = frozenset({"kernel_overhead_cycles"})
 
 
@@ -63,7 +73,6 @@ class McuParams:
     power_active: float = 8 * 13e-3
     weight_bytes: float = 1.0
     act_bytes: float = 1.0
-    weight_fraction: float = 1.0
     kernel_overhead_cycles: float = 0.0
 
     @classmethod
@@ -81,9 +90,8 @@ class McuParams:
             if not (getattr(p, f.name) >= 0 if zero_ok else getattr(p, f.name) > 0):
                 raise ClusterError(f"{where}: MCU parameter {f.name} must be {'>=' if zero_ok else '>'} 0, "
                                    f"got {getattr(p, f.name)}")
-        if p.weight_fraction > 1 or p.l3_stream_efficiency > 1 or p.gemm_efficiency > 1:
-            raise ClusterError(f"{where}: weight_fraction (the share of a layer one chip holds), gemm_efficiency "
-                               "and l3_stream_efficiency must be in (0, 1]")
+        if p.l3_stream_efficiency > 1 or p.gemm_efficiency > 1:
+            raise ClusterError(f"{where}: gemm_efficiency and l3_stream_efficiency must be in (0, 1]")
         if p.l2_reserved_bytes >= p.l2_bytes:
             raise ClusterError(f"{where}: l2_reserved_bytes must be below l2_bytes")
         return p
@@ -94,14 +102,31 @@ class McuParams:
 
 
 @dataclass(frozen=True)
-class McuCost:
-    """Time and energy of a layer or block, with the L3 regime it ran in."""
+class McuTaskCost:
+    """One layer (or several, summed) on a chip: time in parts, the bytes it moves, its energy."""
 
-    time_s: float
-    energy_j: float
-    regime: str
-    l3_bytes: float
-    l2_bytes: float
+    compute_s: float = 0.0
+    l2_s: float = 0.0          # waiting for L2 <-> L1 traffic the DMA does not hide behind compute
+    l3_s: float = 0.0          # waiting for L3 (streamed weights and activations, looked-up rows)
+    l2_bytes: float = 0.0      # N_L2<->L1
+    l3_bytes: float = 0.0      # N_L3<->L2 (prefetch loads are the memory channel's, not here)
+    energy_j: float = 0.0
+
+    @property
+    def time_s(self) -> float:
+        return self.compute_s + self.l2_s + self.l3_s
+
+    def __add__(self, other: "McuTaskCost") -> "McuTaskCost":
+        return McuTaskCost(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
+
+
+@dataclass(frozen=True)
+class WeightShare:
+    """The dense weights (bytes) one chip holds: per segment it runs, and over the whole model (the
+    graph may be one block of it)."""
+
+    segment_bytes: tuple[float, ...]
+    model_bytes: float
 
 
 def _is_gemv(layer: Layer) -> bool:
@@ -109,28 +134,45 @@ def _is_gemv(layer: Layer) -> bool:
 
 
 class McuModel:
-    """Siracusa-like MCU costs; ``weight_fraction`` < 1 models one chip of a tensor-parallel split."""
+    """Siracusa-like MCU costs of layers, and where a chip keeps its weights (module docstring)."""
 
     def __init__(self, params: McuParams, label: str = "siracusa") -> None:
         self.p = params
         self.label = label
 
-    def weights(self, layer: Layer) -> float:
-        """Bytes of this chip's share of the layer's weights (int8 by default)."""
-        return elements(layer, layer.param_bytes) * self.p.weight_bytes * self.p.weight_fraction
+    # ---- bytes ------------------------------------------------------------------------------------
+    def held(self, layer: Layer) -> float:
+        """Bytes of the layer's weights the chip keeps (an embedding: its whole table)."""
+        return elements(layer, layer.param_bytes) * self.p.weight_bytes
+
+    def read(self, layer: Layer) -> float:
+        """Bytes of its weights one inference reads (an embedding lookup: the rows it looks up)."""
+        nbytes = min(layer.param_bytes, int(layer.attrs.get("param_bytes_read", layer.param_bytes)))
+        return elements(layer, nbytes) * self.p.weight_bytes
+
+    def is_lookup(self, layer: Layer) -> bool:
+        return self.read(layer) < self.held(layer)
+
+    def dense(self, layer: Layer) -> float:
+        """Bytes of weights that compete for L2 (every weight but a lookup table's, which stays in L3)."""
+        return 0.0 if self.is_lookup(layer) else self.held(layer)
 
     def activations(self, layer: Layer) -> float:
-        """Bytes of the layer's input and output activations (int8 by default)."""
+        """Bytes of the layer's input and output activations."""
         return (elements(layer, layer.in_bytes) + elements(layer, layer.out_bytes)) * self.p.act_bytes
 
+    def memory(self, layer: Layer) -> float:
+        """Bytes the layer keeps: its weights and its output."""
+        return self.held(layer) + elements(layer, layer.out_bytes) * self.p.act_bytes
+
+    # ---- time and energy --------------------------------------------------------------------------
     def on_chip_parts(self, layer: Layer) -> tuple[float, float]:
         """(compute time, bytes moved L2 <-> L1) of one layer; the cluster DMA overlaps the two."""
         p = self.p
-        f = p.weight_fraction if layer.op in (CONV, DWCONV, GEMM, MATMUL) else 1.0
-        moved = self.weights(layer) + self.activations(layer)
+        moved = self.read(layer) + self.activations(layer)
         if layer.op in (CONV, DWCONV, GEMM, MATMUL):
             rate = p.gemv_macs_per_cycle if _is_gemv(layer) else p.gemm_macs_per_cycle * p.gemm_efficiency
-            compute = layer.macs * f / (rate * p.clock_hz)
+            compute = layer.macs / (rate * p.clock_hz)
         elif layer.op == RESHAPE:
             return 0.0, moved
         else:
@@ -138,78 +180,57 @@ class McuModel:
             compute = elems / (p.elementwise_per_cycle * p.clock_hz)
         return compute + p.kernel_overhead_cycles / p.clock_hz, moved
 
-    def on_chip_time(self, layer: Layer) -> tuple[float, float]:
-        """(time without L3, bytes moved L2 <-> L1) of one layer."""
-        compute, moved = self.on_chip_parts(layer)
-        return max(compute, moved / self.p.l2_l1_bandwidth), moved
-
-    def _cost(self, t_on: float, l2_moved: float, weights: float, regime: str) -> McuCost:
+    def task_cost(self, layer: Layer | None, regime: str) -> McuTaskCost:
+        """One layer on a chip whose weights of its segment are ``regime`` (None: a task that only
+        forwards a message costs nothing)."""
+        if layer is None:
+            return McuTaskCost()
         p = self.p
-        if regime == RESIDENT:
-            t, l3 = t_on, 0.0
-        elif regime == PREFETCHED:
-            t, l3 = max(t_on, weights / p.l3_bandwidth), weights
-        else:
-            t, l3 = t_on + weights / (p.l3_bandwidth * p.l3_stream_efficiency), weights
-        energy = p.power_active * t + l3 * p.l3_energy_per_byte + l2_moved * p.l2_energy_per_byte
-        return McuCost(t, energy, regime, l3, l2_moved)
+        compute, moved = self.on_chip_parts(layer)
+        streamed = regime == STREAMED
+        l3 = (self.read(layer) if streamed or self.is_lookup(layer) else 0.0) + \
+            (self.activations(layer) if streamed else 0.0)
+        return McuTaskCost(compute, max(0.0, moved / p.l2_l1_bandwidth - compute),
+                           l3 / (p.l3_bandwidth * p.l3_stream_efficiency), moved, l3,
+                           p.power_active * compute + l3 * p.l3_energy_per_byte + moved * p.l2_energy_per_byte)
 
-    def _regime(self, weights: float, all_weights: float) -> str:
+    def load(self, weight_bytes: float) -> tuple[float, float]:
+        """(seconds, joules) of prefetching ``weight_bytes`` of weights from L3 into L2."""
+        return weight_bytes / self.p.l3_bandwidth, weight_bytes * self.p.l3_energy_per_byte
+
+    # ---- where the weights live -------------------------------------------------------------------
+    def placement(self, share: WeightShare) -> tuple[str, ...]:
+        """The regime of each segment of ``share`` (module docstring, "L3")."""
         budget = self.p.weight_budget
-        if all_weights <= budget:
-            return RESIDENT
-        return PREFETCHED if 2 * weights <= budget else STREAMED
-
-    def layer_breakdown(self, graph: Graph) -> list[McuCost]:
-        """Each layer on its own, the chip holding (its share of) every layer of ``graph``."""
-        total = sum(self.weights(layer) for layer in graph.layers)
-        out = []
-        for layer in graph.layers:
-            t_on, moved = self.on_chip_time(layer)
-            w = self.weights(layer)
-            out.append(self._cost(t_on, moved, w, self._regime(w, total) if w > 0 else RESIDENT))
-        return out
-
-    def block_costs(self, graph: Graph, layers: Iterable[int], model_weight_bytes: float | None = None) -> McuCost:
-        """One block of layers run as Bochem et al. run a Transformer block.
-
-        The block's weights (this chip's share) are double-buffered in L2 when twice them fit; all
-        weights stay resident when the chip's share of the whole model (``model_weight_bytes``,
-        default: every layer of ``graph``) fits; otherwise every layer's weights are streamed.
-        """
-        idx = list(layers)
-        block = [graph.layers[i] for i in idx]
-        total = (sum(self.weights(layer) for layer in graph.layers) if model_weight_bytes is None
-                 else model_weight_bytes * self.p.weight_fraction)
-        w_block = sum(self.weights(layer) for layer in block)
-        parts = [self.on_chip_time(layer) for layer in block]
-        t_on, moved = sum(t for t, _ in parts), sum(m for _, m in parts)
-        regime = self._regime(w_block, total)
-        if regime != STREAMED:
-            return self._cost(t_on, moved, w_block, regime)
-        costs = [self._cost(t, m, self.weights(layer), STREAMED) for layer, (t, m) in zip(block, parts)]
-        return McuCost(sum(c.time_s for c in costs), sum(c.energy_j for c in costs), STREAMED,
-                       sum(c.l3_bytes for c in costs), moved)
+        if share.model_bytes <= budget:
+            return (RESIDENT,) * len(share.segment_bytes)
+        return tuple(PREFETCHED if 2 * w <= budget else STREAMED for w in share.segment_bytes)
 
     def costs(self, graph: Graph) -> LayerCosts:
-        parts = self.layer_breakdown(graph)
-        mem = np.array([self.weights(layer) + (elements(layer, layer.out_bytes) * self.p.act_bytes)
-                        for layer in graph.layers])
-        share = "" if self.p.weight_fraction == 1 else f", {self.p.weight_fraction:g} of each layer's weights"
-        return LayerCosts(time_s=np.array([c.time_s for c in parts]), energy_j=np.array([c.energy_j for c in parts]),
-                          mem_bytes=mem, source=f"analytical MCU model after Bochem et al. ({self.label}{share})")
+        """The per-layer table: one chip holding the whole graph (module docstring)."""
+        seg = segments(graph).of_layer
+        per_segment = np.zeros(max(seg) + 1)
+        for layer, s in zip(graph.layers, seg):
+            per_segment[s] += self.dense(layer)
+        regimes = self.placement(WeightShare(tuple(per_segment), float(per_segment.sum())))
+        time, energy = [], []
+        for layer, s in zip(graph.layers, seg):
+            c = self.task_cost(layer, regimes[s])
+            load_s, load_j = self.load(self.dense(layer)) if regimes[s] == PREFETCHED else (0.0, 0.0)
+            time.append(max(c.time_s, load_s))
+            energy.append(c.energy_j + load_j)
+        return LayerCosts(time_s=np.array(time), energy_j=np.array(energy),
+                          mem_bytes=np.array([self.memory(layer) for layer in graph.layers]),
+                          source=f"analytical MCU model after Bochem et al. ({self.label})")
 
 
-def with_weight_fraction(device: Device, fraction: float) -> Device:
-    """A copy of an MCU device holding ``fraction`` of every layer (one chip of 1/fraction)."""
-    from dataclasses import replace
-
-    return replace(device, params={**device.params, "weight_fraction": float(fraction)},
-                   type=f"{device.type}@{fraction:g}")
-
-
-@register_model("mcu")
+@register_model(MODEL_NAME)
 class McuDeviceModel(AnalyticalDeviceModel):
     """The ``mcu`` device model: an McuModel configured from a device's params."""
 
     params_type, model_type = McuParams, McuModel
+
+    @property
+    def element_bytes(self) -> float:
+        """Bytes per activation element the chip keeps and sends."""
+        return self.model.p.act_bytes

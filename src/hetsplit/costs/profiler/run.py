@@ -40,7 +40,7 @@ def profile_model(spec: str, device: str = LOCAL_CPU, *, repeats: int = 20, warm
                   clock: str = "wall", co_load: int = 0) -> Profile:
     """Measure ``spec`` on this machine (local-cpu / local-gpu) or write a preset's modelled profile.
 
-    ``params`` override a modelled device's parameters (e.g. ``{"weight_fraction": 0.125}``).
+    ``params`` override a modelled device's parameters (e.g. ``{"l2_bytes": 4194304}``).
     ``co_load`` (local-cpu only): other cores kept busy with the same model while measuring.
     """
     graph, onnx_file, zoo_name = load_for_profiling(spec)
