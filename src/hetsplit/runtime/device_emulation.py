@@ -47,22 +47,22 @@ class DeviceEmulation:
 
 
 def device_times(plan: Plan, problem: SplitProblem, host_problem: SplitProblem) -> dict[str, tuple[float, float]]:
-    """Per device of ``plan`` that runs something: (time on the plan's device, time on the host) of its tasks."""
-    from hetsplit.plan.check import check_plan
-    from hetsplit.estimate.task_costs import task_costs
+    """Per device of ``plan`` that runs something: (time on the plan's device, time on the host) of its
+    tasks: the ``closed`` fidelity's compute per device on ``problem``, and on the same cluster with
+    every device costed as the host's one-thread worker (``host_problem``'s one type)."""
+    from hetsplit.costs.table import CostTable
+    from hetsplit.estimate import estimate
 
     if host_problem.graph.names != problem.graph.names:
         raise UsageError("device emulation: the host's costs are of another model than the plan's problem")
-    tg = check_plan(problem.graph, problem.cluster, plan)
-    own = task_costs(problem, tg)
-    host = task_costs(host_problem, tg).time_s[:, 0]       # the host's one worker type
-    t_dev = own.time_s[np.arange(tg.num_tasks), problem.device_type[tg.device]]
-    out: dict[str, tuple[float, float]] = {}
-    for k, task in enumerate(tg.tasks):
-        name = problem.cluster.names[task.device]
-        t, h = out.get(name, (0.0, 0.0))
-        out[name] = (t + float(t_dev[k]), h + float(host[k]))
-    return out
+    host, types = host_problem.costs, problem.cluster.types
+    as_host = CostTable(host.layer_names, types, np.repeat(host.time_s[:, :1], len(types), axis=1),
+                        np.repeat(host.energy_j[:, :1], len(types), axis=1),
+                        np.repeat(host.mem_bytes[:, :1], len(types), axis=1))
+    own = estimate(problem, [plan], "closed")
+    on_host = estimate(SplitProblem(problem.graph, problem.cluster, as_host), [plan], "closed")
+    return {dev: (float(own.compute_s_per_device[0, d]), float(on_host.compute_s_per_device[0, d]))
+            for d, dev in enumerate(problem.cluster.names) if own.participates[0, d]}
 
 
 def plan_emulation(plan: Plan, problem: SplitProblem, host_problem: SplitProblem, cores: int) -> DeviceEmulation:
