@@ -15,7 +15,9 @@ plan table's own throughput (each device a core of its own, messages free), the 
 fidelity corrects, and the share of the CPU other processes used during each run (a busy machine
 makes the ratios say more about the neighbours than about the prediction). Both calibrations are
 measured anew at the start, in this run; `--cached` uses this machine's cached ones (checked by their
-probes). `--more` adds ResNet-50 and DenseNet-121 two-stage pipelines.
+probes). `--more` adds ResNet-50 and DenseNet-121 two-stage pipelines. Also printed: how long the
+probes that check a cached calibration at use take, against the calibrations they stand in for
+(target: well under a second).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import argparse
 import statistics
 import time
 
+from hetsplit.costs import machine_probe
 from hetsplit.costs.local_calibration import local_costs
 from hetsplit.estimate.processes import planned_profile
 from hetsplit.experiments.here_accuracy import branching_mapping, run_here, two_stage_plan
@@ -58,6 +61,15 @@ def main() -> None:
     print(local_costs(recalibrate=not args.cached).source, flush=True)
     runtime = runtime_costs(recalibrate=not args.cached)
     print(runtime.source, flush=True)
+    calibrations_s = time.monotonic() - t0
+    t1 = time.monotonic()
+    machine_probe.compute_probe_s()
+    t2 = time.monotonic()
+    machine_probe.message_probe_s()
+    t3 = time.monotonic()
+    print(f"probes at use: compute {(t2 - t1) * 1e3:.0f} ms, message {(t3 - t2) * 1e3:.0f} ms; both "
+          f"{(t3 - t1) / calibrations_s:.3f}x the {calibrations_s:.1f} s the calibrations took here"
+          + (" (read from the cache: run without --cached for the ratio to measuring them)" if args.cached else ""))
     todo = cases(args.more)
     print(f"\n{'case':20} {'run':>3} {'pred/s':>8} {'meas/s':>8} {'thr m/p':>7} {'pred lat':>9} {'meas lat':>9} "
           f"{'lat m/p':>7} {'others':>6}  max abs err")

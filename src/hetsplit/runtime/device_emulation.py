@@ -48,21 +48,30 @@ class DeviceEmulation:
 
 def device_times(plan: Plan, problem: SplitProblem, host_problem: SplitProblem) -> dict[str, tuple[float, float]]:
     """Per device of ``plan`` that runs something: (time on the plan's device, time on the host) of its
-    tasks: the ``closed`` fidelity's compute per device on ``problem``, and on the same cluster with
-    every device costed as the host's one-thread worker (``host_problem``'s one type)."""
-    from hetsplit.costs.table import CostTable
+    tasks, both the ``closed`` fidelity's compute per device: on ``problem``, and on the plan's devices
+    each made the host's one-thread worker (``host_workers``)."""
     from hetsplit.estimate import estimate
 
     if host_problem.graph.names != problem.graph.names:
         raise UsageError("device emulation: the host's costs are of another model than the plan's problem")
-    host, types = host_problem.costs, problem.cluster.types
-    as_host = CostTable(host.layer_names, types, np.repeat(host.time_s[:, :1], len(types), axis=1),
-                        np.repeat(host.energy_j[:, :1], len(types), axis=1),
-                        np.repeat(host.mem_bytes[:, :1], len(types), axis=1))
     own = estimate(problem, [plan], "closed")
-    on_host = estimate(SplitProblem(problem.graph, problem.cluster, as_host), [plan], "closed")
-    return {dev: (float(own.compute_s_per_device[0, d]), float(on_host.compute_s_per_device[0, d]))
-            for d, dev in enumerate(problem.cluster.names) if own.participates[0, d]}
+    host = host_workers(host_problem, plan.devices)
+    on_host = estimate(host, [plan], "closed")
+    return {dev: (float(own.compute_s_per_device[0, problem.cluster.index(dev)]),
+                  float(on_host.compute_s_per_device[0, host.cluster.index(dev)])) for dev in plan.devices}
+
+
+def host_workers(host_problem: SplitProblem, devices: list[str]) -> SplitProblem:
+    """``devices``, each a copy of the host's one worker (its device model, its costs), joined by free links."""
+    from dataclasses import replace
+
+    from hetsplit.cluster.types import Cluster, Medium, uniform_links
+
+    worker = host_problem.cluster.representative(host_problem.cluster.types[0])
+    links = uniform_links(len(devices), Medium("free", np.inf))
+    cluster = Cluster(f"{host_problem.cluster.name} as {len(devices)} workers",
+                      [replace(worker, name=d, group=None, host=None) for d in devices], *links)
+    return SplitProblem(host_problem.graph, cluster, host_problem.costs)
 
 
 def plan_emulation(plan: Plan, problem: SplitProblem, host_problem: SplitProblem, cores: int) -> DeviceEmulation:
