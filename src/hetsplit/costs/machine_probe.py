@@ -7,15 +7,17 @@ spell of other work does not read as a change.
 
 - ``compute_probe_s``: one 3x3 convolution (32 channels, 32x32) in onnxruntime on one thread, the
   way a worker computes its layers (what ``local_calibration`` measures);
-- ``message_probe_s``: a 64 KB message and a one-byte answer between two threads over a socket pair,
-  the kernel and thread wake-ups a runtime message costs (what the runtime's calibration measures).
+- ``message_probe_s``: a 64 KB message written into a socket pair and read back by the same thread:
+  the system calls and copies a runtime message costs (what the runtime's calibration measures). Not
+  between two threads: a ping-pong's time depends on where the scheduler puts them (18 to 45 us a
+  round trip from one run to the next on a 2-core VM), too much for a 10% check; one thread's is
+  steady within 1%.
 """
 
 from __future__ import annotations
 
 import socket
 import statistics
-import threading
 import time
 
 MESSAGE_BYTES = 65536
@@ -44,34 +46,27 @@ def compute_probe_s(repeats: int = 20, batches: int = 3) -> float:
                for _ in range(batches))
 
 
-def message_probe_s(round_trips: int = 300, batches: int = 7) -> float:
-    """Time of one 64 KB message and its one-byte answer between two threads, the fastest batch's mean."""
+def message_probe_s(messages: int = 200, batches: int = 7) -> float:
+    """Time to write one 64 KB message into a socket pair and read it back, the fastest batch's mean."""
     a, b = socket.socketpair()
+    for end in (a, b):                       # room for a whole message (a small default would block), never hang
+        end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 * MESSAGE_BYTES)
+        end.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * MESSAGE_BYTES)
+        end.settimeout(5.0)
     payload = b"x" * MESSAGE_BYTES
-
-    def answer() -> None:
-        while True:
-            got = 0
-            while got < MESSAGE_BYTES:
-                chunk = b.recv(MESSAGE_BYTES - got)
-                if not chunk:
-                    return
-                got += len(chunk)
-            b.sendall(b"k")
-
-    peer = threading.Thread(target=answer, daemon=True)
-    peer.start()
+    view = memoryview(bytearray(MESSAGE_BYTES))
 
     def batch() -> None:
-        for _ in range(round_trips):
+        for _ in range(messages):
             a.sendall(payload)
-            a.recv(1)
+            got = 0
+            while got < MESSAGE_BYTES:
+                got += b.recv_into(view[got:], MESSAGE_BYTES - got)
 
     try:
-        return min(_timed(batch) for _ in range(batches)) / round_trips
+        return min(_timed(batch) for _ in range(batches)) / messages
     finally:
-        a.close()                      # the peer reads end of file and returns
-        peer.join(timeout=1.0)
+        a.close()
         b.close()
 
 
