@@ -1,20 +1,23 @@
-"""Predictions on the `local` cluster against real runs: ResNet-18 (CIFAR), ResNet-50, DenseNet-121.
+"""Plans run on this machine against the `here` fidelity's prediction: ResNet-18 as a two-stage
+pipeline and as a mapping with residual branches across devices (a branching DAG).
 
-  .venv/bin/python bench/local_prediction.py [--runs 3] [--cached]
+  .venv/bin/python bench/local_prediction.py [--runs 3] [--cached] [--more]
 
-For each model: the exact minimum-bottleneck two-stage plan on the built-in `local` cluster (its
-costs from this machine's cached calibration, `costs.local_calibration`), run three times for
-real (`experiments.mapping_run.run_mapping`: one worker per stage, every output verified). The
-prediction is the runtime-aware one of `mapping_run.predict_here` on the plan's own costs (what
-`hetsplit plan MODEL --cluster local` prints under "run here"):
-throughput = min(simulated pipeline, unit bound, cores / total work), where the runtime's own CPU
-per message end (workers' and driver's, measured here on first use by toy runs,
-`experiments.runtime_calibration`) is in the unit busy time and in the total work; latency =
-simulated unloaded latency at the calibration's alone-vs-co-loaded factor + the driver's messages
-(input in, output out) at the measured per-message latency. Prints measured/predicted for both;
-target within +-15%. Beside it, measured over the plan table's own throughput (each stage on a
-core of its own, messages free), the figure the runtime-aware prediction corrects. Both calibrations
-are measured anew at the start (the baseline of this run); `--cached` uses this machine's cached ones.
+Both plans are made on the built-in `local` cluster with its costs (this machine's calibration,
+`costs.local_calibration`) and run three times for real (`experiments.here_accuracy`: one worker per
+device, every output verified). The prediction is the `here` fidelity's (`estimate.here`, what
+`hetsplit plan MODEL --cluster local` prints under "run here"): throughput = min(simulated, unit bound,
+cores / total work), the runtime's own CPU per message end (measured by toy runs,
+`runtime.calibration`) in the unit busy time and the total work; latency = the simulated latency of
+one input alone at the calibration's alone-vs-co-loaded factor + the driver's messages. Prints
+measured/predicted for both; target within +-15% on an idle machine. Beside it, measured over the
+plan table's own throughput (each device a core of its own, messages free), the figure the here
+fidelity corrects, and the share of the CPU other processes used during each run (a busy machine
+makes the ratios say more about the neighbours than about the prediction). Both calibrations are
+measured anew at the start, in this run; `--cached` uses this machine's cached ones (checked by their
+probes). `--more` adds ResNet-50 and DenseNet-121 two-stage pipelines. Also printed: how long the
+probes that check a cached calibration at use take, against the calibrations they stand in for
+(target: well under a second).
 """
 
 from __future__ import annotations
@@ -23,22 +26,28 @@ import argparse
 import statistics
 import time
 
+from hetsplit.costs import machine_probe
 from hetsplit.costs.local_calibration import local_costs
-from hetsplit.experiments.mapping_run import MappingRunOptions, planned_profile, predict_here, run_mapping
-from hetsplit.experiments.runtime_calibration import runtime_costs
-from hetsplit.workflow import PlanRequest, load_problem, search_plans
+from hetsplit.estimate.processes import planned_profile
+from hetsplit.experiments.here_accuracy import branching_mapping, run_here, two_stage_plan
+from hetsplit.runtime.calibration import runtime_costs
+from hetsplit.workflow import load_problem
 
-MODELS = {"resnet18": 1000, "resnet50": 60, "densenet121": 60}   # model -> inputs per run: >= 2 s streamed
+INPUTS = {"resnet18": 1000, "resnet50": 60, "densenet121": 60}   # per run: >= 2 s streamed
 LATENCY_INPUTS = 10          # sent one at a time first; their median is the latency (the first pays first use)
 TARGET = 0.15
 
 
-def two_stage(model: str):
-    problem = load_problem(model, "local")
-    plans = [p for p in search_plans(problem, PlanRequest(algorithms=("exact",), baselines=False)).plans
-             if len(p.devices) == 2]
-    plan = min(plans, key=lambda p: p.metrics.bottleneck_s)
-    return problem, plan, planned_profile(problem)
+def cases(more: bool) -> dict[str, tuple[str, object, object]]:
+    """label -> (model, plan, profile): the plans' own costs (the local cluster's) as the profile."""
+    out = {}
+    for model in ("resnet18", *(("resnet50", "densenet121") if more else ())):
+        problem = load_problem(model, "local")
+        profile = planned_profile(problem)
+        out[f"{model} pipeline"] = (model, two_stage_plan(problem), profile)
+        if model == "resnet18":
+            out[f"{model} branches"] = (model, branching_mapping(problem), profile)
+    return out
 
 
 def main() -> None:
@@ -46,37 +55,45 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--cached", action="store_true",
                     help="use this machine's cached calibrations (default: measure both anew, in this run)")
+    ap.add_argument("--more", action="store_true", help="also ResNet-50 and DenseNet-121 two-stage pipelines")
     args = ap.parse_args()
     t0 = time.monotonic()
     print(local_costs(recalibrate=not args.cached).source, flush=True)
-    print(runtime_costs(recalibrate=not args.cached).source, flush=True)
-    print(f"\n{'model':12} {'run':>3} {'pred/s':>8} {'meas/s':>8} {'thr m/p':>7} {'pred lat':>9} {'meas lat':>9} "
-          f"{'lat m/p':>7} {'compute m/p':>11}  max abs err")
-    cases = {model: two_stage(model) for model in MODELS}
-    preds = {model: predict_here(plan, problem.graph, profile) for model, (problem, plan, profile) in cases.items()}
-    ratios: dict[str, list[tuple[float, float, float]]] = {model: [] for model in MODELS}
-    for run in range(args.runs):                      # round robin: a slower spell of the machine hits every model
-        for model, (problem, plan, profile) in cases.items():
-            pred = preds[model]
-            res = run_mapping(model, plan, MappingRunOptions(inputs=MODELS[model], latency_inputs=LATENCY_INPUTS,
-                                                             profile=profile, timeout_s=120))
-            thr, lat = res.measured_throughput / pred.predicted_throughput, res.measured_latency_s / pred.predicted_latency_s
-            compute = sum(u.measured_s for u in res.units) / sum(u.predicted_s for u in res.units)
-            ratios[model].append((thr, lat, res.measured_throughput / plan.metrics.throughput))
-            print(f"{model:12} {run:3d} {pred.predicted_throughput:8.1f} {res.measured_throughput:8.1f} {thr:7.2f} "
-                  f"{pred.predicted_latency_s * 1e3:7.2f}ms {res.measured_latency_s * 1e3:7.2f}ms {lat:7.2f} "
-                  f"{compute:11.2f}  {res.max_abs_err:.1e}", flush=True)
-    print("\nmedian over runs (target: measured/predicted within 1 +- 15%; compute m/p: the stages' measured compute "
-          "over the calibration's, how far the machine drifted)")
-    for model, (problem, plan, profile) in cases.items():
-        thr = statistics.median(r[0] for r in ratios[model])
-        lat = statistics.median(r[1] for r in ratios[model])
+    runtime = runtime_costs(recalibrate=not args.cached)
+    print(runtime.source, flush=True)
+    calibrations_s = time.monotonic() - t0
+    t1 = time.monotonic()
+    machine_probe.compute_probe_s()
+    t2 = time.monotonic()
+    machine_probe.message_probe_s()
+    t3 = time.monotonic()
+    print(f"probes at use: compute {(t2 - t1) * 1e3:.0f} ms, message {(t3 - t2) * 1e3:.0f} ms; both "
+          f"{(t3 - t1) / calibrations_s:.3f}x the {calibrations_s:.1f} s the calibrations took here"
+          + (" (read from the cache: run without --cached for the ratio to measuring them)" if args.cached else ""))
+    todo = cases(args.more)
+    print(f"\n{'case':20} {'run':>3} {'pred/s':>8} {'meas/s':>8} {'thr m/p':>7} {'pred lat':>9} {'meas lat':>9} "
+          f"{'lat m/p':>7} {'others':>6}  max abs err")
+    ratios: dict[str, list[tuple[float, float, float]]] = {label: [] for label in todo}
+    last = {}
+    for run in range(args.runs):                      # round robin: a slower spell of the machine hits every case
+        for label, (model, plan, profile) in todo.items():
+            r = run_here(label, plan, profile, runtime, INPUTS[model], LATENCY_INPUTS)
+            last[label] = r
+            ratios[label].append((r.throughput_ratio, r.latency_ratio, r.measured_throughput / plan.metrics.throughput))
+            others = "?" if r.others_share is None else f"{r.others_share:.0%}"
+            print(f"{label:20} {run:3d} {r.prediction.predicted_throughput:8.1f} {r.measured_throughput:8.1f} "
+                  f"{r.throughput_ratio:7.2f} {r.prediction.predicted_latency_s * 1e3:7.2f}ms "
+                  f"{r.measured_latency_s * 1e3:7.2f}ms {r.latency_ratio:7.2f} {others:>6}  {r.max_abs_err:.1e}",
+                  flush=True)
+    print("\nmedian over runs (target: measured/predicted within 1 +- 15% on an idle machine)")
+    for label, (model, plan, profile) in todo.items():
+        thr = statistics.median(r[0] for r in ratios[label])
+        lat = statistics.median(r[1] for r in ratios[label])
+        table = statistics.median(r[2] for r in ratios[label])
         ok = "yes" if abs(thr - 1) <= TARGET and abs(lat - 1) <= TARGET else "no"
-        stages = " -> ".join(f"{s.device}[{len(s.layers)}]" for s in plan.stages)
-        table = statistics.median(r[2] for r in ratios[model])
-        print(f"{model:12} {stages:34} throughput {thr:5.2f}  latency {lat:5.2f}  limited by "
-              f"{preds[model].limited_by:26} within target: {ok}   (against the plan table's throughput, "
-              f"which gives each stage a core and free messages: {table:.2f})")
+        print(f"{label:20} throughput {thr:5.2f}  latency {lat:5.2f}  limited by "
+              f"{last[label].prediction.limited_by:26} within target: {ok}   (against the plan table's throughput, "
+              f"which gives each device a core and free messages: {table:.2f})")
     print(f"\n{time.monotonic() - t0:.0f} s")
 
 

@@ -22,7 +22,7 @@ from hetsplit.estimate.evaluate import evaluate
 from hetsplit.plan.types import Combine, Plan, Shard, Stage
 from hetsplit.search import make_partitioner
 from hetsplit.search.encodings import NaiveEncoding
-from hetsplit.workflow import load_problem
+from hetsplit.workflow import import_autodice, load_problem
 
 CLUSTER = "jetson-xavier-nx-4"
 
@@ -68,7 +68,7 @@ def test_pipeline_round_trip(problem, pipeline, tmp_path):
     doc = json.loads(paths[0].read_text())
     assert list(doc) == [s.device for s in pipeline.stages]
     assert sum(len(v) for v in doc.values()) == sum(len(layer.nodes) for layer in problem.graph.layers)
-    back = read_autodice(paths[0], problem.graph, problem.cluster, problem=problem)
+    back = import_autodice(paths[0], problem)
     assert back.is_pipeline
     assert [s.to_dict() for s in back.stages] == [s.to_dict() for s in pipeline.stages]
     assert back.metrics == pipeline.metrics
@@ -81,20 +81,20 @@ def test_pipeline_round_trip_with_key_map(problem, pipeline, tmp_path):
     paths = write_autodice(pipeline, problem.graph, tmp_path, keys)
     doc = json.loads(paths[0].read_text())
     assert all("_" in k for k in doc)   # AutoDiCE cuts keys at '_' into host and resource
-    back = read_autodice(paths[0], problem.graph, problem.cluster, device_keys=keys, problem=problem)
+    back = import_autodice(paths[0], problem, device_keys=keys)
     assert back.placements() == pipeline.placements() and back.metrics == pipeline.metrics
 
 
-def test_metrics_built_without_a_problem(problem, pipeline, tmp_path):
+def test_the_plan_package_reads_without_costing(problem, pipeline, tmp_path):
     paths = write_autodice(pipeline, problem.graph, tmp_path)
     back = read_autodice(paths[0], problem.graph, problem.cluster)
-    assert back.metrics == pipeline.metrics
+    assert back.metrics is None and back.placements() == pipeline.placements()
 
 
 def test_non_contiguous_mapping_round_trip(problem, tmp_path):
     plan = _mapping_plan(problem, ["nx0-gpu", "nx1-gpu"])
     paths = write_autodice(plan, problem.graph, tmp_path)
-    back = read_autodice(paths[0], problem.graph, problem.cluster, problem=problem)
+    back = import_autodice(paths[0], problem)
     assert not back.is_pipeline
     assert back.placements() == plan.placements()
     assert back.metrics == plan.metrics
@@ -105,8 +105,7 @@ def test_pipeline_repeating_a_device_comes_back_as_a_mapping(problem, tmp_path):
     plan = Plan(problem.graph.name, problem.cluster.name, "hand",
                 [Stage("nx0-gpu", names[:5]), Stage("nx1-gpu", names[5:10]), Stage("nx0-gpu", names[10:])])
     plan.metrics = evaluate(problem, plan)
-    back = read_autodice(write_autodice(plan, problem.graph, tmp_path)[0], problem.graph, problem.cluster,
-                         problem=problem)
+    back = import_autodice(write_autodice(plan, problem.graph, tmp_path)[0], problem)
     assert not back.is_pipeline and back.placements() == plan.placements()
 
 
@@ -124,7 +123,7 @@ def test_sharded_plan_round_trip(problem, tmp_path):
     assert entry[2] == [s.device for s in plan.assign[name]]
     mapping = json.loads(paths[0].read_text())
     assert sum(anchor_node(layer) in v for v in mapping.values()) == len(plan.assign[name])
-    back = read_autodice(paths[0], problem.graph, problem.cluster, paths[1], problem=problem)
+    back = import_autodice(paths[0], problem, paths[1])
     assert back.placements() == plan.placements()
     assert back.combine == plan.combine
     assert back.metrics == plan.metrics
@@ -141,7 +140,7 @@ def test_in_shards_with_a_sum_round_trip_as_lip(problem, tmp_path):
     paths = write_autodice(plan, g, tmp_path)
     entry = json.loads(paths[1].read_text())[anchor_node(conv)]
     assert entry[0] == "lip" and entry[1] == [c_in // 4, c_in - c_in // 4]   # lip points are part sizes
-    back = read_autodice(paths[0], g, problem.cluster, paths[1], problem=problem)
+    back = import_autodice(paths[0], problem, paths[1])
     assert back.placements() == plan.placements() and back.combine == plan.combine
     assert back.metrics == plan.metrics
 
@@ -152,7 +151,7 @@ def test_horizontal_without_combine_entry_uses_autodice_rule(problem, tmp_path):
     paths = write_autodice(plan, problem.graph, tmp_path)
     hz = {k: v[:3] for k, v in json.loads(paths[1].read_text()).items()}
     _write(paths[1], hz)
-    back = read_autodice(paths[0], problem.graph, problem.cluster, paths[1], problem=problem)
+    back = import_autodice(paths[0], problem, paths[1])
     for name, comb in back.combine.items():
         layer = problem.graph.layers[problem.graph.index(name)]
         if len(layer.nodes) > 1:
@@ -193,7 +192,7 @@ def test_hand_written_autodice_mapping(tiny, tmp_path):
     m = _write(tmp_path / "mapping.json",
                '{"nx0_arm012345": ["conv1_1", "conv1_2", "pool1_1", "conv2_1", "conv2_2", "flat"], '
                '"nx0_gpu": ["fc6_1", "prob_1"]}\n')
-    plan = read_autodice(m, graph, cl, device_keys=AUTODICE_KEYS, aliases=aliases)
+    plan = import_autodice(m, build_problem(graph, cl), device_keys=AUTODICE_KEYS, aliases=aliases)
     assert plan.is_pipeline and [s.device for s in plan.stages] == ["nx0-cpu", "nx0-gpu"]
     assert plan.stages[1].layers == ["Gemm_6", "Softmax_7"]
     assert plan.metrics is not None and plan.metrics.throughput > 0
@@ -205,7 +204,7 @@ def test_hand_written_autodice_horizontal(tiny, tmp_path):
                {"nx0_arm012345": ["conv1_1", "conv1_2", "pool1_1", "conv2_1", "conv2_2", "flat"],
                 "nx0_gpu": ["conv2_1", "fc6_1", "prob_1"]})
     h = _write(tmp_path / "horizontal.json", {"conv2_1": ["lop", [4, 65535], ["nx0_arm012345", "nx0_gpu"]]})
-    plan = read_autodice(m, graph, cl, h, AUTODICE_KEYS, aliases)
+    plan = import_autodice(m, build_problem(graph, cl), h, AUTODICE_KEYS, aliases)
     assert plan.assign["Conv_3"] == (Shard("nx0-cpu", "out", 0, 4), Shard("nx0-gpu", "out", 4, 16))
     assert plan.combine["Conv_3"] == Combine("concat", "nx0-cpu")   # where its Relu and Flatten run
     assert plan.metrics is not None
@@ -220,7 +219,7 @@ def test_layer_names_stand_for_their_nodes(problem, tmp_path):
     names = problem.graph.names
     assert names[0] not in problem.graph.layers[0].nodes
     m = _write(tmp_path / "mapping.json", {"nx0-cpu": names[:4], "nx0-gpu": names[4:]})
-    plan = read_autodice(m, problem.graph, problem.cluster, problem=problem)
+    plan = import_autodice(m, problem)
     assert plan.is_pipeline and plan.stages[0].layers == names[:4]
 
 
@@ -422,4 +421,4 @@ def test_profile_graph_has_no_node_names(problem, pipeline, tmp_path):
         write_autodice(pipeline, bare, tmp_path)
     m = write_autodice(pipeline, g, tmp_path)[0]
     with pytest.raises(AutodiceError, match="no ONNX node names"):
-        read_autodice(m, bare, problem.cluster, problem=build_problem(bare, problem.cluster))
+        read_autodice(m, bare, problem.cluster)

@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 
 from hetsplit.cli.main import main
+from hetsplit.costs import calibration_store
 from hetsplit.costs import local_calibration as lc
 from hetsplit.costs.calibration import Measured
 from hetsplit.costs.models.calibrated import predict
-from hetsplit.experiments import runtime_calibration as rc
+from hetsplit.estimate import RuntimeCosts
+from hetsplit.runtime import calibration as rc
 from hetsplit.graph import zoo
 from hetsplit.workflow import costs_notes, load_problem
 
@@ -38,19 +40,23 @@ def calls(monkeypatch: pytest.MonkeyPatch, tmp_path) -> list[str]:
         return Measured(model, g, t, SLOWER * (1.0 if co_load else ALONE) * float(t.sum()))
 
     monkeypatch.setattr(lc, "measure_probe", fake)
-    monkeypatch.setattr(rc, "runtime_costs", lambda recalibrate=False: rc.RuntimeCosts.fallback("not measured here"))
+    monkeypatch.setattr(rc, "runtime_costs", lambda recalibrate=False: RuntimeCosts.fallback("not measured here"))
     return done
+
+
+def _cached(key: dict | None = None):
+    return calibration_store.cache_path(key or lc.machine_key(), lc.FOLDER)
 
 
 def test_key_names_cpu_cores_and_onnxruntime(monkeypatch, tmp_path):
     monkeypatch.setenv("HETSPLIT_CACHE", str(tmp_path))
     key = lc.machine_key()
     assert set(key) == {"cpu", "cores", "onnxruntime", "version"}
-    path = lc.cache_path(key)
+    path = _cached(key)
     assert path.parent == tmp_path / "local-calibration"
     for field, other in (("cpu", "another CPU"), ("cores", key["cores"] + 1), ("onnxruntime", "0.0")):
-        assert lc.cache_path({**key, field: other}) != path
-    assert lc.cache_path(dict(key)) == path
+        assert _cached({**key, field: other}) != path
+    assert _cached(dict(key)) == path
 
 
 def test_calibrates_once_then_reuses_the_cache(calls, monkeypatch):
@@ -59,10 +65,10 @@ def test_calibrates_once_then_reuses_the_cache(calls, monkeypatch):
     cal = first.calibration
     assert cal is not None and cal.scale == pytest.approx(SLOWER) and cal.unloaded_factor == pytest.approx(ALONE)
     assert "alone x0.80" in first.source
-    doc = json.loads(lc.cache_path(lc.machine_key()).read_text())
-    assert doc["key"] == lc.machine_key() and doc["scale"] == pytest.approx(SLOWER)
-    assert lc.local_costs() is first                      # memo
-    lc.clear_memo()
+    doc = json.loads(_cached().read_text())
+    assert doc["key"] == lc.machine_key() and doc["value"]["scale"] == pytest.approx(SLOWER)
+    assert lc.local_costs().calibration is cal and calls == ["resnet8"]      # memo
+    calibration_store.clear_memo()
     again = lc.local_costs()                             # from the file
     assert calls == ["resnet8"] and again.calibration.created == cal.created
     monkeypatch.setattr(lc, "cpu_model", lambda: "another CPU")   # another machine: measured anew
@@ -126,7 +132,7 @@ def _rounds(monkeypatch, slowdowns: list[float]) -> list[str]:
         return Measured(model, g, t, slowdowns[len(done) - 1] * float(t.sum()))
 
     monkeypatch.setattr(lc, "measure_probe", fake)
-    monkeypatch.setattr(rc, "runtime_costs", lambda recalibrate=False: rc.RuntimeCosts.fallback("not measured here"))
+    monkeypatch.setattr(rc, "runtime_costs", lambda recalibrate=False: RuntimeCosts.fallback("not measured here"))
     return done
 
 
@@ -136,12 +142,12 @@ def test_a_busy_machine_keeps_the_faster_round_and_is_not_cached(calls, monkeypa
     cal = costs.calibration
     assert len(done) == 2 and cal.scale == pytest.approx(SLOWER) and cal.spread == pytest.approx(0.6)
     assert cal.busy and "WARNING: the machine was busy while calibrating (rounds 60% apart" in costs.source
-    assert not lc.cache_path(lc.machine_key()).exists()
-    lc.clear_memo()
+    assert not _cached().exists()
+    calibration_store.clear_memo()
     steady = lc.local_costs()                            # measured again: steady rounds, cached
     assert len(done) == 4 and not steady.calibration.busy and "WARNING" not in steady.source
     assert steady.calibration.spread == pytest.approx(0.025)
-    assert json.loads(lc.cache_path(lc.machine_key()).read_text())["spread"] == pytest.approx(0.025)
+    assert json.loads(_cached().read_text())["value"]["spread"] == pytest.approx(0.025)
 
 
 def test_run_recalibrate_measures_again(calls, tmp_path, capsys):
@@ -156,7 +162,7 @@ def test_run_recalibrate_measures_again(calls, tmp_path, capsys):
 
 
 def test_a_plan_costed_here_takes_the_alone_factor_of_the_calibration_it_was_planned_with(calls):
-    from hetsplit.experiments.mapping_run import planned_profile
+    from hetsplit.estimate.processes import planned_profile
 
     profile = planned_profile(load_problem("resnet8", "local"))
     assert profile.meta["unloaded_factor"] == pytest.approx(ALONE) and "calibrated" in profile.meta["source"]

@@ -91,3 +91,25 @@ def test_cli_refuses_emulate_devices_where_it_cannot_work(monkeypatch, capsys):
     monkeypatch.setattr(cpu_throttle, "throttle_available", lambda: "CPU throttling needs root (test)")
     assert main(["run", "no-plan.json", "vgg8", "--emulate-devices"]) == 2
     assert "needs root (test)" in capsys.readouterr().err
+
+
+def test_shards_are_costed_by_the_hosts_model():
+    """A tensor-parallel plan's shards, on the host: each device's time is the host model's cost of
+    exactly its tasks (the oracle: the host problem's task costs of the plan's TaskGraph, summed)."""
+    from hetsplit.estimate.task_costs import task_costs
+    from hetsplit.plan.check import check_plan
+    from hetsplit.runtime.device_emulation import device_times
+    from hetsplit.search import make_partitioner
+    from hetsplit.workflow import load_problem
+
+    own = load_problem("tinyllama-42m", "siracusa-8")
+    host = load_problem("tinyllama-42m", "local")
+    plan = make_partitioner("tensor-parallel").solve(own)[0]
+    tg = check_plan(own.graph, own.cluster, plan)
+    per_task = task_costs(host, tg).time_s[:, 0]
+    expected = {d: 0.0 for d in plan.devices}
+    for k, task in enumerate(tg.tasks):
+        expected[own.cluster.names[task.device]] += float(per_task[k])
+    got = device_times(plan, own, host)
+    assert set(got) == set(expected)
+    assert {d: h for d, (_, h) in got.items()} == pytest.approx(expected, rel=1e-12)

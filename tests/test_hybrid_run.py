@@ -14,7 +14,7 @@ import pytest
 from hetsplit.costs.build import build_cost_table
 from hetsplit.costs.profile import Profile
 from hetsplit.experiments.hybrid_run import HybridRunOptions, run_best_hybrid_plans, worker_names
-from hetsplit.experiments.mapping_run import local_cluster
+from hetsplit.cluster.local import local_cluster
 from hetsplit.runtime import resolve_model
 
 torch = pytest.importorskip("torch")

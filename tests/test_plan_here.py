@@ -6,14 +6,15 @@ from __future__ import annotations
 import pytest
 
 from hetsplit.cli.main import main
-from hetsplit.experiments import runtime_calibration as rc
-from hetsplit.experiments.mapping_run import planned_profile, predict_here
+from hetsplit.estimate import RuntimeCosts, predict_here
 from hetsplit.estimate.evaluate import evaluate
+from hetsplit.estimate.processes import planned_profile
+from hetsplit.runtime import calibration as rc
 from hetsplit.plan.types import Plan, Stage
 from hetsplit.workflow import PlanRequest, find_plans, load_problem, predict_plans_here
 
-COSTS = rc.RuntimeCosts(worker_end_s=2e-4, driver_end_s=8e-5, worker_byte_s=1e-10, driver_byte_s=5e-10,
-                        message_latency_s=1.5e-4, source="given for the test", end_wait_s=1.2e-4)
+COSTS = RuntimeCosts(worker_end_s=2e-4, driver_end_s=8e-5, worker_byte_s=1e-10, driver_byte_s=5e-10,
+                     message_latency_s=1.5e-4, source="given for the test", end_wait_s=1.2e-4)
 
 
 @pytest.fixture

@@ -7,10 +7,14 @@ import json
 
 import pytest
 
+from hetsplit.costs import calibration_store
 from hetsplit.costs import local_calibration as lc
-from hetsplit.experiments import runtime_calibration as rc
-from hetsplit.experiments.mapping_run import DRIVER, local_problem, message_cpu, predict_here, profile_here
+from hetsplit.estimate import RuntimeCosts, predict_here
+from hetsplit.errors import HetsplitError
+from hetsplit.estimate.processes import DRIVER, ends_cpu, message_ends, workers_problem
+from hetsplit.experiments.mapping_run import profile_here
 from hetsplit.plan.check import check_plan
+from hetsplit.runtime import calibration as rc
 from hetsplit.plan.types import Plan, Stage
 from hetsplit.runtime import resolve_model
 
@@ -60,24 +64,27 @@ def measured(monkeypatch, tmp_path) -> list[int]:
     """Measuring on, cached under tmp_path, the toy runs faked (the list counts calibrations)."""
     monkeypatch.delenv(lc.ENV)
     monkeypatch.setenv("HETSPLIT_CACHE", str(tmp_path))
-    rc.clear_memo()
     calls: list[int] = []
 
-    def fake(runs=rc.RUNS, rounds=2) -> rc.RuntimeCosts:
+    def fake(runs=rc.RUNS, rounds=2) -> tuple[RuntimeCosts, float]:
         calls.append(1)
-        return rc.RuntimeCosts(WORKER_END, DRIVER_END, WORKER_BYTE, DRIVER_BYTE, LATENCY, "runtime measured (fake)",
-                               end_wait_s=WAIT)
+        return RuntimeCosts(WORKER_END, DRIVER_END, WORKER_BYTE, DRIVER_BYTE, LATENCY, "runtime measured (fake)",
+                            end_wait_s=WAIT), 0.0
 
     monkeypatch.setattr(rc, "calibrate", fake)
-    yield calls
-    rc.clear_memo()
+    return calls
+
+
+def _cached():
+    return calibration_store.cache_path(rc.runtime_key(), rc.FOLDER)
 
 
 def test_measured_once_then_cached_per_machine(measured, monkeypatch):
     first = rc.runtime_costs()
-    path = lc.cache_path(rc.runtime_key(), rc.FOLDER)
+    path = _cached()
     assert measured == [1] and path.is_file() and str(path) in first.source
-    rc.clear_memo()
+    assert first.source.count("cached in") == 1 and rc.runtime_costs().source == first.source
+    calibration_store.clear_memo()
     again = rc.runtime_costs()
     assert measured == [1] and again.worker_end_s == WORKER_END and again.message_latency_s == LATENCY
     assert again.end_wait_s == WAIT
@@ -89,17 +96,17 @@ def test_measured_once_then_cached_per_machine(measured, monkeypatch):
 
 
 def test_an_unreadable_cache_is_measured_again(measured):
-    path = lc.cache_path(rc.runtime_key(), rc.FOLDER)
+    path = _cached()
     path.parent.mkdir(parents=True)
     path.write_text("{not json")
     costs = rc.runtime_costs()
     assert measured == [1] and costs.worker_end_s == WORKER_END
-    assert json.loads(path.read_text())["costs"]["worker_end_s"] == WORKER_END
+    assert json.loads(path.read_text())["value"]["worker_end_s"] == WORKER_END
 
 
 def test_a_failed_toy_run_falls_back_with_the_reason(measured, monkeypatch):
     def broken(runs=rc.RUNS, rounds=2):
-        raise rc.HetsplitError("no workers here")
+        raise HetsplitError("no workers here")
 
     monkeypatch.setattr(rc, "calibrate", broken)
     costs = rc.runtime_costs()
@@ -113,8 +120,8 @@ def test_real_toy_runs_measure_positive_costs():
     import os
 
     before = os.sched_getaffinity(0)
-    costs = rc.calibrate((rc.CalibrationRun(8, 16, 60), rc.CalibrationRun(8, 64, 40)), rounds=1)
-    assert os.sched_getaffinity(0) == before
+    costs, spread = rc.calibrate((rc.CalibrationRun(8, 16, 60), rc.CalibrationRun(8, 64, 40)), rounds=1)
+    assert os.sched_getaffinity(0) == before and spread == 0.0           # one round: nothing to disagree
     assert 0 < costs.worker_end_s < 0.05 and 0 < costs.driver_end_s < 0.05
     assert 0 < costs.message_latency_s < 0.05 and 0 <= costs.end_wait_s < 0.05
     assert costs.worker_byte_s >= 0 and costs.driver_byte_s >= 0
@@ -129,10 +136,10 @@ def test_the_prediction_charges_each_process_its_message_ends():
     cut = 9
     plan = Plan(graph.name, "local", "hand", [Stage("a", graph.names[:cut]), Stage("b", graph.names[cut:])])
     profile = profile_here("resnet8", 2, repeats=1, warmup=0, co_load=0)
-    costs = rc.RuntimeCosts(WORKER_END, DRIVER_END, WORKER_BYTE, DRIVER_BYTE, LATENCY, "given", end_wait_s=WAIT)
-    tg = check_plan(graph, local_problem(plan, graph, profile).cluster, plan)
+    costs = RuntimeCosts(WORKER_END, DRIVER_END, WORKER_BYTE, DRIVER_BYTE, LATENCY, "given", end_wait_s=WAIT)
+    tg = check_plan(graph, workers_problem(graph, profile, plan.devices).cluster, plan)
     x, y = 3 * 32 * 32 * 4, 10 * 4                       # resnet8 (CIFAR): image in, 10 logits out
-    cpu = message_cpu(tg, costs)
+    cpu = ends_cpu(message_ends(tg), costs)
     cut_bytes = graph.cut_bytes[cut]
     assert cpu["a"] == pytest.approx(2 * WORKER_END + (x + cut_bytes) * WORKER_BYTE)
     assert cpu["b"] == pytest.approx(2 * WORKER_END + (cut_bytes + y) * WORKER_BYTE)
@@ -166,7 +173,9 @@ def test_the_toy_runs_share_two_cores_and_keep_the_least_cpu(monkeypatch):
 
     monkeypatch.setattr(rc, "measure_run", fake)
     before = os.sched_getaffinity(0)
-    costs = rc.calibrate(rounds=2)
+    costs, spread = rc.calibrate(rounds=2)
     assert seen == [min(2, len(before))] * 4 and os.sched_getaffinity(0) == before
+    w, d = 4 * WORKER_END + 2e4 * WORKER_BYTE, 2 * DRIVER_END + 3e3 * DRIVER_BYTE    # the first run's CPU
+    assert spread == pytest.approx(0.5 * w / (w + d))    # its rounds: 1.5 w + d against w + d
     kept = [m["worker_cpu_beyond_compute_s"] for m in costs.measured]
     assert kept == pytest.approx([4 * WORKER_END + 2e4 * WORKER_BYTE, 1.1 * (4 * WORKER_END + 1.2e6 * WORKER_BYTE)])

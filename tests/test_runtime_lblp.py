@@ -1,6 +1,6 @@
 """An LBLP mapping of ResNet-8 (imce-4: 3 IMC units and 1 DPU) runs for real on local workers, one
 process per unit, every output verified against the unsplit model, and the simulator, costed for
-those processes (``experiments.mapping_run``), stands beside the measurement.
+those processes (the ``here`` fidelity, through ``experiments.mapping_run``), stands beside the measurement.
 
 No timing is asserted (the machine is shared and noisy): only that the comparison is filled with
 finite positive numbers and describes the run that happened.
@@ -13,7 +13,8 @@ import math
 
 import pytest
 
-from hetsplit.experiments.mapping_run import (MappingRunOptions, MappingRunResult, local_cluster, run_mapping)
+from hetsplit.cluster.local import local_cluster
+from hetsplit.experiments.mapping_run import MappingRunOptions, MappingRunResult, run_mapping
 from hetsplit.search import make_partitioner
 from hetsplit.workflow import load_problem
 
@@ -117,14 +118,16 @@ def test_predicted_latency_takes_the_profiles_alone_factor(plan, result):
     the driver's messages (a profile without the factor counts it 1)."""
     from dataclasses import replace
 
-    from hetsplit.experiments.mapping_run import predict_here, profile_here
+    from hetsplit.estimate import predict_here
+    from hetsplit.experiments.mapping_run import profile_here
     from hetsplit.runtime import resolve_model
+    from hetsplit.runtime.calibration import runtime_costs
 
     assert result.prediction.unloaded_factor == 1.0
     graph = resolve_model("resnet8")[0]
     profile = profile_here("resnet8", 4, repeats=1, warmup=0, co_load=0)
-    p = predict_here(plan, graph, profile)
+    p = predict_here(plan, graph, profile, 4, runtime_costs())
     assert p.predicted_latency_s == pytest.approx(p.simulated_latency_s + p.driver_messages * p.message_latency_s)
-    q = predict_here(plan, graph, replace(profile, meta={**profile.meta, "unloaded_factor": 0.5}))
+    q = predict_here(plan, graph, replace(profile, meta={**profile.meta, "unloaded_factor": 0.5}), 4, runtime_costs())
     assert q.unloaded_factor == 0.5 and q.simulated_latency_s == pytest.approx(p.simulated_latency_s)
     assert q.predicted_latency_s == pytest.approx(0.5 * p.simulated_latency_s + p.driver_messages * p.message_latency_s)

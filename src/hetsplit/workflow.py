@@ -1,6 +1,7 @@
 """The main job as library calls: load a model (or profile) and a cluster, find plans, compare.
 
-The CLI and the benchmarks call these; they hold the orchestration so commands stay thin.
+The documented Python API below ``experiments``, ``report`` and ``cli``: they call these, which hold
+the orchestration so commands stay thin (see docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ from hetsplit.costs import CostTable, SplitProblem, build_problem, load_profile
 from hetsplit.costs.local_calibration import MODEL as LOCAL_MODEL
 from hetsplit.costs.local_calibration import local_costs
 from hetsplit.errors import HetsplitError, UsageError
+from hetsplit.estimate import HereOptions, LocalPrediction, SimResult, make_fidelity
+from hetsplit.estimate.processes import runs_here  # noqa: F401 - re-exported for the commands
+from hetsplit.estimate.transfers import Transfer
 from hetsplit.graph import Graph
 from hetsplit.graph.transformer import decode_step
 from hetsplit.outpath import output_dir  # noqa: F401 - re-exported for the commands
@@ -21,8 +25,6 @@ from hetsplit.plan import Plan, mark_pareto
 from hetsplit.search import PipelineConstraints, make_partitioner, partitioner_names, partitioner_options
 
 if TYPE_CHECKING:
-    from hetsplit.experiments.mapping_run import LocalPrediction
-    from hetsplit.report.html import ReportDetails
     from hetsplit.runtime.device_emulation import DeviceEmulation
 
 
@@ -151,19 +153,13 @@ def search_plans(problem: SplitProblem, request: PlanRequest) -> PlanSearch:
     return PlanSearch(mark_pareto(plans), {n: str(exc) for n, exc in refused.items()})
 
 
-def runs_here(cluster: Cluster) -> bool:
-    """Whether every device of ``cluster`` is one of this machine's ``local`` cores (a plan on it runs
-    here, a worker process per device)."""
-    return all(cluster.representative(t).model == LOCAL_MODEL for t in cluster.types)
-
-
 @dataclass
 class HerePredictions:
     """Plans on this machine's ``local`` cluster, costed for the processes that would run them here:
     ``predictions`` (plan index, prediction), fastest plan first; ``failures`` (plan index, why);
     ``runtime_source``: where the runtime's costs come from."""
 
-    predictions: list[tuple[int, "LocalPrediction"]]
+    predictions: list[tuple[int, LocalPrediction]]
     failures: list[tuple[int, str]]
     runtime_source: str
 
@@ -186,17 +182,17 @@ class HerePredictions:
 def predict_plans_here(problem: SplitProblem, plans: list[Plan], limit: int = 4, recalibrate: bool = False,
                        cores: int | None = None) -> HerePredictions | None:
     """For a plan set on this machine's ``local`` cluster, its ``limit`` fastest distinct placements
-    (among those that fit) costed for the worker processes and the driver that would run them on this
-    machine's cores (``cores``, default those this process may use), with the runtime's per-message
-    costs (``mapping_run.predict_planned_here``; ``recalibrate`` measures those anew). The plan
-    table's own figures give each device a core of its own and messages that cost no CPU. None for
-    any other cluster."""
+    (among those that fit) costed by the ``here`` fidelity for the worker processes and the driver that
+    would run them on this machine's cores (``cores``, default those this process may use), with the
+    runtime's per-message costs (``runtime.calibration.runtime_costs``; ``recalibrate`` measures those
+    anew). The plan table's own figures give each device a core of its own and messages that cost no
+    CPU. None for any other cluster."""
     if not runs_here(problem.cluster):
         return None
-    from hetsplit.experiments.mapping_run import predict_planned_here
-    from hetsplit.experiments.runtime_calibration import runtime_costs
+    from hetsplit.runtime.calibration import runtime_costs
 
     runtime = runtime_costs(recalibrate)
+    here = make_fidelity("here", HereOptions(runtime, cores))
     order = sorted((i for i, p in enumerate(plans) if p.metrics is not None and p.metrics.fits),
                    key=lambda i: -plans[i].metrics.throughput)
     seen: set[str] = set()
@@ -209,7 +205,7 @@ def predict_plans_here(problem: SplitProblem, plans: list[Plan], limit: int = 4,
             continue
         seen.add(placement)
         try:
-            found.predictions.append((i, predict_planned_here(problem, plans[i], cores, runtime)))
+            found.predictions.append((i, here.predictions(problem, [plans[i]])[0]))
         except HetsplitError as exc:
             found.failures.append((i, str(exc)))
     return found
@@ -278,6 +274,18 @@ def load_plan_cluster(plan: Plan, given: str | None = None, required: bool = Fal
         raise
 
 
+def import_autodice(mapping_path: str | Path, problem: SplitProblem, horizontal_path: str | Path | None = None,
+                    device_keys: dict[str, str] | None = None, aliases: dict[str, str] | None = None) -> Plan:
+    """An AutoDiCE ``mapping.json`` (and ``horizontal.json``) read as a plan of ``problem``'s model and
+    cluster (``plan.autodice.read_autodice``), with its ``closed`` fidelity metrics."""
+    from hetsplit.estimate import estimate_plan
+    from hetsplit.plan.autodice import read_autodice
+
+    plan = read_autodice(mapping_path, problem.graph, problem.cluster, horizontal_path, device_keys, aliases)
+    plan.metrics = estimate_plan(problem, plan, "closed")
+    return plan
+
+
 def run_comparison(run_doc: dict[str, Any], plan: Plan, cluster: Cluster) -> dict[str, Any]:
     """Measured beside predicted for a run's JSON: a ``run --compare`` document as it is, a bare run
     report (``run --out`` without ``--compare``) set beside ``plan``'s metrics."""
@@ -293,18 +301,30 @@ def run_comparison(run_doc: dict[str, Any], plan: Plan, cluster: Cluster) -> dic
     return {"rows": doc["rows"], "notes": [n for n in notes if n]}
 
 
+@dataclass
+class ReportDetails:
+    """What the HTML report draws beyond the plans: ``cluster`` (``cluster.describe.cluster_to_dict``), each
+    plan's ``transfers`` by plan index, the ``featured`` plan's simulated ``timeline`` and its ``run``
+    (``{"rows": [...], "notes": [...]}`` as ``run_comparison`` gives). Plain data: ``report.html`` draws it."""
+
+    cluster: dict[str, Any]
+    transfers: dict[int, list[Transfer]] = field(default_factory=dict)
+    featured: int = 0
+    timeline: SimResult | None = None
+    run: dict[str, Any] | None = None
+
+
 def report_details(problem: SplitProblem, plans: list[Plan], featured: int | None = None,
                    run_doc: dict[str, Any] | None = None, timeline_inputs: int = 8) -> ReportDetails:
-    """What the HTML report draws beside the plan table (``report.html.ReportDetails``): the cluster, each
-    plan's transfers, the simulated timeline of the featured plan (default: the one ``load_plan`` picks)
-    and, with ``run_doc``, its run measured against the prediction."""
+    """What the HTML report draws beside the plan table (``ReportDetails``): the cluster, each plan's
+    transfers, the simulated timeline of the featured plan (default: the one ``load_plan`` picks) and,
+    with ``run_doc``, its run measured against the prediction."""
     from hetsplit.cluster.describe import cluster_to_dict
     from hetsplit.errors import PlanError
     from hetsplit.plan.check import check_plan
     from hetsplit.plan.io import featured_index
     from hetsplit.estimate.simulate import SimOptions, simulate
     from hetsplit.estimate.transfers import plan_transfers
-    from hetsplit.report.html import ReportDetails
 
     graphs = {}
     for i, plan in enumerate(plans):

@@ -1,1 +1,1 @@
-"""The ``hetsplit`` command: thin wrappers that parse, call the library and print."""
+"""The ``hetsplit`` command: thin wrappers that parse, call the library and print (docs/architecture.md)."""

@@ -62,8 +62,8 @@ def run_export(args) -> int:
 def run_import(args) -> int:
     from hetsplit.outpath import output_file
     from hetsplit.plan import save_plans
-    from hetsplit.plan.autodice import onnx_node_aliases, read_autodice
-    from hetsplit.workflow import load_problem
+    from hetsplit.plan.autodice import onnx_node_aliases
+    from hetsplit.workflow import import_autodice, load_problem
 
     out = output_file(args.out)
     problem = load_problem(args.model, args.cluster)
@@ -72,8 +72,7 @@ def run_import(args) -> int:
         from hetsplit.graph.onnx_prepare import prepare_model
 
         aliases = onnx_node_aliases(prepare_model(args.model))
-    plan = read_autodice(args.mapping, problem.graph, problem.cluster, args.horizontal,
-                         _keys(args.keys, problem.cluster), aliases, problem)
+    plan = import_autodice(args.mapping, problem, args.horizontal, _keys(args.keys, problem.cluster), aliases)
     plan.pareto = True
     save_plans([plan], out)
     m = plan.metrics

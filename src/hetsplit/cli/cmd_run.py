@@ -191,7 +191,7 @@ def _finish(args, report, plan, graph, cluster) -> int:
             console.print(f"note: {note}")
     elif args.compare:
         from hetsplit.runtime import compare
-        from hetsplit.runtime.measure import overhead_note, predict, profile_notes, simulate_prediction
+        from hetsplit.runtime.measure import overhead_note, predict, profile_notes
 
         notes: list[str] = []
         simulated = None
@@ -203,8 +203,7 @@ def _finish(args, report, plan, graph, cluster) -> int:
 
                 cluster = load_plan_cluster(plan, args.cluster, required=True)
             profile = load_profile(args.profile)
-            predicted = predict(plan, graph, cluster, profile.costs)
-            simulated = simulate_prediction(plan, graph, cluster, profile.costs, args.inputs)
+            predicted, simulated = predict(plan, graph, cluster, profile.costs, args.inputs)
             cpu_workers = sum(1 for d in report.devices if d.get("kind", "cpu") == "cpu")
             notes = profile_notes(profile.meta, cpu_workers, args.threads)
         elif plan.metrics is not None:

@@ -1,4 +1,4 @@
-"""Clusters: devices, links, groups, presets, YAML loading and validation."""
+"""Clusters: devices, links, groups, presets, YAML loading and validation (docs/architecture.md)."""
 
 from hetsplit.cluster.examples import builtin_names, builtin_spec
 from hetsplit.cluster.loader import CLUSTER_FORMAT, cluster_from_dict, load_cluster

@@ -1,4 +1,5 @@
-"""Costs: per-(layer, device type) time/energy/memory, link costs, device models, profiles."""
+"""Costs: per-(layer, device type) time/energy/memory, link costs, device models, profiles, and the
+calibrations of this machine (cached only when trusted; docs/architecture.md, "Calibrations")."""
 
 from hetsplit.costs.build import build_cost_table, build_problem
 from hetsplit.costs.problem import SplitProblem

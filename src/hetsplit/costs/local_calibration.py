@@ -7,22 +7,20 @@ and the shipped per-class fit of ``REFERENCE`` (``hetsplit calibrate``'s model, 
 on an idle machine) is rescaled to them: one factor, the probes' measured whole-model time over the
 fit's prediction. The reference fit knows how layer shapes cost; the factor says how fast this
 machine is under load. The probes are measured in two rounds and each keeps its faster time (other
-work only adds time); when the rounds differ by more than ``BUSY_SPREAD`` the machine was busy: the
-calibration is used but not cached (the next run measures again) and its source says so. The probes
-are also timed alone (no co-load): ``unloaded_factor`` = alone / co-loaded, what one input sent
+work only adds time). The probes are also timed alone (no co-load): ``unloaded_factor`` = alone / co-loaded, what one input sent
 through an idle pipeline (latency) costs relative to a busy one. (Three factors, for the MAC, byte and fixed parts, fitted per layer were
 tried: two probes on a noisy machine do not pin them down, and ResNet-50 came out 25% fast.)
 
 The result is cached in ``cache_root()/local-calibration/`` keyed by CPU model, usable core count,
-onnxruntime version and ``VERSION`` (``machine_key``); ``local_calibration(recalibrate=True)`` redoes
-it. When it cannot run (or ``$HETSPLIT_LOCAL_CALIBRATION=off``) the ``local`` devices keep the
+onnxruntime version and ``VERSION`` (``machine_key``) by ``calibration_store``: only when the machine
+was quiet while calibrating (rounds that agree, no other process using the CPU), checked at use by a
+short probe (``machine_probe.compute_probe_s``) and measured again when the machine has changed;
+``local_costs(recalibrate=True)`` redoes it. When it cannot run (or ``$HETSPLIT_LOCAL_CALIBRATION=off``) the ``local`` devices keep the
 roofline figures of ``cluster/builtin/local.yaml`` and ``costs_source`` says so.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import platform
 import time
@@ -31,22 +29,22 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-
+from hetsplit.costs import calibration_store, machine_probe
 from hetsplit.errors import HetsplitError
 
-VERSION = 3                                  # bump when the recipe changes: old cache entries are ignored
+VERSION = 4                                  # bump when the recipe changes: old cache entries are ignored
+FOLDER = "local-calibration"                 # under cache_root()
 REFERENCE = "epyc-milan-1t-calibrated"       # the shipped per-class fit that is rescaled
 MODEL = "local"                              # device model name of the local cluster's cores
 ENV = "HETSPLIT_LOCAL_CALIBRATION"           # "off": no calibration, roofline fallback
 MAX_CO_LOAD = 3                              # helpers at most: many-core machines stay quick
-BUSY_SPREAD = 0.15                           # rounds further apart than this: a busy machine, not cached
 
 
 @dataclass(frozen=True)
 class CalibrationOptions:
     """What the quick calibration measures: probe models (zoo names or .onnx), runs, co-load
     (None: ``min(cores - 1, MAX_CO_LOAD)``, every core of a full pipeline busy), rounds (each probe
-    keeps its fastest round; their spread tells a busy machine)."""
+    keeps its fastest round; their spread tells a busy machine, ``calibration_store.BUSY_SPREAD``)."""
 
     probes: tuple[str, ...] = ("resnet18", "mobilenetv2")
     repeats: int = 10
@@ -71,30 +69,24 @@ class LocalCalibration:
     seconds: float                            # time the calibration took
     spread: float = 0.0                       # the rounds' largest relative difference on one probe
     unloaded_factor: float = 1.0              # probes alone / probes co-loaded (for latency)
-    path: str = ""                            # cache file it was read from or written to
+    kept: str = "not cached"                  # where it is cached, or why not (``Trusted.describe``)
+    busy: str = ""                            # why it was not cached: the machine was busy ("" when quiet)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": "hetsplit.local-calibration/1", **{k: v for k, v in asdict(self).items() if k != "path"}}
+        return {k: v for k, v in asdict(self).items() if k not in ("kept", "busy")}
 
     @classmethod
-    def from_dict(cls, doc: dict[str, Any], path: str = "") -> "LocalCalibration":
+    def from_dict(cls, doc: dict[str, Any]) -> "LocalCalibration":
         fields = ("key", "created", "scale", "params", "probes", "co_load", "seconds")
         return cls(**{k: doc[k] for k in fields}, spread=float(doc.get("spread", 0.0)),
-                   unloaded_factor=float(doc.get("unloaded_factor", 1.0)), path=path)
-
-    @property
-    def busy(self) -> bool:
-        """Whether the machine was busy while calibrating (the rounds disagree)."""
-        return self.spread > BUSY_SPREAD
+                   unloaded_factor=float(doc.get("unloaded_factor", 1.0)))
 
     def source(self) -> str:
         k = self.key
         probes = ", ".join(p["model"] for p in self.probes)
-        busy = (f"; WARNING: the machine was busy while calibrating (rounds {self.spread:.0%} apart, the faster "
-                f"kept): not cached, the next run measures again" if self.busy else "")
         return (f"calibrated on this machine {self.created} ({k['cpu']}, {k['cores']} cores, onnxruntime "
                 f"{k['onnxruntime']}; probes {probes}, 1 thread, co-load {self.co_load}; {REFERENCE} fit "
-                f"x{self.scale:.2f}; alone x{self.unloaded_factor:.2f} of that); cached in {self.path or '(not cached)'}; --recalibrate redoes it{busy}")
+                f"x{self.scale:.2f}; alone x{self.unloaded_factor:.2f} of that); {self.kept}")
 
 
 @dataclass
@@ -138,36 +130,9 @@ def machine_key() -> dict[str, Any]:
     return {"cpu": cpu_model(), "cores": usable_cores(), "onnxruntime": ort, "version": VERSION}
 
 
-def cache_path(key: dict[str, Any], folder: str = "local-calibration") -> Path:
-    """Where a measurement of this machine (``key``) is cached: ``cache_root()/folder/<digest>.json``."""
-    from hetsplit.graph.zoo.export import cache_root
-
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-    return cache_root() / folder / f"{digest}.json"
-
-
 def calibration_off() -> bool:
     """``$HETSPLIT_LOCAL_CALIBRATION`` turns every measurement of this machine off (tests, CI)."""
     return os.environ.get(ENV, "").lower() in ("off", "0", "no")
-
-
-def read_cached(path: Path, key: dict[str, Any]) -> dict[str, Any] | None:
-    """The cached document at ``path`` when it holds for ``key``; None when absent or for another key.
-    Raises ValueError (or OSError) when the file is unreadable."""
-    if not path.is_file():
-        return None
-    doc = json.loads(path.read_text())
-    if not isinstance(doc, dict):
-        raise ValueError("not a JSON object")
-    return doc if doc.get("key") == key else None
-
-
-def write_cached(path: Path, doc: dict[str, Any]) -> None:
-    """Write ``doc`` to ``path`` atomically (a reader never sees half a file); OSError when it cannot."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(doc, indent=1))
-    tmp.replace(path)
 
 
 # ---- the calibration ---------------------------------------------------------------------------
@@ -217,44 +182,23 @@ def calibrate(options: CalibrationOptions = DEFAULT_OPTIONS, key: dict[str, Any]
                             rescaled(ref, scale), probes, max(0, k), time.monotonic() - t0, spread, alone)
 
 
-_MEMO: dict[str, LocalCosts] = {}
-
-
 def local_costs(recalibrate: bool = False, options: CalibrationOptions | None = None) -> LocalCosts:
-    """This machine's calibration: from the cache, else measured now and cached; ``recalibrate``
-    measures anew. Falls back (calibration None, with the reason) when it cannot measure."""
+    """This machine's calibration, one a process: from the cache (checked by a short probe), else
+    measured now (cached when the machine was quiet; ``calibration_store``); ``recalibrate`` measures
+    anew. Falls back (calibration None, with the reason) when it cannot measure."""
     if calibration_off():
         return LocalCosts(None, f"calibration turned off by ${ENV}")
     key = machine_key()
-    path = cache_path(key)
-    memo = str(path)
-    if not recalibrate and memo in _MEMO:
-        return _MEMO[memo]
-    notes: list[str] = []
-    if not recalibrate:
-        try:
-            doc = read_cached(path, key)
-            if doc is not None:
-                _MEMO[memo] = LocalCosts(LocalCalibration.from_dict(doc, str(path)))
-                return _MEMO[memo]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            notes.append(f"the cached calibration {path} was unreadable ({exc}); measured again")
-    try:
+
+    def measure() -> tuple[LocalCalibration, float]:
         cal = calibrate(options or DEFAULT_OPTIONS, key)
-    except (HetsplitError, ImportError, OSError) as exc:
-        return LocalCosts(None, f"the calibration failed: {exc}", notes)
-    if cal.busy:
-        _MEMO[memo] = LocalCosts(cal, notes=notes)
-        return _MEMO[memo]
+        return cal, cal.spread
+
+    recipe = calibration_store.Recipe(FOLDER, "hetsplit.local-calibration/2", key, measure, LocalCalibration.to_dict,
+                                      LocalCalibration.from_dict, lambda: machine_probe.compute_probe_s())
     try:
-        write_cached(path, cal.to_dict())
-        cal.path = str(path)
-    except OSError as exc:
-        notes.append(f"could not cache the calibration in {path}: {exc}")
-    _MEMO[memo] = LocalCosts(cal, notes=notes)
-    return _MEMO[memo]
-
-
-def clear_memo() -> None:
-    """Forget calibrations read in this process (the cache files stay)."""
-    _MEMO.clear()
+        got = calibration_store.trusted(recipe, recalibrate)
+    except (HetsplitError, ImportError, OSError) as exc:
+        return LocalCosts(None, f"the calibration failed: {exc}")
+    got.value.kept, got.value.busy = got.describe(), got.busy
+    return LocalCosts(got.value, notes=got.notes)

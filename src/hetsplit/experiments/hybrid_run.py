@@ -1,7 +1,7 @@
 """The thesis's Table 3 (seed 003, 5.2.1) here: the best hybrid plans explored, run for real, measured.
 
 For each chromosome (naive; advanced with p = 2, 4, ...) NSGA-II explores ``model`` on a cluster of
-``workers`` local worker processes (``mapping_run.local_cluster``: ``local-cpu`` devices joined by the
+``workers`` local worker processes (``cluster.local.local_cluster``: ``local-cpu`` devices joined by the
 loopback link), so every plan's predicted metrics are for *this machine*: the per-layer costs come from
 a ``hetsplit.profile/1`` of this CPU, one thread per layer under the co-load of the run
 (``mapping_run.profile_here``, measured on the spot by default; ``HybridRunOptions.profile`` names a
@@ -17,8 +17,8 @@ the unsplit model. A row sets beside each other:
 
 - latency (s): the explorer's analytic value (the GA's fitness, Table 3's "predicted"), the
   discrete-event simulator's unloaded latency, and the measured unloaded latency;
-- throughput (1/s): the explorer's analytic value (each worker on a core of its own), mapping_run's
-  prediction (simulator capped by the core-sharing bound: the workers share this machine's cores),
+- throughput (1/s): the explorer's analytic value (each worker on a core of its own), the ``here``
+  fidelity's prediction (simulator capped by the core-sharing bound: the workers share this machine's cores),
   and the measured one over the streamed inputs;
 - memory per device (bytes): the model's largest device memory (weights, live tensors, bytes sent and
   received) beside the largest worker's peak RSS as the runtime reports it (each worker's own VmHWM,
@@ -41,8 +41,8 @@ from typing import Any, Callable
 
 from hetsplit.costs.profile import Profile
 from hetsplit.errors import HetsplitError
-from hetsplit.experiments.mapping_run import (MappingRunOptions, MappingRunResult, profile_here,
-                                              run_mapping, workers_problem)
+from hetsplit.estimate.processes import workers_problem
+from hetsplit.experiments.mapping_run import MappingRunOptions, MappingRunResult, profile_here, run_mapping
 from hetsplit.plan.types import Plan
 from hetsplit.search.explore import THESIS_OBJECTIVES, ExploreOptions, ExploreResult, explore
 
@@ -110,7 +110,7 @@ class HybridRunRow:
     simulated_latency_s: float           # discrete-event simulator, one input alone
     measured_latency_s: float            # median of the unloaded inputs
     analytic_throughput: float           # the explorer's model: each worker on a core of its own
-    predicted_throughput: float          # mapping_run: simulator capped by the core-sharing bound
+    predicted_throughput: float          # the here fidelity: simulator capped by the core-sharing bound
     measured_throughput: float           # over the streamed inputs
     predicted_memory_per_device_bytes: float
     measured_memory_per_device_bytes: float | None   # the largest worker's peak RSS (its VmHWM)

@@ -7,13 +7,13 @@ per device (``runtime.tensor_parallel``: a prefill pass, then greedy decode step
 cache; every step's logits checked against the unsplit model) and puts the measured time per token
 beside the prediction:
 
-- predicted: the evaluator's latency (``estimate.evaluate``) of the *same* plan on the decode step of
+- predicted: the ``closed`` fidelity's latency (``estimate.estimate_plan``) of the *same* plan on the decode step of
   the model's graph (``graph.transformer.decode_step``: one token against a KV cache of
   ``context`` positions, the cache length at the median measured step). It covers every layer of the
   graph: the embedding with the first norm, the 8 blocks, the final norm and the LM head (whose
   costs per block equal ``transformer_shapes.transformer_graph`` of TinyLlama's dimensions, a test
   of ``test_tensor_parallel``), on a cluster of ``workers`` ``local-cpu`` devices with the ``local``
-  built-in's roofline figures and loopback link (``mapping_run.local_cluster``): a device model, as
+  built-in's roofline figures and loopback link (``cluster.local.local_cluster``): a device model, as
   a profile measures the prompt pass it was taken on, not a decode step;
 - measured: the root's wall time per decode step (median after warm-up), each rank's compute and
   communication (time inside its transfers, waiting for the others included), bytes sent per token:
@@ -58,17 +58,17 @@ class DecodePrediction:
 def predict_decode(graph: Graph, plan: Plan, context: int) -> DecodePrediction:
     """``plan`` (made on ``graph``) evaluated on the decode step of ``graph`` with a cache of ``context``
     positions, its devices ``local-cpu`` processes of this machine."""
+    from hetsplit.cluster.local import local_cluster
     from hetsplit.costs import build_problem
-    from hetsplit.experiments.mapping_run import local_cluster
+    from hetsplit.estimate import estimate_plan
     from hetsplit.graph.transformer import decode_step
     from hetsplit.plan.check import check_plan
-    from hetsplit.estimate.evaluate import evaluate
 
     step = decode_step(graph, context)
     same = replace(plan, model=step.name, metrics=None)
     cluster = local_cluster(plan.devices, name=f"{len(plan.devices)}x{DEVICE}")
     problem = build_problem(step, cluster)
-    metrics = evaluate(problem, same)
+    metrics = estimate_plan(problem, same, "closed")
     sent = {d: 0.0 for d in cluster.names}
     for m in check_plan(step, cluster, same).messages():
         sent[cluster.names[m.src]] += m.nbytes

@@ -5,6 +5,8 @@
 - ``prepare_model(path_or_proto)``: the canonical ModelProto that a Graph's node and tensor names
   refer to (the runtime cuts sub-models from it)
 - ``zoo``: ``names()``, ``load(name)``, ``onnx_path(name)``
+
+See docs/architecture.md.
 """
 
 from hetsplit.graph.types import INPUT, LAYER_KINDS, MAC_KINDS, Graph, Layer, Tensor

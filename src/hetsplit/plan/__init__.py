@@ -1,4 +1,5 @@
-"""Plans: the Plan type, its JSON formats, validation and the TaskGraph a plan expands to (costed by ``estimate``)."""
+"""Plans: the Plan type, its JSON formats, validation and the TaskGraph a plan expands to (costed by
+``estimate``; docs/architecture.md)."""
 
 from hetsplit.plan.io import load_plan, load_plans, save_plan, save_plans
 from hetsplit.plan.pareto import mark_pareto, pareto_mask

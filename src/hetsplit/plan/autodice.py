@@ -367,15 +367,14 @@ class _Reader:
 
 def read_autodice(mapping_path: str | Path, graph: Graph, cluster: Cluster, horizontal_path: str | Path | None = None,
                   device_keys: dict[str, str] | None = None, aliases: dict[str, str] | None = None,
-                  problem=None, algorithm: str = ALGORITHM) -> Plan:
+                  algorithm: str = ALGORITHM) -> Plan:
     """The hetsplit plan of an AutoDiCE ``mapping.json`` (and ``horizontal.json``) for ``graph`` on
     ``cluster``: a pipeline when every device runs one run of consecutive layers (in topological
     order) and nothing is split, else a mapping. ``device_keys`` maps hetsplit device names to the
     file's keys (keys not in it must be device names); ``aliases`` maps other node names to hetsplit's
-    (``onnx_node_aliases``). The plan is checked (``check_plan``) and its metrics computed on
-    ``problem`` (default: ``build_problem(graph, cluster)``)."""
+    (``onnx_node_aliases``). The plan is checked (``check_plan``); it has no metrics (a plan is costed
+    above this package: ``workflow.import_autodice``)."""
     from hetsplit.plan.check import check_plan
-    from hetsplit.estimate.evaluate import evaluate
 
     mpath = Path(mapping_path)
     r = _Reader(graph, cluster, device_keys, aliases)
@@ -440,11 +439,6 @@ def read_autodice(mapping_path: str | Path, graph: Graph, cluster: Cluster, hori
         check_plan(graph, cluster, plan)
     except PlanError as exc:
         raise AutodiceError(f"{mpath}: {exc}") from None
-    if problem is None:
-        from hetsplit.costs import build_problem
-
-        problem = build_problem(graph, cluster)
-    plan.metrics = evaluate(problem, plan)
     return plan
 
 

@@ -1,1 +1,2 @@
-"""Reports: tables, plots and the HTML report of plans and their metrics (no metrics of its own)."""
+"""Reports: tables, plots and the HTML report of plans and their metrics (no metrics of its own;
+docs/architecture.md)."""

@@ -11,7 +11,7 @@ from hetsplit.plan import save_plans
 from hetsplit.plan.types import Plan
 
 if TYPE_CHECKING:
-    from hetsplit.report.html import ReportDetails
+    from hetsplit.workflow import ReportDetails
 
 
 def write_plan_outputs(plans: list[Plan], out: Path, model: str, cluster: str,

@@ -1,13 +1,13 @@
 """A self-contained HTML report of a plan set: the table, the Pareto plot and each plan's stages; with
-``ReportDetails`` (computed by ``workflow.report_details``) also the cluster and its links, each plan's
-transfers, a simulated timeline and a run measured against its prediction. It draws; it computes nothing."""
+``workflow.ReportDetails`` (computed by ``workflow.report_details``) also the cluster and its links, each
+plan's transfers, a simulated timeline and a run measured against its prediction. It draws; it computes
+nothing."""
 
 from __future__ import annotations
 
 import base64
 import html
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -18,6 +18,7 @@ from hetsplit.report.gantt import gantt_plot
 from hetsplit.report.plots import pareto_plot
 from hetsplit.report.tables import describe_params, distinct_digits, plan_row
 from hetsplit.units import format_quantity
+from hetsplit.workflow import ReportDetails
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
@@ -30,19 +31,6 @@ tr.pareto td:first-child { color: #b8860b; font-weight: bold; }
 details { margin: 0.3em 0; }
 img { max-width: 100%; }
 """
-
-
-@dataclass
-class ReportDetails:
-    """What the report draws beyond the plans: ``cluster`` (``cluster.describe.cluster_to_dict``), each
-    plan's ``transfers`` by plan index, the ``featured`` plan's simulated ``timeline`` and its ``run``
-    (``{"rows": [...], "notes": [...]}`` as ``workflow.run_comparison`` gives)."""
-
-    cluster: dict[str, Any]
-    transfers: dict[int, list[Transfer]] = field(default_factory=dict)
-    featured: int = 0
-    timeline: SimResult | None = None
-    run: dict[str, Any] | None = None
 
 
 def _q(value: float, unit: str, digits: int = 3) -> str:

@@ -6,6 +6,10 @@
 - ``run_plan(plan, graph, model_path, RunOptions) -> RunReport`` and ``run_manifest`` (``hetsplit run``)
 - ``compare(report, predicted_metrics, cluster)``: predicted beside measured
 - ``LinkMatrix`` / ``emulation_available()``: links shaped with namespaces, veth and tc
+- ``calibration.runtime_costs()``: the runtime's own per-message costs on this machine (toy runs,
+  cached when trusted), which the ``here`` fidelity charges
+
+See docs/architecture.md.
 """
 
 from hetsplit.runtime.manifest import FORMAT, Edge, Manifest, TensorSpec, WorkerSpec, load_manifest

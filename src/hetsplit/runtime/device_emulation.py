@@ -47,22 +47,31 @@ class DeviceEmulation:
 
 
 def device_times(plan: Plan, problem: SplitProblem, host_problem: SplitProblem) -> dict[str, tuple[float, float]]:
-    """Per device of ``plan`` that runs something: (time on the plan's device, time on the host) of its tasks."""
-    from hetsplit.plan.check import check_plan
-    from hetsplit.estimate.task_costs import task_costs
+    """Per device of ``plan`` that runs something: (time on the plan's device, time on the host) of its
+    tasks, both the ``closed`` fidelity's compute per device: on ``problem``, and on the plan's devices
+    each made the host's one-thread worker (``host_workers``)."""
+    from hetsplit.estimate import estimate
 
     if host_problem.graph.names != problem.graph.names:
         raise UsageError("device emulation: the host's costs are of another model than the plan's problem")
-    tg = check_plan(problem.graph, problem.cluster, plan)
-    own = task_costs(problem, tg)
-    host = task_costs(host_problem, tg).time_s[:, 0]       # the host's one worker type
-    t_dev = own.time_s[np.arange(tg.num_tasks), problem.device_type[tg.device]]
-    out: dict[str, tuple[float, float]] = {}
-    for k, task in enumerate(tg.tasks):
-        name = problem.cluster.names[task.device]
-        t, h = out.get(name, (0.0, 0.0))
-        out[name] = (t + float(t_dev[k]), h + float(host[k]))
-    return out
+    own = estimate(problem, [plan], "closed")
+    host = host_workers(host_problem, plan.devices)
+    on_host = estimate(host, [plan], "closed")
+    return {dev: (float(own.compute_s_per_device[0, problem.cluster.index(dev)]),
+                  float(on_host.compute_s_per_device[0, host.cluster.index(dev)])) for dev in plan.devices}
+
+
+def host_workers(host_problem: SplitProblem, devices: list[str]) -> SplitProblem:
+    """``devices``, each a copy of the host's one worker (its device model, its costs), joined by free links."""
+    from dataclasses import replace
+
+    from hetsplit.cluster.types import Cluster, Medium, uniform_links
+
+    worker = host_problem.cluster.representative(host_problem.cluster.types[0])
+    links = uniform_links(len(devices), Medium("free", np.inf))
+    cluster = Cluster(f"{host_problem.cluster.name} as {len(devices)} workers",
+                      [replace(worker, name=d, group=None, host=None) for d in devices], *links)
+    return SplitProblem(host_problem.graph, cluster, host_problem.costs)
 
 
 def plan_emulation(plan: Plan, problem: SplitProblem, host_problem: SplitProblem, cores: int) -> DeviceEmulation:

@@ -11,7 +11,9 @@ Energy per input comes from the device's meter (RAPL, NVML) where one is readabl
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -155,7 +157,7 @@ def summarize(manifest: Manifest, docs: dict[int, dict]) -> RunReport:
 def compare(report: RunReport, predicted: Any, cluster: Any = None, cut_bytes: dict | None = None,
             simulated: dict | None = None) -> dict:
     """Predicted (plan.types.Metrics) beside measured, with measured/predicted ratios; ``simulated``
-    (from ``simulate_prediction``) adds the discrete-event simulator's throughput and latency."""
+    (the second value of ``predict``) adds the discrete-event simulator's throughput and latency."""
     p = predicted.to_dict() if hasattr(predicted, "to_dict") else dict(predicted)
     rows = [{"metric": "throughput (1/s)", "predicted": p.get("throughput"), "measured": report.throughput}]
     if simulated:
@@ -261,20 +263,38 @@ def overhead_note(report: RunReport, cores: int | None = None, share: float = 0.
             "machine's by more than this overhead takes")
 
 
-def simulate_prediction(plan: Any, graph: Any, cluster: Any, profile_costs: Any = None, inputs: int = 100) -> dict:
-    """The discrete-event simulator's steady-state throughput and one input's latency for ``plan``
-    (the same costs as ``predict``), as the run streams ``inputs``."""
+def stream_throughput(report: RunReport, latency_inputs: int, driver_doc: dict | None = None) -> float:
+    """Inputs per second over the streamed inputs (all but the first ``latency_inputs``): their count /
+    (last output - first streamed input sent). Unlike the spacing of the outputs (``report.throughput``)
+    it does not grow when outputs reach the driver in bursts, as they do when the driver waits for a
+    core. Exact with the driver's record (``rank0.json`` of the run directory); without it the streamed
+    inputs, all posted at once, are taken to leave together: the time is their longest latency."""
+    if driver_doc is not None:
+        t_in, t_out, k = driver_doc["t_in"], driver_doc["t_out"], int(driver_doc["latency_inputs"])
+        if len(t_out) > k and t_out[-1] > t_in[k]:
+            return (len(t_out) - k) / (t_out[-1] - t_in[k])
+    lat = list(report.latencies_s)
+    streamed = lat[latency_inputs:] if len(lat) > latency_inputs else lat
+    span = max(streamed) if streamed else 0.0
+    return len(streamed) / span if span > 0 else 0.0
+
+
+def read_driver_doc(run_dir: str | Path | None) -> dict | None:
+    """The driver's record of a run (``rank0.json`` in its run directory), or None."""
+    if run_dir is None:
+        return None
+    path = Path(run_dir) / "rank0.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def predict(plan: Any, graph: Any, cluster: Any, profile_costs: Any = None, inputs: int = 100) -> tuple[Any, dict]:
+    """``plan``'s metrics on ``cluster`` (costs from the profile where it has the device type) at the
+    ``closed`` fidelity, and the ``simulated`` fidelity's steady-state throughput and one input's
+    latency as the run streams ``inputs``."""
     from hetsplit.costs import build_problem
-    from hetsplit.estimate.simulate import SimOptions, simulate_plan
+    from hetsplit.estimate import SimOptions, estimate_plan
 
-    r = simulate_plan(build_problem(graph, cluster, profile_costs), plan,
-                      SimOptions(inputs=max(2, inputs), keep_timeline=False))
-    return {"throughput": r.throughput, "latency_s": r.unloaded_latency_s, "inputs": r.inputs}
-
-
-def predict(plan: Any, graph: Any, cluster: Any, profile_costs: Any = None) -> Any:
-    """The evaluator's Metrics of ``plan`` (costs from the profile where it has the device type)."""
-    from hetsplit.costs import build_problem
-    from hetsplit.estimate.evaluate import evaluate
-
-    return evaluate(build_problem(graph, cluster, profile_costs), plan)
+    problem = build_problem(graph, cluster, profile_costs)
+    sim = estimate_plan(problem, plan, "simulated", SimOptions(inputs=max(2, inputs), keep_timeline=False))
+    return (estimate_plan(problem, plan, "closed"),
+            {"throughput": sim.throughput, "latency_s": sim.latency_s, "inputs": max(2, inputs)})

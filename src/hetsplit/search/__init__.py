@@ -1,4 +1,4 @@
-"""Partitioners and explorers. Importing this package registers the built-in ones."""
+"""Partitioners and explorers. Importing this package registers the built-in ones (docs/architecture.md)."""
 
 import importlib
 import pkgutil

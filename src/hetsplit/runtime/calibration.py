@@ -26,11 +26,14 @@ threads sleep longer between inputs (measured on a 2-core VM: 0.15 ms per end wi
 0.19 with 0.26 ms, 0.23-0.26 with 0.9 ms; ResNet-18's 1.8 ms stages spend 0.26), so toy stages
 much shorter than the plans' under-charge them.
 
-Each size is run ``rounds`` times and keeps its least CPU (other work only adds time). Cached in
-``cache_root()/runtime-calibration/`` keyed like the local calibration (CPU model, cores,
-onnxruntime) plus torch (gloo) and ``VERSION``; ``$HETSPLIT_LOCAL_CALIBRATION=off`` turns it off, and
-then (or when it cannot run) ``RuntimeCosts.fallback`` takes the built-in loopback link's latency
-as every end's cost, as the prediction did before.
+Each size is run ``rounds`` times and keeps its least CPU (other work only adds time). The figures
+(``estimate.runtime_costs.RuntimeCosts``) are cached in ``cache_root()/runtime-calibration/`` keyed
+like the local calibration (CPU model, cores, onnxruntime) plus torch (gloo) and ``VERSION``, by
+``costs.calibration_store``: only when the machine was quiet while calibrating (rounds within
+``BUSY_SPREAD`` of each other, no other process using the CPU), checked at use by a short probe
+(``machine_probe.message_probe_s``) and measured again when the machine has changed.
+``$HETSPLIT_LOCAL_CALIBRATION=off`` turns it off, and then (or when it cannot run)
+``RuntimeCosts.fallback`` takes the built-in loopback link's latency as every end's cost.
 """
 
 from __future__ import annotations
@@ -42,14 +45,16 @@ import statistics
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from hetsplit.costs import calibration_store, machine_probe
 from hetsplit.errors import HetsplitError
+from hetsplit.estimate.runtime_costs import RuntimeCosts
 
-VERSION = 4                    # bump when the recipe changes: old cache entries are ignored
+VERSION = 5                    # bump when the recipe changes: old cache entries are ignored
 FOLDER = "runtime-calibration"
 CUT = 2                        # the toy's stages: stem and b0_conv1 | b0_conv2, add, pool, fc
 LATENCY_INPUTS = 20            # the toy's inputs sent one at a time first (latency), then streamed
@@ -69,50 +74,15 @@ class CalibrationRun:
 RUNS = (CalibrationRun(256, 8, 400), CalibrationRun(16, 128, 300))
 
 
-@dataclass
-class RuntimeCosts:
-    """The runtime's own cost of a message on this machine (SI units; see the module docstring)."""
-
-    worker_end_s: float            # a worker's CPU per message end (receive or send), fixed part
-    driver_end_s: float            # the driver's CPU per message end, fixed part
-    worker_byte_s: float           # a worker's CPU per byte at one end
-    driver_byte_s: float           # the driver's CPU per byte at one end
-    message_latency_s: float       # wall time a message adds to an input alone
-    source: str
-    end_wait_s: float = 0.0        # oversubscribed: a stage's wait per message end beyond its CPU
-    measured: list[dict[str, Any]] = field(default_factory=list)   # per toy run: what the fit used
-
-    def end_cpu_s(self, at_driver: bool, nbytes: float) -> float:
-        """CPU one end of a message of ``nbytes`` costs its process."""
-        if at_driver:
-            return self.driver_end_s + self.driver_byte_s * float(nbytes)
-        return self.worker_end_s + self.worker_byte_s * float(nbytes)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def fallback(cls, reason: str) -> "RuntimeCosts":
-        """Every end costs the built-in loopback link's latency, no per-byte CPU (not measured)."""
-        from hetsplit.cluster.examples import builtin_spec
-        from hetsplit.experiments.mapping_run import LOCAL_TEMPLATE
-        from hetsplit.units import parse_quantity
-
-        latency = parse_quantity(builtin_spec(LOCAL_TEMPLATE)["links"]["default"]["latency"], "time",
-                                 f"built-in {LOCAL_TEMPLATE}: links.default.latency")
-        return cls(latency / 2, latency / 2, 0.0, 0.0, latency,
-                   f"FALLBACK: the loopback link's latency per message, not measured here ({reason})")
-
-
 def runtime_key() -> dict[str, Any]:
     """What a runtime calibration holds for: the machine, onnxruntime, torch (gloo), ``VERSION``."""
+    from importlib.metadata import PackageNotFoundError, version
+
     from hetsplit.costs.local_calibration import machine_key
 
     try:
-        import torch
-
-        torch_version = str(torch.__version__)
-    except ImportError:
+        torch_version = version("torch")
+    except PackageNotFoundError:
         torch_version = "absent"
     return {**machine_key(), "version": VERSION, "torch": torch_version}
 
@@ -130,9 +100,9 @@ def measure_run(run: CalibrationRun, workdir: Path) -> dict[str, Any]:
     tensors cross, the stem's output relayed for the skip connection) and return the CPU beyond compute of the
     workers and of the driver per input, with their message ends and bytes, the unloaded latency
     beyond compute per message, and the busier stage's wait per end beyond its CPU."""
-    from hetsplit.experiments.mapping_run import read_driver_doc, stream_throughput
     from hetsplit.plan.types import Plan, Stage
     from hetsplit.runtime import RunOptions, run_manifest, split_model
+    from hetsplit.runtime.measure import read_driver_doc, stream_throughput
     from hetsplit.runtime.toy import toy_model
 
     here = workdir / f"toy-{run.channels}x{run.size}"
@@ -215,15 +185,17 @@ def confined_to(cores: int) -> Iterator[None]:
         os.sched_setaffinity(0, mine)
 
 
-def calibrate(runs: tuple[CalibrationRun, ...] = RUNS, rounds: int = 2) -> RuntimeCosts:
+def calibrate(runs: tuple[CalibrationRun, ...] = RUNS, rounds: int = 2) -> tuple[RuntimeCosts, float]:
     """Run the toy runs here, on two cores (``rounds`` each, the least CPU kept), and fit the
-    runtime's costs."""
+    runtime's costs; with the rounds' spread (the largest relative difference of one run's CPU)."""
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="hetsplit-runtime-calibration-") as tmp, confined_to(TOY_CORES):
-        measured = []
+        measured, spreads = [], []
         for i, run in enumerate(runs):
             tries = [measure_run(run, Path(tmp) / f"{i}-{r}") for r in range(max(1, rounds))]
-            measured.append(min(tries, key=lambda m: m["worker_cpu_beyond_compute_s"] + m["driver_cpu_s"]))
+            cpu = [m["worker_cpu_beyond_compute_s"] + m["driver_cpu_s"] for m in tries]
+            measured.append(tries[cpu.index(min(cpu))])
+            spreads.append(max(cpu) / max(min(cpu), 1e-30) - 1.0)
     worker_end, driver_end, worker_byte, driver_byte, latency, wait = fit(measured)
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     source = (f"runtime measured on this machine {when} (toy runs, {time.monotonic() - t0:.0f} s): a worker's "
@@ -231,46 +203,22 @@ def calibrate(runs: tuple[CalibrationRun, ...] = RUNS, rounds: int = 2) -> Runti
               f"{driver_end * 1e3:.3f} ms + {driver_byte * 1e9:.2f} ns/B; {latency * 1e3:.3f} ms per message to an "
               f"input alone; a stage on a shared core waits {wait * 1e3:.3f} ms per end")
     return RuntimeCosts(worker_end, driver_end, worker_byte, driver_byte, latency, source, end_wait_s=wait,
-                        measured=measured)
-
-
-_MEMO: dict[str, RuntimeCosts] = {}
+                        measured=measured), max(spreads)
 
 
 def runtime_costs(recalibrate: bool = False) -> RuntimeCosts:
-    """This machine's runtime costs: cached, else measured now and cached; ``recalibrate`` measures
-    anew. ``RuntimeCosts.fallback`` when turned off or when the toy runs fail."""
-    from hetsplit.costs.local_calibration import ENV, cache_path, calibration_off, read_cached, write_cached
+    """This machine's runtime costs, one a process: cached (checked by a short probe), else measured now
+    (cached when the machine was quiet; ``costs.calibration_store``); ``recalibrate`` measures anew.
+    ``RuntimeCosts.fallback`` when turned off or when the toy runs fail."""
+    from hetsplit.costs.local_calibration import ENV, calibration_off
 
     if calibration_off():
         return RuntimeCosts.fallback(f"turned off by ${ENV}")
-    key = runtime_key()
-    path = cache_path(key, FOLDER)
-    if not recalibrate and str(path) in _MEMO:
-        return _MEMO[str(path)]
-    costs = None
-    if not recalibrate:
-        try:
-            doc = read_cached(path, key)
-            costs = None if doc is None else RuntimeCosts(**doc["costs"])
-            if costs is not None:
-                costs.source += f"; cached in {path}; --recalibrate redoes it"
-        except (OSError, ValueError, KeyError, TypeError):
-            costs = None                                   # unreadable: measured again below
-    if costs is None:
-        try:
-            costs = calibrate()
-        except (HetsplitError, OSError) as exc:
-            return RuntimeCosts.fallback(f"the toy runs failed: {exc}")
-        try:
-            write_cached(path, {"format": "hetsplit.runtime-calibration/1", "key": key, "costs": costs.to_dict()})
-            costs.source += f"; cached in {path}; --recalibrate redoes it"
-        except OSError as exc:
-            costs.source += f"; not cached ({exc})"
-    _MEMO[str(path)] = costs
-    return costs
-
-
-def clear_memo() -> None:
-    """Forget runtime costs read in this process (the cache files stay)."""
-    _MEMO.clear()
+    recipe = calibration_store.Recipe(FOLDER, "hetsplit.runtime-calibration/2", runtime_key(), lambda: calibrate(),
+                                      RuntimeCosts.to_dict, RuntimeCosts.from_dict,
+                                      lambda: machine_probe.message_probe_s())
+    try:
+        got = calibration_store.trusted(recipe, recalibrate)
+    except (HetsplitError, OSError) as exc:
+        return RuntimeCosts.fallback(f"the toy runs failed: {exc}")
+    return replace(got.value, source=f"{got.value.source}; {got.describe()}")

@@ -1,0 +1,49 @@
+"""What the runtime itself costs per message on this machine: the figures the ``here`` fidelity charges.
+
+A message of the runtime costs CPU at both of its ends beyond the transfer itself (a worker's
+receiver and sender threads and gloo's loop thread wake and hand the tensors over; the driver posts
+from its one thread), and wall time on the path of an input sent alone. ``runtime.calibration``
+measures them with toy runs through the runtime and caches them (``costs.calibration_store``);
+this module holds the figures, so that ``estimate`` can use them without importing the runtime.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class RuntimeCosts:
+    """The runtime's own cost of a message on this machine (SI units)."""
+
+    worker_end_s: float            # a worker's CPU per message end (receive or send), fixed part
+    driver_end_s: float            # the driver's CPU per message end, fixed part
+    worker_byte_s: float           # a worker's CPU per byte at one end
+    driver_byte_s: float           # the driver's CPU per byte at one end
+    message_latency_s: float       # wall time a message adds to an input alone
+    source: str
+    end_wait_s: float = 0.0        # oversubscribed: a stage's wait per message end beyond its CPU
+    measured: list[dict[str, Any]] = field(default_factory=list)   # per toy run: what the fit used
+
+    def end_cpu_s(self, at_driver: bool, nbytes: float) -> float:
+        """CPU one end of a message of ``nbytes`` costs its process."""
+        if at_driver:
+            return self.driver_end_s + self.driver_byte_s * float(nbytes)
+        return self.worker_end_s + self.worker_byte_s * float(nbytes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> "RuntimeCosts":
+        return cls(**doc)
+
+    @classmethod
+    def fallback(cls, reason: str) -> "RuntimeCosts":
+        """Every end costs half the built-in loopback link's latency, no per-byte CPU (not measured)."""
+        from hetsplit.cluster.local import loopback_latency_s
+
+        latency = loopback_latency_s()
+        return cls(latency / 2, latency / 2, 0.0, 0.0, latency,
+                   f"FALLBACK: the loopback link's latency per message, not measured here ({reason})")
