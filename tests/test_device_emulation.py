@@ -95,7 +95,8 @@ def test_cli_refuses_emulate_devices_where_it_cannot_work(monkeypatch, capsys):
 
 def test_shards_are_costed_by_the_hosts_model():
     """A tensor-parallel plan's shards, on the host: each device's time is the host model's cost of
-    exactly its tasks (the oracle: the host problem's task costs of the plan's TaskGraph, summed)."""
+    exactly its tasks (the oracle: the host problem's task costs of the plan's TaskGraph on the
+    host's graph, summed: the host runs the exported float model, the chips an int8 deployment)."""
     from hetsplit.estimate.task_costs import task_costs
     from hetsplit.plan.check import check_plan
     from hetsplit.runtime.device_emulation import device_times
@@ -105,7 +106,7 @@ def test_shards_are_costed_by_the_hosts_model():
     own = load_problem("tinyllama-42m", "siracusa-8")
     host = load_problem("tinyllama-42m", "local")
     plan = make_partitioner("tensor-parallel").solve(own)[0]
-    tg = check_plan(own.graph, own.cluster, plan)
+    tg = check_plan(host.graph, own.cluster, plan)
     per_task = task_costs(host, tg).time_s[:, 0]
     expected = {d: 0.0 for d in plan.devices}
     for k, task in enumerate(tg.tasks):
