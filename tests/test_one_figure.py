@@ -20,13 +20,14 @@ def simulate_json(path, index: int, capsys) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
-@pytest.mark.parametrize("model, cluster, algos", [
-    ("yolov8n", "jetson-xavier-nx-4", ["heft", "lblp", "donna"]),   # DAG mappings (one with an order), pipelines
-    ("resnet18", "imce-12", ["lblp", "wb"]),
+@pytest.mark.parametrize("model, cluster, algos, extra", [
+    ("yolov8n", "jetson-xavier-nx-4", ["heft", "lblp", "donna"], []),   # DAG mappings (one with an order), pipelines
+    ("resnet18", "imce-12", ["lblp", "wb"], []),
+    ("tinyllama-42m", "siracusa-4", ["tensor-parallel"], ["--decode", "16"]),   # MCUs: shared ports, weight loads
 ])
-def test_plan_and_simulate_one_input_print_the_same_figures(model, cluster, algos, tmp_path, capsys):
+def test_plan_and_simulate_one_input_print_the_same_figures(model, cluster, algos, extra, tmp_path, capsys):
     out = tmp_path / "plans"
-    assert main(["plan", model, "--cluster", cluster, "--algo", *algos, "--out", str(out), "--json"]) == 0
+    assert main(["plan", model, "--cluster", cluster, "--algo", *algos, *extra, "--out", str(out), "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)["plans"]
     for i, plan in enumerate(printed):
         sim = simulate_json(out / "plans.json", i, capsys)

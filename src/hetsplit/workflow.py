@@ -64,8 +64,10 @@ def load_problem(model: str, cluster: str | Cluster, decode_context: int | None 
     """The SplitProblem of a model/profile spec on a cluster spec (built-in name or YAML path).
 
     ``decode_context``: cost one autoregressive step of a Transformer against a KV cache of that many
-    positions instead of the exported prompt pass (``graph.transformer.decode_step``); ``recalibrate``:
-    see ``load_cluster_spec``."""
+    positions instead of the exported prompt pass (``graph.transformer.decode_step``); a model named as
+    a decode step names (``tinyllama-42m@decode128``, what a decode plan records) means the same;
+    ``recalibrate``: see ``load_cluster_spec``."""
+    model, decode_context = split_decode_name(model, decode_context)
     graph, profile_costs = load_model_or_profile(model)
     if decode_context is not None:
         if profile_costs is not None:
@@ -74,6 +76,18 @@ def load_problem(model: str, cluster: str | Cluster, decode_context: int | None 
         graph = decode_step(graph, decode_context)
     cl = cluster if isinstance(cluster, Cluster) else load_cluster_spec(cluster, recalibrate)
     return build_problem(graph, cl, profile_costs)
+
+
+def split_decode_name(model: str, decode_context: int | None) -> tuple[str, int | None]:
+    """``("m", 128)`` for ``"m@decode128"`` (a decode step's graph name); a different context given
+    beside it is refused."""
+    base, sep, tail = model.rpartition("@decode")
+    if not sep or not tail.isdigit():
+        return model, decode_context
+    if decode_context is not None and decode_context != int(tail):
+        raise UsageError(f"{model} is a decode step with a KV cache of {tail} positions; --decode {decode_context} "
+                         "asks for another: give one of them")
+    return base, int(tail)
 
 
 @dataclass

@@ -6,10 +6,8 @@ import numpy as np
 
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import PlanError
-from hetsplit.estimate.batch import metrics_at
-from hetsplit.estimate.mapping import evaluate_mappings
-from hetsplit.estimate.pipeline import evaluate_pipelines
-from hetsplit.plan.check import check_plan, stage_bounds
+from hetsplit.estimate.fidelity import estimate_plan
+from hetsplit.plan.check import stage_bounds
 from hetsplit.plan.types import Metrics, Plan, Stage
 
 
@@ -24,11 +22,9 @@ def plan_to_arrays(problem: SplitProblem, plan: Plan) -> tuple[np.ndarray, np.nd
 
 
 def evaluate(problem: SplitProblem, plan: Plan) -> Metrics:
-    """Closed-form metrics of one plan, a pipeline or a mapping (raises PlanError naming what is wrong)."""
-    if plan.is_pipeline:
-        bounds, devs = plan_to_arrays(problem, plan)
-        return metrics_at(problem, evaluate_pipelines(problem, bounds, devs), 0)
-    return metrics_at(problem, evaluate_mappings(problem, check_plan(problem.graph, problem.cluster, plan)), 0)
+    """Closed-form metrics of one plan, a pipeline or a mapping (raises PlanError naming what is wrong):
+    ``estimate_plan(problem, plan, "closed")``."""
+    return estimate_plan(problem, plan, "closed")
 
 
 def make_plan(problem: SplitProblem, bounds, devices, algorithm: str, params: dict | None = None) -> Plan:
