@@ -7,6 +7,7 @@ compares them to 1e-9. A commit that moves a figure regenerates the file it move
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,15 +58,23 @@ def case_plans(case: Case) -> tuple[Any, list[Plan]]:
 
 
 def figures(case: Case) -> dict[str, Any]:
-    """Every plan's placement and its metrics at every deterministic fidelity."""
+    """Every plan's devices, a fingerprint of its placement, and its metrics at every deterministic
+    fidelity."""
     problem, plans = case_plans(case)
     out: dict[str, Any] = {"model": problem.graph.name, "cluster": problem.cluster.name, "plans": []}
     batches = {f: estimate(problem, plans, f, opts) for f, opts in FIDELITIES.items()}
     for i, plan in enumerate(plans):
-        entry = {"algorithm": plan.algorithm, "placement": plan.to_dict()["assign"], "order": plan.order,
+        entry = {"algorithm": plan.algorithm, "devices": plan.devices,
+                 "placement_sha256": _digest({"assign": plan.to_dict()["assign"], "combine": plan.to_dict().get(
+                     "combine", {}), "order": plan.order}),
                  "fidelities": {f: metrics_at(problem, b, i).to_dict() for f, b in batches.items()}}
         out["plans"].append(entry)
     return out
+
+
+def _digest(doc: Any) -> str:
+    """A short fingerprint of a placement (layers or shards to devices, combines, run order)."""
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def golden_path(case: Case) -> Path:
