@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -116,10 +117,12 @@ def brute_force_best(nm: NodeMapping) -> float:
     return float(batch.bottleneck_s[batch.fits].min()) if batch.fits.any() else np.inf
 
 
+@pytest.mark.parametrize("ports", ["links", "shared"])
 @pytest.mark.parametrize("seed", range(60))
-def test_milp_matches_brute_force(seed: int) -> None:
+def test_milp_matches_brute_force(seed: int, ports: str) -> None:
     rng = np.random.default_rng(seed)
     pr = random_problem(seed, n_layers=int(rng.integers(2, 7)), n_dev=int(rng.integers(1, 4)))
+    pr = replace(pr, cluster=replace(pr.cluster, ports=ports))
     try:
         nm = NodeMapping(pr)
     except PlanError:
@@ -183,3 +186,11 @@ def test_imce_cluster_with_more_imc_units_than_units_is_refused() -> None:
 
     with pytest.raises(ClusterError, match="0 <= k <= N"):
         load_cluster("imce-4-5")
+
+
+def test_resnet18_on_imce12_is_proven_optimal_for_throughput() -> None:
+    """Eight interchangeable IMC units: labelled by their first layer, the MILP closes (issue 24)."""
+    nm = NodeMapping(load_problem("resnet18", "imce-12"))
+    res = solve_bottleneck(nm, 120.0)
+    assert res.optimal and res.exact
+    assert nm.evaluate(res.devices).bottleneck_s[0] == pytest.approx(res.lower_bound_s, rel=1e-6)
