@@ -136,6 +136,11 @@ class NodeMapping:
         """Metrics of N mappings (N x L device indices) in one call."""
         return self.evaluator.evaluate(self.check_assignment(devices))
 
+    def devices_of(self, plan: Plan) -> np.ndarray:
+        """The L-vector of device indices of a whole-layer mapping plan."""
+        names = self.problem.cluster.names
+        return np.array([names.index(plan.assign[layer]) for layer in self.problem.graph.names], dtype=np.int64)
+
     def task_graph(self, devices: np.ndarray) -> TaskGraph:
         """The TaskGraph of one mapping (layer i on ``devices[i]``), for the simulator."""
         dev = self.check_assignment(devices)[0]
