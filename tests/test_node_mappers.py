@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
+from _fork_dag import TWO_IMC_ONE_DPU, fork_problem, names
 from _instances import random_problem
-from hetsplit.cluster import Cluster, Device
-from hetsplit.costs import CostTable, SplitProblem
 from hetsplit.errors import HetsplitError, PlanError
-from hetsplit.graph import Graph, Layer, Tensor
 from hetsplit.plan.check import check_plan
 from hetsplit.estimate.simulate import SimOptions, simulate_plan
 from hetsplit.search import make_partitioner
@@ -21,47 +20,6 @@ from hetsplit.search.lblp import lblp_assignment
 from hetsplit.search.mapping_milp import solve_bottleneck
 from hetsplit.search.node_mapping import NodeMapping
 from hetsplit.workflow import load_problem
-
-INF = np.inf
-# c0 forks into c1 and c2 (parallel branches), they join in add, then c4 and pool.
-FORK_OPS = [("c0", "conv", 100), ("c1", "conv", 300), ("c2", "conv", 200), ("add", "eltwise", 0),
-            ("c4", "conv", 50), ("pool", "pool", 0)]
-FORK_EDGES = {0: (1, 2), 1: (3,), 2: (3,), 3: (4,), 4: (5,)}
-#                 c0   c1   c2  add   c4  pool
-IMC_TIME = [4.0, 3.0, 2.0, INF, 8.0, INF]
-DPU_TIME = [10.0, 9.0, 8.0, 1.0, 12.0, 2.0]
-
-
-def fork_graph() -> Graph:
-    layers = [Layer(n, op, 1000, w, 64, onnx_ops=("X",)) for n, op, w in FORK_OPS]
-    tensors = [Tensor("input", -1, 64, (0,))]
-    for i in range(len(layers)):
-        tensors.append(Tensor(f"t{i}", i, 64, FORK_EDGES.get(i, ()), is_output=(i == len(layers) - 1)))
-    return Graph("fork", layers, tensors)
-
-
-def fork_problem(units: list[tuple[str, str]], time: np.ndarray | None = None, latency_s: float = 0.0,
-                 bandwidth: float = 1e18) -> SplitProblem:
-    """``units``: (name, kind) with kind imc or dpu; costs per kind from IMC_TIME / DPU_TIME."""
-    g = fork_graph()
-    devices = [Device(name, kind, f"{kind}-type", 1e12, params={"kind": kind}) for name, kind in units]
-    d = len(devices)
-    bw = np.full((d, d), bandwidth)
-    np.fill_diagonal(bw, np.inf)
-    lat = np.full((d, d), latency_s)
-    np.fill_diagonal(lat, 0.0)
-    cl = Cluster("fork-units", devices, bw, lat, np.zeros((d, d)))
-    if time is None:
-        by_kind = {"imc": IMC_TIME, "dpu": DPU_TIME}
-        time = np.array([by_kind[t.split("-")[0]] for t in cl.types]).T
-    return SplitProblem(g, cl, CostTable(g.names, cl.types, time, np.ones_like(time), np.full(len(g.names), 10.0)))
-
-
-TWO_IMC_ONE_DPU = [("i0", "imc"), ("i1", "imc"), ("p0", "dpu")]
-
-
-def names(nm: NodeMapping, devices: np.ndarray) -> dict[str, str]:
-    return {layer: nm.problem.cluster.names[d] for layer, d in zip(nm.problem.graph.names, devices)}
 
 
 def test_lblp_by_hand_keeps_parallel_branches_apart() -> None:
@@ -159,10 +117,12 @@ def brute_force_best(nm: NodeMapping) -> float:
     return float(batch.bottleneck_s[batch.fits].min()) if batch.fits.any() else np.inf
 
 
+@pytest.mark.parametrize("ports", ["links", "shared"])
 @pytest.mark.parametrize("seed", range(60))
-def test_milp_matches_brute_force(seed: int) -> None:
+def test_milp_matches_brute_force(seed: int, ports: str) -> None:
     rng = np.random.default_rng(seed)
     pr = random_problem(seed, n_layers=int(rng.integers(2, 7)), n_dev=int(rng.integers(1, 4)))
+    pr = replace(pr, cluster=replace(pr.cluster, ports=ports))
     try:
         nm = NodeMapping(pr)
     except PlanError:
@@ -226,3 +186,11 @@ def test_imce_cluster_with_more_imc_units_than_units_is_refused() -> None:
 
     with pytest.raises(ClusterError, match="0 <= k <= N"):
         load_cluster("imce-4-5")
+
+
+def test_resnet18_on_imce12_is_proven_optimal_for_throughput() -> None:
+    """Eight interchangeable IMC units: labelled by their first layer, the MILP closes (issue 24)."""
+    nm = NodeMapping(load_problem("resnet18", "imce-12"))
+    res = solve_bottleneck(nm, 120.0)
+    assert res.optimal and res.exact
+    assert nm.evaluate(res.devices).bottleneck_s[0] == pytest.approx(res.lower_bound_s, rel=1e-6)

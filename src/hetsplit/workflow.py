@@ -6,6 +6,7 @@ the orchestration so commands stay thin (see docs/architecture.md).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
@@ -22,7 +23,9 @@ from hetsplit.graph import Graph
 from hetsplit.graph.transformer import decode_step
 from hetsplit.outpath import output_dir  # noqa: F401 - re-exported for the commands
 from hetsplit.plan import Plan, mark_pareto
+from hetsplit.plan.pareto import DEFAULT_FRONT, MAPPING_FRONT
 from hetsplit.search import PipelineConstraints, make_partitioner, partitioner_names, partitioner_options
+from hetsplit.search.map_opt import OBJECTIVES as MAPPING_OBJECTIVES
 
 if TYPE_CHECKING:
     from hetsplit.runtime.device_emulation import DeviceEmulation
@@ -102,11 +105,16 @@ class PlanRequest:
     time_budget_s: float | None = None  # for searches that stop on time (map-opt); None: their default
     chips: int | None = None             # tensor-parallel: devices to split over (None: all)
     tree: int | None = None              # tensor-parallel: all-reduce group size (None: its default)
+    objective: str | None = None         # map-opt: throughput, latency or energy (None: its default)
 
     def __post_init__(self) -> None:
         for a in self.alphas or ():
             if not 0.0 <= a <= 1.0:  # also false for nan
                 raise UsageError(f"--alpha {a}: DONNA's weight must be a number from 0 (energy) to 1 (throughput)")
+        if self.time_budget_s is not None and not (self.time_budget_s > 0 and math.isfinite(self.time_budget_s)):
+            raise UsageError(f"--time-budget {self.time_budget_s:g}: give a positive number of seconds")
+        if self.objective is not None and self.objective not in MAPPING_OBJECTIVES:
+            raise UsageError(f"--objective {self.objective!r}: choose one of {', '.join(MAPPING_OBJECTIVES)}")
 
 
 def _options_for(name: str, request: PlanRequest) -> dict[str, Any]:
@@ -121,7 +129,7 @@ def _options_for(name: str, request: PlanRequest) -> dict[str, Any]:
         options["seed"] = request.seed
     if "time_budget_s" in params and request.time_budget_s is not None:
         options["time_budget_s"] = request.time_budget_s
-    for key in ("chips", "tree"):
+    for key in ("chips", "tree", "objective"):
         if key in params and getattr(request, key) is not None:
             options[key] = getattr(request, key)
     return options
@@ -133,6 +141,7 @@ class PlanSearch:
 
     plans: list[Plan]
     refusals: dict[str, str] = field(default_factory=dict)
+    front: tuple[str, ...] = DEFAULT_FRONT    # the figures the Pareto marks are over
 
 
 def search_plans(problem: SplitProblem, request: PlanRequest) -> PlanSearch:
@@ -164,7 +173,8 @@ def search_plans(problem: SplitProblem, request: PlanRequest) -> PlanSearch:
                             "no device can hold the whole model and no split fits")
     for p in plans:
         p.cluster_file = problem.cluster.file
-    return PlanSearch(mark_pareto(plans), {n: str(exc) for n, exc in refused.items()})
+    front = MAPPING_FRONT if "map-pareto" in request.algorithms else DEFAULT_FRONT
+    return PlanSearch(mark_pareto(plans, front), {n: str(exc) for n, exc in refused.items()}, front)
 
 
 @dataclass

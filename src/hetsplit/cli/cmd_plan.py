@@ -10,6 +10,7 @@ from hetsplit.report.console import wide_console
 from hetsplit.report.files import write_plan_outputs
 from hetsplit.report.tables import here_table, print_plans
 from hetsplit.search import PipelineConstraints, partitioner_names
+from hetsplit.search.map_opt import OBJECTIVES as MAPPING_OBJECTIVES
 from hetsplit.workflow import (PlanRequest, costs_notes, load_problem, output_dir, predict_plans_here, report_details,
                                search_plans)
 
@@ -20,6 +21,8 @@ def register(sub) -> None:
                      "hetsplit plan vgg19 --cluster my-cluster.yaml --algo donna --alpha 0 0.5 1 --out out/",
                      "hetsplit plan profile.json --cluster donna-2cpu-2gpu-pcie5 --json > plans.json",
                      "hetsplit plan resnet18 --cluster imce-12 --algo lblp wb rr rd heft map-opt --time-budget 30",
+                     "hetsplit plan yolov8n --cluster jetson-xavier-nx-4 --algo heft peft map-opt --objective latency",
+                     "hetsplit plan yolov8n --cluster jetson-xavier-nx-4 --algo map-pareto --time-budget 20",
                      "hetsplit plan tinyllama-42m --cluster siracusa-8 --algo tensor-parallel exact --decode 128"])
     p.add_argument("model", help="zoo name, .onnx file, or hetsplit.profile/1 .json file")
     p.add_argument("--cluster", "-c", required=True, help="built-in cluster name (see `hetsplit clusters`) or YAML")
@@ -35,7 +38,10 @@ def register(sub) -> None:
     p.add_argument("--no-baselines", action="store_true", help="leave out the single-device plans")
     p.add_argument("--seed", type=int, default=0, help="seed for stochastic algorithms")
     p.add_argument("--time-budget", type=float, default=None, metavar="S",
-                   help="seconds a time-bounded search may take (map-opt; default 10)")
+                   help="seconds a time-bounded search may take (map-opt, map-pareto; default 10)")
+    p.add_argument("--objective", choices=MAPPING_OBJECTIVES, default=None,
+                   help="what map-opt optimizes: throughput (default), latency (one input) or energy; memory is "
+                        "always respected (map-pareto: the front over all three)")
     p.add_argument("--decode", type=int, default=None, metavar="S",
                    help="Transformers: plan one autoregressive step with a KV cache of S positions "
                         "(default: the exported pass over all its tokens, prompt mode)")
@@ -58,7 +64,7 @@ def run(args) -> int:
         enforce_memory=not args.ignore_memory)
     request = PlanRequest(algorithms=args.algo, alphas=args.alpha, constraints=constraints,
                           baselines=not args.no_baselines, seed=args.seed,
-                          time_budget_s=args.time_budget, chips=args.chips, tree=args.tree)
+                          time_budget_s=args.time_budget, chips=args.chips, tree=args.tree, objective=args.objective)
     out = output_dir(args.out)
     with progress(f"loading {args.model} and {args.cluster}"):
         problem = load_problem(args.model, args.cluster, args.decode, args.recalibrate)
@@ -72,7 +78,7 @@ def run(args) -> int:
         print()
     else:
         print_plans(plans, f"{problem.graph.name} on {problem.cluster.name} "
-                           f"({problem.num_layers} layers, {problem.num_devices} devices)", console)
+                           f"({problem.num_layers} layers, {problem.num_devices} devices)", console, found.front)
     for note in costs_notes(problem):
         console.print(f"note: {note}", markup=False, highlight=False)
     for algorithm, why in found.refusals.items():
@@ -89,6 +95,6 @@ def run(args) -> int:
             console.print(f"note: {note}", markup=False, highlight=False)
     if out is not None:
         written = write_plan_outputs(plans, out, problem.graph.name, problem.cluster.name,
-                                     report_details(problem, plans))
+                                     report_details(problem, plans), found.front)
         console.print("wrote " + ", ".join(str(p) for p in written))
     return 0

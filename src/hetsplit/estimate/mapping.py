@@ -85,10 +85,14 @@ class MappingEvaluator:
         return np.ascontiguousarray(dev, dtype=np.int64)
 
     def evaluate(self, devices: np.ndarray | None = None, overrides: TaskOverrides | None = None,
-                 extras: list[ExtraJobs] | None = None) -> BatchMetrics:
+                 extras: list[ExtraJobs] | None = None, latency: bool = True) -> BatchMetrics:
         """Metrics of every assignment (rows of ``devices``; default: the plan's own), with the task
         costs and edge bytes of ``overrides`` and the extra jobs of ``extras`` (one per plan) where given
-        (the memory model's own, plan by plan, on a problem that has one)."""
+        (the memory model's own, plan by plan, on a problem that has one).
+
+        ``latency=False`` leaves out one input's schedule (most of the time per plan): every figure but
+        ``latency_s`` (NaN) and ``edp`` (NaN), for searches whose objectives are throughput, energy and
+        memory."""
         dev = self.check_devices(devices)
         if self.memory is not None:
             if overrides is not None or extras is not None:
@@ -113,7 +117,7 @@ class MappingEvaluator:
                 tg.edge_payload, len(tg.payloads), st.out_ptr, st.out_idx, st.source_edges, st.chain_ptr,
                 st.chain_idx, st.indeg, *self._links,
                 -1 if cl.source_index is None else cl.source_index, -1 if cl.sink_index is None else cl.sink_index,
-                cl.ports == "shared", x_ptr, x_dur, x_res, x_after, x_before, *out)
+                cl.ports == "shared", x_ptr, x_dur, x_res, x_after, x_before, latency, *out)
         chunks = _chunks(n)
         if chunks > 1:
             _evaluate(*args, chunks)
@@ -200,7 +204,7 @@ def _pack_extras(extras: list[ExtraJobs] | None, n: int) -> tuple[np.ndarray, ..
 @njit(cache=True, parallel=True)
 def _evaluate(dev, t_time, t_energy, t_mem, ov_time, ov_energy, ov_mem, ov_bytes, has_ov, e_src, e_dst, e_bytes,
               e_payload, n_payloads, out_ptr, out_idx, src_edges, chain_ptr, chain_idx, indeg0, lat, per_byte, joule,
-              source, sink, shared_ports, x_ptr, x_dur, x_res, x_after, x_before,
+              source, sink, shared_ports, x_ptr, x_dur, x_res, x_after, x_before, with_latency,
               compute, energy_dev, mem_dev, participates, latency, comm_e, comm_t, task_e, max_busy, max_link, chunks):
     """Every plan's figures, the plans split into ``chunks`` ranges evaluated on parallel threads."""
     n = dev.shape[0]
@@ -208,14 +212,14 @@ def _evaluate(dev, t_time, t_energy, t_mem, ov_time, ov_energy, ov_mem, ov_bytes
         _evaluate_range(c * n // chunks, (c + 1) * n // chunks, dev, t_time, t_energy, t_mem, ov_time, ov_energy,
                         ov_mem, ov_bytes, has_ov, e_src, e_dst, e_bytes, e_payload, n_payloads, out_ptr, out_idx,
                         src_edges, chain_ptr, chain_idx, indeg0, lat, per_byte, joule, source, sink, shared_ports,
-                        x_ptr, x_dur, x_res, x_after, x_before, compute, energy_dev, mem_dev, participates, latency,
-                        comm_e, comm_t, task_e, max_busy, max_link)
+                        x_ptr, x_dur, x_res, x_after, x_before, with_latency, compute, energy_dev, mem_dev,
+                        participates, latency, comm_e, comm_t, task_e, max_busy, max_link)
 
 
 @njit(cache=True)
 def _evaluate_range(lo, hi, dev, t_time, t_energy, t_mem, ov_time, ov_energy, ov_mem, ov_bytes, has_ov, e_src, e_dst,
                     e_bytes, e_payload, n_payloads, out_ptr, out_idx, src_edges, chain_ptr, chain_idx, indeg0, lat,
-                    per_byte, joule, source, sink, shared_ports, x_ptr, x_dur, x_res, x_after, x_before,
+                    per_byte, joule, source, sink, shared_ports, x_ptr, x_dur, x_res, x_after, x_before, with_latency,
                     compute, energy_dev, mem_dev, participates, latency, comm_e, comm_t, task_e, max_busy, max_link):
     t_count = dev.shape[1]
     e_count = len(e_src)
@@ -234,6 +238,7 @@ def _evaluate_range(lo, hi, dev, t_time, t_energy, t_mem, ov_time, ov_energy, ov
     r1 = np.full(e_count, -1, dtype=np.int64)
     busy = np.zeros(res_channels)            # per link (u * D + v) or port, this plan's message time
     busy_stamp = np.zeros(res_channels, dtype=np.int64)
+    used = np.empty(2 * e_count + 1, dtype=np.int64)    # the links or ports this plan's messages take
     first_stamp = np.zeros(n_payloads * n_dev, dtype=np.int64)    # first edge of (payload, v): memory
     moved_stamp = np.zeros(n_payloads * n_dev, dtype=np.int64)    # first moving edge of (payload, v): message
     moved_edge = np.empty(n_payloads * n_dev, dtype=np.int64)
@@ -255,7 +260,7 @@ def _evaluate_range(lo, hi, dev, t_time, t_energy, t_mem, ov_time, ov_energy, ov
             participates[p, d] = True
             e_task += te
         task_e[p] = e_task
-        c_e, c_t, top, top_res, n_msg = 0.0, 0.0, 0.0, -1, 0
+        c_e, c_t, top, top_res, n_msg, n_used = 0.0, 0.0, 0.0, -1, 0, 0
         for e in range(e_count):
             s, q = e_src[e], e_dst[e]
             u = row[s] if s >= 0 else row[0]
@@ -269,50 +274,55 @@ def _evaluate_range(lo, hi, dev, t_time, t_energy, t_mem, ov_time, ov_energy, ov
             first = first_stamp[key] != stamp
             if first:
                 first_stamp[key] = stamp
-            moves = u != v and nb > 0
-            carrier[e] = -1
-            xfer[e] = 0.0
             sent = False
-            if moves:
+            if u != v and nb > 0:
                 if moved_stamp[key] != stamp:
                     moved_stamp[key] = stamp
                     moved_edge[key] = e
                     sent = True
-                carrier[e] = moved_edge[key]
                 pair = u * n_dev + v
-                xfer[e] = lat[pair] + nb * per_byte[pair]
-                if shared_ports:
-                    r0[e], r1[e] = res_ports + u, res_ports + v
-                else:
-                    r0[e] = res_links + pair
-            if sent:
-                n_msg += 1
-                eb = nb * joule[u * n_dev + v]
-                energy_dev[p, u] += eb
-                c_e += eb
-                c_t += xfer[e]
-                for r in (r0[e], r1[e]):
-                    if r < 0:
-                        continue
-                    if busy_stamp[r] != stamp:
-                        busy_stamp[r] = stamp
-                        busy[r] = 0.0
-                    busy[r] += xfer[e]
+                x = lat[pair] + nb * per_byte[pair]
+                if with_latency:                  # what one input's schedule reads
+                    carrier[e] = moved_edge[key]
+                    xfer[e] = x
+                    if shared_ports:
+                        r0[e], r1[e] = res_ports + u, res_ports + v
+                    else:
+                        r0[e] = res_links + pair
+                if sent:
+                    n_msg += 1
+                    eb = nb * joule[pair]
+                    energy_dev[p, u] += eb
+                    c_e += eb
+                    c_t += x
+                    for k in range(2 if shared_ports else 1):
+                        r = (res_ports + (u if k == 0 else v)) if shared_ports else res_links + pair
+                        if busy_stamp[r] != stamp:
+                            busy_stamp[r] = stamp
+                            busy[r] = 0.0
+                            used[n_used] = r
+                            n_used += 1
+                        busy[r] += x
+            elif with_latency:
+                carrier[e] = -1
+                xfer[e] = 0.0
             if (sent and q >= 0) or (s < 0 and first):
                 mem_dev[p, v] += nb
             if (sent and s >= 0) or q < 0:
                 mem_dev[p, u] += nb
-        for e in range(e_count):              # the busiest link or port (lowest index among equals)
-            if carrier[e] == e:
-                for r in (r0[e], r1[e]):
-                    if r >= 0 and (busy[r] > top or (busy[r] == top and top > 0 and r < top_res)):
-                        top, top_res = busy[r], r
+        for k in range(n_used):               # the busiest link or port (lowest index among equals)
+            r = used[k]
+            if busy[r] > top or (busy[r] == top and top > 0 and r < top_res):
+                top, top_res = busy[r], r
         comm_e[p], comm_t[p], max_busy[p] = c_e, c_t, top
         if top_res >= 0:
             if top_res < res_ports:
                 max_link[p, 0], max_link[p, 1] = (top_res - res_links) // n_dev, (top_res - res_links) % n_dev
             else:
                 max_link[p, 0], max_link[p, 1] = top_res - res_ports, top_res - res_ports
+        if not with_latency:
+            latency[p] = np.nan
+            continue
         x0, x1 = x_ptr[p], x_ptr[p + 1]
         latency[p] = one_input(row, dur, carrier, xfer, r0, r1, n_msg, e_dst, out_ptr, out_idx, src_edges, chain_ptr,
                                chain_idx, indeg0, x_dur[x0:x1], x_res[x0:x1], x_after[x0:x1],

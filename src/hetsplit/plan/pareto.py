@@ -1,10 +1,21 @@
-"""Pareto fronts of plans: which are not dominated in (bottleneck, energy, ...)."""
+"""Pareto fronts of plans: which are not dominated in (bottleneck, energy) or another set of figures."""
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
-from hetsplit.plan.types import Plan
+from hetsplit.plan.types import Metrics, Plan
+
+# what a front may be over: a label and the figure (minimized) of a plan's metrics
+FRONT_FIGURES: dict[str, tuple[str, Callable[[Metrics], float]]] = {
+    "throughput": ("bottleneck time", lambda m: m.bottleneck_s),
+    "latency": ("latency", lambda m: m.latency_s),
+    "energy": ("energy per inference", lambda m: m.energy_j),
+}
+DEFAULT_FRONT = ("throughput", "energy")
+MAPPING_FRONT = ("throughput", "latency", "energy")   # node mappings' fronts (map-pareto)
 
 
 def pareto_mask(objectives: np.ndarray) -> np.ndarray:
@@ -18,23 +29,25 @@ def pareto_mask(objectives: np.ndarray) -> np.ndarray:
     return ~dominated
 
 
-def plan_objectives(plans: list[Plan]) -> np.ndarray:
-    """(bottleneck seconds, energy joules) of each plan, for the default front; infeasible plans are inf."""
+def front_label(front: tuple[str, ...] = DEFAULT_FRONT) -> str:
+    """"(bottleneck time, energy per inference)": what a front is over, in words."""
+    return "(" + ", ".join(FRONT_FIGURES[f][0] for f in front) + ")"
+
+
+def plan_objectives(plans: list[Plan], front: tuple[str, ...] = DEFAULT_FRONT) -> np.ndarray:
+    """The ``front`` figures of each plan (default: bottleneck seconds, energy joules); infeasible plans are inf."""
     rows = []
     for p in plans:
         m = p.metrics
-        if m is None or not m.fits:
-            rows.append((np.inf, np.inf))
-        else:
-            rows.append((m.bottleneck_s, m.energy_j))
-    return np.array(rows, dtype=np.float64).reshape(-1, 2)
+        rows.append([np.inf] * len(front) if m is None or not m.fits else [FRONT_FIGURES[f][1](m) for f in front])
+    return np.array(rows, dtype=np.float64).reshape(-1, len(front))
 
 
-def mark_pareto(plans: list[Plan]) -> list[Plan]:
-    """Set ``plan.pareto`` on each plan (over bottleneck and energy) and return the list."""
+def mark_pareto(plans: list[Plan], front: tuple[str, ...] = DEFAULT_FRONT) -> list[Plan]:
+    """Set ``plan.pareto`` on each plan (over the ``front`` figures) and return the list."""
     if not plans:
         return plans
-    obj = plan_objectives(plans)
+    obj = plan_objectives(plans, front)
     mask = pareto_mask(obj) & np.isfinite(obj).all(axis=1)
     for p, on in zip(plans, mask):
         p.pareto = bool(on)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from hetsplit.plan.pareto import DEFAULT_FRONT
 from hetsplit.plan import save_plans
 from hetsplit.plan.types import Plan
 
@@ -15,16 +16,16 @@ if TYPE_CHECKING:
 
 
 def write_plan_outputs(plans: list[Plan], out: Path, model: str, cluster: str,
-                       details: ReportDetails | None = None) -> list[Path]:
+                       details: ReportDetails | None = None, front: tuple[str, ...] = DEFAULT_FRONT) -> list[Path]:
     """plans.json (the plan set), pareto.png (energy vs throughput) and report.html (with ``details``:
     cluster, transfers, timeline; see ``workflow.report_details``); returns the paths."""
     from hetsplit.report.html import write_report
     from hetsplit.report.plots import pareto_plot
 
     title = f"{model} on {cluster}"
-    return [save_plans(plans, out / "plans.json", model=model, cluster=cluster),
+    return [save_plans(plans, out / "plans.json", model=model, cluster=cluster, front=list(front)),
             pareto_plot(plans, out / "pareto.png", title),
-            write_report(plans, out / "report.html", title, details)]
+            write_report(plans, out / "report.html", title, details, front)]
 
 
 def write_explore_outputs(plans: list[Plan], best: np.ndarray, hypervolumes: np.ndarray, objectives: tuple[str, ...],

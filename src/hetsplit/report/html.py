@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from hetsplit.estimate.simulate import SimResult
 from hetsplit.estimate.transfers import Transfer
+from hetsplit.plan.pareto import DEFAULT_FRONT, front_label
 from hetsplit.plan.types import Plan
 from hetsplit.report.gantt import gantt_plot
 from hetsplit.report.plots import pareto_plot
@@ -146,8 +147,9 @@ def _run_section(k: int, run: dict[str, Any]) -> str:
             + (f"<ul>{notes}</ul>" if notes else "") + "</section>")
 
 
-def plans_html(plans: list[Plan], title: str, details: ReportDetails | None = None) -> str:
-    """The report as one HTML document (plots embedded as PNG data URIs)."""
+def plans_html(plans: list[Plan], title: str, details: ReportDetails | None = None,
+               front: tuple[str, ...] = DEFAULT_FRONT) -> str:
+    """The report as one HTML document (plots embedded as PNG data URIs); ★ marks a front over ``front``."""
     image = _png_uri(lambda path: pareto_plot(plans, path, title))
     extra = ""
     if details is not None:
@@ -160,15 +162,16 @@ def plans_html(plans: list[Plan], title: str, details: ReportDetails | None = No
                      for i, p in enumerate(plans))
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
-            f"<p>{len(plans)} plans; ★ marks the Pareto-optimal ones in (bottleneck time, energy per inference) "
+            f"<p>{len(plans)} plans; ★ marks the Pareto-optimal ones in {html.escape(front_label(front))} "
             f"among plans that fit memory.</p>"
             f"<img alt='energy vs throughput' src='{image}'>"
             f"{_plans_table(plans)}{extra}<h2>Stages and transfers of each plan</h2>{stages}</body></html>")
 
 
-def write_report(plans: list[Plan], path: str | Path, title: str, details: ReportDetails | None = None) -> Path:
+def write_report(plans: list[Plan], path: str | Path, title: str, details: ReportDetails | None = None,
+                 front: tuple[str, ...] = DEFAULT_FRONT) -> Path:
     """Write ``plans_html`` to ``path``; returns it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(plans_html(plans, title, details), encoding="utf-8")
+    path.write_text(plans_html(plans, title, details, front), encoding="utf-8")
     return path

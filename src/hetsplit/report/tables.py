@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from hetsplit.plan.pareto import DEFAULT_FRONT, front_label
 from hetsplit.plan.types import Plan
 from hetsplit.report.console import wide_console
 from hetsplit.units import format_quantity
@@ -24,6 +25,8 @@ def describe_params(plan: Plan) -> str:
         return f"{plan.algorithm} α={p['alpha']:g}"
     if "device" in p:
         return f"{plan.algorithm} {p['device']}"
+    if plan.algorithm == "map-opt" and "objective" in p:
+        return f"{plan.algorithm} {p['objective']}"
     return plan.algorithm
 
 
@@ -98,8 +101,10 @@ def thin_front(front: list[Plan], keep: int) -> list[Plan]:
     return [ordered[k] for k in picks]
 
 
-def print_plans(plans: list[Plan], title: str = "", console: Console | None = None) -> None:
+def print_plans(plans: list[Plan], title: str = "", console: Console | None = None,
+                front: tuple[str, ...] = DEFAULT_FRONT) -> None:
+    """The plan table and what its ★ marks (a front over ``front``'s figures)."""
     console = console or wide_console()
     console.print(plans_table(plans, title))
     if any(p.pareto for p in plans):
-        console.print("★ = Pareto-optimal in (bottleneck time, energy per inference) among plans that fit")
+        console.print(f"★ = Pareto-optimal in {front_label(front)} among plans that fit")

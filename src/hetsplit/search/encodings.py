@@ -49,7 +49,7 @@ class Encoding(Protocol):
     n_var: int
     upper: np.ndarray  # inclusive upper bound of every gene (lower bounds are 0)
 
-    def evaluate(self, x: np.ndarray) -> BatchMetrics: ...
+    def evaluate(self, x: np.ndarray, latency: bool = True) -> BatchMetrics: ...
 
     def plan(self, x: np.ndarray, params: dict | None = None) -> Plan: ...
 
@@ -95,8 +95,9 @@ class _HybridEncoding:
     def assignment(self, x: np.ndarray) -> HybridAssignment:
         return self.decode(_population(x, self.n_var, self.upper, self.name))
 
-    def evaluate(self, x: np.ndarray) -> BatchMetrics:
-        return self.template.evaluate(self.assignment(x))
+    def evaluate(self, x: np.ndarray, latency: bool = True) -> BatchMetrics:
+        """Metrics of a population (``latency=False``: without one input's schedule)."""
+        return self.template.evaluate(self.assignment(x), latency=latency)
 
     def plan(self, x: np.ndarray, params: dict | None = None) -> Plan:
         """One chromosome's plan, its metrics from the plan itself (``check_plan`` + the evaluator)."""
@@ -222,7 +223,8 @@ class SplitPointEncoding:
                                  np.full((n_pop, 1), n_layers)], axis=1)
         return _Pipelines(bounds, devices)
 
-    def evaluate(self, x: np.ndarray) -> BatchMetrics:
+    def evaluate(self, x: np.ndarray, latency: bool = True) -> BatchMetrics:
+        """Metrics of a population (pipelines: every figure, the latency is a sum)."""
         p = self.decode(x)
         return evaluate_pipelines(self.problem, p.bounds, p.devices)
 
@@ -281,8 +283,9 @@ class LayerEncoding:
                 out[:, layer] = np.where(np.isin(col, ok), col, ok[col % len(ok)])
         return out
 
-    def evaluate(self, x: np.ndarray) -> BatchMetrics:
-        return self.mapping.evaluate(self.decode(x))
+    def evaluate(self, x: np.ndarray, latency: bool = True) -> BatchMetrics:
+        """Metrics of a population (``latency=False``: without one input's schedule)."""
+        return self.mapping.evaluate(self.decode(x), latency=latency)
 
     def plan(self, x: np.ndarray, params: dict | None = None) -> Plan:
         return self.plans(np.atleast_2d(x)[:1], params)[0]

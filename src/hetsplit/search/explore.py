@@ -151,7 +151,7 @@ class _EncodedProblem(Problem):
 
     def _evaluate(self, x, out, *args, **kwargs):
         t0 = time.perf_counter()
-        batch = self.enc.evaluate(np.asarray(x, dtype=np.int64))
+        batch = self.enc.evaluate(np.asarray(x, dtype=np.int64), latency="latency" in self.names)
         out["F"] = objective_matrix(batch, self.names)
         out["G"] = memory_violation(batch, self.capacity)[:, None]
         self.eval_seconds += time.perf_counter() - t0

@@ -261,7 +261,7 @@ class SlotTemplate:
         out[:, self.split] = a.slot_device[:, :, 0]
         return out
 
-    def evaluate(self, a: HybridAssignment, chunk: int = 256) -> BatchMetrics:
+    def evaluate(self, a: HybridAssignment, chunk: int = 256, latency: bool = True) -> BatchMetrics:
         """Metrics of every mapping of ``a`` from the batch evaluator, ``chunk`` mappings per call
         (the per-plan arrays of a chunk stay cache-sized); on a cluster whose devices keep weights off
         chip, each decoded plan alone (the memory model costs its shards from their layers)."""
@@ -273,7 +273,7 @@ class SlotTemplate:
         for lo in range(0, len(a), chunk):
             part = HybridAssignment(a.layer_device[lo:lo + chunk], a.slot_device[lo:lo + chunk],
                                     a.slot_used[lo:lo + chunk])
-            parts.append(self.evaluator.evaluate(*self.arrays(part)))
+            parts.append(self.evaluator.evaluate(*self.arrays(part), latency=latency))
         return concat_metrics(parts)
 
     def to_plan(self, a: HybridAssignment, row: int, algorithm: str, params: dict | None = None) -> Plan:

@@ -132,9 +132,15 @@ class NodeMapping:
                             f"{self.problem.cluster.names[dev[n, i]]!r} (its cost there is not finite)")
         return dev
 
-    def evaluate(self, devices: np.ndarray) -> BatchMetrics:
-        """Metrics of N mappings (N x L device indices) in one call."""
-        return self.evaluator.evaluate(self.check_assignment(devices))
+    def evaluate(self, devices: np.ndarray, latency: bool = True) -> BatchMetrics:
+        """Metrics of N mappings (N x L device indices) in one call (``latency=False``: without one
+        input's schedule, see ``MappingEvaluator.evaluate``)."""
+        return self.evaluator.evaluate(self.check_assignment(devices), latency=latency)
+
+    def devices_of(self, plan: Plan) -> np.ndarray:
+        """The L-vector of device indices of a whole-layer mapping plan."""
+        names = self.problem.cluster.names
+        return np.array([names.index(plan.assign[layer]) for layer in self.problem.graph.names], dtype=np.int64)
 
     def task_graph(self, devices: np.ndarray) -> TaskGraph:
         """The TaskGraph of one mapping (layer i on ``devices[i]``), for the simulator."""
