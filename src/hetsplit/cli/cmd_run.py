@@ -170,8 +170,8 @@ def _note_no_cuda(kinds: dict[str, str]) -> None:
 
     gpus = [d for d, k in kinds.items() if k == "gpu"]
     if gpus and not Host.here().cuda:
-        print(f"note: no CUDA GPU here; device{'s' if len(gpus) > 1 else ''} {', '.join(gpus)} compute on the CPU",
-              file=sys.stderr)
+        print(f"note: no CUDA GPU here; {'devices' if len(gpus) > 1 else 'device'} {', '.join(gpus)} "
+              f"{'compute' if len(gpus) > 1 else 'computes'} on the CPU", file=sys.stderr)
 
 
 def _finish(args, report, plan, graph, cluster) -> int:
