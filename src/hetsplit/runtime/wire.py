@@ -1,10 +1,10 @@
 """Moving tensors between processes with torch.distributed point-to-point (gloo, NCCL between GPU ends).
 
 ``connect`` joins a run's rendezvous (rank 0 serves it and writes its port to ``port.txt``) and opens
-the gloo group every process of the run is in. Only tensors cross the wire. Shapes and dtypes come from the manifest, so a message is just the
-tensors of an edge, each under its own tag (the edge's first tag plus its slot in the edge). At
-start-up both ends of every edge exchange a fixed-layout int64 tensor ``[MAGIC, n_tensors, nbytes,
-signature]`` and refuse to run if they disagree. Every wait has a timeout; failures become
+the gloo group every process of the run is in. Only tensors cross the wire. Shapes and dtypes come from
+the manifest, so a message is just the tensors of an edge, each under its own tag (the edge's first tag
+plus its slot in the edge). At start-up both ends of every edge exchange a fixed-layout int64 tensor
+``[MAGIC, n_tensors, nbytes, signature]`` and refuse to run if they disagree. Every wait has a timeout; failures become
 ``RuntimeFailure`` naming this device, the peer and the cause.
 """
 
