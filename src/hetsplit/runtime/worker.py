@@ -395,7 +395,7 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path, hos
         shared.fail(exc)
     rx.finish(), tx.finish()
     for t in (rx, tx):
-        while t.is_alive():
+        while t.is_alive() and shared.error is None:   # a failure is reported at once (the threads are daemons)
             t.join(POLL_S)
     if shared.error is not None:
         raise shared.error
