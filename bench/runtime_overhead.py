@@ -2,8 +2,10 @@
 
 1. Per-hop overhead. Two processes ping-pong a tensor of each size (1 KB .. 16 MB) over gloo:
    once with raw ``ProcessGroup.send/recv`` and once through hetsplit's own path (``Wire`` with the
-   receiver and sender threads and pooled frames of ``runtime.pipe``). Rounds of the two alternate in
-   the same run, so both see the same machine load; a hop is half a round trip (median of rounds).
+   worker's receiver and sender threads of ``runtime.worker``: receives posted ``depth`` ahead, each
+   waited for and handed over by the receiver thread, sends waited for by the sender thread). Rounds
+   of the two alternate in the same run, so both see the same machine load; a hop is half a round trip
+   (median of rounds).
 2. Pipeline efficiency. A real plan runs with ``run_plan``; efficiency = measured throughput /
    the throughput its own measured stage and hop times allow (1 / the largest of them).
 
@@ -31,7 +33,6 @@ def _peer(rank: int, port_q, result_q, sizes: list[int], rounds: int, blocks: in
     import torch
 
     from hetsplit.runtime.manifest import Edge, TensorSpec
-    from hetsplit.runtime.pipe import Receiver, Sender, Shared
     from hetsplit.runtime.wire import Wire, open_group, open_store
 
     torch.set_num_threads(1)
@@ -55,29 +56,54 @@ def _peer(rank: int, port_q, result_q, sizes: list[int], rounds: int, blocks: in
             t0 = time.perf_counter()
             _pingpong_raw(pg, t, torch.empty_like(t), rank, other, rounds)
             raw.append((time.perf_counter() - t0) / rounds / 2)
-            # hetsplit's path: threads, frames, timestamps, timeouts
-            wire, shared = Wire(pg, f"rank{rank}", 60), Shared()
-            rx = Receiver(wire, [edge], rounds + 2, 2, shared)
-            tx = Sender(wire, [edge], rounds + 2, shared, release=rx.release)
-            rx.start(), tx.start()
-            for i in range(rounds + 2):
-                if i == 2:
-                    t0 = time.perf_counter()
-                if rank == 0:
-                    tx.submit(i, {"x": buf}, None)
-                    _, frame = rx.take()
-                    rx.release(frame)
-                else:
-                    _, frame = rx.take()
-                    tx.submit(i, frame, frame)
-            ours.append((time.perf_counter() - t0) / rounds / 2)
-            rx.join(), tx.join()
-            if shared.error:
-                raise shared.error
+            # hetsplit's path: the worker's threads, timestamps, timeouts
+            ours.append(_pingpong_worker(Wire(pg, f"rank{rank}", 60), edge, buf, rank, rounds))
         out[size] = (float(np.median(raw)), float(np.median(ours)), float(np.min(raw)), float(np.min(ours)))
     if rank == 0:
         result_q.put(out)
     time.sleep(0.5)
+
+
+def _pingpong_worker(wire, edge, buf: np.ndarray, rank: int, rounds: int, depth: int = 2) -> float:
+    """Seconds per hop of ``rounds`` round trips as a worker moves messages: the compute thread posts the
+    receive of round ``i + depth`` (into pooled buffers) after round ``i``, the receiver thread waits for
+    it and hands it over, the sender thread waits for the sends; buffers are reused once their sends are done."""
+    from hetsplit.runtime.worker import BufferPool, MessageLog, Receiver, Sender, Shared
+
+    shared, pool = Shared(), BufferPool()
+    rx, tx = Receiver(wire, shared), Sender(wire, shared)
+    log = MessageLog(0, edge.peer, edge.nbytes)
+    total = rounds + 2
+    frames = {}
+
+    def post_recv(i: int) -> None:
+        frames[i] = pool.frame()
+        bufs = [pool.empty(t) for t in edge.tensors]
+        rx.submit(wire.post(edge, bufs, sending=False), edge, {0: bufs}, [log])
+
+    rx.start(), tx.start()
+    for i in range(min(depth, total)):
+        post_recv(i)
+    t0 = time.perf_counter()
+    for i in range(total):
+        if i == 2:
+            t0 = time.perf_counter()
+        if rank == 0:
+            tx.submit(wire.post(edge, [buf], sending=True), 0.0, edge, [], buf)
+            rx.take()
+        else:
+            got = rx.take()[0]
+            tx.submit(wire.post(edge, got, sending=True), 0.0, edge, [], got)
+        pool.retire(frames.pop(i), tx.submitted)
+        pool.recycle(tx.done)
+        if i + depth < total:
+            post_recv(i + depth)
+    elapsed = time.perf_counter() - t0
+    rx.finish(), tx.finish()
+    rx.join(), tx.join()
+    if shared.error:
+        raise shared.error
+    return elapsed / rounds / 2
 
 
 def _pingpong_raw(pg, t, t2, rank: int, other: int, rounds: int) -> None:

@@ -32,8 +32,8 @@ def files(tmp_path_factory):
 def test_split_command_writes_sub_models_and_manifest(files, tmp_path, capsys):
     assert main(["split", str(files / "plan.json"), str(files / "toy.onnx"), "--out", str(tmp_path)]) == 0
     doc = json.loads((tmp_path / "manifest.json").read_text())
-    assert doc["format"] == "hetsplit.manifest/1" and len(doc["workers"]) == 3
-    assert (tmp_path / "stage0-local-cpu0.onnx").is_file() and (tmp_path / "stage1-local-cpu1.onnx").is_file()
+    assert doc["format"] == "hetsplit.manifest/2" and len(doc["workers"]) == 3
+    assert (tmp_path / "local-cpu0-seg0.onnx").is_file() and (tmp_path / "local-cpu1-seg0.onnx").is_file()
 
 
 def test_run_command_compares_with_the_plan_and_writes_json(files, tmp_path, capsys):

@@ -60,7 +60,7 @@ def test_a_port_in_use(split, tmp_path):
 def test_a_sub_model_that_does_not_match_its_manifest(split, tmp_path):
     bad = tmp_path / "split"
     shutil.copytree(split, bad)
-    shutil.copy(bad / "stage0-cpu-a.onnx", bad / "stage1-cpu-b.onnx")
+    shutil.copy(bad / "cpu-a-seg0.onnx", bad / "cpu-b-seg0.onnx")
     msg, _ = run_failing(load_manifest(bad), tmp_path / "run")
     assert "cpu-b" in msg and "does not match the manifest" in msg
 
@@ -72,7 +72,7 @@ def test_a_wrong_output_fails_verification(split, tmp_path):
 
     bad = tmp_path / "split"
     shutil.copytree(split, bad)
-    path = bad / "stage1-cpu-b.onnx"
+    path = bad / "cpu-b-seg0.onnx"
     model = onnx.load(str(path))
     init = model.graph.initializer[0]
     init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init) * np.float32(2.0), init.name))

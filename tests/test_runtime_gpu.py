@@ -10,6 +10,7 @@ import torch
 from hetsplit.errors import RuntimeFailure
 from hetsplit.plan.types import Plan, Stage
 from hetsplit.runtime import split_model
+from hetsplit.runtime.executor import SegmentSpec
 from hetsplit.runtime.gpu import TorchCudaExecutor, TorchExecutor
 from hetsplit.runtime.toy import toy_model
 
@@ -33,12 +34,13 @@ def test_torch_backend_matches_onnxruntime(tmp_path, model):
     m = sub_models(tmp_path, graph, path, [0, half, graph.num_layers])
     rng = np.random.default_rng(0)
     for w in m.stages:
-        got = {t.name: t for e in w.recv for t in e.tensors}
-        feed = {n: rng.standard_normal(got[n].shape).astype(got[n].dtype) for n in w.inputs}
-        ref = ort.InferenceSession(str(m.submodel_path(w.rank)), providers=["CPUExecutionProvider"]).run(
-            w.outputs, feed)
-        out = TorchExecutor(m.submodel_path(w.rank), w, "cpu").run(feed)
-        for name, r in zip(w.outputs, ref):
+        (seg,) = w.segments
+        spec = SegmentSpec.of(w.device, seg)
+        feed = {t.name: rng.standard_normal(t.shape).astype(t.dtype) for t in seg.inputs}
+        ref = ort.InferenceSession(str(m.submodel_path(w.rank, 0)), providers=["CPUExecutionProvider"]).run(
+            spec.output_names, feed)
+        out = TorchExecutor(m.submodel_path(w.rank, 0), spec, "cpu").run(feed)
+        for name, r in zip(spec.output_names, ref):
             np.testing.assert_allclose(out[name], r, rtol=1e-4, atol=1e-4)
 
 
@@ -48,4 +50,4 @@ def test_gpu_device_without_cuda_is_a_clear_failure(tmp_path):
     graph = toy_model(path)
     m = sub_models(tmp_path, graph, path, [0, graph.num_layers])
     with pytest.raises(RuntimeFailure, match="gpu0 is a GPU but this host has no CUDA"):
-        TorchCudaExecutor(m.submodel_path(1), m.stages[0])
+        TorchCudaExecutor(m.submodel_path(1, 0), SegmentSpec.of("gpu0", m.stages[0].segments[0]))

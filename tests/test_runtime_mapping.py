@@ -15,13 +15,14 @@ import onnxruntime as ort
 import pytest
 
 from factories import cluster
+from programs import run_inline
 from hetsplit.errors import ModelError, RuntimeFailure
 from hetsplit.graph.onnx_import import load_onnx
 from hetsplit.plan.check import check_plan
 from hetsplit.plan.types import Combine, Plan, Shard
 from hetsplit.runtime import RunOptions, load_manifest, run_manifest, run_plan, split_model
 from hetsplit.runtime.launch import processes_of
-from hetsplit.runtime.manifest import plan_cluster
+from hetsplit.runtime.compile import plan_cluster
 
 torch = pytest.importorskip("torch")
 nn, F = torch.nn, torch.nn.functional
@@ -184,30 +185,6 @@ def assert_run(report, manifest, g, plan, cl, n):
     return report.verify["max_abs_err"]
 
 
-def simulate(manifest, feed):
-    """Run the segments in one process, in an order the manifest allows, moving exactly its messages."""
-    local = {w.rank: {} for w in manifest.workers}
-    sent = {m.id: m.arrays(feed) for m in manifest.messages if m.src_rank == 0}
-    nxt = {w.rank: 0 for w in manifest.stages}
-    while any(nxt[w.rank] < len(w.segments) for w in manifest.stages):
-        ran = False
-        for w in manifest.stages:
-            while nxt[w.rank] < len(w.segments) and all(r in sent for r in w.segments[nxt[w.rank]].recv):
-                seg, store = w.segments[nxt[w.rank]], local[w.rank]
-                for r in seg.recv:
-                    store.update((t.spec.name, a) for t, a in zip(manifest.messages[r].tensors, sent[r]))
-                if seg.submodel:
-                    sess = ort.InferenceSession(str(manifest.directory / seg.submodel),
-                                                providers=["CPUExecutionProvider"])
-                    names = [t.name for t in seg.outputs]
-                    store.update(zip(names, sess.run(names, {t.name: store[t.name] for t in seg.inputs})))
-                sent.update((s, manifest.messages[s].arrays(store)) for s in seg.send)
-                nxt[w.rank] += 1
-                ran = True
-        assert ran, "the segments wait on each other"
-    return {t.spec.name: a for m in manifest.messages if m.dst_rank == 0 for t, a in zip(m.tensors, sent[m.id])}
-
-
 # ---- runs with real processes -----------------------------------------------------------------------
 
 def test_non_contiguous_inception_mapping_over_three_devices(models, tmp_path):
@@ -311,7 +288,7 @@ def test_cli_split_and_run_a_hand_written_plan2(models, tmp_path, capsys):
                  "--out", str(out), "--run-dir", str(tmp_path / "run")])
     assert code == 0
     report = json.loads(out.read_text())
-    assert report["verify"]["ok"] and report["mapping"] and len(report["devices"]) == 2
+    assert report["verify"]["ok"] and report["plan_kind"] == "mapping" and len(report["devices"]) == 2
     assert "links" in capsys.readouterr().out
     assert not processes_of(tmp_path / "run")
 
@@ -324,7 +301,7 @@ def test_two_device_block_segments_compute_the_whole_model_and_round_trip(models
     m = split_model(plan, g, path, tmp_path)
     x = np.random.default_rng(3).standard_normal((1, 8, 64)).astype(np.float32)
     whole = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    np.testing.assert_allclose(simulate(m, {"x": x})["y"], whole, atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(run_inline(m, {"x": x})["y"], whole, atol=1e-5, rtol=1e-5)
     again = load_manifest(tmp_path)
     assert again.to_dict() == m.to_dict() and again.to_dict()["format"] == "hetsplit.manifest/2"
     assert_messages_match_the_taskgraph(again, g, plan, None)

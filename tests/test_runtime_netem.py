@@ -1,4 +1,5 @@
-"""Emulated links (namespaces + veth + tc): measured transfer times follow the link model within 20%."""
+"""Emulated links (namespaces + veth + tc), for pipelines and mappings alike: measured transfer times follow
+the link model within 20%."""
 
 from __future__ import annotations
 
@@ -36,6 +37,28 @@ def test_emulated_link_follows_the_link_model(tmp_path, bandwidth, latency_s, in
     predicted = latency_s + hop["nbytes"] / bandwidth
     assert hop["nbytes"] == graph.cut_bytes[2]
     assert 0.8 <= hop["wire_s"] / predicted <= 1.2, (hop["wire_s"], predicted, hop["wire_all_s"])
+    assert not processes_of(tmp_path / "run")
+
+
+@pytest.mark.skipif(WHY is not None, reason=f"link emulation unavailable: {WHY}")
+def test_a_mapping_runs_over_emulated_links_at_their_bandwidth(tmp_path):
+    """Layers alternating between two devices (messages both ways, 2 x 512 KiB each way per input) over a
+    3.5 MB/s link: verified, and each link busy for its bytes at the link's bandwidth within 20%."""
+    path = tmp_path / "toy.onnx"
+    graph = toy_model(path, channels=32, size=64)
+    on_a = {"stem", "b0_conv1", "b1_conv2", "b1_add", "pool", "fc"}
+    plan = Plan(graph.name, "emu", "hand", assign={n: "a" if n in on_a else "b" for n in graph.names})
+    bandwidth, latency_s = 3.5e6, 0.002
+    report = run_plan(plan, graph, path, RunOptions(inputs=3, latency_inputs=1, timeout_s=30,
+                                                    links=LinkMatrix.uniform(3, bandwidth, latency_s),
+                                                    run_dir=tmp_path / "run"))
+    assert report.verify["ok"] and report.extra["plan_kind"] == "mapping"
+    links = {(x["from"], x["to"]): x for x in report.extra["links"]}
+    for pair in (("a", "b"), ("b", "a")):
+        link = links[pair]
+        assert link["messages"] == 2 and link["nbytes"] == 2 * 32 * 64 * 64 * 4
+        predicted = link["nbytes"] / bandwidth + link["messages"] * latency_s
+        assert 0.8 <= link["wire_mean_s"] / predicted <= 1.2, (pair, link, predicted)
     assert not processes_of(tmp_path / "run")
 
 

@@ -1,17 +1,26 @@
-"""hetsplit split: sub-models and manifests (no processes: sub-models are chained in onnxruntime here)."""
+"""hetsplit split: sub-models and manifests (no processes: the programs run in one process here)."""
 
 from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
 
+from programs import run_inline
+
 from hetsplit.errors import PlanError, RuntimeFailure
 from hetsplit.plan.types import Plan, Stage
-from hetsplit.runtime import load_manifest, split_model
-from hetsplit.runtime.manifest import live_tensors
+from hetsplit.runtime import RunOptions, load_manifest, run_manifest, split_model
+from hetsplit.runtime.compile import live_tensors
+from hetsplit.runtime.launch import processes_of
 from hetsplit.runtime.toy import toy_model
+
+FIXTURES = Path(__file__).parent / "fixtures"
 
 
 @pytest.fixture(scope="module")
@@ -26,29 +35,18 @@ def plan_of(graph, bounds, devices=None):
                 [Stage(d, graph.names[a:b]) for d, a, b in zip(devices, bounds[:-1], bounds[1:])])
 
 
-def chain(manifest, feed):
-    """Run the sub-models one after another, moving exactly the manifest's tensors."""
-    carried = dict(feed)
-    for w in manifest.stages:
-        got = {t.name: carried[t.name] for e in w.recv for t in e.tensors}
-        sess = ort.InferenceSession(str(manifest.submodel_path(w.rank)), providers=["CPUExecutionProvider"])
-        outs = dict(zip(w.outputs, sess.run(w.outputs, {n: got[n] for n in w.inputs})))
-        carried = {**got, **outs}
-        carried = {t.name: carried[t.name] for e in w.send for t in e.tensors}
-    return carried
-
-
 @pytest.mark.parametrize("bounds", [[0, 9], [0, 2, 9], [0, 1, 4, 7, 9], [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]])
 def test_split_sub_models_compute_the_whole_model(toy, tmp_path, bounds):
     graph, path = toy
     m = split_model(plan_of(graph, bounds), graph, path, tmp_path)
     assert len(m.stages) == len(bounds) - 1
-    for w in m.stages:
-        onnx.checker.check_model(str(m.submodel_path(w.rank)))
+    for w in m.stages:   # a stage is one segment, one sub-model
+        assert len(w.segments) == 1
+        onnx.checker.check_model(str(m.submodel_path(w.rank, 0)))
     rng = np.random.default_rng(1)
     x = rng.standard_normal((1, 3, 16, 16)).astype(np.float32)
     whole = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"input": x})[0]
-    got = chain(m, {"input": x})
+    got = run_inline(m, {"input": x})
     out_name = m.outputs[0].name
     np.testing.assert_allclose(got[out_name], whole, rtol=1e-5, atol=1e-5)
 
@@ -57,13 +55,14 @@ def test_manifest_moves_exactly_what_the_cost_model_counts(toy, tmp_path):
     graph, path = toy
     bounds = [0, 4, 5, 6, 9]  # stages 1 and 2 hold b1_conv1 and b1_conv2 only
     m = split_model(plan_of(graph, bounds), graph, path, tmp_path)
-    for s, w in enumerate(m.stages):
-        assert w.recv[0].nbytes == graph.cut_bytes[bounds[s]]
-        assert w.send[0].nbytes == graph.cut_bytes[bounds[s + 1]]
-        assert w.send[0].rank == (0 if s == len(m.stages) - 1 else w.rank + 1)
+    for s, w in enumerate(m.stages):   # one message per cut, of the cut's bytes
+        (got,), (sent,) = m.received_by(w.rank), m.sent_by(w.rank)
+        assert got.nbytes == graph.cut_bytes[bounds[s]] and got.payload == f"cut{bounds[s]}"
+        assert sent.nbytes == graph.cut_bytes[bounds[s + 1]] == sent.plan_nbytes or s == len(m.stages) - 1
+        assert sent.dst_rank == (0 if s == len(m.stages) - 1 else w.rank + 1)
     # the long skip (stem output, read by the last block) is relayed by the middle stages
     for w in m.stages[1:3]:
-        assert "stem_relu.y" in w.relays and "stem_relu.y" not in w.inputs
+        assert "stem_relu.y" in m.relays(w.rank) and "stem_relu.y" not in [t.name for t in w.segments[0].inputs]
 
 
 def test_manifest_round_trips_through_json(toy, tmp_path):
@@ -72,10 +71,36 @@ def test_manifest_round_trips_through_json(toy, tmp_path):
     again = load_manifest(tmp_path)
     assert again.to_dict() == m.to_dict()
     doc = again.to_dict()
-    assert doc["format"] == "hetsplit.manifest/1"
-    w = doc["workers"][1]
-    assert w["send"][0]["peer"] == "dev1" and w["recv"][0]["peer"] == "driver"
-    assert all({"name", "shape", "dtype", "nbytes"} <= set(t) for t in w["send"][0]["tensors"])
+    assert doc["format"] == "hetsplit.manifest/2"
+    (seg,) = doc["workers"][1]["segments"]
+    (out,) = [doc["messages"][k] for k in seg["send"]]
+    assert out["dst"] == "dev1" and doc["messages"][seg["recv"][0]]["src"] == "driver"
+    assert all({"name", "shape", "dtype", "nbytes", "source"} <= set(t) for t in out["tensors"])
+
+
+@pytest.mark.timeout(120)
+def test_a_v1_manifest_reads_as_its_program_and_runs(toy, tmp_path):
+    """A pipeline split by an earlier hetsplit (hetsplit.manifest/1, stage<s>-<device>.onnx) still runs:
+    its edges become messages, its stages one segment each, outputs verified."""
+    graph, path = toy
+    doc = json.loads((FIXTURES / "manifest_v1_toy.json").read_text())
+    stages = [w for w in doc["workers"] if w["rank"] > 0]
+    plan = Plan(graph.name, "local", "hand", [Stage(w["device"], w["layers"]) for w in stages])
+    new = split_model(plan, graph, path, tmp_path / "new")
+    old = tmp_path / "old"
+    old.mkdir()
+    for w in stages:   # the same sub-models, under the names the earlier split gave them
+        shutil.copy(new.submodel_path(w["rank"], 0), old / w["submodel"])
+    doc["source_model"] = str(path)
+    (old / "manifest.json").write_text(json.dumps(doc))
+    m = load_manifest(old)
+    assert [(x.src, x.dst, x.nbytes) for x in m.messages] == [(x.src, x.dst, x.nbytes) for x in new.messages]
+    assert [[s.inputs, s.outputs] for w in m.stages for s in w.segments] == \
+        [[s.inputs, s.outputs] for w in new.stages for s in w.segments]
+    assert m.relays(2) == new.relays(2) == ["stem_relu.y", "b0_add.y"]
+    report = run_manifest(m, RunOptions(inputs=3, latency_inputs=1, timeout_s=20, run_dir=tmp_path / "run"))
+    assert report.verify["ok"] and report.verify["outputs_checked"] == 3
+    assert not processes_of(tmp_path / "run")
 
 
 def test_live_tensors_sum_to_cut_bytes(toy):

@@ -223,6 +223,38 @@ def test_an_exported_encoder_runs_tensor_parallel_in_processes(tmp_path, n, tree
         assert any(m.via == "scatter" and m.src == "d2" for m in manifest.messages)   # a leader relays
 
 
+@pytest.mark.timeout(180)
+def test_plan_and_run_commands_run_a_tensor_parallel_plan(tmp_path, capsys):
+    """What `hetsplit plan --algo tensor-parallel` writes (head and F shards, sum combines in trees of 2,
+    broadcasts) runs through `hetsplit run PLAN MODEL` on the one worker program, outputs verified."""
+    torch = pytest.importorskip("torch")
+    import json
+
+    from test_runtime_mapping import Block, export
+
+    from hetsplit.cli.main import main
+    from hetsplit.runtime.launch import processes_of
+
+    torch.manual_seed(0)
+    _, path = export(torch.nn.Sequential(Block(), Block()), (1, 8, 64), tmp_path / "enc.onnx")
+    cpu = "{type: cpu, kind: cpu, memory: 8GiB, peak_macs: 1e10/s, mem_bandwidth: 10GB/s, power_active: 10W}"
+    (tmp_path / "four.yaml").write_text("name: four\ndevices:\n" + "".join(
+        f"  - {{name: c{i}, {cpu[1:]}\n" for i in range(4)) + "links:\n  default: {bandwidth: 1GB/s}\n")
+    assert main(["plan", str(path), "--cluster", str(tmp_path / "four.yaml"), "--algo", "tensor-parallel",
+                 "--tree", "2", "--no-baselines", "--out", str(tmp_path / "plans")]) == 0
+    (plan,) = json.loads((tmp_path / "plans" / "plans.json").read_text())["plans"]
+    assert {c["kind"] for c in plan["combine"].values()} >= {"sum", "broadcast"}
+    capsys.readouterr()
+    assert main(["run", str(tmp_path / "plans" / "plans.json"), str(path), "--cluster", str(tmp_path / "four.yaml"),
+                 "-n", "3", "--timeout", "30", "--out", str(tmp_path / "run.json"),
+                 "--run-dir", str(tmp_path / "run")]) == 0
+    report = json.loads((tmp_path / "run.json").read_text())
+    assert report["verify"]["ok"] and report["verify"]["outputs_checked"] == 3
+    assert report["plan_kind"] == "mapping" and [d["device"] for d in report["devices"]] == ["c0", "c1", "c2", "c3"]
+    assert {h["via"] for h in report["hops"]} == {"p2p", "gather", "scatter"}
+    assert not processes_of(tmp_path / "run")
+
+
 def test_packed_qkv_projections_are_refused_with_the_reason(tmp_path):
     torch = pytest.importorskip("torch")
     import warnings

@@ -18,7 +18,7 @@ from hetsplit.graph.onnx_import import load_onnx
 from hetsplit.plan.check import check_plan
 from hetsplit.plan.types import Combine
 from hetsplit.runtime.launch import processes_of
-from hetsplit.runtime.manifest import plan_cluster
+from hetsplit.runtime.compile import plan_cluster
 from hetsplit.runtime.tensor_parallel import (TensorParallelOptions, block_parameters, make_job, rank_weights,
                                               run_tensor_parallel_model)
 from hetsplit.search.tensor_parallel import tensor_parallel_plan

@@ -1,5 +1,5 @@
-"""hetsplit run PLAN MODEL: run a plan (pipeline or mapping) for real, one process per device, measured and
-verified."""
+"""hetsplit run PLAN MODEL: run any plan (pipeline, mapping, tensor-parallel) for real, one process per device,
+measured and verified."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def register(sub) -> None:
     p.add_argument("plan", help="plan or plan-set JSON; a set gives its best Pareto plan (or --index)")
     p.add_argument("model", help="zoo name or .onnx file the plan was made for")
     p.add_argument("--index", type=int, default=None, help="which plan of a plan set")
-    p.add_argument("--inputs", "-n", type=int, default=16, help="inputs streamed through the pipeline (default 16)")
+    p.add_argument("--inputs", "-n", type=int, default=16, help="inputs streamed through the devices (default 16)")
     p.add_argument("--latency-inputs", type=int, default=2, help="first inputs sent one at a time (default 2)")
     p.add_argument("--timeout", type=float, default=60.0, metavar="S",
                    help="fail when no tensor moves for S seconds (default 60)")
@@ -54,7 +54,9 @@ def register(sub) -> None:
                         "machine, all slowed by one time dilation D, and report emulated metrics (measured / D); "
                         "needs root and the cgroup cpu controller")
     p.add_argument("--pin", action="store_true", help="pin each device's worker to its own CPU cores")
-    p.add_argument("--cpu-only", action="store_true", help="run GPU devices' stages on the CPU too")
+    p.add_argument("--cpu-only", action="store_true",
+                   help="compute on the CPU for every device (default: a gpu device runs on its host's GPU where the "
+                        "host has CUDA)")
     p.add_argument("--hosts", default=None, metavar="DEV=HOST,...", help="place devices on hosts (multi-host run)")
     p.add_argument("--node", default=None, metavar="HOST", help="the host this command runs on (with --hosts)")
     p.add_argument("--port", type=int, default=0, help="rendezvous port (0: a free one locally; 29500 with --hosts)")
@@ -97,7 +99,9 @@ def _run(args, opts, plan, graph, path, cluster, split_dir: Path) -> int:
     with progress("splitting"):
         manifest = split_model(plan, graph, path, split_dir, cluster=cluster)
     opts.threads = {w.device: args.threads for w in manifest.stages}
-    opts.kinds = _kinds(cluster, manifest, args.cpu_only)
+    opts.kinds, opts.cpu_only = _kinds(cluster, manifest), args.cpu_only
+    if not args.cpu_only and not args.hosts:
+        _note_no_cuda(opts.kinds)
     if args.emulate_devices:
         from hetsplit.workflow import device_emulation
 
@@ -152,24 +156,22 @@ def run_manifest_as(opts, node: str, manifest):
     return run_manifest(manifest, opts)
 
 
-def _kinds(cluster, manifest, cpu_only: bool) -> dict[str, str]:
-    if getattr(manifest, "is_mapping", False):
-        if cluster is not None and any(w.device in cluster.names and cluster.device(w.device).kind == "gpu"
-                                       for w in manifest.stages):
-            print("note: mapping runs compute every device's segments on the CPU (onnxruntime)", file=sys.stderr)
+def _kinds(cluster, manifest) -> dict[str, str]:
+    """Each device's kind in the cluster (gpu or cpu): a gpu device computes on its host's GPU where the host
+    has CUDA (each worker decides on its own host, ``runtime.executor``)."""
+    if cluster is None:
         return {}
-    if cluster is None or cpu_only:
-        return {}
-    import torch
+    return {w.device: "gpu" if w.device in cluster.names and cluster.device(w.device).kind == "gpu" else "cpu"
+            for w in manifest.stages}
 
-    kinds = {}
-    for w in manifest.stages:
-        kind = cluster.device(w.device).kind if w.device in cluster.names else "cpu"
-        if kind == "gpu" and not torch.cuda.is_available():
-            print(f"note: no CUDA GPU here; device {w.device} runs on the CPU", file=sys.stderr)
-            kind = "cpu"
-        kinds[w.device] = "gpu" if kind == "gpu" else "cpu"
-    return kinds
+
+def _note_no_cuda(kinds: dict[str, str]) -> None:
+    from hetsplit.runtime.executor import Host
+
+    gpus = [d for d, k in kinds.items() if k == "gpu"]
+    if gpus and not Host.here().cuda:
+        print(f"note: no CUDA GPU here; {'devices' if len(gpus) > 1 else 'device'} {', '.join(gpus)} "
+              f"{'compute' if len(gpus) > 1 else 'computes'} on the CPU", file=sys.stderr)
 
 
 def _finish(args, report, plan, graph, cluster) -> int:
@@ -253,7 +255,7 @@ def print_report(report, console: Console) -> None:
                   format_quantity(d["recv_bytes"], "B"), format_quantity(d["send_bytes"], "B"),
                   format_quantity(d["send_s"], "s"), format_quantity(d["peak_rss_bytes"], "B"), energy)
     console.print(t)
-    if report.extra.get("links"):   # a mapping: bytes per link
+    if report.extra.get("links"):   # bytes per link
         lt = Table(title="links (per input)")
         for col in ("from", "to", "messages", "bytes", "wire time"):
             lt.add_column(col, justify="right")

@@ -1,5 +1,5 @@
-"""hetsplit split PLAN MODEL --out DIR: one ONNX sub-model per stage (pipelines) or per segment of each
-device (mappings: plan/2 assign, shards and combines) plus the manifest."""
+"""hetsplit split PLAN MODEL --out DIR: one ONNX sub-model per segment of each device (a pipeline's stage
+is one segment; a mapping's device, with shards and combines, has as many as it needs) plus the manifest."""
 
 from __future__ import annotations
 
@@ -50,32 +50,17 @@ def note_unchecked(plan, cluster) -> None:
 
 
 def print_manifest(manifest, console: Console) -> None:
-    if getattr(manifest, "is_mapping", False):
-        print_mapping_manifest(manifest, console)
-        return
-    table = Table(title=f"{manifest.model}: {len(manifest.stages)} sub-models in {manifest.directory}")
-    for col in ("rank", "device", "sub-model", "layers", "receives", "sends", "relays"):
-        table.add_column(col)
-    for w in manifest.workers:
-        recv = ", ".join(f"{format_quantity(e.nbytes, 'B')} from {e.peer}" for e in w.recv)
-        send = ", ".join(f"{format_quantity(e.nbytes, 'B')} to {e.peer}" for e in w.send)
-        table.add_row(str(w.rank), w.device, w.submodel or "-", str(len(w.layers)) if w.layers else "-", recv, send,
-                      str(len(w.relays)) if w.relays else "")
-    console.print(table)
-
-
-def print_mapping_manifest(manifest, console: Console) -> None:
-    """One row per device: its tasks, segments, bytes in and out per input, collectives joined."""
+    """One row per device: its tasks, segments (sub-models), bytes in and out per input, relays, collectives."""
     segs = sum(1 for w in manifest.stages for s in w.segments if s.submodel)
-    table = Table(title=f"{manifest.model}: {len(manifest.stages)} devices, {segs} segment sub-models in "
-                        f"{manifest.directory}")
-    for col in ("rank", "device", "tasks", "segments", "receives", "sends", "collectives"):
+    table = Table(title=f"{manifest.model}: {len(manifest.stages)} devices, {segs} sub-models in {manifest.directory}")
+    for col in ("rank", "device", "tasks", "segments", "receives", "sends", "relays", "collectives"):
         table.add_column(col)
     for w in manifest.stages:
-        got = sum(m.nbytes for m in manifest.messages if m.dst_rank == w.rank)
-        sent = sum(m.nbytes for m in manifest.messages if m.src_rank == w.rank)
+        got = sum(m.nbytes for m in manifest.received_by(w.rank))
+        sent = sum(m.nbytes for m in manifest.sent_by(w.rank))
         kinds = [manifest.collectives[c] for c in w.collectives]
         coll = ", ".join(f"{c.kind} {c.layer}" + (" (root)" if c.root == w.device else "") for c in kinds)
+        relays = manifest.relays(w.rank)
         table.add_row(str(w.rank), w.device, str(len(w.tasks)), str(len(w.segments)), format_quantity(got, "B"),
-                      format_quantity(sent, "B"), coll)
+                      format_quantity(sent, "B"), str(len(relays)) if relays else "", coll)
     console.print(table)

@@ -208,7 +208,7 @@ def pick_best_plans(result: ExploreResult, best_of: tuple[str, ...] = BEST_OF,
 def idle_worker_rss_bytes() -> int | None:
     """Peak RSS (VmHWM) of a fresh process that imports what a mapping worker imports (interpreter,
     numpy, torch, onnxruntime, the runtime), with no model loaded; None where it cannot be measured."""
-    code = ("import onnxruntime, hetsplit.runtime.mapping_worker\n"
+    code = ("import onnxruntime, hetsplit.runtime.worker\n"
             "from hetsplit.runtime.process import limit_threads, peak_rss_bytes\n"
             "limit_threads()\n"
             "print(peak_rss_bytes())\n")

@@ -296,8 +296,7 @@ def run_mapping(model: str, plan: Plan | str | Path, options: MappingRunOptions 
             raise HetsplitError("the run returned no measurements")
         driver_doc = read_driver_doc(run_dir)
     result = compare_here(report, prediction, opts.latency_inputs, driver_doc)
-    moved = getattr(manifest, "messages", None)      # a mapping's manifest lists them; a pipeline's does not
-    if moved is not None and len(moved) != prediction.messages:
-        result.notes.append(f"the run moved {len(moved)} messages per input, the prediction counted "
+    if len(manifest.messages) != prediction.messages:
+        result.notes.append(f"the run moved {len(manifest.messages)} messages per input, the prediction counted "
                             f"{prediction.messages}")
     return result

@@ -1,9 +1,10 @@
-"""Runtime: split a plan into per-device ONNX sub-models, run them as processes, measure, verify.
+"""Runtime: compile a plan into one program per rank, run it as processes (or on hosts), measure, verify.
 
-- ``split_model(plan, graph, model_path, out_dir) -> Manifest`` (``hetsplit split``): a pipeline's
-  ``hetsplit.manifest/1``, or a mapping's ``MappingManifest`` (``hetsplit.manifest/2``: segments per
-  device, messages, collectives; see ``runtime.mapping_manifest``)
-- ``run_plan(plan, graph, model_path, RunOptions) -> RunReport`` and ``run_manifest`` (``hetsplit run``)
+- ``split_model(plan, graph, model_path, out_dir) -> Manifest`` (``hetsplit split``): every plan's
+  ``hetsplit.manifest/2``: per device its segments (sub-models), the messages and collectives between
+  them (see ``runtime.manifest``; ``/1`` files still read)
+- ``run_plan(plan, graph, model_path, RunOptions) -> RunReport`` and ``run_manifest`` (``hetsplit run``):
+  one driver (``runtime.driver``) and one worker program (``runtime.worker``) for every plan kind
 - ``compare(report, predicted_metrics, cluster)``: predicted beside measured
 - ``LinkMatrix`` / ``emulation_available()``: links shaped with namespaces, veth and tc
 - ``calibration.runtime_costs()``: the runtime's own per-message costs on this machine (toy runs,
@@ -12,13 +13,12 @@
 See docs/architecture.md.
 """
 
-from hetsplit.runtime.manifest import FORMAT, Edge, Manifest, TensorSpec, WorkerSpec, load_manifest
-from hetsplit.runtime.mapping_manifest import FORMAT2, MappingManifest
+from hetsplit.runtime.manifest import FORMAT, Edge, Manifest, TensorSpec, Worker, load_manifest
 from hetsplit.runtime.measure import RunReport, compare, summarize
 from hetsplit.runtime.netem import LinkMatrix, emulation_available
 from hetsplit.runtime.run import RunOptions, resolve_model, run_manifest, run_plan
 from hetsplit.runtime.split import split_model
 
-__all__ = ["FORMAT", "FORMAT2", "Edge", "LinkMatrix", "Manifest", "MappingManifest", "RunOptions", "RunReport",
-           "TensorSpec", "WorkerSpec", "compare", "emulation_available", "load_manifest", "resolve_model",
-           "run_manifest", "run_plan", "split_model", "summarize"]
+__all__ = ["FORMAT", "Edge", "LinkMatrix", "Manifest", "RunOptions", "RunReport", "TensorSpec", "Worker",
+           "compare", "emulation_available", "load_manifest", "resolve_model", "run_manifest", "run_plan",
+           "split_model", "summarize"]

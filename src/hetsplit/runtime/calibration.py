@@ -54,7 +54,7 @@ from hetsplit.costs import calibration_store, machine_probe
 from hetsplit.errors import HetsplitError
 from hetsplit.estimate.runtime_costs import RuntimeCosts
 
-VERSION = 5                    # bump when the recipe changes: old cache entries are ignored
+VERSION = 6                    # bump when the recipe changes: old cache entries are ignored
 FOLDER = "runtime-calibration"
 CUT = 2                        # the toy's stages: stem and b0_conv1 | b0_conv2, add, pool, fc
 LATENCY_INPUTS = 20            # the toy's inputs sent one at a time first (latency), then streamed

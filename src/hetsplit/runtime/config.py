@@ -12,7 +12,7 @@ class RunConfig:
     """Settings shared by the driver and the workers of one run (SI units)."""
 
     manifest: str                      # path of manifest.json
-    inputs: int = 8                    # inputs streamed through the pipeline
+    inputs: int = 8                    # inputs streamed through the devices
     latency_inputs: int = 2            # the first ones go one at a time (unloaded latency)
     timeout_s: float = 60.0            # longest wait for a tensor or a peer before the run fails
     startup_timeout_s: float = 120.0   # rendezvous and sub-model loading
@@ -22,6 +22,7 @@ class RunConfig:
     depth: int = 2                     # receive frames in flight per process
     threads: dict[str, int] = field(default_factory=dict)      # device -> compute threads (default 1)
     kinds: dict[str, str] = field(default_factory=dict)        # device -> cpu | gpu (default cpu)
+    cpu_only: bool = False             # every device computes on the CPU, whatever its kind
     addrs: dict[str, str] = field(default_factory=dict)        # rank -> address its sockets bind to
     delays_s: dict[str, dict[str, float]] = field(default_factory=dict)  # rank -> peer rank -> link latency
     atol: float = 1e-4                 # verification: |split - whole| <= atol + rtol * max|whole|

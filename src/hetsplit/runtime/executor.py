@@ -1,18 +1,87 @@
-"""Running one sub-model: onnxruntime on CPUs (thread-limited), checked against the manifest first."""
+"""Executors: one interface for running a segment's sub-model, and which backend a device gets.
+
+A worker runs each of its segments with an ``Executor`` (``run(feeds) -> outputs``, by tensor name).
+Backends, chosen per device on the worker's own host (``choose_backend``):
+
+- ``onnxruntime-cpu``: onnxruntime's CPU provider, limited to the device's threads (no spinning). Every
+  device of kind ``cpu``, every device under ``--cpu-only``, and a ``gpu`` device on a host without CUDA;
+- ``onnxruntime-cuda``: onnxruntime's CUDA provider, for a ``gpu`` device where that provider is installed;
+- ``torch-cuda``: the PyTorch interpreter of ``runtime.gpu`` on CUDA, for a ``gpu`` device where
+  onnxruntime has no CUDA provider (the CPU build). It can leave outputs on the GPU (``keep``) for a
+  peer reached over NCCL.
+
+Every executor checks its sub-model against the manifest first (``check_submodel``): a sub-model from
+another split fails naming the device.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable, Protocol
 
 import numpy as np
 import onnx
 
 from hetsplit.errors import RuntimeFailure
-from hetsplit.runtime.manifest import Manifest, TensorSpec, WorkerSpec
-from hetsplit.runtime.split import np_dtype
+from hetsplit.runtime.manifest import Segment, TensorSpec
+from hetsplit.runtime.shard_onnx import np_dtype
+
+ORT_CPU, ORT_CUDA, TORCH_CUDA = "onnxruntime-cpu", "onnxruntime-cuda", "torch-cuda"
 
 
-def check_submodel(path: Path, spec: WorkerSpec) -> None:
+class Executor(Protocol):
+    """Runs one sub-model: ``run(feeds)`` gives its outputs by name (numpy arrays, or device tensors for
+    the names in ``keep``); ``backend`` says which backend it is, ``on_gpu`` where it computes."""
+
+    backend: str
+    on_gpu: bool
+    keep: set[str]
+
+    def run(self, feeds: dict[str, Any]) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class SegmentSpec:
+    """What an executor checks its sub-model against: the device, the segment's inputs and outputs."""
+
+    device: str
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+
+    @classmethod
+    def of(cls, device: str, seg: Segment) -> "SegmentSpec":
+        return cls(device, list(seg.inputs), list(seg.outputs))
+
+    @property
+    def output_names(self) -> list[str]:
+        return [t.name for t in self.outputs]
+
+
+@dataclass(frozen=True)
+class Host:
+    """What this host offers the executors: a CUDA device visible to PyTorch, onnxruntime's providers."""
+
+    cuda: bool
+    providers: tuple[str, ...] = field(default_factory=tuple)
+
+    @classmethod
+    def here(cls) -> "Host":
+        import onnxruntime as ort
+        import torch
+
+        return cls(bool(torch.cuda.is_available()), tuple(ort.get_available_providers()))
+
+
+def choose_backend(kind: str, host: Host, cpu_only: bool = False) -> str:
+    """The backend of a device of ``kind`` (cpu | gpu) on ``host``: a GPU device runs on the GPU where
+    the host has CUDA (onnxruntime's CUDA provider where installed, else PyTorch), unless ``cpu_only``."""
+    if kind != "gpu" or cpu_only or not host.cuda:
+        return ORT_CPU
+    return ORT_CUDA if "CUDAExecutionProvider" in host.providers else TORCH_CUDA
+
+
+def check_submodel(path: Path, spec: SegmentSpec) -> None:
     """Fail, naming the device, unless the sub-model's inputs and outputs are the manifest's."""
     where = f"device {spec.device}: sub-model {path.name}"
     try:
@@ -21,28 +90,34 @@ def check_submodel(path: Path, spec: WorkerSpec) -> None:
         raise RuntimeFailure(f"{where} is missing; split the plan again (hetsplit split)") from None
     except Exception as exc:  # noqa: BLE001 - any parse failure means a broken file
         raise RuntimeFailure(f"{where} is not a readable ONNX model ({type(exc).__name__}: {exc})") from None
-    wire = {t.name: t for e in spec.recv + spec.send for t in e.tensors}
-    for role, declared, names in (("input", model.graph.input, spec.inputs), ("output", model.graph.output,
-                                                                               spec.outputs)):
-        inits = {i.name for i in model.graph.initializer}
+    inits = {i.name for i in model.graph.initializer}
+    for role, declared, wanted in (("input", model.graph.input, spec.inputs),
+                                   ("output", model.graph.output, spec.outputs)):
         have = {vi.name: vi for vi in declared if vi.name not in inits}
-        if set(have) != set(names):
+        if set(have) != {t.name for t in wanted}:
             raise RuntimeFailure(f"{where} does not match the manifest: its {role}s are {sorted(have)}, the "
-                                 f"manifest says {sorted(names)}; split again")
-        for name in names:
-            tt = have[name].type.tensor_type
+                                 f"manifest says {sorted(t.name for t in wanted)}; split again")
+        for want in wanted:
+            tt = have[want.name].type.tensor_type
             shape = tuple(int(d.dim_value) if d.HasField("dim_value") else -1 for d in tt.shape.dim)
-            want: TensorSpec = wire[name]
             dtype = np_dtype(tt.elem_type)
             if shape != want.shape or dtype != want.dtype:
-                raise RuntimeFailure(f"{where} does not match the manifest: {role} {name!r} is {dtype}{list(shape)}, "
-                                     f"the manifest says {want.dtype}{list(want.shape)}; split again")
+                raise RuntimeFailure(f"{where} does not match the manifest: {role} {want.name!r} is "
+                                     f"{dtype}{list(shape)}, the manifest says {want.dtype}{list(want.shape)}; "
+                                     "split again")
+
+
+def as_numpy(x: Any) -> np.ndarray:
+    """A host array of ``x`` (a numpy array, or a torch tensor on any device)."""
+    if isinstance(x, np.ndarray):
+        return x
+    return x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
 
 
 class OrtExecutor:
-    """An onnxruntime session limited to ``threads`` compute threads (no spinning)."""
+    """An onnxruntime session on ``provider``, limited to ``threads`` compute threads (no spinning)."""
 
-    def __init__(self, path: Path, spec: WorkerSpec, threads: int = 1):
+    def __init__(self, path: Path, spec: SegmentSpec, threads: int = 1, cuda: bool = False):
         import onnxruntime as ort
 
         check_submodel(path, spec)
@@ -52,26 +127,37 @@ class OrtExecutor:
         so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         so.log_severity_level = 3
+        providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if cuda else ["CPUExecutionProvider"]
         try:
-            self.session = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+            self.session = ort.InferenceSession(str(path), so, providers=providers)
         except Exception as exc:  # noqa: BLE001
             raise RuntimeFailure(f"device {spec.device}: onnxruntime cannot load {path.name}: {exc}") from None
-        self.outputs = list(spec.outputs)
+        self.backend, self.on_gpu, self.keep = (ORT_CUDA if cuda else ORT_CPU), cuda, set()
+        self.outputs = spec.output_names
         self.device = spec.device
 
-    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def run(self, feeds: dict[str, Any]) -> dict[str, Any]:
         try:
+            feeds = {k: as_numpy(v) for k, v in feeds.items()}
             return dict(zip(self.outputs, self.session.run(self.outputs, feeds)))
         except Exception as exc:  # noqa: BLE001
             raise RuntimeFailure(f"device {self.device}: the sub-model failed on an input: {exc}") from None
 
 
-def make_executor(manifest: Manifest, rank: int, threads: int, kind: str = "cpu") -> OrtExecutor:
-    """The executor of one worker; GPU devices need CUDA on their host (otherwise a clear failure)."""
-    spec = manifest.worker(rank)
-    path = manifest.submodel_path(rank)
-    if kind == "gpu":
-        from hetsplit.runtime.gpu import TorchCudaExecutor
+def _torch_cuda(path: Path, spec: SegmentSpec, threads: int) -> Executor:
+    from hetsplit.runtime.gpu import TorchCudaExecutor
 
-        return TorchCudaExecutor(path, spec)
-    return OrtExecutor(path, spec, threads)
+    return TorchCudaExecutor(path, spec)
+
+
+# backend -> factory(path, spec, threads); one entry per backend ``choose_backend`` names
+BACKENDS: dict[str, Callable[[Path, SegmentSpec, int], Executor]] = {
+    ORT_CPU: lambda path, spec, threads: OrtExecutor(path, spec, threads),
+    ORT_CUDA: lambda path, spec, threads: OrtExecutor(path, spec, threads, cuda=True),
+    TORCH_CUDA: _torch_cuda,
+}
+
+
+def make_executor(backend: str, path: Path, spec: SegmentSpec, threads: int = 1) -> Executor:
+    """The executor of one segment on ``backend`` (one of ``BACKENDS``)."""
+    return BACKENDS[backend](path, spec, threads)

@@ -1,4 +1,4 @@
-"""Running a sub-model with PyTorch (on CUDA for GPU devices): a small ONNX interpreter for CNN ops.
+"""The ``torch-cuda`` backend (``runtime.executor``): a small ONNX interpreter for CNN ops in PyTorch.
 
 The sub-model's nodes are executed one by one with ``torch.nn.functional`` on the device. The
 interpreter covers the ops of the zoo's CNNs (conv, pooling, batch norm, element-wise, gemm,
@@ -18,8 +18,7 @@ import torch.nn.functional as F
 from onnx import helper, numpy_helper
 
 from hetsplit.errors import RuntimeFailure
-from hetsplit.runtime.executor import check_submodel
-from hetsplit.runtime.manifest import WorkerSpec
+from hetsplit.runtime.executor import TORCH_CUDA, SegmentSpec, check_submodel
 
 Op = Callable[[list[Any], dict[str, Any]], list[torch.Tensor]]
 
@@ -109,9 +108,12 @@ OPS: dict[str, Op] = {
 class TorchExecutor:
     """Executes a sub-model node by node with PyTorch on ``device`` (``cuda`` for GPU devices)."""
 
-    def __init__(self, path: Path, spec: WorkerSpec, device: str = "cuda"):
+    backend = TORCH_CUDA
+
+    def __init__(self, path: Path, spec: SegmentSpec, device: str = "cuda"):
         check_submodel(path, spec)
         self.device, self.name = torch.device(device), spec.device
+        self.on_gpu = self.device.type == "cuda"
         model = onnx.load(str(path))
         unsupported = sorted({n.op_type for n in model.graph.node
                               if n.op_type not in OPS or n.domain not in ("", "ai.onnx")})
@@ -120,7 +122,7 @@ class TorchExecutor:
                                  f"{path.name}; run this device on the CPU (onnxruntime) instead")
         self.consts = {i.name: self._tensor(numpy_helper.to_array(i)) for i in model.graph.initializer}
         self.nodes = [(n.op_type, list(n.input), list(n.output), self._attrs(n)) for n in model.graph.node]
-        self.outputs = list(spec.outputs)
+        self.outputs = spec.output_names
         self.keep: set[str] = set()  # outputs returned as device tensors (they leave over NCCL)
 
     def _tensor(self, a: np.ndarray) -> torch.Tensor:
@@ -157,7 +159,7 @@ class TorchExecutor:
 class TorchCudaExecutor(TorchExecutor):
     """A GPU device's executor: the interpreter on CUDA (tensors cross to other devices via host memory)."""
 
-    def __init__(self, path: Path, spec: WorkerSpec):
+    def __init__(self, path: Path, spec: SegmentSpec):
         if not torch.cuda.is_available():
             raise RuntimeFailure(f"device {spec.device} is a GPU but this host has no CUDA device visible to PyTorch; "
                                  "run with --cpu-only to rehearse it on the CPU")

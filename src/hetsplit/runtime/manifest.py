@@ -1,40 +1,67 @@
-"""The ``hetsplit.manifest/1`` format: who runs which sub-model and which tensors move where.
+"""The ``hetsplit.manifest/2`` format: the program of every rank of a run, as ``hetsplit split`` writes it
+and the processes read it. Pipelines, mappings with shards and tensor-parallel plans are all one program.
 
-A manifest is the contract between ``hetsplit split`` and the workers. Rank 0 is the *driver*: it
-feeds the model inputs and collects the outputs. Stage ``s`` of the plan runs on rank ``s + 1``.
-Every process lists its edges: the tensors it receives (from whom) and sends (to whom), with
-shapes and dtypes, in wire order. Pipeline semantics follow the evaluator: a stage receives every
-tensor live across its first cut and sends every tensor live across its last one, so a tensor
-that skips several stages is relayed by each of them and moves over every cut it crosses.
+Rank 0 is the driver (feeds the model inputs, collects and verifies the outputs); rank ``r >= 1`` is
+the worker of the plan's ``r``-th device (first-use order). Everything that moves is a *message*: one
+payload of ``check_plan(...).messages()`` sent once from one device to another per input (plus the
+driver's: model inputs out, model outputs back). A pipeline is a relay-routed mapping: a stage is one
+segment, a cut (every tensor live across it, relays included) one message. A worker runs its
+*segments* in order; a segment is a run of the device's tasks (in the TaskGraph's topological order)
+whose remote inputs are all produced by tasks before the segment's first task, so a segment waits only
+for work that comes earlier in one global order, and the whole run is deadlock-free. Each segment with
+work is one ONNX sub-model; a segment holding only a ``copy`` task (the relay of an all-reduce) has
+none and just forwards what it received.
 
-Mappings (``plan.assign``: shards, combines, devices running layers that are not consecutive) have
-their own format, ``hetsplit.manifest/2`` (``runtime.mapping_manifest``); ``load_manifest`` reads
-either. Both kinds of plan are validated by ``check_plan`` (plan/check.py), the one validator.
+```json
+{"format": "hetsplit.manifest/2", "model": "m", "source_model": "m.onnx", "plan": {...},
+ "inputs":  [{"name": "x", "shape": [1, 8, 64], "dtype": "float32", "nbytes": 2048}],
+ "outputs": [{"name": "y", ...}],
+ "messages": [{"id": 0, "payload": "x", "src": "driver", "src_rank": 0, "dst": "d1", "dst_rank": 2,
+               "tag": 0, "via": "p2p", "collective": null, "nbytes": 2048, "plan_nbytes": null,
+               "tensors": [{"name": "x", "shape": [1, 8, 64], "dtype": "float32", "nbytes": 2048,
+                            "source": "x", "take": null}]}],
+ "collectives": [{"id": 0, "kind": "gather", "layer": "o/MatMul", "task": "o/MatMul:sum[g0]",
+                  "root": "d0", "members": ["d0", "d1"], "ranks": [1, 2], "messages": [5]}],
+ "workers": [{"rank": 0, "device": "driver", "send": [0, ...], "recv": [...]},
+             {"rank": 1, "device": "d0", "tasks": ["q/MatMul@out[0:16]", ...], "collectives": [0, ...],
+              "segments": [{"index": 0, "tasks": [...], "submodel": "d0-seg0.onnx",
+                            "inputs": [TensorSpec...], "outputs": [TensorSpec...],
+                            "recv": [message ids], "send": [message ids]}]}]}
+```
+
+- A message's ``tensors`` are named as the receiver knows them (``name``) and as the sender holds
+  them (``source``); ``take`` is the cut a sender makes before sending, for an ``in`` shard's slice
+  of its input (``t[in a:b/size]`` in check.py): view the tensor with ``shape`` (an order-preserving
+  reshape), keep ``start:stop`` of ``axis``.
+- ``via`` says how a message moves: ``p2p`` (a gloo send under tags ``tag``, ``tag + 1``, ... of the
+  default group, or NCCL between two GPU ends) or ``gather`` / ``scatter``, the collectives of a sum
+  combine: partial sums gather to their group's leader and group sums to the root (members send
+  straight to the root: exactly the TaskGraph's partial and group messages), the reduced result
+  scatters from the root (or a leader's copy) to the devices that read it. Each collective has a gloo
+  subgroup of its own (``members``, root first), created by every member in ``id`` order.
+- A segment's ``recv`` are the messages it waits for before it runs, ``send`` the ones it posts
+  after (asynchronously); ``inputs`` come from those messages and from earlier segments.
+
+``hetsplit.manifest/1`` (the pipelines' format before) still reads: ``runtime.manifest_v1`` turns it
+into this program at load.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import zlib
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from hetsplit.cluster.types import Cluster, Device, Medium, uniform_links
 from hetsplit.errors import RuntimeFailure
-from hetsplit.graph.types import INPUT, Graph, Tensor
 from hetsplit.jsonfile import read_json
-from hetsplit.plan.check import stage_bounds
-from hetsplit.plan.types import Plan
 
-if TYPE_CHECKING:
-    from hetsplit.runtime.mapping_manifest import MappingManifest
-
-FORMAT = "hetsplit.manifest/1"
+FORMAT = "hetsplit.manifest/2"
 DRIVER = "driver"  # the name of rank 0 (feeds inputs, collects outputs)
+P2P, GATHER, SCATTER = "p2p", "gather", "scatter"
 
 
 @dataclass(frozen=True)
@@ -62,10 +89,8 @@ class TensorSpec:
 
 @dataclass(frozen=True)
 class Edge:
-    """Tensors moving between this process and one peer, in wire order (slot i uses tag ``tag + i``).
-
-    Pipelines use one edge per peer and direction (``tag`` 0); a mapping (manifest/2) one edge per
-    message, each with tags of its own."""
+    """One message as the transport sees it from one end: the peer, its rank, the tensors in wire order
+    (slot i uses tag ``tag + i``)."""
 
     peer: str                      # device name, or "driver"
     rank: int
@@ -76,104 +101,233 @@ class Edge:
     def nbytes(self) -> int:
         return sum(t.nbytes for t in self.tensors)
 
-    @property
-    def names(self) -> list[str]:
-        return [t.name for t in self.tensors]
-
     def signature(self) -> int:
         """A 31-bit checksum of names, shapes and dtypes: both ends of an edge must agree on it."""
         text = ";".join(f"{t.name}:{t.dtype}:{'x'.join(map(str, t.shape))}" for t in self.tensors)
         return zlib.crc32(text.encode()) & 0x7FFFFFFF
 
+
+@dataclass(frozen=True)
+class Take:
+    """The slice a sender cuts from a whole tensor: view it as ``shape``, keep ``start:stop`` of ``axis``."""
+
+    shape: tuple[int, ...]
+    axis: int
+    start: int
+    stop: int
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x).reshape(self.shape)
+        index = [slice(None)] * x.ndim
+        index[self.axis] = slice(self.start, self.stop)
+        return np.ascontiguousarray(x[tuple(index)])
+
     def to_dict(self) -> dict[str, Any]:
-        d = {"peer": self.peer, "rank": self.rank, "nbytes": self.nbytes,
-             "tensors": [t.to_dict() for t in self.tensors]}
-        if self.tag:
-            d["tag"] = self.tag
-        return d
+        return {"shape": list(self.shape), "axis": self.axis, "start": self.start, "stop": self.stop}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Edge":
-        return cls(str(d["peer"]), int(d["rank"]), tuple(TensorSpec.from_dict(t) for t in d["tensors"]),
-                   int(d.get("tag", 0)))
+    def from_dict(cls, d: dict[str, Any] | None) -> "Take | None":
+        if d is None:
+            return None
+        return cls(tuple(int(x) for x in d["shape"]), int(d["axis"]), int(d["start"]), int(d["stop"]))
+
+
+@dataclass(frozen=True)
+class WireTensor:
+    """One tensor of a message: its spec at the receiver, its name at the sender, the sender's cut."""
+
+    spec: TensorSpec
+    source: str
+    take: Take | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.spec.to_dict(), "source": self.source, "take": self.take.to_dict() if self.take else None}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "WireTensor":
+        return cls(TensorSpec.from_dict(d), str(d["source"]), Take.from_dict(d.get("take")))
+
+
+@dataclass(frozen=True)
+class Message:
+    """One payload moving once from ``src`` to ``dst`` per input (a TaskGraph message, or the driver's)."""
+
+    id: int
+    payload: str
+    src: str
+    src_rank: int
+    dst: str
+    dst_rank: int
+    tensors: tuple[WireTensor, ...]
+    tag: int = 0
+    via: str = P2P
+    collective: int | None = None
+    plan_nbytes: float | None = None     # the TaskGraph's bytes for it (None: the driver's)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.spec.nbytes for t in self.tensors)
+
+    def edge(self, at_sender: bool) -> Edge:
+        """The message as a Wire edge seen from the sender (peer: the receiver) or the receiver."""
+        peer, rank = (self.dst, self.dst_rank) if at_sender else (self.src, self.src_rank)
+        return Edge(peer, rank, tuple(t.spec for t in self.tensors), self.tag)
+
+    def arrays(self, local: dict[str, Any]) -> list[Any]:
+        """What the sender puts on the wire, from the tensors it holds."""
+        return [t.take.apply(local[t.source]) if t.take else local[t.source] for t in self.tensors]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "payload": self.payload, "src": self.src, "src_rank": self.src_rank, "dst": self.dst,
+                "dst_rank": self.dst_rank, "tag": self.tag, "via": self.via, "collective": self.collective,
+                "nbytes": self.nbytes, "plan_nbytes": self.plan_nbytes, "tensors": [t.to_dict() for t in self.tensors]}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Message":
+        coll = d.get("collective")
+        return cls(int(d["id"]), str(d["payload"]), str(d["src"]), int(d["src_rank"]), str(d["dst"]),
+                   int(d["dst_rank"]), tuple(WireTensor.from_dict(t) for t in d["tensors"]), int(d.get("tag", 0)),
+                   str(d.get("via", P2P)), None if coll is None else int(coll),
+                   None if d.get("plan_nbytes") is None else float(d["plan_nbytes"]))
+
+
+@dataclass(frozen=True)
+class Collective:
+    """A gather (members send to ``root``) or a scatter (``root`` sends to members) of a sum combine,
+    over a gloo subgroup of ``members`` (root first); ``messages`` are the ones it carries."""
+
+    id: int
+    kind: str
+    layer: str
+    task: str
+    root: str
+    members: tuple[str, ...]
+    ranks: tuple[int, ...]
+    messages: tuple[int, ...]
+
+    @property
+    def root_rank(self) -> int:
+        return self.ranks[self.members.index(self.root)]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "kind": self.kind, "layer": self.layer, "task": self.task, "root": self.root,
+                "members": list(self.members), "ranks": list(self.ranks), "messages": list(self.messages)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Collective":
+        return cls(int(d["id"]), str(d["kind"]), str(d["layer"]), str(d["task"]), str(d["root"]),
+                   tuple(str(x) for x in d["members"]), tuple(int(x) for x in d["ranks"]),
+                   tuple(int(x) for x in d["messages"]))
 
 
 @dataclass
-class WorkerSpec:
-    """One process: its device, the sub-model it runs and its edges (the driver has no sub-model)."""
+class Segment:
+    """A run of a device's tasks computed as one sub-model (``submodel`` None: nothing to compute)."""
+
+    index: int
+    tasks: list[str]
+    submodel: str | None
+    inputs: list[TensorSpec] = field(default_factory=list)
+    outputs: list[TensorSpec] = field(default_factory=list)
+    recv: list[int] = field(default_factory=list)
+    send: list[int] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "tasks": list(self.tasks), "submodel": self.submodel,
+                "inputs": [t.to_dict() for t in self.inputs], "outputs": [t.to_dict() for t in self.outputs],
+                "recv": list(self.recv), "send": list(self.send)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Segment":
+        return cls(int(d["index"]), [str(x) for x in d["tasks"]], d.get("submodel"),
+                   [TensorSpec.from_dict(t) for t in d.get("inputs", [])],
+                   [TensorSpec.from_dict(t) for t in d.get("outputs", [])],
+                   [int(x) for x in d.get("recv", [])], [int(x) for x in d.get("send", [])])
+
+
+@dataclass
+class Worker:
+    """One rank's program: its tasks, its segments in order and the collectives it joins. ``recv`` and
+    ``send`` are its point-to-point edges (set by the manifest), for the handshake and the links."""
 
     rank: int
     device: str
-    stage: int                      # plan stage index, -1 for the driver
-    layers: list[str] = field(default_factory=list)
-    submodel: str | None = None     # file name relative to the manifest
-    inputs: list[str] = field(default_factory=list)    # sub-model inputs (fed from received tensors)
-    outputs: list[str] = field(default_factory=list)   # sub-model outputs (sent on)
+    tasks: list[str] = field(default_factory=list)
+    segments: list[Segment] = field(default_factory=list)
+    collectives: list[int] = field(default_factory=list)
     recv: list[Edge] = field(default_factory=list)
     send: list[Edge] = field(default_factory=list)
 
-    @property
-    def relays(self) -> list[str]:
-        """Tensors received and forwarded unchanged (they skip this stage)."""
-        got = {t.name for e in self.recv for t in e.tensors}
-        return [t.name for e in self.send for t in e.tensors if t.name in got]
-
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["recv"] = [e.to_dict() for e in self.recv]
-        d["send"] = [e.to_dict() for e in self.send]
-        d["relays"] = self.relays
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "WorkerSpec":
-        return cls(int(d["rank"]), str(d["device"]), int(d["stage"]), list(d.get("layers", [])), d.get("submodel"),
-                   list(d.get("inputs", [])), list(d.get("outputs", [])),
-                   [Edge.from_dict(e) for e in d.get("recv", [])], [Edge.from_dict(e) for e in d.get("send", [])])
+        return {"rank": self.rank, "device": self.device, "tasks": list(self.tasks),
+                "collectives": list(self.collectives), "segments": [s.to_dict() for s in self.segments]}
 
 
 @dataclass
 class Manifest:
-    """Everything the processes of one run need to agree on."""
+    """Everything the processes of one run agree on (see the module docstring)."""
 
     model: str
     plan: dict[str, Any]
     inputs: list[TensorSpec]
     outputs: list[TensorSpec]
-    workers: list[WorkerSpec]       # index == rank; rank 0 is the driver
+    messages: list[Message]
+    collectives: list[Collective]
+    workers: list[Worker]                 # index == rank; rank 0 (the driver) has no segments
     source_model: str = ""
-    directory: Path | None = None   # where it was loaded from (sub-model paths are relative to it)
+    directory: Path | None = None         # where it was loaded from (sub-model paths are relative to it)
+
+    def __post_init__(self) -> None:
+        for w in self.workers:
+            w.send = sorted((m.edge(True) for m in self.messages if m.via == P2P and m.src_rank == w.rank),
+                            key=lambda e: e.tag)
+            w.recv = sorted((m.edge(False) for m in self.messages if m.via == P2P and m.dst_rank == w.rank),
+                            key=lambda e: e.tag)
 
     @property
     def world_size(self) -> int:
         return len(self.workers)
 
     @property
-    def driver(self) -> WorkerSpec:
+    def driver(self) -> Worker:
         return self.workers[0]
 
     @property
-    def stages(self) -> list[WorkerSpec]:
+    def stages(self) -> list[Worker]:
+        """The workers of the plan's devices (every rank but the driver)."""
         return self.workers[1:]
 
-    def worker(self, rank: int) -> WorkerSpec:
+    def worker(self, rank: int) -> Worker:
         return self.workers[rank]
 
-    def submodel_path(self, rank: int) -> Path:
-        spec = self.workers[rank]
-        if spec.submodel is None:
-            raise RuntimeFailure(f"rank {rank} ({spec.device}) runs no sub-model")
-        return (self.directory or Path(".")) / spec.submodel
+    def message(self, mid: int) -> Message:
+        return self.messages[mid]
 
-    @staticmethod
-    def driver_arrays(feed: dict[str, np.ndarray], edge: Edge) -> list[np.ndarray]:
-        """What the driver sends over ``edge`` for one input set: the model inputs it names."""
-        return [feed[t.name] for t in edge.tensors]
+    def sent_by(self, rank: int) -> list[Message]:
+        return [m for m in self.messages if m.src_rank == rank]
+
+    def received_by(self, rank: int) -> list[Message]:
+        return [m for m in self.messages if m.dst_rank == rank]
+
+    def relays(self, rank: int) -> list[str]:
+        """Tensors rank ``rank`` receives and sends on unchanged (a pipeline's skip connections)."""
+        got = {t.spec.name for m in self.received_by(rank) for t in m.tensors}
+        return [t.source for m in self.sent_by(rank) for t in m.tensors if t.take is None and t.source in got]
+
+    def submodel_path(self, rank: int, segment: int) -> Path:
+        seg = self.workers[rank].segments[segment]
+        if seg.submodel is None:
+            raise RuntimeFailure(f"device {self.workers[rank].device}: segment {segment} computes nothing")
+        return (self.directory or Path(".")) / seg.submodel
 
     def to_dict(self) -> dict[str, Any]:
+        workers = [{"rank": 0, "device": DRIVER, "send": [m.id for m in self.sent_by(0)],
+                    "recv": [m.id for m in self.received_by(0)]}]
+        workers += [w.to_dict() for w in self.workers[1:]]
         return {"format": FORMAT, "model": self.model, "source_model": self.source_model,
                 "inputs": [t.to_dict() for t in self.inputs], "outputs": [t.to_dict() for t in self.outputs],
-                "workers": [w.to_dict() for w in self.workers], "plan": self.plan}
+                "messages": [m.to_dict() for m in self.messages],
+                "collectives": [c.to_dict() for c in self.collectives], "workers": workers, "plan": self.plan}
 
     def save(self, path: str | Path) -> Path:
         p = Path(path)
@@ -181,10 +335,10 @@ class Manifest:
         return p
 
 
-def load_manifest(path: str | Path) -> Manifest | MappingManifest:
-    """Read a manifest file (or the ``manifest.json`` in a split directory): a pipeline's ``Manifest``
-    (``hetsplit.manifest/1``) or a mapping's ``MappingManifest`` (``hetsplit.manifest/2``)."""
-    from hetsplit.runtime.mapping_manifest import FORMAT2, mapping_manifest_from_dict
+def load_manifest(path: str | Path) -> Manifest:
+    """Read a manifest file (or the ``manifest.json`` in a split directory); a ``hetsplit.manifest/1``
+    file (a pipeline's, as written before) is turned into its ``/2`` program."""
+    from hetsplit.runtime.manifest_v1 import FORMAT_V1, from_v1
 
     p = Path(path)
     if p.is_dir():
@@ -192,74 +346,24 @@ def load_manifest(path: str | Path) -> Manifest | MappingManifest:
     d = read_json(p, RuntimeFailure, "no manifest; make one with `hetsplit split PLAN MODEL --out DIR`")
     if not isinstance(d, dict):
         raise RuntimeFailure(f"{p}: a manifest is a JSON object, got {type(d).__name__}")
-    if d.get("format") == FORMAT2:
-        return mapping_manifest_from_dict(d, p)
-    if d.get("format") != FORMAT:
-        raise RuntimeFailure(f"{p}: 'format' is {d.get('format')!r}; expected {FORMAT!r} or {FORMAT2!r}")
+    if d.get("format") not in (FORMAT, FORMAT_V1):
+        raise RuntimeFailure(f"{p}: 'format' is {d.get('format')!r}; expected {FORMAT!r} (or {FORMAT_V1!r})")
     try:
-        workers = [WorkerSpec.from_dict(w) for w in d["workers"]]
-        return Manifest(str(d["model"]), dict(d.get("plan", {})), [TensorSpec.from_dict(t) for t in d["inputs"]],
-                        [TensorSpec.from_dict(t) for t in d["outputs"]], workers, str(d.get("source_model", "")),
-                        p.parent)
+        return from_v1(d, p) if d["format"] == FORMAT_V1 else _from_dict(d, p)
     except (KeyError, TypeError, ValueError) as exc:
         raise RuntimeFailure(f"{p}: malformed manifest ({exc!r})") from None
 
 
-# ---- building a manifest from a plan --------------------------------------------------------------
-
-def plan_cluster(plan: Plan, cluster: Cluster | None = None) -> Cluster:
-    """The cluster the runtime checks a plan against (``check_plan``): ``cluster`` without its source and
-    sink (the driver feeds the inputs and collects the outputs), or, when none is given, one CPU per
-    device the plan names, in the plan's first-use order."""
-    if cluster is not None:
-        return replace(cluster, source=None, sink=None)
-    names = list(dict.fromkeys(plan.devices))   # once each: check_plan names a device given two stages
-    bw, lat, en, media = uniform_links(len(names), Medium("runtime", 1e9))
-    devices = [Device(n, "cpu", "cpu", math.inf) for n in names]
-    return Cluster(plan.cluster or "runtime", devices, bw, lat, en, media)
-
-
-def live_tensors(graph: Graph, cut: int) -> list[Tensor]:
-    """Tensors live across the cut before layer ``cut`` (exactly those ``Graph.cut_bytes`` counts)."""
-    n = graph.num_layers
-    out = []
-    for t in graph.tensors:
-        last = n if t.is_output else (max(t.consumers) if t.consumers else t.producer)
-        if t.producer < cut <= last:
-            out.append(t)
-    return sorted(out, key=lambda t: (t.producer, t.name))
-
-
-def build_manifest(graph: Graph, plan: Plan, specs: dict[str, TensorSpec], submodels: list[str],
-                   source_model: str = "", cluster: Cluster | None = None) -> Manifest:
-    """The manifest of ``plan`` on ``graph``; ``specs`` gives each wire tensor's concrete shape."""
-    bounds, _ = stage_bounds(graph, plan_cluster(plan, cluster), plan)
-    n_stages = len(plan.stages)
-    names = ["driver"] + [s.device for s in plan.stages]
-
-    def spec(t: Tensor) -> TensorSpec:
-        if t.name not in specs:
-            raise RuntimeFailure(f"no shape known for tensor {t.name!r} of model {graph.name!r}")
-        return specs[t.name]
-
-    cuts = [tuple(spec(t) for t in live_tensors(graph, k)) for k in bounds]
-    inputs = [spec(t) for t in graph.tensors if t.producer == INPUT]
-    outputs = [spec(t) for t in graph.tensors if t.is_output]
-    driver = WorkerSpec(0, "driver", -1, send=_edges(names[1], 1, cuts[0]),
-                        recv=_edges(names[n_stages], n_stages, cuts[n_stages]))
-    workers = [driver]
-    for s, stage in enumerate(plan.stages):
-        lo, hi = bounds[s], bounds[s + 1]
-        consumed = {t.name for t in graph.tensors if t.producer < lo and any(lo <= c < hi for c in t.consumers)}
-        produced = {t.name for t in graph.tensors if lo <= t.producer < hi}
-        prev, nxt = (0 if s == 0 else s), (0 if s == n_stages - 1 else s + 2)
-        workers.append(WorkerSpec(
-            rank=s + 1, device=stage.device, stage=s, layers=list(stage.layers), submodel=submodels[s],
-            inputs=[t.name for t in cuts[s] if t.name in consumed],
-            outputs=[t.name for t in cuts[s + 1] if t.name in produced],
-            recv=_edges(names[prev], prev, cuts[s]), send=_edges(names[nxt], nxt, cuts[s + 1])))
-    return Manifest(graph.name, plan.to_dict(), inputs, outputs, workers, source_model)
-
-
-def _edges(peer: str, rank: int, tensors: tuple[TensorSpec, ...]) -> list[Edge]:
-    return [Edge(peer, rank, tensors)] if tensors else []
+def _from_dict(d: dict[str, Any], path: Path) -> Manifest:
+    workers = [Worker(int(w["rank"]), str(w["device"]), [str(x) for x in w.get("tasks", [])],
+                      [Segment.from_dict(s) for s in w.get("segments", [])],
+                      [int(x) for x in w.get("collectives", [])]) for w in d["workers"]]
+    if [w.rank for w in workers] != list(range(len(workers))):
+        raise ValueError("workers must be listed by rank, 0 (the driver) first")
+    messages = [Message.from_dict(m) for m in d["messages"]]
+    if [m.id for m in messages] != list(range(len(messages))):
+        raise ValueError("messages must be listed by id from 0")
+    return Manifest(str(d["model"]), dict(d.get("plan", {})), [TensorSpec.from_dict(t) for t in d["inputs"]],
+                    [TensorSpec.from_dict(t) for t in d["outputs"]], messages,
+                    [Collective.from_dict(c) for c in d.get("collectives", [])], workers,
+                    str(d.get("source_model", "")), path.parent)

@@ -1,10 +1,11 @@
 """Turning the per-process logs of a run into measurements, and setting them beside predictions.
 
-Per device: compute time per input, idle time, bytes and time sent / received, peak memory, and
-the process's CPU time per input (compute plus its transfer threads; the driver's too: on a machine
-whose cores all run stages, the driver's CPU time is taken from theirs).
-Per hop (u -> v): the wire time of each input, ``recv done at v - max(send posted at u, recv posted
-at v)``: the time the transfer took once both ends were ready. End to end: unloaded latency (the
+Every plan kind gives one ``RunReport``. Per device: compute time per input, idle time, bytes and time
+sent / received, peak memory, and the process's CPU time per input (compute plus its transfer threads;
+the driver's too: on a machine whose cores all run stages, the driver's CPU time is taken from theirs).
+Per message (a hop u -> v): the wire time of each input, ``recv done at v - max(send posted at u, recv
+posted at v, the link's previous transfer done)``: the time the transfer took once both ends were ready
+and the link was free (``wire_times``). End to end: unloaded latency (the
 first inputs go one at a time), latency under load, and throughput over the streamed inputs.
 Energy per input comes from the device's meter (RAPL, NVML) where one is readable, else null.
 """
@@ -104,54 +105,89 @@ def stage_bound(devices: list[dict[str, Any]], links: dict[tuple[str, str], floa
     return (1.0 / worst, by) if worst > 0 else (0.0, "")
 
 
-def summarize(manifest: Manifest, docs: dict[int, dict]) -> RunReport:
-    """Measurements of a finished run from the rank documents (a mapping's: ``runtime.mapping_measure``)."""
-    if getattr(manifest, "is_mapping", False):
-        from hetsplit.runtime.mapping_measure import summarize_mapping
+def wire_times(manifest: Manifest, sends: dict[int, dict[int, dict]], recvs: dict[int, dict[int, dict]]
+               ) -> dict[int, list[float]]:
+    """Per message (both ends measured), the time each input's transfer took once both ends were ready and
+    its link was free: ``recv done - max(send posted, recv posted, the link's previous transfer done)``.
+    A link (u -> v) carries one transfer at a time, in the order the sends were posted; receives posted
+    ahead would otherwise count the wait behind earlier transfers as wire time."""
+    by_link: dict[tuple[int, int], list[tuple[float, int, int, float, float]]] = {}
+    out: dict[int, list[float]] = {}
+    for m in manifest.messages:
+        snd, rcv = sends.get(m.src_rank, {}).get(m.id), recvs.get(m.dst_rank, {}).get(m.id)
+        if snd is None or rcv is None:
+            continue
+        out[m.id] = [0.0] * len(rcv["done"])
+        link = by_link.setdefault((m.src_rank, m.dst_rank), [])
+        link += [(s0, m.id, i, r0, done) for i, (s0, r0, done) in enumerate(zip(snd["start"], rcv["start"],
+                                                                                 rcv["done"]))]
+    for transfers in by_link.values():
+        free = float("-inf")
+        for s0, mid, i, r0, done in sorted(transfers):
+            out[mid][i] = max(0.0, done - max(s0, r0, free))
+            free = max(free, done)
+    return out
 
-        return summarize_mapping(manifest, docs)
+
+def summarize(manifest: Manifest, docs: dict[int, dict]) -> RunReport:
+    """Measurements of a finished run from the rank documents (ranks on other hosts are left out).
+
+    Per device: compute time per input (the sum of its segments), idle time waiting for messages,
+    bytes received and sent per input (``*_workers_bytes``: between workers only, what the plan's
+    TaskGraph messages count), CPU time, peak memory, energy where a meter is readable. Per message
+    (``hops``): its wire time per input and its bytes beside the TaskGraph's. Per link
+    (``extra["links"]``): bytes per input and the messages on it."""
     drv = docs[0]
     n, k = len(drv["t_out"]), int(drv["latency_inputs"])
     steady = slice(k, n) if n - k >= 2 else slice(0, n)
+    sends = {r: {int(e["id"]): e for e in d["send"]} for r, d in docs.items()}
+    recvs = {r: {int(e["id"]): e for e in d["recv"]} for r, d in docs.items()}
     devices = []
-    for spec in manifest.stages:
-        if spec.rank not in docs:  # on another host
+    for w in manifest.stages:
+        if w.rank not in docs:  # on another host
             continue
-        d = docs[spec.rank]
+        d = docs[w.rank]
+        out_msgs, in_msgs = manifest.sent_by(w.rank), manifest.received_by(w.rank)
+        send_s = [b - a for m in out_msgs for a, b in zip(sends[w.rank][m.id]["start"][steady],
+                                                          sends[w.rank][m.id]["done"][steady])]
         comp = d["compute_s"]
         devices.append({
-            "device": spec.device, "rank": spec.rank, "stage": spec.stage, "threads": d.get("threads", 1),
-            "kind": d.get("kind", "cpu"),
+            "device": w.device, "rank": w.rank, "segments": len(w.segments), "threads": d.get("threads", 1),
+            "kind": d.get("kind", "cpu"), "executor": d.get("executor"),
             **compute_fields(d, steady),
             "idle_s": float(np.sum(d["idle_s"][steady])) / max(1, len(d["idle_s"][steady])),
-            "recv_bytes": sum(e["nbytes"] for e in d["recv"]), "send_bytes": sum(e["nbytes"] for e in d["send"]),
-            "send_s": _med([b - a for e in d["send"] for a, b in zip(e["start"][steady], e["done"][steady])]),
-            "peak_rss_bytes": d.get("peak_rss_bytes", 0),
+            "recv_bytes": sum(m.nbytes for m in in_msgs), "send_bytes": sum(m.nbytes for m in out_msgs),
+            "recv_workers_bytes": sum(m.nbytes for m in in_msgs if m.src_rank != 0),
+            "send_workers_bytes": sum(m.nbytes for m in out_msgs if m.dst_rank != 0),
+            "send_s": _med(send_s), "peak_rss_bytes": d.get("peak_rss_bytes", 0),
             "energy_j": d["energy_j"] / len(comp) if d.get("energy_j") is not None and comp else None,
             "energy_meter": d.get("energy_meter")})
     hops = []
-    for spec in manifest.workers:
-        for e_idx, edge in enumerate(spec.send):
-            if spec.rank not in docs or edge.rank not in docs:
-                continue
-            snd = docs[spec.rank]["send"][e_idx]
-            peer = manifest.worker(edge.rank)
-            r_idx = [x.rank for x in peer.recv].index(spec.rank)
-            rcv = docs[edge.rank]["recv"][r_idx]
-            wire = [done - max(s0, r0) for s0, r0, done in zip(snd["start"], rcv["start"], rcv["done"])]
-            hops.append({"from": spec.device, "to": peer.device, "nbytes": edge.nbytes,
-                         "tensors": edge.names, "wire_s": _med(wire[steady]), "wire_all_s": wire})
+    wires = wire_times(manifest, sends, recvs)
+    for m in manifest.messages:
+        if m.id not in wires:
+            continue
+        wire = wires[m.id]
+        hops.append({"from": m.src, "to": m.dst, "payload": m.payload, "via": m.via, "nbytes": m.nbytes,
+                     "plan_nbytes": m.plan_nbytes, "tensors": [t.spec.name for t in m.tensors],
+                     "wire_s": _med(wire[steady]), "wire_all_s": wire})
+    links: dict[tuple[str, str], dict] = {}
+    for h in hops:
+        link = links.setdefault((h["from"], h["to"]), {"from": h["from"], "to": h["to"], "nbytes": 0, "messages": 0,
+                                                       "wire_mean_s": 0.0})
+        link["nbytes"] += h["nbytes"]
+        link["messages"] += 1
+        link["wire_mean_s"] += float(np.mean(h["wire_all_s"][steady])) if h["wire_all_s"] else 0.0
     lat = [b - a for a, b in zip(drv["t_in"], drv["t_out"])]
-    t_out = drv["t_out"]
-    m = len(t_out[steady])
-    thr = (m - 1) / (t_out[steady][-1] - t_out[steady][0]) if m >= 2 and t_out[steady][-1] > t_out[steady][0] else 0.0
-    bound, by = stage_bound(devices, {(h["from"], h["to"]): float(np.mean(h["wire_all_s"][steady]))
-                                      for h in hops})
-    extra: dict[str, Any] = {"stage_bound_by": by}
+    t_out = drv["t_out"][steady]
+    thr = (len(t_out) - 1) / (t_out[-1] - t_out[0]) if len(t_out) >= 2 and t_out[-1] > t_out[0] else 0.0
+    bound, by = stage_bound(devices, {pair: link["wire_mean_s"] for pair, link in links.items()})
+    extra: dict[str, Any] = {"plan_kind": "pipeline" if manifest.plan.get("stages") else "mapping",
+                             "links": list(links.values()), "stage_bound_by": by}
     if drv.get("process_cpu_s") is not None and n:
         extra["driver_cpu_per_input_s"] = drv["process_cpu_s"] / n
-    return RunReport(manifest.model, devices, hops, n, thr, _med(lat[:k]) if k else _med(lat),
-                     _med(lat[steady]), lat, drv.get("verify", {}), bound, extra)
+    return RunReport(manifest.model, devices, hops, n, thr, _med(lat[:k]) if k else _med(lat), _med(lat[steady]),
+                     lat, drv.get("verify", {}), bound, extra)
 
 
 def compare(report: RunReport, predicted: Any, cluster: Any = None, cut_bytes: dict | None = None,

@@ -1,10 +1,13 @@
 """NCCL between GPU devices (guarded: used only where CUDA and NCCL are present).
 
-Edges whose both ends are GPU devices move CUDA tensors over a second process group, NCCL, made
-of the GPU ranks only (sub-ranks in rank order, rendezvous under a prefix of the same store).
-Everything else stays on gloo through host memory. ``TORCH_NCCL_BLOCKING_WAIT`` makes
-``Work.wait(timeout)`` block the host with the same timeout semantics as gloo. Without a GPU
-this module is never engaged (no GPU ranks), so the CPU path does not depend on it.
+Each worker decides on its own host whether it computes on a GPU (``runtime.executor``) and says so
+under ``hetsplit/gpu/<rank>`` in the rendezvous store; every worker reads the others' (``gpu_ranks``),
+so all agree which ranks are GPUs even across hosts. Point-to-point messages whose both ends are GPU
+ranks move CUDA tensors over a second process group, NCCL, made of the GPU ranks only (sub-ranks in
+rank order, rendezvous under a prefix of the same store). Everything else stays on gloo through host
+memory (collectives included). ``TORCH_NCCL_BLOCKING_WAIT`` makes ``Work.wait(timeout)`` block the
+host with the same timeout semantics as gloo. Without a GPU this module is never engaged (no GPU
+ranks), so the CPU path does not depend on it.
 """
 
 from __future__ import annotations
@@ -17,14 +20,16 @@ import torch
 import torch.distributed as dist
 
 from hetsplit.errors import RuntimeFailure
-from hetsplit.runtime.manifest import Manifest, TensorSpec
+from hetsplit.runtime.manifest import TensorSpec
 
 BLOCKING_WAIT_ENV = {"TORCH_NCCL_BLOCKING_WAIT": "1"}
 
 
-def gpu_ranks(manifest: Manifest, kinds: dict[str, str]) -> list[int]:
-    """Ranks whose device runs on a GPU (the driver never does)."""
-    return [w.rank for w in manifest.stages if kinds.get(w.device) == "gpu"]
+def gpu_ranks(store: dist.Store, rank: int, world: int, on_gpu: bool) -> list[int]:
+    """Publish whether worker ``rank`` computes on a GPU and read every worker's (ranks 1 .. world - 1;
+    the driver never does); blocks until all have said, within the store's timeout."""
+    store.set(f"hetsplit/gpu/{rank}", "1" if on_gpu else "0")
+    return [r for r in range(1, world) if store.get(f"hetsplit/gpu/{r}") == b"1"]
 
 
 def nccl_usable() -> bool:
@@ -42,8 +47,7 @@ class NcclLinks:
     def open(cls, store: dist.Store, rank: int, ranks: list[int], timeout_s: float, me: str) -> "NcclLinks":
         if not nccl_usable():
             raise RuntimeFailure(f"device {me}: GPU-to-GPU links need CUDA and NCCL, which this host lacks")
-        local = ranks.index(rank)
-        torch.cuda.set_device(local % torch.cuda.device_count())
+        local = ranks.index(rank)     # the worker chose its CUDA device before loading its executors
         opts = dist.ProcessGroupNCCL.Options()
         opts._timeout = datetime.timedelta(seconds=timeout_s)
         pg = dist.ProcessGroupNCCL(dist.PrefixStore("nccl/", store), local, len(ranks), opts)
@@ -68,3 +72,8 @@ def _cuda(a) -> torch.Tensor:
 def cuda_empty(spec: TensorSpec) -> torch.Tensor:
     """A receive buffer on this process's GPU."""
     return torch.empty(spec.shape, dtype=torch.from_numpy(np.empty(0, spec.dtype)).dtype, device="cuda")
+
+
+def use_gpu_of(rank: int) -> None:
+    """Make worker ``rank``'s CUDA device current (workers sharing a host take its GPUs in turn)."""
+    torch.cuda.set_device((rank - 1) % torch.cuda.device_count())

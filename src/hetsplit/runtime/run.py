@@ -1,5 +1,5 @@
-"""``run_plan``: split a plan, start one process per stage (pipelines) or per device (mappings),
-stream inputs, measure and verify."""
+"""``run_plan``: split a plan, start the driver and one worker process per device (the same program for
+every plan kind), stream inputs, measure and verify."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hetsplit.cluster.types import Cluster
-from hetsplit.errors import RuntimeFailure, UsageError
+from hetsplit.errors import UsageError
 from hetsplit.graph.types import Graph
 from hetsplit.plan.types import Plan
 from hetsplit.runtime.config import RunConfig
@@ -23,7 +23,8 @@ from hetsplit.runtime.split import split_model
 
 @dataclass
 class RunOptions:
-    """How to run (the CLI's flags); ``links`` turns on link emulation (see ``runtime.netem``)."""
+    """How to run (the CLI's flags); ``links`` turns on link emulation (see ``runtime.netem``); ``kinds``
+    (device -> cpu | gpu) lets a GPU device compute on its host's GPU, unless ``cpu_only``."""
 
     inputs: int = 8
     latency_inputs: int = 2
@@ -34,6 +35,7 @@ class RunOptions:
     depth: int = 2
     threads: dict[str, int] = field(default_factory=dict)
     kinds: dict[str, str] = field(default_factory=dict)
+    cpu_only: bool = False
     run_dir: Path | None = None
     links: object | None = None          # runtime.netem.LinkMatrix for emulated links
     verify: bool = True
@@ -57,11 +59,11 @@ def make_config(manifest_path: Path, opts: RunOptions) -> RunConfig:
     return RunConfig(str(manifest_path), inputs=opts.inputs, latency_inputs=opts.latency_inputs,
                      timeout_s=opts.timeout_s, startup_timeout_s=opts.startup_timeout_s, master_port=opts.port,
                      seed=opts.seed, depth=opts.depth, threads=dict(opts.threads), kinds=dict(opts.kinds),
-                     verify=opts.verify, faults=dict(opts.faults))
+                     cpu_only=opts.cpu_only, verify=opts.verify, faults=dict(opts.faults))
 
 
 def pin_cpus(manifest: Manifest, threads: dict[str, int]) -> dict[str, list[int]]:
-    """Give each stage's worker its own CPUs of this process's affinity, in rank order (cyclic when
+    """Give each device's worker its own CPUs of this process's affinity, in rank order (cyclic when
     there are fewer CPUs than threads); the driver, mostly idle, is not pinned."""
     import os
 
@@ -85,11 +87,6 @@ def run_manifest(manifest: Manifest, opts: RunOptions) -> RunReport | None:
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         cfg = make_config(Path(manifest.directory or ".") / "manifest.json", opts)
-        if getattr(manifest, "is_mapping", False):
-            cfg.kinds = {}   # mapping workers run their segments with onnxruntime on the CPU
-            if opts.links is not None:
-                raise RuntimeFailure("link emulation (--emulate-links) runs pipeline plans only; run this mapping "
-                                     "without it")
         if opts.pin:
             cfg.cpus = pin_cpus(manifest, cfg.threads)
         wraps = []

@@ -1,9 +1,9 @@
-"""ONNX surgery for mappings: each task of a TaskGraph as a fragment of ONNX nodes, and a device's
-segment of tasks as one sub-model.
+"""ONNX surgery: each task of a TaskGraph as a fragment of ONNX nodes, and a device's segment of tasks
+as one sub-model.
 
-Per task kind (the local names are those of ``runtime.mapping_layout``):
+Per task kind (the local names are those of ``runtime.compile``):
 
-- ``layer``: the layer's nodes as they are;
+- ``layer``: the layer's nodes as they are; ``stage`` (a pipeline's): the nodes of all its layers;
 - ``shard``, axis ``out``, of a conv / fully connected layer: its nodes on the whole input with the
   weight cut (conv weight axis 0; Gemm / MatMul weight columns, minding ``transB``), the bias and the
   epilogue's per-channel constants cut alike (bias Add, BatchNormalization, PRelu...); a depthwise
@@ -36,15 +36,35 @@ from hetsplit.graph.onnx_ops import ANCHOR_OPS, EW_OPS, VIEW_OPS
 from hetsplit.graph.onnx_prepare import value_types
 from hetsplit.graph.types import CONV, DWCONV, GEMM, Graph
 from hetsplit.plan.tasks import Task
-from hetsplit.runtime.manifest import TensorSpec
-from hetsplit.runtime.mapping_layout import Layout, outputs_of
-from hetsplit.runtime.mapping_manifest import Take
-from hetsplit.runtime.split import free_nodes, np_dtype
+from hetsplit.runtime.compile import Layout, outputs_of
+from hetsplit.runtime.manifest import Take, TensorSpec
 
 MOVERS = {"Concat", "Split", "Slice", "Pad", "Resize", "Upsample", "Tile", "Expand", "Gather", "GatherElements",
           "GatherND", "ScatterND", "ScatterElements", "DepthToSpace", "SpaceToDepth", "Trilu", "OneHot"}
 ELEMENTWISE = EW_OPS - VIEW_OPS - MOVERS                   # ops that keep a channel where it is
 ORDER_VIEWS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"}   # keep element order
+
+
+def np_dtype(elem_type: int) -> str:
+    """The numpy dtype name of an ONNX element type."""
+    return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).name
+
+
+def node_inputs(node: onnx.NodeProto) -> list[str]:
+    """Every tensor a node reads, including outer-scope names used inside its subgraphs."""
+    names = [x for x in node.input if x]
+    for attr in node.attribute:
+        for sub in list(attr.graphs) + ([attr.g] if attr.HasField("g") else []):
+            local = {o for n in sub.node for o in n.output} | {i.name for i in sub.input} | \
+                    {i.name for i in sub.initializer}
+            names += [x for n in sub.node for x in node_inputs(n) if x not in local]
+    return names
+
+
+def free_nodes(model: onnx.ModelProto, graph: Graph) -> dict[str, onnx.NodeProto]:
+    """Nodes outside every layer, by the tensors they produce."""
+    grouped = {n for layer in graph.layers for n in layer.nodes}
+    return {o: n for n in model.graph.node if n.name not in grouped for o in n.output}
 
 
 @dataclass
@@ -166,6 +186,8 @@ class ShardSurgeon:
         frag = Fragment(n, reads=list(self.lay.reads[n]), makes=list(self.lay.makes[n]))
         if task.kind == "layer":
             frag.nodes = [self.by_name[x] for x in layer.nodes]
+        elif task.kind == "stage":
+            frag.nodes = [self.by_name[x] for j in task.layers for x in self.graph.layers[j].nodes]
         elif task.kind == "shard" and task.axis == "out":
             self._out_shard(frag, task, i)
         elif task.kind == "shard":
@@ -397,7 +419,7 @@ class ShardSurgeon:
                 made.update(outs)
         added = {i.name: i for f in frags for i in f.initializers}
         fed = {t.name for t in inputs}
-        todo = [x for n in nodes for x in n.input if x]
+        todo = [x for n in nodes for x in node_inputs(n)]
         pulled: list[onnx.NodeProto] = []
         while todo:
             x = todo.pop()
@@ -409,7 +431,7 @@ class ShardSurgeon:
                                  "constant; the layer grouping and the plan disagree")
             pulled.append(node)
             made.update(o for o in node.output if o)
-            todo += [y for y in node.input if y]
+            todo += node_inputs(node)
         order = {id(n): k for k, n in enumerate(self.model.graph.node)}
         nodes = sorted(pulled, key=lambda n: order.get(id(n), 0)) + nodes
         need = {t.name for t in outputs}
@@ -417,7 +439,7 @@ class ShardSurgeon:
         for n in reversed(nodes):
             if any(o in need for o in n.output):
                 kept.append(n)
-                need.update(x for x in n.input if x)
+                need.update(node_inputs(n))
         kept.reverse()
         missing = [t.name for t in outputs if t.name not in made and t.name not in fed]
         if missing:

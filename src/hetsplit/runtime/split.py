@@ -1,61 +1,164 @@
-"""Split an ONNX model along a plan: one sub-model per stage plus the manifest (``hetsplit split``).
+"""``split_model``: any plan cut into per-device segment sub-models plus its ``hetsplit.manifest/2``
+(``hetsplit split``).
 
-Pipelines (``plan.stages``) are split here; mappings (``plan.assign``, shards and combines) by
-``runtime.mapping_split`` into the ``hetsplit.manifest/2`` format. For a pipeline, each sub-model
-holds exactly the ONNX nodes of its stage's layers (``Layer.nodes``), the initializers they read,
-graph inputs for the tensors the stage receives and computes with, and graph outputs for the
-tensors it produces and sends on. Nodes outside every layer (constants the importer left
-ungrouped) are copied into each stage that needs them, provided they depend on nothing but
-initializers and other such nodes.
+The plan is validated and expanded by ``check_plan`` (a pipeline giving each device one stage: the
+runtime starts one worker per device); ``runtime.compile`` reads the TaskGraph (local names, messages,
+collectives, segments); ``runtime.shard_onnx`` builds each task's ONNX fragment and infers its shapes;
+here the fragments of each segment become one sub-model, probed once on zeros, and the manifest is
+written. A pipeline's stage is one segment, so one sub-model per stage.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-import numpy as np
 import onnx
-from onnx import helper, shape_inference
 
 from hetsplit.cluster.types import Cluster
 from hetsplit.errors import ModelError, PlanError, RuntimeFailure
 from hetsplit.graph.types import Graph
 from hetsplit.plan.check import check_plan
 from hetsplit.plan.types import Plan
-from hetsplit.runtime.manifest import Manifest, TensorSpec, WorkerSpec, build_manifest, plan_cluster
-
-if TYPE_CHECKING:
-    from hetsplit.runtime.mapping_manifest import MappingManifest
-
-
-def np_dtype(elem_type: int) -> str:
-    return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).name
+from hetsplit.runtime.compile import DRIVER_DEV, Layout, layout, plan_cluster
+from hetsplit.runtime.manifest import (DRIVER, P2P, Collective, Manifest, Message, Segment, TensorSpec, WireTensor,
+                                       Worker)
+from hetsplit.runtime.shard_onnx import Fragment, ShardSurgeon, np_dtype, probe
 
 
-def tensor_specs(model: onnx.ModelProto, names: set[str]) -> dict[str, TensorSpec]:
-    """Concrete shapes and dtypes of ``names``: from shape inference, else from one probe run."""
-    try:
-        inferred = shape_inference.infer_shapes(model)
-    except Exception:  # noqa: BLE001 - shape inference is best effort; the probe covers the rest
-        inferred = model
-    g = inferred.graph
-    infos = {vi.name: vi for vi in list(g.input) + list(g.value_info) + list(g.output)}
-    specs: dict[str, TensorSpec] = {}
-    unknown: list[str] = []
-    for name in sorted(names):
-        vi = infos.get(name)
-        if vi is None or not vi.type.HasField("tensor_type"):
-            unknown.append(name)
-            continue
-        dims = vi.type.tensor_type.shape.dim
-        if any(not d.HasField("dim_value") for d in dims) or not vi.type.tensor_type.HasField("shape"):
-            unknown.append(name)
-            continue
-        specs[name] = TensorSpec(name, tuple(int(d.dim_value) for d in dims), np_dtype(vi.type.tensor_type.elem_type))
-    if unknown:
-        specs.update(_probe(model, unknown))
-    return specs
+def split_model(plan: Plan, graph: Graph, model_path: str | Path, out_dir: str | Path, check: bool = True,
+                cluster: Cluster | None = None) -> Manifest:
+    """Write every device's segment sub-models and ``manifest.json`` into ``out_dir``; return the manifest.
+
+    The plan is validated by ``check_plan`` against ``cluster`` (default: the devices the plan names)."""
+    if plan.model and plan.model != graph.name:
+        raise RuntimeFailure(f"the plan is for model {plan.model!r}, but the model given is {graph.name!r}")
+    for s, stage in enumerate(plan.stages):
+        if getattr(stage, "shard", None) is not None:
+            raise PlanError(f"stage {s} ({stage.device}) is a shard of a layer: shards in pipeline stages are not "
+                            "supported by the runtime yet; write the plan as a mapping (plan/2 'assign' with shards "
+                            "and 'combine')")
+    cl = plan_cluster(plan, cluster)
+    tg = check_plan(graph, cl, plan, one_worker_per_device=True)
+    require_nodes(graph)
+    model = load_prepared(Path(model_path))
+    lay = layout(graph, plan, tg)
+    surgeon = ShardSurgeon(model, graph, lay)
+    for t in input_specs(model):   # symbolic input dims were fixed to 1
+        surgeon.specs[t.name] = t
+    takes = _takes(lay, surgeon)
+    frags = []
+    for n in range(len(lay.tasks)):
+        frag = surgeon.fragment(n)
+        surgeon.infer(frag)
+        frags.append(frag)
+    used = [cl.index(name) for name in dict.fromkeys(plan.devices)]
+    rank = {d: r + 1 for r, d in enumerate(used)}
+    rank[DRIVER_DEV] = 0
+    names = {d: cl.names[d] for d in used}
+    names[DRIVER_DEV] = DRIVER
+    messages, tag = [], 0
+    for mid, m in enumerate(lay.messages):
+        tensors = tuple(WireTensor(_named(surgeon.specs[c.name] if c.slice_of < 0 else takes[c.name][1], c.name),
+                                   c.source, takes[c.name][0] if c.slice_of >= 0 else None) for c in m.tensors)
+        plan_bytes = None if DRIVER_DEV in (m.src, m.dst) else m.plan_nbytes
+        messages.append(Message(mid, m.payload, names[m.src], rank[m.src], names[m.dst], rank[m.dst], tensors,
+                                tag if m.via == P2P else 0, m.via, m.collective, plan_bytes))
+        if m.via == P2P:
+            tag += len(tensors)
+    colls = [Collective(cid, c.kind, graph.layers[c.layer].name, lay.tasks[c.task].name, names[c.root],
+                        tuple(names[d] for d in c.members), tuple(rank[d] for d in c.members), tuple(c.messages))
+             for cid, c in enumerate(lay.collectives)]
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    workers = [Worker(0, DRIVER)]
+    for d in used:
+        segs = _segments(lay, d, frags, surgeon, out, names[d], check)
+        workers.append(Worker(rank[d], names[d], [t.name for t in lay.tasks if t.device == d], segs,
+                              [c.id for c in colls if names[d] in c.members]))
+    inputs = [surgeon.specs[t.name] for t in graph.tensors if t.producer == -1]
+    outputs = [surgeon.specs[t.name] for t in graph.tensors if t.is_output]
+    manifest = Manifest(graph.name, plan.to_dict(), inputs, outputs, messages, colls, workers, str(model_path), out)
+    manifest.save(out / "manifest.json")
+    return manifest
+
+
+def _named(spec: TensorSpec, name: str) -> TensorSpec:
+    return TensorSpec(name, spec.shape, spec.dtype)
+
+
+def _takes(lay: Layout, surgeon: ShardSurgeon) -> dict:
+    """Local name of every slice a sender cuts -> (Take, its spec); one cut per name."""
+    out: dict = {}
+    for m in lay.messages:
+        for c in m.tensors:
+            if c.slice_of < 0:
+                continue
+            take = surgeon.take(c.slice_of, c.start, c.stop, c.size)
+            if c.name in out and out[c.name][0] != take:
+                raise ModelError(f"layers {surgeon.graph.layers[c.slice_of].name!r} and another one read different "
+                                 f"slices named {c.name!r} (their inputs reach their weights through different "
+                                 "reshapes); split one of them differently")
+            out[c.name] = (take, surgeon.slice_spec(c.name, c.source, take))
+            surgeon.specs[c.name] = out[c.name][1]
+    return out
+
+
+def _segments(lay: Layout, d: int, frags: list[Fragment], surgeon: ShardSurgeon, out: Path, device: str,
+              check: bool) -> list[Segment]:
+    """Device ``d``'s segments: inputs, outputs, messages waited for and posted, one sub-model each."""
+    seg_tasks = lay.segments.get(d, [])
+    seg_of = {n: s for s, seg in enumerate(seg_tasks) for n in seg}
+    recv = [[] for _ in seg_tasks]
+    send = [[] for _ in seg_tasks]
+    for mid, m in enumerate(lay.messages):
+        if m.dst == d:
+            recv[seg_of[lay.recv_at[mid]]].append(mid)
+        if m.src == d:
+            send[seg_of[m.producer]].append(mid)
+    have: set[str] = set()
+    ins: list[list[str]] = []
+    made: list[list[str]] = []
+    for s, seg in enumerate(seg_tasks):
+        have.update(c.name for mid in recv[s] for c in lay.messages[mid].tensors)
+        inside: list[str] = []
+        needs: list[str] = []
+        for n in seg:
+            needs += [r for r in frags[n].reads if r not in inside and r not in needs and frags[n].nodes]
+            inside += [x for x in frags[n].makes if frags[n].nodes]
+        missing = [r for r in needs if r not in have]
+        if missing:
+            raise RuntimeFailure(f"device {device}: segment {s} reads {missing[:3]}, which nothing before it makes "
+                                 "or sends here (internal error: the layout and the fragments disagree)")
+        ins.append(needs)
+        made.append(inside)
+        have.update(inside)
+    segs = []
+    for s, seg in enumerate(seg_tasks):
+        later = {x for t in ins[s + 1:] for x in t}
+        sent = {c.source for mid in send[s] for c in lay.messages[mid].tensors}
+        outs = [x for x in made[s] if x in later or x in sent]
+        where = f"device {device} segment {s} ({_tasks_named(lay, seg)})"
+        inputs = [surgeon.specs[x] for x in ins[s]]
+        outputs = [surgeon.specs[x] for x in outs]
+        submodel = None
+        if outputs:
+            submodel = f"{safe_name(device)}-seg{s}.onnx"
+            sub = surgeon.assemble([frags[n] for n in seg], inputs, outputs, where)
+            onnx.save(sub, str(out / submodel))
+            if check:
+                onnx.checker.check_model(str(out / submodel))
+                got = probe(sub, inputs, [t.name for t in outputs], where)
+                for t in outputs:
+                    if tuple(got[t.name].shape) != t.shape:
+                        raise ModelError(f"{where}: {t.name!r} comes out {list(got[t.name].shape)}, its task "
+                                         f"alone made {list(t.shape)}")
+        segs.append(Segment(s, [lay.tasks[n].name for n in seg], submodel, inputs, outputs, recv[s], send[s]))
+    return segs
+
+
+def _tasks_named(lay: Layout, seg: list[int]) -> str:
+    names = [lay.tasks[n].name for n in seg]
+    return ", ".join(names) if len(names) <= 4 else f"{', '.join(names[:3])} ... {names[-1]}"
 
 
 def input_specs(model: onnx.ModelProto) -> list[TensorSpec]:
@@ -71,92 +174,7 @@ def input_specs(model: onnx.ModelProto) -> list[TensorSpec]:
     return out
 
 
-def _probe(model: onnx.ModelProto, names: list[str]) -> dict[str, TensorSpec]:
-    """Run the whole model once on zeros, exposing ``names`` as outputs, to read their shapes."""
-    import onnxruntime as ort
-
-    probe = onnx.ModelProto()
-    probe.CopyFrom(model)
-    have = {o.name for o in probe.graph.output}
-    for name in names:
-        if name not in have:
-            probe.graph.output.append(helper.make_empty_tensor_value_info(name))
-    inputs = input_specs(model)
-    sess = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
-    feed = {t.name: np.zeros(t.shape, dtype=t.dtype) for t in inputs}
-    values = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feed)))
-    specs = {t.name: t for t in inputs}
-    for name in names:
-        if name in specs:
-            continue
-        if name not in values:
-            raise ModelError(f"tensor {name!r} is not produced by the ONNX model; the graph and the file disagree")
-        v = np.asarray(values[name])
-        specs[name] = TensorSpec(name, tuple(v.shape), v.dtype.name)
-    return specs
-
-
-def _node_inputs(node: onnx.NodeProto) -> list[str]:
-    """Every tensor a node reads, including outer-scope names used inside its subgraphs."""
-    names = [x for x in node.input if x]
-    for attr in node.attribute:
-        for sub in list(attr.graphs) + ([attr.g] if attr.HasField("g") else []):
-            local = {o for n in sub.node for o in n.output} | {i.name for i in sub.input} | \
-                    {i.name for i in sub.initializer}
-            names += [x for n in sub.node for x in _node_inputs(n) if x not in local]
-    return names
-
-
-def extract_stage(model: onnx.ModelProto, node_names: list[str], inputs: list[TensorSpec],
-                  outputs: list[TensorSpec], free_nodes: dict[str, onnx.NodeProto], where: str) -> onnx.ModelProto:
-    """A sub-model of ``model`` with the given nodes, graph inputs and outputs."""
-    by_name = {n.name: n for n in model.graph.node}
-    missing = [n for n in node_names if n not in by_name]
-    if missing:
-        raise ModelError(f"{where}: ONNX nodes {missing[:5]} are not in the model")
-    wanted = set(node_names)
-    inits = {i.name: i for i in model.graph.initializer}
-    fed = {t.name for t in inputs}
-    produced: set[str] = {o for n in node_names for o in by_name[n].output}
-    # pull in ungrouped constant nodes this stage reads (transitively)
-    todo = [x for n in node_names for x in _node_inputs(by_name[n])]
-    while todo:
-        name = todo.pop()
-        if name in produced or name in fed or name in inits:
-            continue
-        node = free_nodes.get(name)
-        if node is None:
-            raise ModelError(f"{where}: it reads tensor {name!r}, which is neither sent to it, made by its layers, "
-                             "nor a constant; the layer grouping and the plan disagree")
-        wanted.add(node.name)
-        produced.update(node.output)
-        todo += _node_inputs(node)
-    nodes = [n for n in model.graph.node if n.name in wanted]  # keep the original topological order
-    used = {x for n in nodes for x in _node_inputs(n)}
-    not_made = [t.name for t in outputs if t.name not in produced]
-    if not_made:
-        raise ModelError(f"{where}: it must send {not_made[:5]} but its layers do not produce them")
-    graph = helper.make_graph(
-        nodes, f"{model.graph.name or 'model'}-{where}",
-        [helper.make_tensor_value_info(t.name, helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype)), list(t.shape))
-         for t in inputs],
-        [helper.make_tensor_value_info(t.name, helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype)), list(t.shape))
-         for t in outputs],
-        initializer=[inits[x] for x in sorted(used) if x in inits and x not in fed])
-    sub = helper.make_model(graph, opset_imports=list(model.opset_import), producer_name="hetsplit split")
-    sub.ir_version = model.ir_version
-    sub.functions.extend(model.functions)
-    return sub
-
-
-def free_nodes(model: onnx.ModelProto, graph: Graph) -> dict[str, onnx.NodeProto]:
-    """Nodes outside every layer, by the tensors they produce."""
-    grouped = {n for layer in graph.layers for n in layer.nodes}
-    return {o: n for n in model.graph.node if n.name not in grouped for o in n.output}
-
-
 _PREPARED: dict[tuple, onnx.ModelProto] = {}   # the last model prepared in this process (one entry)
-_SPECS: dict[tuple, dict[str, TensorSpec]] = {}
 
 
 def _file_key(path: Path) -> tuple:
@@ -184,74 +202,12 @@ def load_prepared(path: Path) -> onnx.ModelProto:
     return copy
 
 
-def file_tensor_specs(path: Path, model: onnx.ModelProto, names: set[str]) -> dict[str, TensorSpec]:
-    """``tensor_specs`` of the model prepared from ``path``, kept for the last file and set of names."""
-    key = (_file_key(path), frozenset(names))
-    if key not in _SPECS:
-        _SPECS.clear()
-        _SPECS[key] = tensor_specs(model, names)
-    return dict(_SPECS[key])
-
-
-def split_model(plan: Plan, graph: Graph, model_path: str | Path, out_dir: str | Path,
-                check: bool = True, cluster: Cluster | None = None) -> Manifest | MappingManifest:
-    """Write the sub-models and ``manifest.json`` into ``out_dir``; return the manifest.
-
-    A pipeline gets one sub-model per stage (``hetsplit.manifest/1``); a mapping one sub-model per
-    segment of each device (``hetsplit.manifest/2``, see ``runtime.mapping_manifest``). The plan is
-    validated by ``check_plan`` against ``cluster`` (default: the devices the plan names), a device
-    running at most one stage (the runtime starts one worker per device).
-    """
-    model_path, out = Path(model_path), Path(out_dir)
-    if plan.model and plan.model != graph.name:
-        raise RuntimeFailure(f"the plan is for model {plan.model!r}, but the model given is {graph.name!r}")
-    for s, stage in enumerate(plan.stages):
-        if getattr(stage, "shard", None) is not None:
-            raise PlanError(f"stage {s} ({stage.device}) is a shard of a layer: shards in pipeline stages are not "
-                            "supported by the runtime yet; write the plan as a mapping (plan/2 'assign' with shards "
-                            "and 'combine')")
-    if not plan.is_pipeline:
-        from hetsplit.runtime.mapping_split import split_mapping
-
-        return split_mapping(plan, graph, model_path, out, check=check, cluster=cluster)
-    check_plan(graph, plan_cluster(plan, cluster), plan, one_worker_per_device=True)  # before any work
-    require_nodes(graph)
-    model = load_prepared(model_path)
-    wire = {t.name for t in graph.tensors}
-    specs = file_tensor_specs(model_path, model, wire)
-    for t in input_specs(model):  # symbolic input dims were fixed to 1
-        specs[t.name] = t
-    out.mkdir(parents=True, exist_ok=True)
-    files = [f"stage{s}-{safe_name(st.device)}.onnx" for s, st in enumerate(plan.stages)]
-    manifest = build_manifest(graph, plan, specs, files, str(model_path), cluster)
-    free = free_nodes(model, graph)
-    for spec in manifest.stages:
-        sub = _stage_model(model, graph, spec, free)
-        path = out / str(spec.submodel)
-        onnx.save(sub, str(path))
-        if check:
-            onnx.checker.check_model(str(path))
-    manifest.directory = out
-    manifest.save(out / "manifest.json")
-    return manifest
-
-
 def require_nodes(graph: Graph) -> None:
     """Fail unless every layer names its ONNX nodes (a graph imported from the file, not a profile)."""
     for layer in graph.layers:
         if not layer.nodes:
             raise ModelError(f"layer {layer.name!r} of {graph.name!r} names no ONNX nodes; split needs a graph "
                              "imported from the ONNX file (hetsplit.graph.load_onnx), not one read from a profile")
-
-
-def _stage_model(model: onnx.ModelProto, graph: Graph, spec: WorkerSpec,
-                 free: dict[str, onnx.NodeProto]) -> onnx.ModelProto:
-    nodes = [n for name in spec.layers for n in graph.layers[graph.index(name)].nodes]
-    received = {t.name: t for e in spec.recv for t in e.tensors}
-    sent = {t.name: t for e in spec.send for t in e.tensors}
-    where = f"stage {spec.stage} ({spec.device})"
-    return extract_stage(model, nodes, [received[n] for n in spec.inputs], [sent[n] for n in spec.outputs], free,
-                         where)
 
 
 def safe_name(name: str) -> str:

@@ -44,7 +44,7 @@ from hetsplit.plan.check import check_plan, collectives
 from hetsplit.plan.types import Collective, Plan
 from hetsplit.runtime.config import RunConfig
 from hetsplit.runtime.launch import Launcher
-from hetsplit.runtime.manifest import plan_cluster
+from hetsplit.runtime.compile import plan_cluster
 
 WORKER_MODULE = "hetsplit.runtime.tensor_parallel_worker"
 JOB_FILE = "job.json"
@@ -106,7 +106,7 @@ class HeadLayout:
 
 @dataclass(frozen=True)
 class Member:
-    """What the launcher and ``process.connect`` read of a rank."""
+    """What the launcher reads of a rank."""
 
     rank: int
     device: str

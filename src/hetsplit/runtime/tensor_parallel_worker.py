@@ -1,7 +1,7 @@
 """One rank of a tensor-parallel decode: ``python -m hetsplit.runtime.tensor_parallel_worker RUN_DIR RANK``.
 
 The rank loads only its own slices (``rank<R>.pt``, written by ``runtime.tensor_parallel``), joins
-the run's gloo group (``process.connect``) and runs the job's steps: the prompt in one pass, then one
+the run's gloo group (``wire.connect``) and runs the job's steps: the prompt in one pass, then one
 token per step. Per block it takes part in the two all-reduces whose trees name it: the normed
 tensor comes down the tree from the root (``broadcast``), the rank computes its partial sum (its
 heads' attention with its own KV cache and their ``wo`` columns, or its F slice of the SwiGLU FFN),
@@ -216,11 +216,12 @@ def held(w: dict[str, torch.Tensor]) -> tuple[int, int]:
 
 def run_rank(cfg: RunConfig, job: TensorParallelJob, rank: int, run_dir: Path) -> dict:
     """Decode the job's steps on this rank; its measurements (and, on the root, the logits file)."""
-    from hetsplit.runtime.process import connect, inject
+    from hetsplit.runtime.process import inject
+    from hetsplit.runtime.wire import connect
 
     w = torch.load(run_dir / f"rank{rank}.pt", weights_only=True)
     blocks, other = held(w)
-    wire = connect(cfg, job, rank, run_dir)
+    wire = connect(cfg, job.world_size, job.devices[rank], rank, run_dir)
     links = TreeLinks(wire, job.devices, rank)
     dec = Decoder(job, rank, w, links)
     fault = cfg.faults.get(str(rank))

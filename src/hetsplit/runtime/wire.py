@@ -1,9 +1,10 @@
-"""Moving tensors between processes with torch.distributed point-to-point (gloo), and nothing else.
+"""Moving tensors between processes with torch.distributed point-to-point (gloo, NCCL between GPU ends).
 
-Only tensors cross the wire. Shapes and dtypes come from the manifest, so a message is just the
-tensors of an edge, each under its own tag (the edge's first tag plus its slot in the edge). At
-start-up both ends of every edge exchange a fixed-layout int64 tensor ``[MAGIC, n_tensors, nbytes,
-signature]`` and refuse to run if they disagree. Every wait has a timeout; failures become
+``connect`` joins a run's rendezvous (rank 0 serves it and writes its port to ``port.txt``) and opens
+the gloo group every process of the run is in. Only tensors cross the wire. Shapes and dtypes come from
+the manifest, so a message is just the tensors of an edge, each under its own tag (the edge's first tag
+plus its slot in the edge). At start-up both ends of every edge exchange a fixed-layout int64 tensor
+``[MAGIC, n_tensors, nbytes, signature]`` and refuse to run if they disagree. Every wait has a timeout; failures become
 ``RuntimeFailure`` naming this device, the peer and the cause.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import datetime
 import socket
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,6 +21,7 @@ import torch
 import torch.distributed as dist
 
 from hetsplit.errors import RuntimeFailure
+from hetsplit.runtime.config import RunConfig
 from hetsplit.runtime.manifest import Edge
 
 MAGIC = 0x48535031  # "HSP1"
@@ -33,7 +36,7 @@ class LinkFailure(RuntimeFailure):
         self.kind, self.peer = kind, peer
 
 
-def _host(a) -> torch.Tensor:
+def host_tensor(a) -> torch.Tensor:
     """A CPU tensor sharing memory with a numpy array (or a GPU tensor copied to the host)."""
     if isinstance(a, torch.Tensor):
         return a.detach().contiguous().cpu()
@@ -83,15 +86,24 @@ class Wire:
     me: str
     timeout_s: float
     nccl: Any = None               # runtime.nccl.NcclLinks between GPU devices, where there are any
+    store: Any = None              # the rendezvous store (subgroups and NCCL meet under prefixes of it)
 
     def on_gpu(self, edge: Edge) -> bool:
         """True when the edge moves CUDA tensors over NCCL (both ends are GPU devices)."""
         return self.nccl is not None and self.nccl.carries(edge.rank)
 
+    def empty(self, edge: Edge) -> list:
+        """Receive buffers for the edge's tensors: on this process's GPU for an NCCL edge, else numpy."""
+        if self.on_gpu(edge):
+            from hetsplit.runtime.nccl import cuda_empty
+
+            return [cuda_empty(t) for t in edge.tensors]
+        return [t.empty() for t in edge.tensors]
+
     def post_send(self, edge: Edge, arrays: list) -> list:
         if self.on_gpu(edge):
             return self.nccl.send(arrays, edge.rank)
-        return [self.pg.send([_host(a)], edge.rank, edge.tag + slot) for slot, a in enumerate(arrays)]
+        return [self.pg.send([host_tensor(a)], edge.rank, edge.tag + slot) for slot, a in enumerate(arrays)]
 
     def post_recv(self, edge: Edge, arrays: list) -> list:
         if self.on_gpu(edge):
@@ -142,3 +154,20 @@ class Wire:
                     "different manifests; split again and copy the same directory to every host")
         for e, w in sends:
             self.wait([w], e, sending=True)
+
+
+def connect(cfg: RunConfig, world: int, device: str, rank: int, run_dir: Path) -> Wire:
+    """Join the rendezvous and open the run's gloo group (rank 0 serves it and writes port.txt)."""
+    store = open_store(rank, world, cfg.master_addr, cfg.master_port, cfg.startup_timeout_s)
+    if rank == 0:
+        tmp = run_dir / "port.txt.tmp"
+        tmp.write_text(str(store.port))
+        tmp.rename(run_dir / "port.txt")
+    try:
+        pg = open_group(store, rank, world, cfg.addr(rank), cfg.startup_timeout_s)
+    except RuntimeError as exc:
+        raise RuntimeFailure(f"device {device}: could not connect to the other processes within "
+                             f"{cfg.startup_timeout_s:g} s ({str(exc).splitlines()[0]})") from None
+    wire = Wire(pg, device, cfg.timeout_s)
+    wire.store = store  # keep the store (and, on rank 0, its server) alive for the whole run
+    return wire

@@ -1,13 +1,16 @@
-"""What a mapping's workers hold and exchange, read off its TaskGraph (no ONNX here).
+"""Compiling a plan into every rank's program: what each device holds and exchanges, read off the plan's
+TaskGraph (``check_plan``; no ONNX here).
 
 ``layout(graph, plan, taskgraph)`` gives, per task, the *local names* of the tensors it reads and
 makes on its device, every message (a TaskGraph message, or the driver's: model inputs out, model
 outputs back) with the tensors it carries, how it moves (point to point, or the gather / scatter
-of a sum combine), and each device's segments.
+of a sum combine), and each device's segments. A pipeline's TaskGraph has one ``stage`` task per
+device and one payload per cut: its message carries every tensor live across the cut (``live_tensors``,
+exactly what ``Graph.cut_bytes`` counts), so a skip connection is relayed by every stage it crosses.
 
 Local names (one name means one tensor content wherever it is held):
 
-- ``T``: a whole graph tensor (made by a whole layer, a concat, the top of a sum, or received);
+- ``T``: a whole graph tensor (made by a whole layer or a stage, a concat, the top of a sum, or received);
 - ``T[k]``: shard ``k`` of an out-sharded layer's output ``T`` (and every tensor the shard makes);
 - ``T[in a:b/size]``: an ``in`` shard's slice of its input ``T`` (the payload name of check.py);
 - ``L.partial[k]`` / ``L.group[g]``: partial sums of layer ``L`` (the payload names of check.py).
@@ -21,11 +24,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import math
+from dataclasses import replace
+
+from hetsplit.cluster.types import Cluster, Device, Medium, uniform_links
 from hetsplit.errors import RuntimeFailure
-from hetsplit.graph.types import INPUT, Graph
+from hetsplit.graph.types import INPUT, Graph, Tensor
 from hetsplit.plan.tasks import SINK, SOURCE, Task, TaskGraph
 from hetsplit.plan.types import Plan
-from hetsplit.runtime.mapping_manifest import GATHER, P2P, SCATTER
+from hetsplit.runtime.manifest import GATHER, P2P, SCATTER
 
 DRIVER_DEV = -1   # the driver, as a device index of the layout
 
@@ -78,14 +85,41 @@ class Layout:
     recv_at: dict[int, int] = field(default_factory=dict)   # message -> task whose segment waits for it
 
 
+def plan_cluster(plan: Plan, cluster: Cluster | None = None) -> Cluster:
+    """The cluster the runtime checks a plan against (``check_plan``): ``cluster`` without its source and
+    sink (the driver feeds the inputs and collects the outputs), or, when none is given, one CPU per
+    device the plan names, in the plan's first-use order."""
+    if cluster is not None:
+        return replace(cluster, source=None, sink=None)
+    names = list(dict.fromkeys(plan.devices))   # once each: check_plan names a device given two stages
+    bw, lat, en, media = uniform_links(len(names), Medium("runtime", 1e9))
+    devices = [Device(n, "cpu", "cpu", math.inf) for n in names]
+    return Cluster(plan.cluster or "runtime", devices, bw, lat, en, media)
+
+
 def outputs_of(graph: Graph, i: int) -> list[str]:
     """Names of the tensors layer ``i`` sends to other layers or to the model outputs."""
     return [t.name for t in graph.tensors if t.producer == i]
 
 
+def live_tensors(graph: Graph, cut: int) -> list[Tensor]:
+    """Tensors live across the cut before layer ``cut`` (exactly those ``Graph.cut_bytes`` counts)."""
+    n = graph.num_layers
+    out = []
+    for t in graph.tensors:
+        last = n if t.is_output else (max(t.consumers) if t.consumers else t.producer)
+        if t.producer < cut <= last:
+            out.append(t)
+    return sorted(out, key=lambda t: (t.producer, t.name))
+
+
 def layout(graph: Graph, plan: Plan, tg: TaskGraph) -> Layout:
     tasks = tg.tasks
     kinds = [t.kind for t in tasks]
+    consumers = {t.name: set(t.consumers) for t in graph.tensors}
+
+    def kind(task: int) -> str:
+        return kinds[task] if task >= 0 else ""
     shard_index = [-1] * len(tasks)
     for n, t in enumerate(tasks):
         if t.kind == "shard":
@@ -103,6 +137,9 @@ def layout(graph: Graph, plan: Plan, tg: TaskGraph) -> Layout:
     def carried(e: int) -> list[Carried]:
         p, q = int(tg.edge_src[e]), int(tg.edge_dst[e])
         payload = tg.payloads[int(tg.edge_payload[e])]
+        if "stage" in (kind(p), kind(q)):   # a pipeline's cut: every tensor live across it
+            cut = graph.num_layers if q == SINK else tasks[q].layers[0]
+            return [Carried(t.name, t.name) for t in live_tensors(graph, cut)]
         if q == SINK:
             return [Carried(payload, payload)]
         dst = tasks[q]
@@ -145,6 +182,8 @@ def layout(graph: Graph, plan: Plan, tg: TaskGraph) -> Layout:
         u, v = device(p), device(q)
         if q != SINK:   # a slice cut on the device itself is read whole (the shard cuts it)
             local = [c.source if u == v and c.slice_of >= 0 else c.name for c in items]
+            if kinds[q] == "stage":   # what the stage computes with; the rest it relays
+                local = [x for x in local if consumers[x] & set(tasks[q].layers)]
             reads[q] += [x for x in local if x not in reads[q]]
         if u == v:
             continue
@@ -169,6 +208,8 @@ def layout(graph: Graph, plan: Plan, tg: TaskGraph) -> Layout:
             makes[n] = [f"{name}.group[{group_of(n)}]"]
         elif t.kind == "copy":
             makes[n] = []   # it forwards what it received
+        elif t.kind == "stage":
+            makes[n] = [x for j in t.layers for x in outputs_of(graph, j)]
         else:
             makes[n] = outputs_of(graph, i)
     collectives = _collectives(tasks, kinds, sums, messages)

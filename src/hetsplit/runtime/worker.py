@@ -1,0 +1,409 @@
+"""The one worker program (rank >= 1) of every plan: ``run_worker(cfg, manifest, rank, run_dir)``.
+
+Per input the worker runs its segments in order (``runtime.manifest``): wait for the segment's incoming
+messages, run its sub-model on the device's executor (``runtime.executor``), post its outgoing
+messages. A pipeline stage is one segment; a mapping's device has as many as its place in the
+TaskGraph needs. Three threads overlap receiving, computing and sending:
+
+- the compute thread (the caller's) posts the receives of input ``i + depth`` once input ``i`` is done
+  (so ``depth`` inputs of receives are posted ahead), runs the segments and posts the sends as soon as
+  their tensors exist (gloo sends are asynchronous);
+- a receiver thread waits for the posted receives in program order, records when each lands and hands
+  its tensors over, so a transfer's end is measured when it happens, not when the compute thread gets
+  round to it;
+- a sender thread waits for the posted sends in order and records when each is done; with an emulated
+  link latency and no netem (``cfg.delays_s``) it sleeps the latency and posts the send itself.
+
+Segments follow one global topological order and each thread keeps program order, so this never
+deadlocks. Point-to-point messages go over the run's gloo group (``Wire``; NCCL between two GPU ends),
+the messages of a sum combine in gathers and scatters (``runtime.collectives``).
+"""
+
+from __future__ import annotations
+
+import collections
+import queue
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from hetsplit.runtime.collectives import Collectives, open_groups
+from hetsplit.runtime.config import RunConfig
+from hetsplit.runtime.executor import ORT_CPU, Executor, Host, SegmentSpec, as_numpy, choose_backend, make_executor
+from hetsplit.runtime.manifest import P2P, Edge, Manifest, TensorSpec
+from hetsplit.runtime.wire import Wire, connect
+
+POLL_S = 0.05
+
+
+class Stop(Exception):
+    """Raised inside a loop when another thread has failed."""
+
+
+@dataclass
+class Shared:
+    """Failure state shared by the threads of one process."""
+
+    stop: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+
+    def fail(self, exc: BaseException) -> None:
+        if self.error is None:
+            self.error = exc
+        self.stop.set()
+
+    def get(self, q: queue.Queue):
+        """``q.get()`` that gives up (raising Stop) as soon as any thread failed."""
+        while True:
+            try:
+                return q.get(timeout=POLL_S)
+            except queue.Empty:
+                if self.stop.is_set():
+                    raise Stop() from None
+
+
+@dataclass
+class MessageLog:
+    """Per-input timestamps of one message at one end: when it was posted, when it was done."""
+
+    id: int
+    peer: str
+    nbytes: int
+    start: list[float] = field(default_factory=list)
+    done: list[float] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, "peer": self.peer, "nbytes": self.nbytes, "start": self.start, "done": self.done}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One transfer of a segment at this rank: a point-to-point message, or this rank's side of a
+    collective (the messages it receives or sends in it)."""
+
+    messages: tuple[int, ...]
+    collective: int | None = None
+
+
+def steps(manifest: Manifest, rank: int, mids: list[int], receiving: bool) -> list[Step]:
+    """The transfers of a segment's messages ``mids``, each collective once."""
+    out, seen = [], set()
+    for mid in mids:
+        m = manifest.message(mid)
+        if m.via == P2P:
+            out.append(Step((mid,)))
+        elif m.collective not in seen:
+            seen.add(m.collective)
+            c = manifest.collectives[m.collective]
+            mine = tuple(x for x in c.messages if
+                         (manifest.message(x).dst_rank if receiving else manifest.message(x).src_rank) == rank)
+            out.append(Step(mine, c.id))
+    return out
+
+
+class HostView(Mapping):
+    """A rank's tensors, each brought to host memory when read (for a GPU rank's gloo messages)."""
+
+    def __init__(self, local: dict[str, Any]):
+        self.local = local
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return as_numpy(self.local[name])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.local)
+
+    def __len__(self) -> int:
+        return len(self.local)
+
+
+class BufferPool:
+    """Host receive buffers reused across inputs (fresh ones cost page faults on every message). The
+    compute thread takes them and, once an input is computed, ``retire``s its frame (the buffers it
+    received into); a frame comes back for reuse once the sender has finished every send submitted up to
+    then (``recycle``), since a send may relay a received buffer."""
+
+    def __init__(self) -> None:
+        self.free: dict[tuple, list[np.ndarray]] = {}
+        self.taken: list[np.ndarray] = []
+        self.retired: collections.deque[tuple[int, list[np.ndarray]]] = collections.deque()
+
+    def empty(self, spec: TensorSpec) -> np.ndarray:
+        """A buffer for ``spec`` (only the compute thread takes them), recorded in the current frame."""
+        stack = self.free.get((spec.shape, spec.dtype))
+        a = stack.pop() if stack else spec.empty()
+        self.taken.append(a)
+        return a
+
+    def frame(self) -> list[np.ndarray]:
+        """Start recording the buffers taken from now on (one input's); the list they go into."""
+        self.taken = []
+        return self.taken
+
+    def retire(self, frame: list[np.ndarray], sends_submitted: int) -> None:
+        """``frame`` is computed on; it is free once the first ``sends_submitted`` sends are done."""
+        self.retired.append((sends_submitted, frame))
+
+    def recycle(self, sends_done: int) -> None:
+        """Take back every retired frame whose sends are done (``sends_done`` completed so far)."""
+        while self.retired and self.retired[0][0] <= sends_done:
+            for a in self.retired.popleft()[1]:
+                self.free.setdefault((a.shape, a.dtype.name), []).append(a)
+
+
+class Transfers:
+    """Posting one rank's transfers: point-to-point messages on the Wire, collective sides on subgroups;
+    a transport error becomes a LinkFailure naming the peer."""
+
+    def __init__(self, manifest: Manifest, rank: int, wire: Wire, coll: Collectives):
+        self.m, self.rank, self.wire, self.coll = manifest, rank, wire, coll
+        self.pool = BufferPool()
+
+    def peer(self, step: Step, receiving: bool) -> Edge:
+        """The edge a failure of ``step`` names (the peer, or the collective's other members)."""
+        if step.collective is not None:
+            return self.coll.peers(self.m.collectives[step.collective])
+        return self.m.message(step.messages[0]).edge(not receiving)
+
+    def post_recv(self, step: Step) -> tuple[list, dict[int, list]]:
+        """Post ``step``'s receives; its works and the buffers they fill, by message id."""
+        if step.collective is None:
+            edge = self.peer(step, True)
+            bufs = self.wire.empty(edge) if self.wire.on_gpu(edge) else [self.pool.empty(t) for t in edge.tensors]
+            return self.wire.post(edge, bufs, sending=False), {step.messages[0]: bufs}
+        c = self.m.collectives[step.collective]
+        return self._guard(lambda: self.coll.post_recv(c, self.pool.empty), step, False)
+
+    def post_send(self, step: Step, local: Mapping[str, Any]) -> tuple[list, Any]:
+        """Post ``step``'s sends from the tensors in ``local``; its works and the arrays they read."""
+        if step.collective is None:
+            m = self.m.message(step.messages[0])
+            edge = m.edge(True)
+            arrays = m.arrays(local if self.wire.on_gpu(edge) else self.host(local))
+            return self.wire.post(edge, arrays, sending=True), arrays
+        arrays = {x: self.m.message(x).arrays(self.host(local)) for x in step.messages}
+        return self._guard(lambda: self.coll.post_send(self.m.collectives[step.collective], arrays), step, True), arrays
+
+    def host(self, local: Mapping[str, Any]) -> Mapping[str, Any]:
+        return local if self.wire.nccl is None else HostView(local)
+
+    def _guard(self, post: Callable[[], Any], step: Step, sending: bool):
+        try:
+            return post()
+        except RuntimeError as exc:
+            raise self.wire.failure(self.peer(step, not sending).peer, sending, exc) from None
+
+    def delay_s(self, cfg: RunConfig, step: Step) -> float:
+        """The link latency this rank's sender sleeps before posting ``step`` (emulation without netem)."""
+        return max((cfg.delay(self.rank, self.m.message(x).dst_rank) for x in step.messages), default=0.0)
+
+
+class Receiver(threading.Thread):
+    """Waits for the receives the compute thread posted, in program order; records when each lands and
+    hands their tensors over (``take``)."""
+
+    def __init__(self, wire: Wire, shared: Shared):
+        super().__init__(daemon=True, name="receiver")
+        self.wire, self.shared = wire, shared
+        self.inbox: queue.Queue = queue.Queue()
+        self.ready: queue.Queue = queue.Queue()
+
+    def submit(self, works: list, edge: Edge, got: dict[int, list], logs: list[MessageLog]) -> None:
+        self.inbox.put((works, edge, got, logs))
+
+    def finish(self) -> None:
+        self.inbox.put(None)
+
+    def take(self) -> dict[int, list]:
+        """The next receive's tensors by message id, once they have landed (Stop if any thread failed)."""
+        return self.shared.get(self.ready)
+
+    def run(self) -> None:
+        try:
+            while (item := self.shared.get(self.inbox)) is not None:
+                works, edge, got, logs = item
+                self.wire.wait(works, edge, sending=False)
+                now = time.time()
+                for log in logs:
+                    log.done.append(now)
+                self.ready.put(got)
+        except Stop:
+            pass
+        except BaseException as exc:  # noqa: BLE001 - handed to the compute thread
+            self.shared.fail(exc)
+
+
+class Sender(threading.Thread):
+    """Waits for posted sends in order and records when each is done (``done`` counts them); a send given
+    as a function with a delay is posted here after sleeping the delay (the emulated link is busy for it)."""
+
+    def __init__(self, wire: Wire, shared: Shared):
+        super().__init__(daemon=True, name="sender")
+        self.wire, self.shared = wire, shared
+        self.inbox: queue.Queue = queue.Queue()
+        self.submitted = self.done = 0
+
+    def submit(self, posted: list | Callable[[], tuple[list, Any]], delay_s: float, edge: Edge,
+               logs: list[MessageLog], keep: Any) -> None:
+        self.submitted += 1
+        self.inbox.put((posted, delay_s, edge, logs, keep))
+
+    def finish(self) -> None:
+        self.inbox.put(None)
+
+    def run(self) -> None:
+        try:
+            while (item := self.shared.get(self.inbox)) is not None:
+                posted, delay, edge, logs, _ = item
+                if callable(posted):
+                    time.sleep(delay)
+                    posted, _ = posted()
+                self.wire.wait(posted, edge, sending=True)
+                now = time.time()
+                for log in logs:
+                    log.done.append(now)
+                self.done += 1
+        except Stop:
+            pass
+        except BaseException as exc:  # noqa: BLE001 - handed to the compute thread
+            self.shared.fail(exc)
+
+
+def load_executors(cfg: RunConfig, manifest: Manifest, rank: int, backend: str) -> list[Executor | None]:
+    """An executor on ``backend`` per segment of rank ``rank`` (None: nothing to compute), each run once
+    on zeros (first-run allocations are not measured)."""
+    w = manifest.worker(rank)
+    threads = int(cfg.threads.get(w.device, 1))
+    exes: list[Executor | None] = []
+    for s in w.segments:
+        exe = make_executor(backend, manifest.submodel_path(rank, s.index), SegmentSpec.of(w.device, s), threads) \
+            if s.submodel else None
+        if exe is not None:
+            exe.run({t.name: np.zeros(t.shape, t.dtype) for t in s.inputs})
+        exes.append(exe)
+    return exes
+
+
+def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path, host: Host | None = None) -> dict:
+    """Run device ``rank``'s segments for every input; its measurements for ``rank<R>.json``."""
+    from hetsplit.runtime.cpu_throttle import join_group
+    from hetsplit.runtime.nccl import NcclLinks, gpu_ranks, use_gpu_of
+    from hetsplit.runtime.process import energy_meter, inject
+
+    w = manifest.worker(rank)
+    backend = choose_backend(cfg.kinds.get(w.device, "cpu"), host or Host.here(), cfg.cpu_only)
+    on_gpu = backend != ORT_CPU
+    if on_gpu:
+        use_gpu_of(rank)
+    exes = load_executors(cfg, manifest, rank, backend)
+    wire = connect(cfg, manifest.world_size, w.device, rank, run_dir)
+    gpus = gpu_ranks(wire.store, rank, manifest.world_size, on_gpu)
+    if rank in gpus and any(e.rank in gpus for x in manifest.stages if x.rank in gpus for e in x.send):
+        wire.nccl = NcclLinks.open(wire.store, rank, gpus, cfg.timeout_s, w.device)
+    wire.handshake(w.recv, w.send)
+    join_group(cfg.cgroups.get(str(rank)))
+    io = Transfers(manifest, rank, wire, Collectives(manifest, rank, open_groups(manifest, rank, wire, cfg),
+                                                    cfg.timeout_s))
+    for exe in exes:   # outputs bound for another GPU stay on the device
+        if exe is not None:
+            exe.keep = {t.source for m in manifest.sent_by(rank) if m.via == P2P and wire.on_gpu(m.edge(True))
+                        for t in m.tensors if t.take is None}
+    recvs = [steps(manifest, rank, s.recv, True) for s in w.segments]
+    sends = [steps(manifest, rank, s.send, False) for s in w.segments]
+    msgs = manifest.messages
+    rx_logs = {mid: MessageLog(mid, msgs[mid].src, msgs[mid].nbytes) for s in w.segments for mid in s.recv}
+    tx_logs = {mid: MessageLog(mid, msgs[mid].dst, msgs[mid].nbytes) for s in w.segments for mid in s.send}
+    shared = Shared()
+    rx, tx = Receiver(wire, shared), Sender(wire, shared)
+    n, depth = cfg.inputs, max(1, cfg.depth)
+    frames: dict[int, list[np.ndarray]] = {}
+
+    def post_receives(i: int) -> None:
+        frames[i] = io.pool.frame()
+        for seg_steps in recvs:
+            for step in seg_steps:
+                now = time.time()
+                works, got = io.post_recv(step)
+                logs = [rx_logs[x] for x in step.messages]
+                for log in logs:
+                    log.start.append(now)
+                rx.submit(works, io.peer(step, True), got, logs)
+
+    def post_sends(seg_steps: list[Step], local: dict[str, Any]) -> None:
+        for step in seg_steps:
+            logs = [tx_logs[x] for x in step.messages]
+            now = time.time()
+            for log in logs:
+                log.start.append(now)
+            delay = io.delay_s(cfg, step)
+            if delay > 0:
+                view = dict(local)
+                tx.submit(lambda step=step, view=view: io.post_send(step, view), delay, io.peer(step, False), logs,
+                          None)
+            else:
+                works, keep = io.post_send(step, local)
+                tx.submit(works, 0.0, io.peer(step, False), logs, keep)
+
+    meter = energy_meter("gpu" if on_gpu else "cpu")
+    meter.start()
+    rx.start(), tx.start()
+    compute: list[float] = []
+    idle: list[float] = []
+    per_segment: list[list[float]] = []
+    compute_cpu = 0.0             # this thread's CPU inside the sub-models (all of it with one compute thread)
+    cpu0 = time.process_time()
+    try:
+        fault = cfg.faults.get(str(rank))
+        for i in range(min(n, depth)):
+            post_receives(i)
+        for i in range(n):
+            if fault and i == int(fault.get("after", 0)):
+                inject(fault["kind"])
+            local: dict[str, Any] = {}
+            busy, wait, segs = 0.0, 0.0, []
+            for seg, exe, seg_recvs, seg_sends in zip(w.segments, exes, recvs, sends):
+                t0 = time.time()
+                for step in seg_recvs:
+                    got = rx.take()
+                    for mid, arrays in got.items():
+                        local.update((t.spec.name, a) for t, a in zip(msgs[mid].tensors, arrays))
+                t1, c1 = time.time(), time.thread_time()
+                if exe is not None:
+                    local.update(exe.run({t.name: local[t.name] for t in seg.inputs}))
+                t2 = time.time()
+                compute_cpu += time.thread_time() - c1
+                post_sends(seg_sends, local)
+                if shared.stop.is_set():
+                    raise Stop()
+                wait, busy = wait + t1 - t0, busy + t2 - t1
+                segs.append(t2 - t1)
+            compute.append(busy)
+            idle.append(wait)
+            per_segment.append(segs)
+            io.pool.retire(frames.pop(i), tx.submitted)
+            io.pool.recycle(tx.done)
+            if i + depth < n:
+                post_receives(i + depth)
+    except Stop:
+        pass
+    except BaseException as exc:  # noqa: BLE001
+        shared.fail(exc)
+    rx.finish(), tx.finish()
+    for t in (rx, tx):
+        while t.is_alive() and shared.error is None:   # a failure is reported at once (the threads are daemons)
+            t.join(POLL_S)
+    if shared.error is not None:
+        raise shared.error
+    cpu = time.process_time() - cpu0
+    energy = meter.stop()
+    return {"compute_s": compute, "idle_s": idle, "segment_compute_s": per_segment,
+            "threads": int(cfg.threads.get(w.device, 1)), "kind": "gpu" if on_gpu else "cpu", "executor": backend,
+            "process_cpu_s": cpu, "compute_cpu_s": compute_cpu, "energy_j": energy,
+            "energy_meter": meter.name if energy is not None else meter.reason,
+            "recv": [log.to_dict() for log in rx_logs.values()], "send": [log.to_dict() for log in tx_logs.values()]}
+
