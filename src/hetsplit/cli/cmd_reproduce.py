@@ -159,14 +159,14 @@ def _run_mcu(args) -> int:
     from pathlib import Path
 
     from hetsplit.experiments import mcu as ex
+    from hetsplit.experiments.mcu_claims import check_claims
     from hetsplit.report import mcu_repro as rep
+    from hetsplit.report.claims import console_lines
 
     results = ex.run(ex.McuConfig.quick_run() if args.quick else ex.McuConfig(), progress=_say())
-    claims, findings = ex.check_claims(results), ex.pipeline_findings(results)
-    paths = rep.write_report(Path(args.out or "out/mcu"), results, claims, findings)
-    print("\n".join(rep.claims_table(claims)))
-    for f in findings:
-        print(f"- [{f.verdict}] {f.claim}\n    {f.evidence}")
+    claims = check_claims(results)
+    paths = rep.write_report(Path(args.out or "out/mcu"), results, claims)
+    print("\n".join(console_lines(claims)))
     if results.pipeline:
         print("\n".join(rep.pipeline_table(results.pipeline)))
     print("wrote " + ", ".join(str(p) for p in paths))
