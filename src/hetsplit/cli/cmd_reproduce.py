@@ -76,6 +76,7 @@ def _run_donna(args) -> int:
 
     from hetsplit.experiments import donna as dr
     from hetsplit.report import donna_repro as rep
+    from hetsplit.report.claims import console_lines
 
     models = tuple(args.models or dr.MODELS)
     media = tuple(args.media or dr.DONNA_MEDIA)
@@ -91,8 +92,7 @@ def _run_donna(args) -> int:
         edge = [] if args.no_edge else dr.run_edge(models)
     claims = dr.check_claims(scen, gpu, edge)
     paths = rep.write_report(Path(args.out or "out/donna"), scen, gpu, edge, claims)
-    for c in claims:
-        print(f"- [{c.verdict}] {c.claim}\n    {c.evidence}")
+    print("\n".join(console_lines(claims)))
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0
 
