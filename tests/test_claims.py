@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hetsplit.experiments.claims import (Band, Claim, ClaimSet, direction, fitted, grade, held_out,
+from hetsplit.experiments.claims import (Band, Claim, ClaimSet, direction, fitted, grade, held_out, held_out_bound,
                                          held_out_number, inconclusive)
 from hetsplit.report.claims import claims_header, claims_table, console_lines
 
@@ -16,6 +16,9 @@ def test_a_held_out_number_holds_within_the_band_only():
     assert miss.verdict == "does not hold" and miss.reason == "why" and miss.ratio == pytest.approx(1.26)
     assert held_out_number("c", "x", 10.0, 10.0, band, "e", reason="why").reason == ""   # holds: no reason kept
     assert band.at_least(1.9, 2.0) and not band.at_least(1.4, 2.0)
+    assert band.at_most(0.07, 0.06) and not band.at_most(0.08, 0.06)
+    assert held_out_bound("d", "more than 2x", 2.0, 1.4, band, "e", reason="r").verdict == "does not hold"
+    assert held_out_bound("e", "at most 6%", 0.06, 0.01, band, "e", at_most=True).verdict == "holds"
 
 
 def test_labels_say_what_they_must():

@@ -115,18 +115,19 @@ def _run_lblp(args) -> int:
     from pathlib import Path
 
     from hetsplit.experiments import lblp as ex
+    from hetsplit.experiments.lblp_claims import check_claims
     from hetsplit.report import lblp_repro as rep
+    from hetsplit.report.claims import console_lines
     from hetsplit.search import partitioner_names
 
     unknown = [a for a in args.algorithms or () if a not in partitioner_names()]
     if unknown:
         raise HetsplitError(f"unknown algorithm(s) {unknown}; available: {partitioner_names()}")
     results = ex.run(_lblp_config(args), progress=_say())
-    claims = ex.check_claims(results)
+    claims = check_claims(results)
     searches = [ex.compare_search(results, a) for a in ("map-opt", "heft")]
     paths = rep.write_report(Path(args.out or "out/lblp"), results, claims, searches)
-    for c in claims:
-        print(f"- [{c.verdict}] {c.claim}\n    {c.evidence}")
+    print("\n".join(console_lines(claims)))
     for s in searches:
         print(f"- {s.summary()}")
     print("wrote " + ", ".join(str(p) for p in paths))

@@ -40,6 +40,10 @@ class Band:
         """For a paper's "more than ``bound``": ours reaches the bound less the band."""
         return ours >= bound * (1 - self.rel)
 
+    def at_most(self, ours: float, bound: float) -> bool:
+        """For a paper's "at most ``bound``": ours stays below the bound plus the band."""
+        return ours <= bound * (1 + self.rel)
+
     def text(self) -> str:
         return f"±{100 * self.rel:g}%"
 
@@ -108,6 +112,13 @@ def held_out_number(key: str, claim: str, paper: float, ours: float, band: Band,
     ok = band.within(ours, paper)
     return Claim(key, claim, HELD_OUT, _verdict(ok), evidence, paper=paper, ours=ours,
                  reason="" if ok else reason, **kw)
+
+
+def held_out_bound(key: str, claim: str, bound: float, ours: float, band: Band, evidence: str, at_most: bool = False,
+                   reason: str = "", **kw: Any) -> Claim:
+    """A paper's "more than ``bound``" (or, ``at_most``, "at most ``bound``") against ours, with ``band``."""
+    ok = band.at_most(ours, bound) if at_most else band.at_least(ours, bound)
+    return Claim(key, claim, HELD_OUT, _verdict(ok), evidence, paper=bound, ours=ours, reason="" if ok else reason, **kw)
 
 
 def direction(key: str, claim: str, ok: bool | str, evidence: str, reason: str = "", **kw: Any) -> Claim:
