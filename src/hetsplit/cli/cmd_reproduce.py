@@ -180,6 +180,7 @@ def _run_hierdse(args) -> int:
 
     from hetsplit.experiments import hierdse as ex
     from hetsplit.report import hierdse_repro as rep
+    from hetsplit.report.claims import console_lines
 
     opts = ex.HierDseOptions()
     opts = replace(opts, budget_s=parse_duration(args.budget, "--budget") if args.budget else opts.budget_s,
@@ -189,7 +190,6 @@ def _run_hierdse(args) -> int:
     claims = ex.check_claims(results)
     paths = rep.write_report(Path(args.out or "out/hierdse"), results, claims)
     print("\n".join(rep.curve_table(results)))
-    for c in claims:
-        print(f"- [{c.verdict}] {c.claim}\n    {c.evidence}")
+    print("\n".join(console_lines(claims)))
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0
