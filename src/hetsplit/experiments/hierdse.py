@@ -301,57 +301,50 @@ def claim_spe_vs_ne(results: HierDseResults) -> Claim:
                      "", evaluations=2 * k, where="Sect. 5, Fig. 4")
 
 
-def _hierarchy_inconclusive(results: HierDseResults, key: str, text: str) -> Claim | None:
-    """Inconclusive unless 3s-2l-SPE measured enough 8-PE plans and 1s-non-SPE enough plans."""
+def _better(horizon: float, hier: HierarchicalResult, single: HierarchicalResult) -> tuple[str, str]:
+    fa, fb = best_at(hier, horizon), best_at(single, horizon)
+    better, worse = _compare(fa, fb)
+    return _verdict(len(better), len(worse)), (
+        f"best by {horizon:.0f} s: 3s-2l-SPE {fmt_objectives(fa)} vs 1s-non-SPE {fmt_objectives(fb)}; 3s-2l-SPE better "
+        f"in {', '.join(better) or 'none'}" + (f", worse in {', '.join(worse)}" if worse else ""))
+
+
+def _sooner(horizon: float, hier: HierarchicalResult, single: HierarchicalResult) -> tuple[str, str]:
+    reach = time_to_reach(hier, best_at(single, horizon))
+    sooner = sum(1 for t in reach if t is not None and t < horizon)
+    return _verdict(sooner, 3 - sooner), "3s-2l-SPE reached 1s-non-SPE's best " + "; ".join(
+        f"{name} after {t:.0f} s" if t is not None else f"{name} never" for name, t in zip(OBJECTIVE_NAMES, reach)) \
+        + f" (1s-non-SPE searched {horizon:.0f} s)"
+
+
+HIERARCHY_CLAIMS = (
+    ("hierarchy-better", "multiple stages and two levels find better mappings than one-stage SPE in the same search "
+                         "time", _better),
+    ("hierarchy-sooner", "the hierarchy accelerates the search: 3s-2l-SPE reaches one-stage SPE's final mappings "
+                         "sooner", _sooner),
+)
+
+
+def claim_hierarchy(results: HierDseResults, key: str, text: str,
+                    judge: Callable[[float, HierarchicalResult, HierarchicalResult], tuple[str, str]]) -> Claim:
+    """3s-2l-SPE against 1s-non-SPE at the same search time; inconclusive unless the hierarchy's last stage
+    (all PEs) and the one-stage search each measured ``MIN_MEASURED`` plans."""
     a, b = "3s-2l-SPE", "1s-non-SPE"
+    where = "Sect. 5, Fig. 4"
     if a not in results.runs or b not in results.runs:
-        return inconclusive(key, text, 0, f"{a} or {b} was not run", needed=MIN_MEASURED, where="Sect. 5, Fig. 4")
+        return inconclusive(key, text, 0, f"{a} or {b} was not run", needed=MIN_MEASURED, where=where)
     last, single = measured_with_all_pes(results.runs[a]), len(results.runs[b].points)
     if min(last, single) < MIN_MEASURED:
         return inconclusive(key, text, min(last, single),
                             f"{a}'s last stage (all PEs) measured {last} plans, {b} {single} ({_counts(results, (a, b))}); "
-                            f"a verdict needs at least {MIN_MEASURED} each", needed=MIN_MEASURED,
-                            where="Sect. 5, Fig. 4")
-    return None
-
-
-def claim_hierarchy_better(results: HierDseResults) -> Claim:
-    key = "hierarchy-better"
-    text = "multiple stages and two levels find better mappings than one-stage SPE in the same search time"
-    early = _hierarchy_inconclusive(results, key, text)
-    if early is not None:
-        return early
-    horizon = horizon_s(results)
-    fa, fb = best_at(results.runs["3s-2l-SPE"], horizon), best_at(results.runs["1s-non-SPE"], horizon)
-    better, worse = _compare(fa, fb)
-    return direction(key, text, _verdict(len(better), len(worse)),
-                     f"best by {horizon:.0f} s: 3s-2l-SPE {fmt_objectives(fa)} vs 1s-non-SPE {fmt_objectives(fb)}; "
-                     f"3s-2l-SPE better in {', '.join(better) or 'none'}" + (f", worse in {', '.join(worse)}" if worse
-                                                                              else ""),
-                     evaluations=len(results.runs["3s-2l-SPE"].points) + len(results.runs["1s-non-SPE"].points),
-                     where="Sect. 5, Fig. 4")
-
-
-def claim_hierarchy_sooner(results: HierDseResults) -> Claim:
-    key = "hierarchy-sooner"
-    text = "the hierarchy accelerates the search: 3s-2l-SPE reaches one-stage SPE's final mappings sooner"
-    early = _hierarchy_inconclusive(results, key, text)
-    if early is not None:
-        return early
-    horizon = horizon_s(results)
-    reach = time_to_reach(results.runs["3s-2l-SPE"], best_at(results.runs["1s-non-SPE"], horizon))
-    sooner = sum(1 for t in reach if t is not None and t < horizon)
-    return direction(key, text, _verdict(sooner, 3 - sooner),
-                     "3s-2l-SPE reached 1s-non-SPE's best " + "; ".join(
-                         f"{name} after {t:.0f} s" if t is not None else f"{name} never"
-                         for name, t in zip(OBJECTIVE_NAMES, reach)) + f" (1s-non-SPE searched {horizon:.0f} s)",
-                     evaluations=len(results.runs["3s-2l-SPE"].points) + len(results.runs["1s-non-SPE"].points),
-                     where="Sect. 5, Fig. 4")
+                            f"a verdict needs at least {MIN_MEASURED} each", needed=MIN_MEASURED, where=where)
+    verdict, evidence = judge(horizon_s(results), results.runs[a], results.runs[b])
+    return direction(key, text, verdict, evidence, evaluations=len(results.runs[a].points) + single, where=where)
 
 
 def check_claims(results: HierDseResults) -> ClaimSet:
     """The paper's claims (Sect. 5, Fig. 4), each a direction or, on too few measured plans, inconclusive."""
-    return ClaimSet(PAPER, (claim_spe_vs_ne(results), claim_hierarchy_better(results), claim_hierarchy_sooner(results)),
+    return ClaimSet(PAPER, (claim_spe_vs_ne(results), *(claim_hierarchy(results, *c) for c in HIERARCHY_CLAIMS)),
                     notes=(f"A search's curve backs a verdict once it has measured at least {MIN_MEASURED} plans (five "
                            "generations of the default measured population); SPE and NE are compared after the same "
                            "number of measured plans, the hierarchy against one-stage SPE at the same search time, "
