@@ -139,16 +139,17 @@ def _run_hybrid(args) -> int:
     from pathlib import Path
 
     from hetsplit.experiments import hybrid as ex
+    from hetsplit.experiments.hybrid_claims import check_claims
     from hetsplit.report import hybrid_repro as rep
+    from hetsplit.report.claims import console_lines
 
     models = tuple(args.models or ex.MODELS)
     cfg = ex.HybridConfig.quick(models) if args.quick else ex.HybridConfig(models=models)
     cfg = replace(cfg, pop_size=args.pop or cfg.pop_size, generations=args.gens or cfg.generations)
     results = ex.run(cfg, progress=_say())
-    claims = ex.check_claims(results)
+    claims = check_claims(results)
     paths = rep.write_report(Path(args.out or "out/hybrid"), results, claims)
-    for c in claims:
-        print(f"- [{c.verdict}] {c.claim}\n    {c.evidence}")
+    print("\n".join(console_lines(claims)))
     for g in results.gaps:
         print(f"- {g.model} {g.setting}: SPE GA misses {g.spe_gap:.2%} of the exact vertical front's hypervolume; "
               f"hybrid GA reaches {g.hybrid_ratio:.3f} x it")
