@@ -27,8 +27,8 @@ def claims_header(cs: ClaimSet) -> list[str]:
     lines = [f"**{cs.summary()}**", ""]
     if cs.band is not None:
         lines += [f"Band: a number holds when ours is within {cs.band.text()} of the paper's (one band for every "
-                  "figure of this paper). Fitted claims are shown beside the paper for completeness: a parameter "
-                  "was set from them, so they prove nothing.", ""]
+                  "figure of this paper)." + (" Fitted claims are shown beside the paper for completeness: a parameter "
+                                              "was set from them, so they prove nothing." if cs.of(FITTED) else ""), ""]
     lines += [f"- {n}" for n in cs.notes]
     return lines + ([""] if cs.notes else [])
 
