@@ -38,7 +38,11 @@ def test_reproduce_cli_on_a_slice(tmp_path, capsys):
     md = (tmp_path / "claims.md").read_text()
     assert "alpha = 0 assigns all layers" in md and "| vgg8 {2cpu-1gpu-1cim} hb-wcc |" in md
     out = capsys.readouterr().out
-    assert "[holds]" in out or "[partly]" in out
+    claims = data["claims"]
+    assert out.startswith(claims["summary"]) and md.index(claims["summary"]) < md.index("| claim | label |")
+    labels = {c["key"]: c["label"] for c in claims["claims"]}
+    assert labels["alpha0-least-energy"] == "held-out" and labels["diverse-sets-spread"] == "direction"
+    assert "fitted" not in labels.values() and claims["band"] is None   # no DONNA figure set a parameter
     # DONNA's alpha = 1 plans never beat the exact front's fastest plan
     for s in data["scenarios"]:
         assert min(p["bottleneck_s"] for p in s["donna"]) >= s["front"][0]["bottleneck_s"] * (1 - 1e-9)

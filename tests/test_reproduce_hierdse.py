@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from hetsplit.cli.main import main
-from hetsplit.experiments.hierdse import (EXPERIMENTS, HierDseOptions, HierDseResults, MeasureOptions, RunMeasurer,
-                                          check_claims, run, time_to_reach)
+from hetsplit.experiments.hierdse import (EXPERIMENTS, MIN_MEASURED, HierDseOptions, HierDseResults, MeasureOptions,
+                                          RunMeasurer, check_claims, run, time_to_reach)
 from hetsplit.report.hierdse_repro import write_report
 from hetsplit.runtime.cpu_throttle import find_controller, throttle_available
 from hetsplit.runtime.launch import processes_of
@@ -24,7 +24,7 @@ from hetsplit.runtime.netem import emulation_available
 from hetsplit.runtime.netns_cleanup import list_namespaces
 from hetsplit.runtime.owned import owner_of
 from hetsplit.search.encodings import make_encoding
-from hetsplit.search.hierarchical import HierarchicalResult, Measurement, MeasuredPoint
+from hetsplit.search.hierarchical import HierarchicalResult, Measurement, MeasuredPoint, StageRecord
 from hetsplit.workflow import load_problem
 
 pytestmark = pytest.mark.timeout(180)
@@ -49,38 +49,69 @@ def test_reproduction_with_a_fake_measurer_writes_curves_claims_and_results(tmp_
         assert all(p.devices == 8 for p in r.points) or name == "3s-2l-SPE"
     assert {s.devices for s in results.runs["3s-2l-SPE"].stages} == {2, 4, 8}
     claims = check_claims(results)
-    assert len(claims) == 3 and all(c.verdict in ("holds", "partly", "does not hold") for c in claims)
+    assert len(claims.claims) == 3
+    k = min(len(results.runs[n].points) for n in ("1s-non-SPE", "1s-non-NE"))
+    ne = claims.get("spe-beats-ne")       # a verdict only on as many measured plans each, and enough of them
+    assert (ne.label, ne.evaluations) == (("inconclusive", k) if k < MIN_MEASURED else ("direction", 2 * k))
     paths = write_report(tmp_path, results, claims)
     assert [p.name for p in paths] == ["search_time.png", "claims.md", "results.json"]
     assert all(p.stat().st_size > 0 for p in paths)
     md = (tmp_path / "claims.md").read_text()
     assert "| 3s-2l-SPE | " in md and "| 1s-non-NE | " in md and "70 h" in md
-    for c in claims:
-        assert f"**{c.verdict}**: {c.claim}" in md
+    assert md.index(f"**{claims.summary()}**") < md.index("## Setup")
     doc = json.loads((tmp_path / "results.json").read_text())
     assert doc["format"] == "hetsplit.hierdse-repro/1" and set(doc["runs"]) == set(EXPERIMENTS)
     assert len(doc["runs"]["1s-non-SPE"]["points"]) == len(results.runs["1s-non-SPE"].points)
 
 
-def _result(name: str, points: list[tuple[float, float, float, float]]) -> HierarchicalResult:
-    """A result whose measured points are (t, throughput, memory, energy)."""
-    pts = [MeasuredPoint(t, 1, 8, np.array([1 / thr, mem, e]), None, Measurement(thr, mem, e)) for t, thr, mem, e in
-           points]
-    return HierarchicalResult(EXPERIMENTS[name], [], np.zeros((0, 3)), pts, [], max(p[0] for p in points))
+def _result(name: str, points: list[tuple[float, float, float, float]], devices: int = 8,
+            stages: tuple[int, ...] = ()) -> HierarchicalResult:
+    """A result whose measured points are (t, throughput, memory, energy), on ``devices`` PEs; ``stages``: the
+    PEs of each of its stages (none: not recorded)."""
+    pts = [MeasuredPoint(t, 1, devices, np.array([1 / thr, mem, e]), None, Measurement(thr, mem, e))
+           for t, thr, mem, e in points]
+    return HierarchicalResult(EXPERIMENTS[name], [], np.zeros((0, 3)), pts,
+                              [StageRecord(k + 1, d) for k, d in enumerate(stages)], max(p[0] for p in points))
+
+
+def _padded(points: list[tuple[float, float, float, float]], n: int = MIN_MEASURED) -> list:
+    """``points`` after enough poor plans measured at t = 1 s to reach ``n`` points."""
+    return [(1.0, 1.0, 1e3, 10.0)] * (n - len(points)) + points
 
 
 def test_claims_follow_the_curves():
-    runs = {"3s-2l-SPE": _result("3s-2l-SPE", [(10, 20, 100, 1.0), (50, 40, 80, 0.5), (200, 50, 70, 0.4)]),
-            "1s-non-SPE": _result("1s-non-SPE", [(10, 10, 150, 2.0), (150, 30, 90, 0.6), (200, 35, 90, 0.6)]),
-            "1s-non-NE": _result("1s-non-NE", [(10, 12, 140, 1.5), (200, 15, 100, 0.5)])}
+    runs = {"3s-2l-SPE": _result("3s-2l-SPE", _padded([(10, 20, 100, 1.0), (50, 40, 80, 0.5), (200, 50, 70, 0.4)])),
+            "1s-non-SPE": _result("1s-non-SPE", _padded([(10, 10, 150, 2.0), (150, 30, 90, 0.6), (200, 35, 90, 0.6)])),
+            "1s-non-NE": _result("1s-non-NE", _padded([(10, 12, 140, 1.5), (200, 15, 100, 0.5)]))}
     results = HierDseResults(HierDseOptions(), runs, 600.0, 140)
-    by = {c.claim.split(" (")[-1]: c for c in check_claims(results)}
-    assert by["3s-2l-SPE vs 1s-non-SPE)"].verdict == "holds"
-    ne = by["1s-non-SPE vs 1s-non-NE)"]
+    claims = check_claims(results)
+    assert claims.get("hierarchy-better").verdict == "holds"
+    ne = claims.get("spe-beats-ne")       # after 30 plans each: NE's last is its 30th, SPE's 30th is (150, 30, 90, 0.6)
+    assert ne.label == "direction" and ne.evaluations == 2 * MIN_MEASURED
     assert ne.verdict == "partly" and "worse in energy per device" in ne.evidence
-    speed = next(c for c in check_claims(results) if "accelerates" in c.claim)
+    speed = claims.get("hierarchy-sooner")
     assert speed.verdict == "holds" and "throughput after 50 s" in speed.evidence
     assert time_to_reach(runs["1s-non-NE"], np.array([1 / 35, 90, 0.6])) == [None, None, 200.0]
+
+
+def test_spe_and_ne_are_compared_after_as_many_plans_each():
+    """SPE's later, better plans do not count against an NE that measured fewer."""
+    spe = _padded([(10, 10, 150, 2.0)] * 5, n=MIN_MEASURED + 10) + [(300, 99, 1, 0.01)]
+    ne = _padded([(10, 12, 140, 1.5)])
+    runs = {"1s-non-SPE": _result("1s-non-SPE", spe), "1s-non-NE": _result("1s-non-NE", ne)}
+    claim = check_claims(HierDseResults(HierDseOptions(), runs, 600.0, 140)).get("spe-beats-ne")
+    assert claim.verdict == "does not hold" and f"after {MIN_MEASURED} measured plans each" in claim.evidence
+
+
+def test_a_search_with_too_few_measured_plans_is_inconclusive_and_says_how_many():
+    runs = {"3s-2l-SPE": _result("3s-2l-SPE", _padded([(50, 40, 80, 0.5)]), devices=4, stages=(2, 4, 8)),  # none on 8
+            "1s-non-SPE": _result("1s-non-SPE", _padded([(10, 10, 150, 2.0)])),
+            "1s-non-NE": _result("1s-non-NE", [(10, 12, 140, 1.5)] * 7)}
+    claims = check_claims(HierDseResults(HierDseOptions(), runs, 600.0, 140))
+    ne = claims.get("spe-beats-ne")
+    assert ne.label == "inconclusive" and ne.evaluations == 7 and ne.needed == MIN_MEASURED
+    better = claims.get("hierarchy-better")
+    assert better.label == "inconclusive" and better.evaluations == 0 and "measured 0 plans" in better.evidence
 
 
 def test_a_real_measured_run_of_a_pipeline_plan():

@@ -76,6 +76,7 @@ def _run_donna(args) -> int:
 
     from hetsplit.experiments import donna as dr
     from hetsplit.report import donna_repro as rep
+    from hetsplit.report.claims import console_lines
 
     models = tuple(args.models or dr.MODELS)
     media = tuple(args.media or dr.DONNA_MEDIA)
@@ -91,8 +92,7 @@ def _run_donna(args) -> int:
         edge = [] if args.no_edge else dr.run_edge(models)
     claims = dr.check_claims(scen, gpu, edge)
     paths = rep.write_report(Path(args.out or "out/donna"), scen, gpu, edge, claims)
-    for c in claims:
-        print(f"- [{c.verdict}] {c.claim}\n    {c.evidence}")
+    print("\n".join(console_lines(claims)))
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0
 
@@ -115,18 +115,19 @@ def _run_lblp(args) -> int:
     from pathlib import Path
 
     from hetsplit.experiments import lblp as ex
+    from hetsplit.experiments.lblp_claims import check_claims
     from hetsplit.report import lblp_repro as rep
+    from hetsplit.report.claims import console_lines
     from hetsplit.search import partitioner_names
 
     unknown = [a for a in args.algorithms or () if a not in partitioner_names()]
     if unknown:
         raise HetsplitError(f"unknown algorithm(s) {unknown}; available: {partitioner_names()}")
     results = ex.run(_lblp_config(args), progress=_say())
-    claims = ex.check_claims(results)
+    claims = check_claims(results)
     searches = [ex.compare_search(results, a) for a in ("map-opt", "heft")]
     paths = rep.write_report(Path(args.out or "out/lblp"), results, claims, searches)
-    for c in claims:
-        print(f"- [{c.verdict}] {c.claim}\n    {c.evidence}")
+    print("\n".join(console_lines(claims)))
     for s in searches:
         print(f"- {s.summary()}")
     print("wrote " + ", ".join(str(p) for p in paths))
@@ -138,16 +139,17 @@ def _run_hybrid(args) -> int:
     from pathlib import Path
 
     from hetsplit.experiments import hybrid as ex
+    from hetsplit.experiments.hybrid_claims import check_claims
     from hetsplit.report import hybrid_repro as rep
+    from hetsplit.report.claims import console_lines
 
     models = tuple(args.models or ex.MODELS)
     cfg = ex.HybridConfig.quick(models) if args.quick else ex.HybridConfig(models=models)
     cfg = replace(cfg, pop_size=args.pop or cfg.pop_size, generations=args.gens or cfg.generations)
     results = ex.run(cfg, progress=_say())
-    claims = ex.check_claims(results)
+    claims = check_claims(results)
     paths = rep.write_report(Path(args.out or "out/hybrid"), results, claims)
-    for c in claims:
-        print(f"- [{c.verdict}] {c.claim}\n    {c.evidence}")
+    print("\n".join(console_lines(claims)))
     for g in results.gaps:
         print(f"- {g.model} {g.setting}: SPE GA misses {g.spe_gap:.2%} of the exact vertical front's hypervolume; "
               f"hybrid GA reaches {g.hybrid_ratio:.3f} x it")
@@ -159,14 +161,14 @@ def _run_mcu(args) -> int:
     from pathlib import Path
 
     from hetsplit.experiments import mcu as ex
+    from hetsplit.experiments.mcu_claims import check_claims
     from hetsplit.report import mcu_repro as rep
+    from hetsplit.report.claims import console_lines
 
     results = ex.run(ex.McuConfig.quick_run() if args.quick else ex.McuConfig(), progress=_say())
-    claims, findings = ex.check_claims(results), ex.pipeline_findings(results)
-    paths = rep.write_report(Path(args.out or "out/mcu"), results, claims, findings)
-    print("\n".join(rep.claims_table(claims)))
-    for f in findings:
-        print(f"- [{f.verdict}] {f.claim}\n    {f.evidence}")
+    claims = check_claims(results)
+    paths = rep.write_report(Path(args.out or "out/mcu"), results, claims)
+    print("\n".join(console_lines(claims)))
     if results.pipeline:
         print("\n".join(rep.pipeline_table(results.pipeline)))
     print("wrote " + ", ".join(str(p) for p in paths))
@@ -179,6 +181,7 @@ def _run_hierdse(args) -> int:
 
     from hetsplit.experiments import hierdse as ex
     from hetsplit.report import hierdse_repro as rep
+    from hetsplit.report.claims import console_lines
 
     opts = ex.HierDseOptions()
     opts = replace(opts, budget_s=parse_duration(args.budget, "--budget") if args.budget else opts.budget_s,
@@ -188,7 +191,6 @@ def _run_hierdse(args) -> int:
     claims = ex.check_claims(results)
     paths = rep.write_report(Path(args.out or "out/hierdse"), results, claims)
     print("\n".join(rep.curve_table(results)))
-    for c in claims:
-        print(f"- [{c.verdict}] {c.claim}\n    {c.evidence}")
+    print("\n".join(console_lines(claims)))
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0

@@ -33,6 +33,7 @@ import numpy as np
 
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import HetsplitError
+from hetsplit.experiments.claims import FAILS, HOLDS, PARTLY, Claim, ClaimSet, direction, inconclusive
 from hetsplit.plan.types import Plan
 from hetsplit.search.hierarchical import (HierarchicalOptions, HierarchicalResult, Measurement, MeasuredPoint,
                                           hierarchical_explore)
@@ -223,13 +224,8 @@ def dilation_summary(runs: dict[str, HierarchicalResult]) -> dict:
 # ---- claims -------------------------------------------------------------------------------------
 
 OBJECTIVE_NAMES = ("throughput", "memory per device", "energy per device")
-
-
-@dataclass(frozen=True)
-class Claim:
-    claim: str
-    verdict: str        # holds, partly, does not hold, not run
-    evidence: str
+PAPER = "Guo et al., hierarchical DSE (seed 004)"
+MIN_MEASURED = 30        # measured plans a search's curve needs before it backs a verdict
 
 
 def best_at(result: HierarchicalResult, t_s: float) -> np.ndarray:
@@ -251,8 +247,26 @@ def time_to_reach(result: HierarchicalResult, target: np.ndarray) -> list[float 
 
 def _verdict(better: int, worse: int) -> str:
     if better == 3:
-        return "holds"
-    return "partly" if better > worse else "does not hold"
+        return HOLDS
+    return PARTLY if better > worse else FAILS
+
+
+def best_after(result: HierarchicalResult, n: int) -> np.ndarray:
+    """The best measured value of each objective among the first ``n`` plans measured (inf: none)."""
+    f = [p.objectives for p in result.points[:n]]
+    return np.min(np.vstack(f), axis=0) if f else np.full(3, np.inf)
+
+
+def _compare(fa: np.ndarray, fb: np.ndarray) -> tuple[list[str], list[str]]:
+    """The objectives ``fa`` is better in, and worse in, than ``fb``."""
+    return ([OBJECTIVE_NAMES[k] for k in range(3) if fa[k] < fb[k]],
+            [OBJECTIVE_NAMES[k] for k in range(3) if fa[k] > fb[k]])
+
+
+def measured_with_all_pes(result: HierarchicalResult) -> int:
+    """Plans the search measured in its stage over all the PEs (its last)."""
+    full = max((s.devices for s in result.stages), default=max((p.devices for p in result.points), default=0))
+    return sum(p.devices == full for p in result.points)
 
 
 def horizon_s(results: HierDseResults) -> float:
@@ -261,35 +275,80 @@ def horizon_s(results: HierDseResults) -> float:
     return min((r.options.budget_s for r in results.runs.values()), default=0.0)
 
 
-def check_claims(results: HierDseResults) -> list[Claim]:
-    """The paper's claims (Sect. 5, Fig. 4), checked on the curves of this run at ``horizon_s``."""
-    runs = results.runs
-    out = []
-    horizon = horizon_s(results)
-    for a, b, text in (("1s-non-SPE", "1s-non-NE", "SPE finds better mappings than NE, which stalls in dominance "
-                                                   "resistant solutions"),
-                       ("3s-2l-SPE", "1s-non-SPE", "multiple stages and two levels find better mappings than "
-                                                   "one-stage SPE in the same search time")):
-        if a not in runs or b not in runs:
-            out.append(Claim(f"{text} ({a} vs {b})", "not run", f"{a} or {b} was not run"))
-            continue
-        fa, fb = best_at(runs[a], horizon), best_at(runs[b], horizon)
-        better = [OBJECTIVE_NAMES[k] for k in range(3) if fa[k] < fb[k]]
-        worse = [OBJECTIVE_NAMES[k] for k in range(3) if fa[k] > fb[k]]
-        evidence = (f"best by {horizon:.0f} s: {a} {fmt_objectives(fa)} vs {b} {fmt_objectives(fb)}; {a} better in "
-                    f"{', '.join(better) or 'none'}" + (f", worse in {', '.join(worse)}" if worse else ""))
-        out.append(Claim(f"{text} ({a} vs {b})", _verdict(len(better), len(worse)), evidence))
-    if "3s-2l-SPE" in runs and "1s-non-SPE" in runs:
-        target = best_at(runs["1s-non-SPE"], horizon)
-        reach = time_to_reach(runs["3s-2l-SPE"], target)
-        done = [(OBJECTIVE_NAMES[k], reach[k]) for k in range(3) if reach[k] is not None]
-        evidence = "3s-2l-SPE reached 1s-non-SPE's best " + "; ".join(
-            f"{name} after {t:.0f} s" if t is not None else f"{name} never"
-            for name, t in zip(OBJECTIVE_NAMES, reach)) + f" (1s-non-SPE searched {horizon:.0f} s)"
-        sooner = sum(1 for _, t in done if t < horizon)
-        out.append(Claim("the hierarchy accelerates the search: 3s-2l-SPE reaches one-stage SPE's final mappings "
-                         "sooner", _verdict(sooner, 3 - sooner), evidence))
-    return out
+def _counts(results: HierDseResults, names: tuple[str, ...]) -> str:
+    return "; ".join(f"{n}: {len(results.runs[n].points)} plans measured ("
+                     + ", ".join(f"stage {s.stage} ({s.devices} PEs) {s.measured}" for s in results.runs[n].stages) + ")"
+                     for n in names)
+
+
+def claim_spe_vs_ne(results: HierDseResults) -> Claim:
+    """SPE against NE, one stage each, compared after the same number of measured plans."""
+    key, text = "spe-beats-ne", "SPE finds better mappings than NE, which stalls in dominance resistant solutions"
+    a, b = "1s-non-SPE", "1s-non-NE"
+    if a not in results.runs or b not in results.runs:
+        return inconclusive(key, text, 0, f"{a} or {b} was not run", needed=MIN_MEASURED, where="Sect. 5, Fig. 4")
+    k = min(len(results.runs[a].points), len(results.runs[b].points))
+    counts = _counts(results, (a, b))
+    if k < MIN_MEASURED:
+        return inconclusive(key, text, k, f"each search measured at least {k} plans ({counts}); a verdict compares "
+                            f"them after the same number, at least {MIN_MEASURED}", needed=MIN_MEASURED,
+                            where="Sect. 5, Fig. 4")
+    fa, fb = best_after(results.runs[a], k), best_after(results.runs[b], k)
+    better, worse = _compare(fa, fb)
+    return direction(key, text, _verdict(len(better), len(worse)),
+                     f"best after {k} measured plans each: {a} {fmt_objectives(fa)} vs {b} {fmt_objectives(fb)}; "
+                     f"{a} better in {', '.join(better) or 'none'}" + (f", worse in {', '.join(worse)}" if worse else ""),
+                     "", evaluations=2 * k, where="Sect. 5, Fig. 4")
+
+
+def _better(horizon: float, hier: HierarchicalResult, single: HierarchicalResult) -> tuple[str, str]:
+    fa, fb = best_at(hier, horizon), best_at(single, horizon)
+    better, worse = _compare(fa, fb)
+    return _verdict(len(better), len(worse)), (
+        f"best by {horizon:.0f} s: 3s-2l-SPE {fmt_objectives(fa)} vs 1s-non-SPE {fmt_objectives(fb)}; 3s-2l-SPE better "
+        f"in {', '.join(better) or 'none'}" + (f", worse in {', '.join(worse)}" if worse else ""))
+
+
+def _sooner(horizon: float, hier: HierarchicalResult, single: HierarchicalResult) -> tuple[str, str]:
+    reach = time_to_reach(hier, best_at(single, horizon))
+    sooner = sum(1 for t in reach if t is not None and t < horizon)
+    return _verdict(sooner, 3 - sooner), "3s-2l-SPE reached 1s-non-SPE's best " + "; ".join(
+        f"{name} after {t:.0f} s" if t is not None else f"{name} never" for name, t in zip(OBJECTIVE_NAMES, reach)) \
+        + f" (1s-non-SPE searched {horizon:.0f} s)"
+
+
+HIERARCHY_CLAIMS = (
+    ("hierarchy-better", "multiple stages and two levels find better mappings than one-stage SPE in the same search "
+                         "time", _better),
+    ("hierarchy-sooner", "the hierarchy accelerates the search: 3s-2l-SPE reaches one-stage SPE's final mappings "
+                         "sooner", _sooner),
+)
+
+
+def claim_hierarchy(results: HierDseResults, key: str, text: str,
+                    judge: Callable[[float, HierarchicalResult, HierarchicalResult], tuple[str, str]]) -> Claim:
+    """3s-2l-SPE against 1s-non-SPE at the same search time; inconclusive unless the hierarchy's last stage
+    (all PEs) and the one-stage search each measured ``MIN_MEASURED`` plans."""
+    a, b = "3s-2l-SPE", "1s-non-SPE"
+    where = "Sect. 5, Fig. 4"
+    if a not in results.runs or b not in results.runs:
+        return inconclusive(key, text, 0, f"{a} or {b} was not run", needed=MIN_MEASURED, where=where)
+    last, single = measured_with_all_pes(results.runs[a]), len(results.runs[b].points)
+    if min(last, single) < MIN_MEASURED:
+        return inconclusive(key, text, min(last, single),
+                            f"{a}'s last stage (all PEs) measured {last} plans, {b} {single} ({_counts(results, (a, b))}); "
+                            f"a verdict needs at least {MIN_MEASURED} each", needed=MIN_MEASURED, where=where)
+    verdict, evidence = judge(horizon_s(results), results.runs[a], results.runs[b])
+    return direction(key, text, verdict, evidence, evaluations=len(results.runs[a].points) + single, where=where)
+
+
+def check_claims(results: HierDseResults) -> ClaimSet:
+    """The paper's claims (Sect. 5, Fig. 4), each a direction or, on too few measured plans, inconclusive."""
+    return ClaimSet(PAPER, (claim_spe_vs_ne(results), *(claim_hierarchy(results, *c) for c in HIERARCHY_CLAIMS)),
+                    notes=(f"A search's curve backs a verdict once it has measured at least {MIN_MEASURED} plans (five "
+                           "generations of the default measured population); SPE and NE are compared after the same "
+                           "number of measured plans, the hierarchy against one-stage SPE at the same search time, "
+                           "with its last stage (all PEs) measured at least as often.",))
 
 
 def fmt_objectives(f: np.ndarray) -> str:

@@ -21,14 +21,15 @@ plan) against hetsplit's exact pipeline plan (``exact``, minimum bottleneck on t
 and pipelines of tensor-parallel groups, so latency per token (one user), the rate with many
 independent users in flight, and energy compare.
 
-``check_claims`` grades each number the paper states against ours (within +-25%);
-``report/mcu_repro.py`` draws and writes them.
+``experiments/mcu_claims.py`` labels and grades the paper's claims against these points (and
+``experiments/mcu_fit.py`` fits the few chip parameters no document gives); ``report/mcu_repro.py``
+draws and writes them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import dataclass, field, replace
+from typing import Callable, Mapping
 
 from hetsplit.cluster.types import Cluster
 from hetsplit.costs.build import build_problem
@@ -46,7 +47,6 @@ from hetsplit.search import make_partitioner
 from hetsplit.search.tensor_parallel import tensor_parallel_plan
 from hetsplit.workflow import load_cluster_spec, load_problem
 
-BAND = 0.25                      # a number within +-25% of the paper's reproduces it
 Progress = Callable[[str], None]
 
 
@@ -76,12 +76,12 @@ def _tinyllama(heads: int, tokens: int, context: int, blocks: int = 1) -> Transf
 SCALE_CHIPS = (1, 2, 4, 8, 16, 32, 64)
 WORKLOADS = (
     Workload("tinyllama-ar", "TinyLlama-42M, autoregressive (S=128)", _tinyllama(8, 1, 128), 8, (1, 2, 4, 8),
-             (1, 8)),
+             (1, 2, 4, 8)),
     Workload("tinyllama-prompt", "TinyLlama-42M, prompt (S=16)", _tinyllama(8, 16, 16), 8, (1, 2, 4, 8), (1, 8)),
     Workload("tinyllama64-ar", "TinyLlama, 64 heads, autoregressive (S=128)", _tinyllama(64, 1, 128), 8,
-             SCALE_CHIPS, (1, 64), scaled=True),
+             SCALE_CHIPS, (1, 8, 16, 32, 64), scaled=True),
     Workload("tinyllama64-prompt", "TinyLlama, 64 heads, prompt (S=16)", _tinyllama(64, 16, 16), 8, SCALE_CHIPS,
-             (1, 64), scaled=True),
+             (1, 16, 64), scaled=True),
     Workload("mobilebert", "MobileBERT (E=F=512, 4 heads, S=268)",
              TransformerShape("mobilebert", 512, 512, 4, 1, 268, 268, gated=False, pre_norm=False), 24,
              (1, 2, 3, 4), (1, 4)),
@@ -98,6 +98,7 @@ class McuConfig:
 
     workloads: tuple[str, ...] = tuple(WORKLOAD)
     quick: bool = False                               # only the chip counts the claims need
+    params: tuple[tuple[str, float], ...] = ()         # Siracusa parameters other than the preset's (a fit)
     pipeline_chips: tuple[int, ...] = PIPELINE_CHIPS  # () skips the comparison
 
     @classmethod
@@ -217,26 +218,31 @@ class McuResults:
 
 
 _CLUSTERS: dict[int, Cluster] = {}
+Params = Mapping[str, float]
 
 
-def siracusa(chips: int) -> Cluster:
-    """The smallest built-in ``siracusa-N`` cluster with at least ``chips`` chips (3 chips: of 4)."""
+def siracusa(chips: int, params: Params | None = None) -> Cluster:
+    """The smallest built-in ``siracusa-N`` cluster with at least ``chips`` chips (3 chips: of 4), its
+    chips' model parameters (SI units) replaced by ``params`` where given."""
     size = next(n for n in SCALE_CHIPS if n >= chips)
     if size not in _CLUSTERS:
         _CLUSTERS[size] = load_cluster_spec(f"siracusa-{size}")
-    return _CLUSTERS[size]
+    base = _CLUSTERS[size]
+    if not params:
+        return base
+    return replace(base, devices=[replace(d, params={**d.params, **params}) for d in base.devices])
 
 
-def block_problem(w: Workload, chips: int) -> SplitProblem:
+def block_problem(w: Workload, chips: int, params: Params | None = None) -> SplitProblem:
     """The block of ``w`` on the smallest ``siracusa-N`` with ``chips`` chips, one of ``w.model_blocks``."""
-    return build_problem(transformer_graph(w.shape), siracusa(chips), scope=ModelScope(w.model_blocks))
+    return build_problem(transformer_graph(w.shape), siracusa(chips, params), scope=ModelScope(w.model_blocks))
 
 
-def run_workload(w: Workload, chips: tuple[int, ...]) -> list[Point]:
+def run_workload(w: Workload, chips: tuple[int, ...], params: Params | None = None) -> list[Point]:
     """The block of ``w`` tensor-parallel on each chip count, with gains over the 1-chip point."""
     out = []
     for n in chips:
-        problem = block_problem(w, n)
+        problem = block_problem(w, n, params)
         plan = tensor_parallel_plan(problem.graph, problem.cluster.names[:n], blocks=find_blocks(problem.graph))
         out.append(Point(w.key, n, cost(problem, plan), heads_per_chip=list(plan.params["heads_per_chip"]),
                          ffn_per_chip=list(plan.params["ffn_per_chip"][0]) if plan.params["ffn_per_chip"] else []))
@@ -341,135 +347,6 @@ def run(config: McuConfig = McuConfig(), progress: Progress = _quiet) -> McuResu
         w = WORKLOAD[key]
         chips = w.quick_chips if config.quick else w.chips
         progress(f"{w.label}: tensor-parallel on {', '.join(map(str, chips))} chip(s)")
-        points += run_workload(w, chips)
+        points += run_workload(w, chips, dict(config.params))
     pipeline = compare_pipelines(config.pipeline_chips, progress=progress) if config.pipeline_chips else []
     return McuResults(config, points, pipeline)
-
-
-# ---- the paper's numbers --------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class NumericClaim:
-    """A number the paper states, ours beside it, and whether ours is within the band."""
-
-    key: str
-    claim: str
-    where: str                    # where the paper says it
-    paper: float
-    ours: float | None            # None: not run
-    unit: str
-    evidence: str = ""            # how ours was obtained
-    reason: str = ""              # why ours is out of band (the model's limit), when it is
-
-    @property
-    def ratio(self) -> float | None:
-        return None if self.ours is None else self.ours / self.paper
-
-    @property
-    def within(self) -> bool | None:
-        r = self.ratio
-        return None if r is None else 1 - BAND <= r <= 1 + BAND
-
-    @property
-    def verdict(self) -> str:
-        return {None: "not run", True: "within ±25%", False: "out of band"}[self.within]
-
-    def to_dict(self) -> dict:
-        return {"key": self.key, "claim": self.claim, "where": self.where, "paper": self.paper, "ours": self.ours,
-                "unit": self.unit, "ratio": self.ratio, "within_band": self.within, "verdict": self.verdict,
-                "evidence": self.evidence, "reason": self.reason}
-
-
-# Why a claim may leave the band: what the analytical model leaves out (stated with the claim only
-# when it does leave it).
-LIMITS = {
-    "speedup": "the 1-chip time is our L3 model (weights and activations streamed once per block at "
-               "l3_bandwidth x l3_stream_efficiency), the paper's is GVSoC's tiled schedule, which re-reads tiles",
-    "latency": "our kernels run at one rate per kind (GEMV, GEMM, elementwise) plus a fixed overhead per kernel; "
-               "the paper's Deeploy kernels vary with their shapes",
-    "energy": "our T_comp is compute time only; GVSoC's activity-based power differs by kernel",
-    "scaled": "at 64 chips a chip's slice is 8 columns: time is set by per-kernel overhead and the all-reduce tree, "
-              "which we model with two levels (groups of 4, then their leaders) and no per-message set-up",
-}
-
-
-METRICS: dict[str, tuple[Callable[[Point], float], str]] = {
-    "speedup": (lambda p: p.speedup, "latency on 1 chip / on N"),
-    "latency": (lambda p: p.cost.latency_s * 1e3, "critical path of one block"),
-    "energy": (lambda p: p.cost.energy_j * 1e3, "N_c2c E_c2c + sum over chips (P T_comp + N_L3 E_L3 + N_L2 E_L2)"),
-    "edp_gain": (lambda p: p.edp_gain, "energy x latency on 1 chip / on N"),
-    "energy_gain": (lambda p: p.energy_gain, "energy on 1 chip / on N"),
-}
-# (key, claim, where in the paper, paper's value, unit, workload, chips, metric, limit that explains a miss)
-PAPER_CLAIMS = (
-    ("tinyllama-ar-speedup-8", "TinyLlama autoregressive: 26.1x faster on 8 chips than on 1",
-     "abstract, Sec. V-B, Fig. 4a", 26.1, "x", "tinyllama-ar", 8, "speedup", "speedup"),
-    ("tinyllama-ar-latency-8", "TinyLlama autoregressive: 0.54 ms per block on 8 chips", "abstract", 0.54, "ms",
-     "tinyllama-ar", 8, "latency", "latency"),
-    ("tinyllama-ar-energy-8", "TinyLlama autoregressive: 0.64 mJ per block on 8 chips", "abstract", 0.64, "mJ",
-     "tinyllama-ar", 8, "energy", "energy"),
-    ("tinyllama-ar-edp-8", "TinyLlama autoregressive: EDP 27.2x better on 8 chips than on 1", "abstract", 27.2, "x",
-     "tinyllama-ar", 8, "edp_gain", "speedup"),
-    ("tinyllama-prompt-speedup-8", "TinyLlama prompt: 9.9x faster on 8 chips than on 1", "Sec. V-B, Fig. 4b", 9.9,
-     "x", "tinyllama-prompt", 8, "speedup", "speedup"),
-    ("tinyllama64-ar-speedup-64", "TinyLlama with 64 heads, autoregressive: 60.1x faster on 64 chips than on 1",
-     "Sec. V-C, Fig. 6", 60.1, "x", "tinyllama64-ar", 64, "speedup", "scaled"),
-    ("tinyllama64-ar-energy-64", "TinyLlama with 64 heads, autoregressive: 1.3x less energy on 64 chips than on 1",
-     "Sec. V-C, Fig. 5a", 1.3, "x", "tinyllama64-ar", 64, "energy_gain", "scaled"),
-    ("mobilebert-speedup-4", "MobileBERT: 4.7x faster on 4 chips than on 1", "abstract, Sec. V-B, Fig. 4c", 4.7, "x",
-     "mobilebert", 4, "speedup", "speedup"),
-    ("mobilebert-latency-4", "MobileBERT: 38.8 ms per block on 4 chips", "abstract", 38.8, "ms", "mobilebert", 4,
-     "latency", "latency"),
-)
-
-
-def check_claims(results: McuResults) -> list[NumericClaim]:
-    """Every number of the paper's abstract and Sec. V against ours."""
-    out = []
-    for key, text, where, paper, unit, workload, chips, metric, limit in PAPER_CLAIMS:
-        p, base = results.point(workload, chips), results.point(workload, 1)
-        if p is None or base is None:
-            out.append(NumericClaim(key, text, where, paper, None, unit, f"{workload} on 1 and {chips} chips not run"))
-            continue
-        value, how = METRICS[metric]
-        ours = value(p)
-        ev = (f"{how}; {chips} chips: {p.cost.latency_s * 1e3:.4g} ms, {p.cost.energy_j * 1e3:.4g} mJ, "
-              f"{p.cost.regime}; 1 chip: {base.cost.latency_s * 1e3:.4g} ms, {base.cost.energy_j * 1e3:.4g} mJ, "
-              f"{base.cost.regime}")
-        within = 1 - BAND <= ours / paper <= 1 + BAND
-        out.append(NumericClaim(key, text, where, paper, ours, unit, ev, "" if within else LIMITS[limit]))
-    return out
-
-
-@dataclass(frozen=True)
-class Finding:
-    """A statement beyond the paper's numbers, measured."""
-
-    claim: str
-    verdict: str
-    evidence: str
-
-
-def pipeline_findings(results: McuResults) -> list[Finding]:
-    """Sec. III-B: pipelining needs many requests in flight and cannot lower one request's latency."""
-    out = []
-    by_n: dict[int, list[PipelineRow]] = {}
-    for r in results.pipeline:
-        by_n.setdefault(r.chips, []).append(r)
-    multi = {n: rows for n, rows in by_n.items() if n > 1}
-    if not multi:
-        return [Finding("Pipelining cannot lower the latency of one request (Sec. III-B)", "not run", "")]
-    one = by_n.get(1, [None])[0]
-    notes, ok = [f"1 chip: {one.latency_s * 1e3:.1f} ms/token"] if one is not None else [], True
-    for n, rows in sorted(multi.items()):
-        tp = next(r for r in rows if r.kind == "tensor-parallel")
-        pipe = min((r for r in rows if r.kind == "pipeline (exact)"), key=lambda r: r.latency_s)
-        ok &= tp.latency_s < pipe.latency_s
-        in_flight = max(1, round(pipe.throughput * pipe.latency_s))
-        notes.append(f"{n} chips: tensor-parallel {tp.latency_s * 1e3:.2f} ms/token vs exact pipeline "
-                     f"{pipe.latency_s * 1e3:.1f} ms/token ({pipe.latency_s / tp.latency_s:.1f}x slower; its rate "
-                     f"of {pipe.throughput:.0f} tokens/s needs {in_flight} independent users in flight)")
-    out.append(Finding("For one user, tensor-parallel gives lower latency per token than the exact pipeline plan "
-                       "at every chip count (pipelining does not suit a single user, Sec. III-B)",
-                       "holds" if ok else "does not hold", "; ".join(notes)))
-    return out

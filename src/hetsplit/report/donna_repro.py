@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from hetsplit.experiments.donna import Claim, EdgeResult, Scenario, pct
+from hetsplit.experiments.claims import ClaimSet
+from hetsplit.experiments.donna import EdgeResult, Scenario, pct
 from hetsplit.plan.types import Plan
+from hetsplit.report.claims import claims_section
 
 
 # ---- figures and files ---------------------------------------------------------------------------
@@ -118,7 +120,7 @@ def _plan_summary(p: Plan) -> dict:
 
 
 def write_report(out: Path, scen: list[Scenario], gpu: dict[str, Plan], edge: list[EdgeResult],
-                 claims: list[Claim]) -> list[Path]:
+                 claims: ClaimSet) -> list[Path]:
     """Figures, claims.md and results.json under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     paths = plot_fig2(scen, out)
@@ -128,9 +130,8 @@ def write_report(out: Path, scen: list[Scenario], gpu: dict[str, Plan], edge: li
     lines = ["# DONNA's findings, checked with hetsplit", "",
              "Costs: hetsplit's device models (roofline CPU/GPU, analytical CIM after DNN+NeuroSim), not the "
              "paper's measured profiles; absolute numbers differ, directions are what is checked. Every cut "
-             "moves all live tensors (skip connections included) and memory limits are enforced.", "",
-             "| claim | verdict | evidence |", "|---|---|---|"]
-    lines += [f"| {c.claim} | {c.verdict} | {c.evidence} |" for c in claims]
+             "moves all live tensors (skip connections included) and memory limits are enforced.", ""]
+    lines += claims_section(claims)
     lines += ["", "## Exact front vs DONNA, per scenario", "",
               "| scenario | DONNA distinct points | front points | off the convex hull | DONNA plans dominated | "
               "largest energy saving at equal-or-better throughput |", "|---|---|---|---|---|---|"]
@@ -143,7 +144,7 @@ def write_report(out: Path, scen: list[Scenario], gpu: dict[str, Plan], edge: li
     md = out / "claims.md"
     md.write_text("\n".join(lines) + "\n")
     data = {"format": "hetsplit.donna-repro/1",
-            "claims": [c.__dict__ for c in claims],
+            "claims": claims.to_dict(),
             "single_gpu": {m: _plan_summary(p) for m, p in gpu.items()},
             "scenarios": [{"model": s.model, "devices": s.devices, "medium": s.medium,
                            "donna": [_plan_summary(p) for p in s.donna],

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from hetsplit.experiments.hierdse import OBJECTIVE_NAMES, Claim, HierDseResults, best_at, horizon_s
+from hetsplit.experiments.claims import ClaimSet
+from hetsplit.experiments.hierdse import OBJECTIVE_NAMES, HierDseResults, best_at, horizon_s
+from hetsplit.report.claims import claims_section
 from hetsplit.report.explore_plots import search_time_plot
 
 FORMAT = "hetsplit.hierdse-repro/1"
@@ -75,17 +77,15 @@ SCALED_DOWN = ("The paper ran each search for 70 h with populations of 100 on th
                "70-hour end points; the claims are judged on them at the search time every experiment had (its budget share).")
 
 
-def claims_lines(results: HierDseResults, claims: list[Claim]) -> list[str]:
-    lines = ["# Guo et al., multi-stage hierarchical DSE (seed 004): reproduction", "", "## Setup", "",
-             *setup_lines(results), "", SCALED_DOWN.format(pop=results.options.measured_pop, layers=results.layers), "",
-             "## Best value found against search time (search_time.png)", "", *curve_table(results), "",
-             "## Stages", "", *stage_table(results), "", "## Claims", ""]
-    for c in claims:
-        lines += [f"- **{c.verdict}**: {c.claim}", f"  - {c.evidence}"]
-    return lines + [""]
+def claims_lines(results: HierDseResults, claims: ClaimSet) -> list[str]:
+    return ["# Guo et al., multi-stage hierarchical DSE (seed 004): reproduction", "", *claims_section(claims), "",
+            "## Setup", "", *setup_lines(results), "",
+            SCALED_DOWN.format(pop=results.options.measured_pop, layers=results.layers), "",
+            "## Best value found against search time (search_time.png)", "", *curve_table(results), "",
+            "## Stages", "", *stage_table(results), ""]
 
 
-def results_dict(results: HierDseResults, claims: list[Claim]) -> dict:
+def results_dict(results: HierDseResults, claims: ClaimSet) -> dict:
     o = results.options
     runs = {}
     for name, run in results.runs.items():
@@ -104,10 +104,10 @@ def results_dict(results: HierDseResults, claims: list[Claim]) -> dict:
             "seconds": results.seconds, "emulation": results.emulation,
             "objectives": ["1/throughput (s)", "memory per device (B)", "energy per device (J)"],
             "objective_names": list(OBJECTIVE_NAMES), "runs": runs,
-            "claims": [vars(c) for c in claims]}
+            "claims": claims.to_dict()}
 
 
-def write_report(out: Path, results: HierDseResults, claims: list[Claim]) -> list[Path]:
+def write_report(out: Path, results: HierDseResults, claims: ClaimSet) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths = [figure(results, out)]
     md = out / "claims.md"

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from hetsplit.experiments.hybrid import EXACT_OBJECTIVES, Claim, HybridResults, RunRecord
+from hetsplit.experiments.claims import ClaimSet
+from hetsplit.experiments.hybrid import EXACT_OBJECTIVES, HybridResults, RunRecord
+from hetsplit.report.claims import claims_section
 from hetsplit.report.explore_plots import convergence_plot, hypervolume_plot
 from hetsplit.search.explore import THESIS_OBJECTIVES
 
@@ -72,30 +74,42 @@ def _gap_table(results: HybridResults) -> list[str]:
     return lines
 
 
-def claims_lines(results: HybridResults, claims: list[Claim]) -> list[str]:
-    c = results.config
-    lines = ["# Hybrid CNN partitioning (Savva, MSc thesis, seed 003): claims of section 5.2 checked", "",
-             f"NSGA-II, population {c.pop_size} x {c.generations} generations, seed {c.seed}; costs from hetsplit's "
-             "device models of the Jetson Xavier NX CPU and GPU (the thesis used its own calibrated analytical model "
-             "and AutoDiCE measurements, so absolute values differ; the claims are about rankings and trends).", "",
-             "## Claims", ""]
-    for cl in claims:
-        lines += [f"- **[{cl.verdict}]** {cl.claim}", f"  - {cl.evidence}"]
-    lines += ["", "## Final best values per run (thesis objectives)", ""] + _runs_table(results) + _gap_table(results)
+def _memory_runs_table(results: HybridResults) -> list[str]:
+    rows = [(m, r) for m, runs in results.tables.memory_runs.items() for r in runs]
+    if not rows:
+        return []
+    lines = ["", "## Peak memory runs (the runtime on this machine's CPU, no throttling)", "",
+             "| model | plan | predicted memory per device (MB) | measured peak RSS above an idle worker's (MB) |",
+             "|---|---|---|---|"]
+    for model, r in rows:
+        got = f"{r.measured_bytes / 1e6:.0f}" if r.measured_bytes else f"failed: {r.error}"
+        lines.append(f"| {model} | {r.label} | {r.predicted_bytes / 1e6:.0f} | {got} |")
     return lines
 
 
-def results_dict(results: HybridResults, claims: list[Claim]) -> dict:
+def claims_lines(results: HybridResults, claims: ClaimSet) -> list[str]:
+    c = results.config
+    lines = ["# Hybrid CNN partitioning (Savva, MSc thesis, seed 003): claims checked", "",
+             *claims_section(claims), "", "## Set-up", "",
+             f"NSGA-II, population {c.pop_size} x {c.generations} generations, seed {c.seed}; costs from hetsplit's "
+             "device models of the Jetson Xavier NX CPU and GPU (the thesis used its own calibrated analytical model "
+             "and AutoDiCE measurements on the boards).", ""]
+    lines += ["## Final best values per run (thesis objectives)", ""] + _runs_table(results) + _gap_table(results)
+    return lines + _memory_runs_table(results)
+
+
+def results_dict(results: HybridResults, claims: ClaimSet) -> dict:
     runs = [{"model": r.model, "setting": r.setting, "chromosome": r.label, "objectives": list(r.objectives),
              "genes": r.genes, "final_best": r.final.tolist(), "hypervolume": r.hypervolume.tolist(),
              "seconds": r.seconds, "evaluations": r.evaluations, "evaluations_per_s": r.evaluations_per_s}
             for r in results.runs]
     gaps = [{**g.__dict__, "spe_gap": g.spe_gap, "hybrid_ratio": g.hybrid_ratio} for g in results.gaps]
-    return {"config": results.config.__dict__, "runs": runs, "exact_gaps": gaps,
-            "claims": [cl.__dict__ for cl in claims]}
+    memory = {m: [r.__dict__ for r in runs] for m, runs in results.tables.memory_runs.items()}
+    return {"config": results.config.__dict__, "runs": runs, "exact_gaps": gaps, "memory_runs": memory,
+            "claims": claims.to_dict()}
 
 
-def write_report(out: Path, results: HybridResults, claims: list[Claim]) -> list[Path]:
+def write_report(out: Path, results: HybridResults, claims: ClaimSet) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths = write_figures(results, out)
     md = out / "claims.md"
