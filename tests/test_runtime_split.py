@@ -147,3 +147,32 @@ def test_a_worker_reports_its_own_peak_memory_not_its_launchers(tmp_path):
     after = child_peak()
     del ballast
     assert after - before < 100 * 2**20
+
+
+def test_a_constant_two_stages_read_is_made_by_each_not_sent(tmp_path):
+    """YOLOv8n's C2f blocks share one Constant of split sizes: a stage that reads it makes its own copy
+    (before: it was a 16-byte message, and the sub-model's probe on zeros split by [0, 0] and failed)."""
+    from graph_helpers import init, model
+    from onnx import helper, numpy_helper
+
+    from hetsplit.graph.onnx_import import load_onnx
+
+    sizes = helper.make_node("Constant", [], ["sizes"], name="sizes",
+                             value=numpy_helper.from_array(np.array([2, 2], dtype=np.int64)))
+    nodes = [sizes,
+             helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Split", ["c1", "sizes"], ["a", "b"], name="split1", axis=1),
+             helper.make_node("Mul", ["a", "b"], ["m"], name="mul"),
+             helper.make_node("Conv", ["m", "w2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+             helper.make_node("Split", ["c2", "sizes"], ["p", "q"], name="split2", axis=1),
+             helper.make_node("Add", ["p", "q"], ["y"], name="add")]
+    proto = model(nodes, [("x", [1, 4, 8, 8])], ["y"], [init("w1", (4, 4, 3, 3), 1), init("w2", (4, 2, 3, 3), 2)])
+    path = tmp_path / "shared_const.onnx"
+    onnx.save(proto, path)
+    graph = load_onnx(path)
+    assert "sizes" not in {t.name for t in graph.tensors}, "a constant is not a message between layers"
+    last = next(i for i, lay in enumerate(graph.layers) if "conv2" in lay.nodes)
+    m = split_model(plan_of(graph, [0, last, len(graph.layers)]), graph, path, tmp_path / "split")
+    x = np.random.default_rng(3).standard_normal((1, 4, 8, 8)).astype(np.float32)
+    whole = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(run_inline(m, {"x": x})["y"], whole, rtol=1e-5, atol=1e-5)

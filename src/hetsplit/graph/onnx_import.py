@@ -5,7 +5,8 @@
                attention matmuls included); every other op counts 0 MACs
   param_bytes  initializers (and Constant tensors) the layer reads, each counted once, in the
                first layer that reads it
-  out_bytes    bytes of the tensors the layer sends to other layers or to the model outputs
+  out_bytes    bytes of the tensors the layer sends to other layers or to the model outputs (a
+               constant, e.g. split sizes folded from shapes, is never sent: each reader makes its own)
   in_bytes     bytes of the tensors it receives from other layers or the model inputs
   nodes        every ONNX node of the layer, constants included (the runtime cuts by these)
   onnx_ops     the op types of its computing nodes, in order (constant-only nodes left out)
@@ -151,6 +152,8 @@ def graph_from_prepared(proto: onnx.ModelProto, name: str, source: str = "") -> 
                 continue
             pg = group_of[i]
             cons = tuple(sorted(c for c in consumers.get(t, ()) if c != pg))
+            if t in static and t not in outputs:
+                continue   # a constant: every layer reading it computes it itself, nothing is sent
             if cons or t in outputs:
                 shape, etype = m.types[t]
                 tensors.append(Tensor(t, pg, m.nbytes(t), cons, t in outputs, tuple(shape or ()), dtype_name(etype)))

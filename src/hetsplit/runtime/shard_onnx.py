@@ -104,6 +104,7 @@ class ShardSurgeon:
             if all((not t) or t in static for t in n.input):
                 static.update(t for t in n.output if t)
         self.static = static
+        self.constant_nodes = {o: n for n in model.graph.node if self.is_static(n) for o in n.output if o}
         self.specs: dict[str, TensorSpec] = {}
         for t in graph.tensors:
             self.specs[t.name] = self.whole_spec(t.name)
@@ -425,7 +426,7 @@ class ShardSurgeon:
             x = todo.pop()
             if x in made or x in fed or x in self.inits or x in added:
                 continue
-            node = self.free.get(x)
+            node = self.free.get(x) or self.constant_nodes.get(x)
             if node is None:
                 raise ModelError(f"{where}: it reads {x!r}, which is neither received, made on the device nor a "
                                  "constant; the layer grouping and the plan disagree")
