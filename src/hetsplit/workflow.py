@@ -20,6 +20,7 @@ from hetsplit.estimate import HereOptions, LocalPrediction, SimResult, make_fide
 from hetsplit.estimate.processes import runs_here  # noqa: F401 - re-exported for the commands
 from hetsplit.estimate.transfers import Transfer
 from hetsplit.graph import Graph
+from hetsplit.graph.input_shapes import InputShapes, check_recorded
 from hetsplit.graph.transformer import decode_step
 from hetsplit.outpath import output_dir  # noqa: F401 - re-exported for the commands
 from hetsplit.plan import Plan, mark_pareto
@@ -35,14 +36,19 @@ def is_profile_path(spec: str) -> bool:
     return spec.endswith(".json")
 
 
-def load_model_or_profile(spec: str) -> tuple[Graph, CostTable | None]:
-    """A zoo name or .onnx path gives a graph; a .json profile gives a graph-lite and its costs."""
+def load_model_or_profile(spec: str, input_shapes: InputShapes | None = None) -> tuple[Graph, CostTable | None]:
+    """A zoo name or .onnx path gives a graph (``input_shapes`` fix its symbolic input dims, see
+    ``graph.input_shapes``); a .json profile gives a graph-lite and its costs (the shapes it records;
+    others given are refused)."""
     if is_profile_path(spec):
         prof = load_profile(spec)
+        recorded = check_recorded(prof.meta.get("input_shapes") or {}, input_shapes, f"the profile {spec}")
+        if recorded:
+            prof.graph.meta["input_shapes"] = {n: list(d) for n, d in recorded.items()}
         return prof.graph, prof.costs
     from hetsplit.graph import load_model
 
-    return load_model(spec), None
+    return load_model(spec, input_shapes), None
 
 
 def load_cluster_spec(spec: str, recalibrate: bool = False) -> Cluster:
@@ -63,15 +69,15 @@ def costs_notes(problem: SplitProblem) -> list[str]:
 
 
 def load_problem(model: str, cluster: str | Cluster, decode_context: int | None = None,
-                 recalibrate: bool = False) -> SplitProblem:
+                 recalibrate: bool = False, input_shapes: InputShapes | None = None) -> SplitProblem:
     """The SplitProblem of a model/profile spec on a cluster spec (built-in name or YAML path).
 
     ``decode_context``: cost one autoregressive step of a Transformer against a KV cache of that many
     positions instead of the exported prompt pass (``graph.transformer.decode_step``); a model named as
     a decode step names (``tinyllama-42m@decode128``, what a decode plan records) means the same;
-    ``recalibrate``: see ``load_cluster_spec``."""
+    ``recalibrate``: see ``load_cluster_spec``; ``input_shapes``: see ``load_model_or_profile``."""
     model, decode_context = split_decode_name(model, decode_context)
-    graph, profile_costs = load_model_or_profile(model)
+    graph, profile_costs = load_model_or_profile(model, input_shapes)
     if decode_context is not None:
         if profile_costs is not None:
             raise HetsplitError(f"{model}: a profile measures the prompt pass it was taken on; a decode step is "
@@ -171,10 +177,24 @@ def search_plans(problem: SplitProblem, request: PlanRequest) -> PlanSearch:
     if not plans:
         raise HetsplitError(f"no plan found for {problem.graph.name!r} on {problem.cluster.name!r}: "
                             "no device can hold the whole model and no split fits")
-    for p in plans:
-        p.cluster_file = problem.cluster.file
+    stamp_plans(problem, plans)
     front = MAPPING_FRONT if "map-pareto" in request.algorithms else DEFAULT_FRONT
     return PlanSearch(mark_pareto(plans, front), {n: str(exc) for n, exc in refused.items()}, front)
+
+
+def stamp_plans(problem: SplitProblem, plans: Sequence[Plan]) -> None:
+    """Record in each plan what running it needs beyond the model: the cluster file and the input shapes
+    the model was loaded with (``--input-shape``), so ``split`` and ``run`` need not be told again."""
+    shapes = problem.graph.meta.get("input_shapes") or {}
+    for p in plans:
+        p.cluster_file = problem.cluster.file
+        p.input_shapes = {n: list(d) for n, d in shapes.items()}
+
+
+def plan_input_shapes(plan: Plan, given: InputShapes | None) -> InputShapes:
+    """The input shapes to load ``plan``'s model with: those it records, or ``given`` when it records
+    none; a ``given`` shape other than the recorded one is refused, naming both."""
+    return check_recorded(plan.input_shapes, given, "the plan")
 
 
 @dataclass
@@ -263,15 +283,17 @@ def compare_to(plans: list[Plan], baseline: Plan) -> list[BaselineComparison]:
 
 
 def load_plan_problem(plan_path: str | Path, index: int | None = None, model: str | None = None,
-                      cluster: str | None = None, profile: str | None = None) -> tuple[Plan, SplitProblem]:
+                      cluster: str | None = None, profile: str | None = None,
+                      input_shapes: InputShapes | None = None) -> tuple[Plan, SplitProblem]:
     """A plan from a file and the problem it runs on: the model (or a profile, which names its model
-    and supplies the costs) and the cluster default to the ones the plan records."""
+    and supplies the costs), the cluster and the input shapes default to the ones the plan records."""
     from hetsplit.plan import load_plan
 
     plan = load_plan(plan_path, index)
     cl = load_plan_cluster(plan, cluster, required=True)
     assert cl is not None  # required: an error otherwise
-    return plan, load_problem(profile or model or plan.model, cl)
+    shapes = plan_input_shapes(plan, input_shapes)
+    return plan, load_problem(profile or model or plan.model, cl, input_shapes=shapes or None)
 
 
 def load_plan_cluster(plan: Plan, given: str | None = None, required: bool = False,
