@@ -1,7 +1,9 @@
-"""The main job as library calls: load a model (or profile) and a cluster, find plans, compare.
+"""The main job as library calls: load a model (or profile) and a cluster, find plans, run one, compare.
 
-The documented Python API below ``experiments``, ``report`` and ``cli``: they call these, which hold
-the orchestration so commands stay thin (see docs/architecture.md).
+The documented Python API (README, docs/byo.md) below ``experiments``, ``report`` and ``cli``: they
+call these, which hold the orchestration so commands stay thin (see docs/architecture.md). The short
+path: ``export_torch`` (a ``torch.nn.Module``) or an .onnx file -> ``load_problem`` -> ``search_plans``
+-> ``run_here`` -> ``compare_run``.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from hetsplit.search.map_opt import OBJECTIVES as MAPPING_OBJECTIVES
 
 if TYPE_CHECKING:
     from hetsplit.runtime.device_emulation import DeviceEmulation
+    from hetsplit.runtime.measure import RunReport
 
 
 def is_profile_path(spec: str) -> bool:
@@ -258,6 +261,38 @@ def predict_plans_here(problem: SplitProblem, plans: list[Plan], limit: int = 4,
 def find_plans(problem: SplitProblem, request: PlanRequest) -> list[Plan]:
     """The plans of ``search_plans`` (refusals dropped; an error only when every algorithm refuses)."""
     return search_plans(problem, request).plans
+
+
+def export_torch(module: Any, example_inputs: Any, path: str | Path, input_names: Sequence[str] | None = None,
+                 dynamic_axes: dict[str, dict[int, str]] | None = None) -> Path:
+    """Export a ``torch.nn.Module`` at ``example_inputs`` to the ONNX file ``path`` (``graph.torch_export``),
+    ready for ``load_problem``; returns the path."""
+    from hetsplit.graph.torch_export import export_module
+
+    return export_module(module, example_inputs, path, input_names, dynamic_axes=dynamic_axes)
+
+
+def run_here(plan: Plan, problem: SplitProblem, model: str | Path | None = None, inputs: int = 8,
+             split_dir: str | Path | None = None) -> "RunReport":
+    """Split ``plan`` into per-device ONNX sub-models and run them as processes on this machine (every
+    output verified against the unsplit model); ``model``: the zoo name or .onnx file (default: the one
+    ``problem`` was loaded from), at the input shapes the plan records."""
+    from hetsplit.runtime import RunOptions, resolve_model, run_plan
+
+    spec = str(model) if model is not None else problem.graph.source.removeprefix("zoo:")
+    graph, path = resolve_model(spec, plan_input_shapes(plan, None) or None)
+    report = run_plan(plan, graph, path, RunOptions(inputs=inputs), split_dir, problem.cluster)
+    assert report is not None   # a run on this host reports
+    return report
+
+
+def compare_run(report: "RunReport", plan: Plan, problem: SplitProblem) -> list[dict[str, Any]]:
+    """Measured beside predicted: rows of ``{"metric", "predicted", "measured", ...}``."""
+    from hetsplit.runtime import compare
+
+    if plan.metrics is None:
+        raise HetsplitError("the plan has no predicted metrics to compare with; give a plan from search_plans")
+    return compare(report, plan.metrics, problem.cluster)["rows"]
 
 
 @dataclass
