@@ -11,7 +11,8 @@ import pytest
 from byo_models import CLUSTER_YAML, attention, detector
 from hetsplit.cli.main import main
 from hetsplit.errors import UsageError
-from hetsplit.graph.input_shapes import parse_input_shapes
+from hetsplit.graph.input_shapes import parse_input_shapes, resolve_input_shapes
+from hetsplit.workflow import export_torch
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -32,6 +33,25 @@ def test_parse_named_bare_and_malformed():
                      (["1,2", "x:1"], "single-input")):
         with pytest.raises(UsageError, match=why):
             parse_input_shapes(bad)
+
+
+def test_bare_shape_needs_a_single_input_model():
+    inputs = {"image": [1, 3, "h", "w"], "mask": [1, "h", "w"]}
+    with pytest.raises(UsageError, match=r"a bare --input-shape is for a model with one input; this one has 2: "
+                                         r"'image' \[1, 3, h, w\]; 'mask' \[1, h, w\]"):
+        resolve_input_shapes(inputs, {"": (1, 3, 8, 8)}, "m.onnx")
+    assert resolve_input_shapes(inputs, {"mask": (1, 8, 8)}, "m.onnx") == {"mask": (1, 8, 8)}
+
+
+def test_export_torch_refuses_what_it_cannot_export(tmp_path):
+    from hetsplit.errors import ModelError
+
+    with pytest.raises(ModelError, match="expected a torch.nn.Module"):
+        export_torch(lambda x: x, None, tmp_path / "f.onnx")
+    import torch
+
+    with pytest.raises(ModelError, match="example_inputs must be a tensor"):
+        export_torch(torch.nn.ReLU(), [1, 2], tmp_path / "f.onnx")
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -71,6 +91,9 @@ def test_symbolic_model_plans_splits_and_runs_with_only_the_shape_added(models, 
                  "--input-shape", other]) == 2
     err = capsys.readouterr().err
     assert f"the plan was made for --input-shape {shape}" in err and "was given" in err
+    assert main(["simulate", str(tmp_path / "plans.json"), "--model", model, "--index", k, "-n", "20",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["throughput"] > 0
     assert main(["split", str(tmp_path / "plans.json"), model, "--index", k, "--out", str(tmp_path / "s")]) == 0
     manifest = json.loads((tmp_path / "s" / "manifest.json").read_text())
     assert len(manifest["workers"]) == 3
@@ -78,6 +101,13 @@ def test_symbolic_model_plans_splits_and_runs_with_only_the_shape_added(models, 
                  "--input-shape", shape, "--out", str(tmp_path / "run.json")]) == 0
     run = json.loads((tmp_path / "run.json").read_text())
     assert run["verify"]["ok"] and run["verify"]["outputs_checked"] == 3
+
+
+def test_explore_takes_the_shape_and_its_plans_record_it(models, tmp_path):
+    assert main(["explore", str(models["det"]), "--cluster", str(models["cluster"]), "--input-shape",
+                 "1,3,48,48", "--pop", "8", "--gens", "2", "--out", str(tmp_path)]) == 0
+    plans = json.loads((tmp_path / "plans.json").read_text())["plans"]
+    assert plans and all(p["input_shapes"] == {"images": [1, 3, 48, 48]} for p in plans)
 
 
 def test_profile_records_the_shape_and_refuses_another(models, tmp_path, capsys):

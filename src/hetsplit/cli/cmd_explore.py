@@ -86,9 +86,6 @@ def run_hierarchical(args) -> int:
     from hetsplit.search.hierarchical import HierarchicalOptions
 
     console = wide_console()
-    if args.input_shape:
-        raise UsageError("--hierarchical runs models at their exported shapes; --input-shape is not supported with "
-                         "it yet (fix the shapes in the ONNX file, or explore without --hierarchical)")
     encoding = args.encoding or "spe"
     if encoding not in ("spe", "ne"):
         raise UsageError(f"--hierarchical encodes with spe or ne, not {encoding!r}")
@@ -105,7 +102,8 @@ def run_hierarchical(args) -> int:
                                        f"(run took {p.measurement.seconds:.1f} s)")
         err.print(f"[{p.t_s:6.0f} s] stage {p.stage} ({p.devices} devices): {what}")
 
-    problem, result = explore_measured(args.model, args.cluster, options, measure, on_point)
+    problem, result = explore_measured(args.model, args.cluster, options, measure, on_point, input_shapes(args))
+    stamp_plans(problem, result.plans)
     label = f"hierarchical {encoding}, {len(result.stages)} stage(s)"
     print_plans(result.plans, f"{problem.graph.name} on {problem.cluster.name}: {label}, {len(result.plans)} "
                               "measured Pareto plans (metrics: the cost model; measured values in the plan JSON)",
