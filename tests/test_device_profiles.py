@@ -97,3 +97,25 @@ def test_local_gpu_without_cuda_is_a_clear_error(measured, capsys):
     d, det = measured
     assert main(["profile", str(det), "--device", "local-gpu", "--input-shape", "1,3,32,32"]) == 2
     assert "no CUDA GPU is visible here" in capsys.readouterr().err
+
+
+def test_a_torch_module_is_profiled_through_pytorch(tmp_path):
+    """The local-gpu path of a user's module (exported, layers matched to its submodules by the exporter's
+    node names) runs on the CPU here; asking for local-gpu without CUDA is a clear error."""
+    import torch
+
+    from byo_models import Detector
+    from hetsplit.costs.profiler.run import TORCH_CPU, profile_module_on
+    from hetsplit.errors import ProfileError
+    from hetsplit.graph import load_onnx
+    from hetsplit.workflow import export_torch, profile_module
+
+    torch.manual_seed(0)
+    module, x = Detector(), torch.randn(1, 3, 32, 32)
+    graph = load_onnx(export_torch(module, x, tmp_path / "det.onnx"))
+    prof = profile_module_on(graph, module, tuple(x.shape), TORCH_CPU, warmup=1, repeats=3)
+    convs = [i for i, layer in enumerate(graph.layers) if layer.op == "conv"]
+    assert len(convs) == 4 and all(prof.costs.time_s[i, 0] > 0 for i in convs)
+    if not torch.cuda.is_available():
+        with pytest.raises(ProfileError, match="no CUDA GPU is visible here"):
+            profile_module(module, x, tmp_path / "det2.onnx", "local-gpu")

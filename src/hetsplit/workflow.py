@@ -32,6 +32,7 @@ from hetsplit.search.map_opt import OBJECTIVES as MAPPING_OBJECTIVES
 
 if TYPE_CHECKING:
     from hetsplit.runtime.device_emulation import DeviceEmulation
+    from hetsplit.costs.profile import Profile
     from hetsplit.runtime.measure import RunReport
 
 
@@ -272,6 +273,21 @@ def export_torch(module: Any, example_inputs: Any, path: str | Path, input_names
     return export_module(module, example_inputs, path, input_names, dynamic_axes=dynamic_axes)
 
 
+def profile_module(module: Any, example_input: Any, path: str | Path, device: str = "local-gpu",
+                   repeats: int = 20, warmup: int = 5) -> "Profile":
+    """Export a ``torch.nn.Module`` (one input tensor) to ``path`` and measure its per-layer times:
+    ``local-gpu`` on this machine's CUDA GPU through PyTorch (an error naming the problem without one),
+    ``local-cpu`` with onnxruntime on the exported file; ``save_profile`` writes it for a cluster YAML."""
+    from hetsplit.costs.profiler import profile_model
+    from hetsplit.costs.profiler.run import LOCAL_CPU, profile_module_on
+    from hetsplit.graph import load_onnx
+
+    onnx_path = export_torch(module, example_input, path)
+    if device == LOCAL_CPU:
+        return profile_model(str(onnx_path), LOCAL_CPU, repeats=repeats, warmup=warmup)
+    return profile_module_on(load_onnx(onnx_path), module, tuple(example_input.shape), device, warmup, repeats)
+
+
 def run_here(plan: Plan, problem: SplitProblem, model: str | Path | None = None, inputs: int = 8,
              split_dir: str | Path | None = None) -> "RunReport":
     """Split ``plan`` into per-device ONNX sub-models and run them as processes on this machine (every
@@ -370,6 +386,7 @@ def import_autodice(mapping_path: str | Path, problem: SplitProblem, horizontal_
 def run_comparison(run_doc: dict[str, Any], plan: Plan, cluster: Cluster) -> dict[str, Any]:
     """Measured beside predicted for a run's JSON: a ``run --compare`` document as it is, a bare run
     report (``run --out`` without ``--compare``) set beside ``plan``'s metrics."""
+    from hetsplit.costs.profile import Profile
     from hetsplit.runtime.measure import RunReport, compare, overhead_note
 
     if "rows" in run_doc:

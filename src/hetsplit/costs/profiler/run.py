@@ -96,14 +96,13 @@ def _profile(graph: Graph, onnx_file: Path | None, zoo_name: str | None, device:
     if device == LOCAL_GPU:
         resolve_device(device)                      # fails clearly without CUDA
         if zoo_name is None:
-            raise ProfileError("--device local-gpu profiles zoo models (it needs the PyTorch module); "
-                               "give a zoo name")
-        from hetsplit.costs.profiler.torch_cuda import profile_torch
+            raise ProfileError("--device local-gpu measures through PyTorch and needs the model's torch module: "
+                               "for your own model use hetsplit.workflow.profile_module(module, example_inputs, "
+                               "path, 'local-gpu'), or give a zoo name")
         from hetsplit.graph.zoo.registry import MODELS
 
         module, shape = MODELS[zoo_name].build()
-        return profile_torch(graph, module, shape, device="cuda", warmup=warmup, repeats=repeats,
-                             meter=meter_for("gpu"))
+        return profile_module_on(graph, module, shape, LOCAL_GPU, warmup, repeats)
     dev = resolve_device(device)
     if params:
         from hetsplit.units import parse_param
@@ -111,3 +110,24 @@ def _profile(graph: Graph, onnx_file: Path | None, zoo_name: str | None, device:
         parsed = {k: parse_param(k, v, f"--param {k}") for k, v in params.items()}
         dev = replace(dev, params={**dev.params, **parsed})
     return modelled_profile(graph, dev)
+
+
+def profile_module_on(graph: Graph, module: Any, input_shape: tuple[int, ...], device: str = LOCAL_GPU,
+                      warmup: int = 5, repeats: int = 20) -> Profile:
+    """Per-layer times of a torch ``module`` (the one ``graph`` was exported from, its layers matched
+    by the exporter's node names) on this machine's CUDA GPU (``local-gpu``: a clear error without one)
+    or, through PyTorch, on its CPU (``torch-cpu``, how the path is tested without a GPU)."""
+    from hetsplit.costs.profiler.torch_cuda import profile_torch
+
+    if device == LOCAL_GPU:
+        resolve_device(LOCAL_GPU)                   # fails clearly without CUDA
+        return profile_torch(graph, module, input_shape, device="cuda", warmup=warmup, repeats=repeats,
+                             meter=meter_for("gpu"))
+    if device == TORCH_CPU:
+        return profile_torch(graph, module, input_shape, device="cpu", device_type=TORCH_CPU, warmup=warmup,
+                             repeats=repeats)
+    raise ProfileError(f"a torch module is measured on {LOCAL_GPU} (or {TORCH_CPU}), not {device!r}; for "
+                       f"{LOCAL_CPU} profile the exported .onnx file (onnxruntime)")
+
+
+TORCH_CPU = "torch-cpu"
