@@ -67,9 +67,10 @@ def load_cluster_spec(spec: str, recalibrate: bool = False) -> Cluster:
 
 
 def costs_notes(problem: SplitProblem) -> list[str]:
-    """Where the costs of this machine's ``local`` devices come from (calibrated when, or fallback)."""
+    """Where the costs of this machine's ``local`` devices (calibrated when, or fallback) and of the
+    device types the cluster gives a measured profile come from."""
     return [f"{t} costs: {problem.costs.sources.get(t, '')}" for t in problem.cluster.types
-            if problem.cluster.representative(t).model == LOCAL_MODEL]
+            if problem.cluster.representative(t).model == LOCAL_MODEL or problem.cluster.representative(t).profile]
 
 
 def load_problem(model: str, cluster: str | Cluster, decode_context: int | None = None,
