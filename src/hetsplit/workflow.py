@@ -296,6 +296,9 @@ def run_here(plan: Plan, problem: SplitProblem, model: str | Path | None = None,
     ``problem`` was loaded from), at the input shapes the plan records."""
     from hetsplit.runtime import RunOptions, resolve_model, run_plan
 
+    if model is None and problem.graph.meta.get("from_profile"):
+        raise UsageError(f"the problem was loaded from the profile {problem.graph.source}, which holds no model to "
+                         "split: give model= (the zoo name or .onnx file it was taken of)")
     spec = str(model) if model is not None else problem.graph.source.removeprefix("zoo:")
     graph, path = resolve_model(spec, plan_input_shapes(plan, None) or None)
     report = run_plan(plan, graph, path, RunOptions(inputs=inputs), split_dir, problem.cluster)
