@@ -46,6 +46,10 @@ def load_model_or_profile(spec: str, input_shapes: InputShapes | None = None) ->
     others given are refused)."""
     if is_profile_path(spec):
         prof = load_profile(spec)
+        if input_shapes and not prof.meta.get("input_shapes"):
+            raise UsageError(f"the profile {spec} was measured at its model's own input shapes and records none; "
+                             "--input-shape cannot change a measurement: leave it out, or profile the model at "
+                             "that shape (hetsplit profile MODEL --input-shape ...)")
         recorded = check_recorded(prof.meta.get("input_shapes") or {}, input_shapes, f"the profile {spec}")
         if recorded:
             prof.graph.meta["input_shapes"] = {n: list(d) for n, d in recorded.items()}
