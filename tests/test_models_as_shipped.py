@@ -63,7 +63,7 @@ def test_a_newer_opset_than_onnx_knows_is_named_unsupported(d, capsys):
     onnx.save(m, str(d / "future.onnx"))
     assert main(["inspect", str(d / "future.onnx"), *SHAPE]) == 2
     err = capsys.readouterr().err
-    assert f"opset {NEWEST + 1} is not supported" in err and f"the newest this installation's onnx" in err
+    assert f"opset {NEWEST + 1} is newer than the {NEWEST} this onnx knows" in err
 
 
 def test_external_data_beside_the_graph_plans_profiles_and_runs(d, tmp_path, capsys):

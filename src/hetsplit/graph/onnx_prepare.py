@@ -284,10 +284,10 @@ def prepare_model(model: str | Path | onnx.ModelProto, where: str | None = None,
     if opset < MIN_OPSET:
         raise ModelError(f"{where}: default-domain opset {opset or 'missing'} is below {MIN_OPSET}; "
                          "re-export the model with opset_version >= 11 or convert it with onnx.version_converter")
-    if opset > onnx.defs.onnx_opset_version():
-        raise ModelError(f"{where}: default-domain opset {opset} is not supported: the newest this installation's "
-                         f"onnx {onnx.__version__} knows is {onnx.defs.onnx_opset_version()}; re-export the model "
-                         f"with opset_version {MIN_OPSET} to {onnx.defs.onnx_opset_version()}")
+    newest = onnx.defs.onnx_opset_version()
+    if opset > newest:
+        raise ModelError(f"{where}: default-domain opset {opset} is newer than the {newest} this onnx knows; "
+                         f"re-export the model with opset_version <= {newest}")
     _name_nodes(proto)  # before any check, so that messages name every node
     _check_graph(proto, where)
     if input_shapes:
