@@ -92,5 +92,14 @@ def test_fp16_model_counts_two_bytes_per_element_and_runs(d, tmp_path, capsys):
     assert 0 < 2 * half["summary"]["param_bytes"] - full["summary"]["param_bytes"] <= 64  # 16 B in both
     assert [2 * l["out_bytes"] for l in half["layers"]] == [l["out_bytes"] for l in full["layers"]]
     assert {l["attrs"]["elem_bytes"] for l in half["layers"]} == {2}
+    # costs per dtype: a memory-bound device moves half the bytes, a link carries half the cut
+    from hetsplit.workflow import load_problem
+
+    (d / "slow-memory.yaml").write_text(CLUSTER_YAML.replace("mem_bandwidth: 1GB/s", "mem_bandwidth: 1MB/s"))
+    shape = {"images": (1, 3, 32, 32)}
+    p16, p32 = (load_problem(str(d / m), str(d / "slow-memory.yaml"), input_shapes=shape)
+                for m in ("det16.onnx", "det.onnx"))
+    assert 2 * p16.cut_bytes[1:-1] == pytest.approx(p32.cut_bytes[1:-1])
+    assert 0.45 < p16.costs.time_s.sum() / p32.costs.time_s.sum() < 0.55
     run = plan_split_run(d / "det16.onnx", d, tmp_path)
     assert run["verify"]["ok"]
