@@ -56,6 +56,9 @@ def test_plan_uses_each_device_types_measured_costs(measured, capsys):
     assert laptop_type != board_type
     assert np.allclose(by_type[laptop_type], laptop) and np.allclose(by_type[board_type], 5 * laptop)
     assert problem.costs.sources[board_type].startswith(f"measured: {d / 'board.json'}")
+    assert main(["clusters", str(write_cluster(d))]) == 0
+    shown = capsys.readouterr().out
+    assert "profile laptop.json" in shown and "profile board.json" in shown
     assert main(["plan", str(det), "--cluster", str(write_cluster(d)), "--input-shape", "1,3,32,32", "--json"]) == 0
     plans = json.loads(capsys.readouterr().out)["plans"]
     single = {p["stages"][0]["device"]: p["metrics"]["throughput"] for p in plans if p["algorithm"] == "single"}
