@@ -92,6 +92,15 @@ def test_a_file_that_is_no_profile_or_missing_exits_2_naming_it(measured, capsys
     assert "devices[1].profile" in err and "gone.json: no such profile file" in err
 
 
+def test_a_profile_with_malformed_input_shapes_is_refused(measured, capsys):
+    d, det = measured
+    doc = json.loads((d / "laptop.json").read_text())
+    doc["input_shapes"] = {"images": [1, 3, "32", 32]}
+    (d / "bad-shapes.json").write_text(json.dumps(doc))
+    assert main(["inspect", str(d / "bad-shapes.json")]) == 2
+    assert f"{d / 'bad-shapes.json'}: 'input_shapes' must map each model input" in capsys.readouterr().err
+
+
 def test_local_gpu_without_cuda_is_a_clear_error(measured, capsys):
     import torch
 
