@@ -1,5 +1,5 @@
-"""Every fenced code block of docs/byo.md and the README runs: shell blocks with this venv's
-``hetsplit`` first on PATH, python blocks with this interpreter, yaml blocks whose first line is
+"""Every fenced code block of docs/byo.md and the README's python block runs: shell blocks (bash -e; a
+pipeline's status is its last command's) with this venv's ``hetsplit`` first on PATH, python blocks with this interpreter, yaml blocks whose first line is
 ``# file: NAME`` written as that file; all in one directory, in order. A block that cannot run here
 (it needs two machines) starts with ``# not run by the docs test: <why>``; those are counted."""
 
@@ -39,7 +39,7 @@ def run_blocks(path: Path, cwd: Path) -> int:
             assert first.startswith(FILE), f"{path.name} block {n}: a yaml block starts with '{FILE} NAME'"
             (cwd / first[len(FILE):].strip()).write_text(body)
             continue
-        cmd = [sys.executable, "-c", body] if lang == "python" else ["bash", "-e", "-o", "pipefail", "-c", body]
+        cmd = [sys.executable, "-c", body] if lang == "python" else ["bash", "-e", "-c", body]
         done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, (f"{path.name} block {n} ({lang}) failed with {done.returncode}:\n{body}\n"
                                       f"--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}")
