@@ -120,3 +120,19 @@ def test_profile_records_the_shape_and_refuses_another(models, tmp_path, capsys)
     err = capsys.readouterr().err
     assert f"the profile {prof} was made for --input-shape tokens:1,16,32" in err and "tokens:1,8,32" in err
     assert main(["inspect", str(prof), "--input-shape", "1,16,32"]) == 0
+
+
+def test_an_input_without_any_shape_takes_the_one_given():
+    from onnx import TensorProto, helper
+
+    from hetsplit.errors import ModelError
+    from hetsplit.graph import load_onnx
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="r")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(ModelError, match="model input 'x' has no shape; give it with --input-shape x:D0,D1"):
+        load_onnx(model)
+    g = load_onnx(model, input_shapes={"": (2, 5)})
+    assert g.meta["input_shapes"] == {"x": [2, 5]} and g.input_bytes == 40

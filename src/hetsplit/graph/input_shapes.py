@@ -47,11 +47,12 @@ def format_shapes(shapes: Mapping[str, Sequence[Dim]]) -> str:
     return " ".join(f"{name + ':' if name else ''}{','.join(map(str, dims))}" for name, dims in shapes.items())
 
 
-def _expects(inputs: Mapping[str, Sequence[Dim]]) -> str:
-    return "; ".join(f"{n!r} [{', '.join(map(str, d))}]" for n, d in inputs.items())
+def _expects(inputs: Mapping[str, Sequence[Dim] | None]) -> str:
+    return "; ".join(f"{n!r} [{', '.join(map(str, d))}]" if d is not None else f"{n!r} (no shape)"
+                     for n, d in inputs.items())
 
 
-def resolve_input_shapes(inputs: Mapping[str, Sequence[Dim]], shapes: Mapping[str, Sequence[int]],
+def resolve_input_shapes(inputs: Mapping[str, Sequence[Dim] | None], shapes: Mapping[str, Sequence[int]],
                          where: str) -> InputShapes:
     """``shapes`` checked against a model's ``inputs`` (name -> dims, symbolic dims as strings), the bare
     form named: every name an input, the rank the model's, every dim positive and equal to the model's
@@ -67,8 +68,13 @@ def resolve_input_shapes(inputs: Mapping[str, Sequence[Dim]], shapes: Mapping[st
         if name not in inputs:
             raise UsageError(f"{where}: {FLAG} names {name!r}, which is not an input of the model; its inputs: "
                              f"{_expects(inputs)}")
-        want = list(inputs[name])
         given = format_shapes({name: dims})
+        if inputs[name] is None:      # the model gives no shape at all: the user's stands
+            if any(d <= 0 for d in dims):
+                raise UsageError(f"{where}: {FLAG} {given}: every dim of input {name!r} must be a positive integer")
+            out[name] = tuple(int(d) for d in dims)
+            continue
+        want = list(inputs[name])
         if len(dims) != len(want):
             raise UsageError(f"{where}: {FLAG} {given}: input {name!r} has {len(want)} axes "
                              f"[{', '.join(map(str, want))}], the shape gives {len(dims)}")
@@ -83,12 +89,16 @@ def resolve_input_shapes(inputs: Mapping[str, Sequence[Dim]], shapes: Mapping[st
     return out
 
 
-def model_inputs(model: onnx.ModelProto) -> dict[str, list[Dim]]:
-    """The model's inputs (initializers left out): name -> dims, a symbolic dim as its name or "?"."""
+def model_inputs(model: onnx.ModelProto) -> dict[str, list[Dim] | None]:
+    """The model's inputs (initializers left out): name -> dims, a symbolic dim as its name or "?"; None
+    for an input without any shape."""
     inits = {i.name for i in model.graph.initializer}
-    out: dict[str, list[Dim]] = {}
+    out: dict[str, list[Dim] | None] = {}
     for inp in model.graph.input:
         if inp.name in inits or not inp.type.HasField("tensor_type"):
+            continue
+        if not inp.type.tensor_type.HasField("shape"):
+            out[inp.name] = None
             continue
         dims: list[Dim] = []
         for dim in inp.type.tensor_type.shape.dim:
@@ -105,9 +115,10 @@ def fix_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]
     resolved = resolve_input_shapes(model_inputs(model), shapes, where)
     for inp in model.graph.input:
         if inp.name in resolved:
-            for dim, size in zip(inp.type.tensor_type.shape.dim, resolved[inp.name]):
-                dim.Clear()
-                dim.dim_value = size
+            shape = inp.type.tensor_type.shape
+            del shape.dim[:]
+            for size in resolved[inp.name]:
+                shape.dim.add().dim_value = size
     return resolved
 
 
@@ -116,6 +127,8 @@ def require_static_inputs(model: onnx.ModelProto, where: str) -> None:
     error names each input, its symbolic axes and the flag that fixes them."""
     missing = []
     for name, dims in model_inputs(model).items():
+        if dims is None:
+            continue          # no shape at all: prepare_model says so
         axes = [f"{a} ({d})" for a, d in enumerate(dims) if a > 0 and not isinstance(d, int)]
         if axes:
             example = ",".join("1" if a == 0 and not isinstance(d, int) else (str(d) if isinstance(d, int) else "N")

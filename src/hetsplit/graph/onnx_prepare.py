@@ -87,7 +87,8 @@ def _fix_batch_dims(model: onnx.ModelProto, where: str) -> None:
         if inp.name in inits or not inp.type.HasField("tensor_type"):
             continue
         if not inp.type.tensor_type.HasField("shape"):
-            raise ModelError(f"{where}: model input {inp.name!r} has no shape; hetsplit needs static input shapes")
+            raise ModelError(f"{where}: model input {inp.name!r} has no shape; give it with --input-shape "
+                             f"{inp.name}:D0,D1,...")
     require_static_inputs(model, where)
     for inp in model.graph.input:
         if inp.name in inits or not inp.type.HasField("tensor_type"):
