@@ -1,7 +1,9 @@
-"""The main job as library calls: load a model (or profile) and a cluster, find plans, compare.
+"""The main job as library calls: load a model (or profile) and a cluster, find plans, run one, compare.
 
-The documented Python API below ``experiments``, ``report`` and ``cli``: they call these, which hold
-the orchestration so commands stay thin (see docs/architecture.md).
+The documented Python API (README, docs/byo.md) below ``experiments``, ``report`` and ``cli``: they
+call these, which hold the orchestration so commands stay thin (see docs/architecture.md). The short
+path: ``export_torch`` (a ``torch.nn.Module``) or an .onnx file -> ``load_problem`` -> ``search_plans``
+-> ``run_here`` -> ``compare_run``.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from hetsplit.estimate import HereOptions, LocalPrediction, SimResult, make_fide
 from hetsplit.estimate.processes import runs_here  # noqa: F401 - re-exported for the commands
 from hetsplit.estimate.transfers import Transfer
 from hetsplit.graph import Graph
+from hetsplit.graph.input_shapes import InputShapes, check_recorded
 from hetsplit.graph.transformer import decode_step
 from hetsplit.outpath import output_dir  # noqa: F401 - re-exported for the commands
 from hetsplit.plan import Plan, mark_pareto
@@ -29,20 +32,31 @@ from hetsplit.search.map_opt import OBJECTIVES as MAPPING_OBJECTIVES
 
 if TYPE_CHECKING:
     from hetsplit.runtime.device_emulation import DeviceEmulation
+    from hetsplit.costs.profile import Profile
+    from hetsplit.runtime.measure import RunReport
 
 
 def is_profile_path(spec: str) -> bool:
     return spec.endswith(".json")
 
 
-def load_model_or_profile(spec: str) -> tuple[Graph, CostTable | None]:
-    """A zoo name or .onnx path gives a graph; a .json profile gives a graph-lite and its costs."""
+def load_model_or_profile(spec: str, input_shapes: InputShapes | None = None) -> tuple[Graph, CostTable | None]:
+    """A zoo name or .onnx path gives a graph (``input_shapes`` fix its symbolic input dims, see
+    ``graph.input_shapes``); a .json profile gives a graph-lite and its costs (the shapes it records;
+    others given are refused)."""
     if is_profile_path(spec):
         prof = load_profile(spec)
+        if input_shapes and not prof.meta.get("input_shapes"):
+            raise UsageError(f"the profile {spec} was measured at its model's own input shapes and records none; "
+                             "--input-shape cannot change a measurement: leave it out, or profile the model at "
+                             "that shape (hetsplit profile MODEL --input-shape ...)")
+        recorded = check_recorded(prof.meta.get("input_shapes") or {}, input_shapes, f"the profile {spec}")
+        if recorded:
+            prof.graph.meta["input_shapes"] = {n: list(d) for n, d in recorded.items()}
         return prof.graph, prof.costs
     from hetsplit.graph import load_model
 
-    return load_model(spec), None
+    return load_model(spec, input_shapes), None
 
 
 def load_cluster_spec(spec: str, recalibrate: bool = False) -> Cluster:
@@ -57,21 +71,22 @@ def load_cluster_spec(spec: str, recalibrate: bool = False) -> Cluster:
 
 
 def costs_notes(problem: SplitProblem) -> list[str]:
-    """Where the costs of this machine's ``local`` devices come from (calibrated when, or fallback)."""
+    """Where the costs of this machine's ``local`` devices (calibrated when, or fallback) and of the
+    device types the cluster gives a measured profile come from."""
     return [f"{t} costs: {problem.costs.sources.get(t, '')}" for t in problem.cluster.types
-            if problem.cluster.representative(t).model == LOCAL_MODEL]
+            if problem.cluster.representative(t).model == LOCAL_MODEL or problem.cluster.representative(t).profile]
 
 
 def load_problem(model: str, cluster: str | Cluster, decode_context: int | None = None,
-                 recalibrate: bool = False) -> SplitProblem:
+                 recalibrate: bool = False, input_shapes: InputShapes | None = None) -> SplitProblem:
     """The SplitProblem of a model/profile spec on a cluster spec (built-in name or YAML path).
 
     ``decode_context``: cost one autoregressive step of a Transformer against a KV cache of that many
     positions instead of the exported prompt pass (``graph.transformer.decode_step``); a model named as
     a decode step names (``tinyllama-42m@decode128``, what a decode plan records) means the same;
-    ``recalibrate``: see ``load_cluster_spec``."""
+    ``recalibrate``: see ``load_cluster_spec``; ``input_shapes``: see ``load_model_or_profile``."""
     model, decode_context = split_decode_name(model, decode_context)
-    graph, profile_costs = load_model_or_profile(model)
+    graph, profile_costs = load_model_or_profile(model, input_shapes)
     if decode_context is not None:
         if profile_costs is not None:
             raise HetsplitError(f"{model}: a profile measures the prompt pass it was taken on; a decode step is "
@@ -171,10 +186,24 @@ def search_plans(problem: SplitProblem, request: PlanRequest) -> PlanSearch:
     if not plans:
         raise HetsplitError(f"no plan found for {problem.graph.name!r} on {problem.cluster.name!r}: "
                             "no device can hold the whole model and no split fits")
-    for p in plans:
-        p.cluster_file = problem.cluster.file
+    stamp_plans(problem, plans)
     front = MAPPING_FRONT if "map-pareto" in request.algorithms else DEFAULT_FRONT
     return PlanSearch(mark_pareto(plans, front), {n: str(exc) for n, exc in refused.items()}, front)
+
+
+def stamp_plans(problem: SplitProblem, plans: Sequence[Plan]) -> None:
+    """Record in each plan what running it needs beyond the model: the cluster file and the input shapes
+    the model was loaded with (``--input-shape``), so ``split`` and ``run`` need not be told again."""
+    shapes = problem.graph.meta.get("input_shapes") or {}
+    for p in plans:
+        p.cluster_file = problem.cluster.file
+        p.input_shapes = {n: list(d) for n, d in shapes.items()}
+
+
+def plan_input_shapes(plan: Plan, given: InputShapes | None) -> InputShapes:
+    """The input shapes to load ``plan``'s model with: those it records, or ``given`` when it records
+    none; a ``given`` shape other than the recorded one is refused, naming both."""
+    return check_recorded(plan.input_shapes, given, "the plan")
 
 
 @dataclass
@@ -240,6 +269,56 @@ def find_plans(problem: SplitProblem, request: PlanRequest) -> list[Plan]:
     return search_plans(problem, request).plans
 
 
+def export_torch(module: Any, example_inputs: Any, path: str | Path, input_names: Sequence[str] | None = None,
+                 dynamic_axes: dict[str, dict[int, str]] | None = None) -> Path:
+    """Export a ``torch.nn.Module`` at ``example_inputs`` to the ONNX file ``path`` (``graph.torch_export``),
+    ready for ``load_problem``; returns the path."""
+    from hetsplit.graph.torch_export import export_module
+
+    return export_module(module, example_inputs, path, input_names, dynamic_axes=dynamic_axes)
+
+
+def profile_module(module: Any, example_input: Any, path: str | Path, device: str = "local-gpu",
+                   repeats: int = 20, warmup: int = 5) -> "Profile":
+    """Export a ``torch.nn.Module`` (one input tensor) to ``path`` and measure its per-layer times:
+    ``local-gpu`` on this machine's CUDA GPU through PyTorch (an error naming the problem without one),
+    ``local-cpu`` with onnxruntime on the exported file; ``save_profile`` writes it for a cluster YAML."""
+    from hetsplit.costs.profiler import profile_model
+    from hetsplit.costs.profiler.run import LOCAL_CPU, profile_module_on
+    from hetsplit.graph import load_onnx
+
+    onnx_path = export_torch(module, example_input, path)
+    if device == LOCAL_CPU:
+        return profile_model(str(onnx_path), LOCAL_CPU, repeats=repeats, warmup=warmup)
+    return profile_module_on(load_onnx(onnx_path), module, tuple(example_input.shape), device, warmup, repeats)
+
+
+def run_here(plan: Plan, problem: SplitProblem, model: str | Path | None = None, inputs: int = 8,
+             split_dir: str | Path | None = None) -> "RunReport":
+    """Split ``plan`` into per-device ONNX sub-models and run them as processes on this machine (every
+    output verified against the unsplit model); ``model``: the zoo name or .onnx file (default: the one
+    ``problem`` was loaded from), at the input shapes the plan records."""
+    from hetsplit.runtime import RunOptions, resolve_model, run_plan
+
+    if model is None and problem.graph.meta.get("from_profile"):
+        raise UsageError(f"the problem was loaded from the profile {problem.graph.source}, which holds no model to "
+                         "split: give model= (the zoo name or .onnx file it was taken of)")
+    spec = str(model) if model is not None else problem.graph.source.removeprefix("zoo:")
+    graph, path = resolve_model(spec, plan_input_shapes(plan, None) or None)
+    report = run_plan(plan, graph, path, RunOptions(inputs=inputs), split_dir, problem.cluster)
+    assert report is not None   # a run on this host reports
+    return report
+
+
+def compare_run(report: "RunReport", plan: Plan, problem: SplitProblem) -> list[dict[str, Any]]:
+    """Measured beside predicted: rows of ``{"metric", "predicted", "measured", ...}``."""
+    from hetsplit.runtime import compare
+
+    if plan.metrics is None:
+        raise HetsplitError("the plan has no predicted metrics to compare with; give a plan from search_plans")
+    return compare(report, plan.metrics, problem.cluster)["rows"]
+
+
 @dataclass
 class BaselineComparison:
     """A plan against a baseline plan: speed-up, energy ratio, per-device energy ratio."""
@@ -263,15 +342,17 @@ def compare_to(plans: list[Plan], baseline: Plan) -> list[BaselineComparison]:
 
 
 def load_plan_problem(plan_path: str | Path, index: int | None = None, model: str | None = None,
-                      cluster: str | None = None, profile: str | None = None) -> tuple[Plan, SplitProblem]:
+                      cluster: str | None = None, profile: str | None = None,
+                      input_shapes: InputShapes | None = None) -> tuple[Plan, SplitProblem]:
     """A plan from a file and the problem it runs on: the model (or a profile, which names its model
-    and supplies the costs) and the cluster default to the ones the plan records."""
+    and supplies the costs), the cluster and the input shapes default to the ones the plan records."""
     from hetsplit.plan import load_plan
 
     plan = load_plan(plan_path, index)
     cl = load_plan_cluster(plan, cluster, required=True)
     assert cl is not None  # required: an error otherwise
-    return plan, load_problem(profile or model or plan.model, cl)
+    shapes = plan_input_shapes(plan, input_shapes)
+    return plan, load_problem(profile or model or plan.model, cl, input_shapes=shapes or None)
 
 
 def load_plan_cluster(plan: Plan, given: str | None = None, required: bool = False,
@@ -313,6 +394,7 @@ def import_autodice(mapping_path: str | Path, problem: SplitProblem, horizontal_
 def run_comparison(run_doc: dict[str, Any], plan: Plan, cluster: Cluster) -> dict[str, Any]:
     """Measured beside predicted for a run's JSON: a ``run --compare`` document as it is, a bare run
     report (``run --out`` without ``--compare``) set beside ``plan``'s metrics."""
+    from hetsplit.costs.profile import Profile
     from hetsplit.runtime.measure import RunReport, compare, overhead_note
 
     if "rows" in run_doc:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import yaml
 from rich.table import Table
@@ -72,7 +73,8 @@ def _show(doc: dict) -> None:
     for col in ("name", "kind", "type", "preset", "model", "memory", "group"):
         table.add_column(col, justify="right" if col == "memory" else "left")
     for d in doc["devices"]:
-        table.add_row(d["name"], d["kind"], d["type"], d["preset"] or "-", d["model"],
+        table.add_row(d["name"], d["kind"], d["type"], d["preset"] or "-",
+                      f"profile {Path(d['profile']).name}" if d.get("profile") else d["model"],
                       format_bytes(d["memory_bytes"]), d["group"] or "-")
     console.print(table)
     links = Table(title="links", header_style="bold")

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from hetsplit.cli.common import add_command, progress
+from hetsplit.cli.common import add_command, add_input_shape_option, input_shapes, progress
 from hetsplit.errors import UsageError
 from hetsplit.report.console import wide_console
 from hetsplit.report.files import write_explore_outputs, write_hierarchical_outputs
@@ -11,7 +11,7 @@ from hetsplit.report.tables import print_plans
 from hetsplit.search.encodings import ENCODINGS
 from hetsplit.search.explore import OBJECTIVES, THESIS_OBJECTIVES, ExploreOptions, explore
 from hetsplit.units import parse_duration
-from hetsplit.workflow import load_problem, output_dir
+from hetsplit.workflow import load_problem, output_dir, stamp_plans
 
 
 def register(sub) -> None:
@@ -47,6 +47,7 @@ def register(sub) -> None:
     h.add_argument("--inputs", "-n", type=int, default=6, help="inputs per measured run (default 6)")
     h.add_argument("--no-emulate", action="store_true",
                    help="run every worker at this machine's speed (no cgroup throttling to the devices' speeds)")
+    add_input_shape_option(p)
     p.set_defaults(func=run)
 
 
@@ -61,10 +62,11 @@ def run(args) -> int:
                              pop_size=args.pop, generations=args.gens, seed=args.seed)
     out = output_dir(args.out)
     with progress(f"loading {args.model} and {args.cluster}"):
-        problem = load_problem(args.model, args.cluster)
+        problem = load_problem(args.model, args.cluster, input_shapes=input_shapes(args))
     with Progress(console=wide_console(stderr=True), transient=True) as bar:
         task = bar.add_task(f"NSGA-II {encoding}", total=args.gens)
         result = explore(problem, options, lambda done, total: bar.update(task, completed=done))
+    stamp_plans(problem, result.plans)
     label = f"{encoding}" + (f" p={args.splits}" if encoding == "advanced" else "")
     hv = result.hypervolumes()
     print_plans(result.plans, f"{problem.graph.name} on {problem.cluster.name}: NSGA-II {label}, "
@@ -100,7 +102,8 @@ def run_hierarchical(args) -> int:
                                        f"(run took {p.measurement.seconds:.1f} s)")
         err.print(f"[{p.t_s:6.0f} s] stage {p.stage} ({p.devices} devices): {what}")
 
-    problem, result = explore_measured(args.model, args.cluster, options, measure, on_point)
+    problem, result = explore_measured(args.model, args.cluster, options, measure, on_point, input_shapes(args))
+    stamp_plans(problem, result.plans)
     label = f"hierarchical {encoding}, {len(result.stages)} stage(s)"
     print_plans(result.plans, f"{problem.graph.name} on {problem.cluster.name}: {label}, {len(result.plans)} "
                               "measured Pareto plans (metrics: the cost model; measured values in the plan JSON)",

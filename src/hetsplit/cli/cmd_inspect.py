@@ -7,7 +7,7 @@ import sys
 
 from rich.table import Table
 
-from hetsplit.cli.common import add_command, progress
+from hetsplit.cli.common import add_command, add_input_shape_option, input_shapes, progress
 from hetsplit.report.console import wide_console
 from hetsplit.units import format_quantity
 from hetsplit.workflow import load_model_or_profile
@@ -16,16 +16,18 @@ from hetsplit.workflow import load_model_or_profile
 def register(sub) -> None:
     p = add_command(sub, "inspect", "show a model's layers, MACs, parameters and tensor sizes",
                     ["hetsplit inspect resnet50", "hetsplit inspect model.onnx --json",
-                     "hetsplit inspect profile.json --layers 20"])
+                     "hetsplit inspect profile.json --layers 20",
+                     "hetsplit inspect detector.onnx --input-shape images:1,3,640,640"])
     p.add_argument("model", help="zoo name, .onnx file or hetsplit.profile/1 .json file")
     p.add_argument("--json", action="store_true", help="print the layers as JSON")
     p.add_argument("--layers", type=int, default=None, metavar="N", help="show only the first N layers")
+    add_input_shape_option(p)
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     with progress(f"loading {args.model}"):
-        graph, _ = load_model_or_profile(args.model)
+        graph, _ = load_model_or_profile(args.model, input_shapes(args))
     layers = graph.layers if args.layers is None else graph.layers[: args.layers]
     cut = graph.cut_bytes
     if args.json:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from hetsplit.cli.common import add_command, progress
+from hetsplit.cli.common import add_command, add_input_shape_option, input_shapes, progress
 from hetsplit.report.console import wide_console
 from hetsplit.report.files import write_plan_outputs
 from hetsplit.report.tables import here_table, print_plans
@@ -53,6 +53,7 @@ def register(sub) -> None:
                    help="measure this machine's local devices anew (else their calibration is cached per machine)")
     p.add_argument("--out", "-o", default=None, metavar="DIR", help="write DIR/plans.json, DIR/pareto.png and DIR/report.html")
     p.add_argument("--json", action="store_true", help="print the plan set as JSON")
+    add_input_shape_option(p)
     p.set_defaults(func=run)
 
 
@@ -67,7 +68,7 @@ def run(args) -> int:
                           time_budget_s=args.time_budget, chips=args.chips, tree=args.tree, objective=args.objective)
     out = output_dir(args.out)
     with progress(f"loading {args.model} and {args.cluster}"):
-        problem = load_problem(args.model, args.cluster, args.decode, args.recalibrate)
+        problem = load_problem(args.model, args.cluster, args.decode, args.recalibrate, input_shapes(args))
     with progress(f"searching ({', '.join(args.algo)})"):
         found = search_plans(problem, request)
     plans = found.plans

@@ -6,7 +6,7 @@ import math
 
 from rich.table import Table
 
-from hetsplit.cli.common import add_command, progress
+from hetsplit.cli.common import add_command, add_input_shape_option, input_shapes, progress
 from hetsplit.errors import ProfileError
 from hetsplit.report.console import wide_console
 from hetsplit.units import format_quantity
@@ -44,6 +44,7 @@ def register(sub) -> None:
                    help="override a modelled device's parameter (repeatable), e.g. l2_bytes=4194304")
     p.add_argument("--out", default=None, metavar="FILE", help="write the hetsplit.profile/1 JSON here")
     p.add_argument("--layers", type=int, default=40, metavar="N", help="show at most N layers (default 40)")
+    add_input_shape_option(p)
     p.set_defaults(func=run)
 
 
@@ -68,7 +69,8 @@ def run(args) -> int:
     with progress(f"profiling {args.model} on {args.device}"):
         prof = profile_model(args.model, args.device, repeats=args.repeats, warmup=args.warmup,
                              threads=args.threads, power_w=power, params=_params(args.param),
-                             statistic=args.statistic, clock=args.clock, co_load=args.co_load)
+                             statistic=args.statistic, clock=args.clock, co_load=args.co_load,
+                             input_shapes=input_shapes(args))
     show(prof, args.layers)
     if args.out:
         path = save_profile(prof, args.out)

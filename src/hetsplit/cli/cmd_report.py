@@ -41,7 +41,8 @@ def run(args) -> int:
     if plans:
         run_doc = read_json(args.run, HetsplitError, "no such run file") if args.run else None
         try:
-            problem = load_problem(args.model or plans[0].model, args.cluster or plans[0].cluster)
+            problem = load_problem(args.model or plans[0].model, args.cluster or plans[0].cluster,
+                                   input_shapes=plans[0].input_shapes or None)   # what the plans recorded
         except HetsplitError as exc:
             if args.run or args.model or args.cluster:
                 raise

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hetsplit.cli.cmd_split import note_unchecked
-from hetsplit.cli.common import add_command, progress
+from hetsplit.cli.common import add_command, add_input_shape_option, input_shapes, progress
 from hetsplit.plan.io import load_plan
 from hetsplit.report.console import wide_console
 from hetsplit.units import format_quantity
@@ -62,6 +62,7 @@ def register(sub) -> None:
     p.add_argument("--port", type=int, default=0, help="rendezvous port (0: a free one locally; 29500 with --hosts)")
     p.add_argument("--ssh", action="store_true", help="with --hosts: start the other hosts' commands over ssh")
     p.add_argument("--split-dir", default=None, metavar="DIR", help="keep the sub-models here (default: temporary)")
+    add_input_shape_option(p)
     p.add_argument("--run-dir", default=None, metavar="DIR", help="keep the processes' logs and measurements here")
     p.add_argument("--out", "-o", default=None, metavar="FILE", help="write the measurements (and comparison) as JSON")
     p.add_argument("--json", action="store_true", help="print the measurements as JSON")
@@ -71,7 +72,7 @@ def register(sub) -> None:
 def run(args) -> int:
     from hetsplit.outpath import output_file
     from hetsplit.runtime import RunOptions, resolve_model
-    from hetsplit.workflow import load_plan_cluster
+    from hetsplit.workflow import load_plan_cluster, plan_input_shapes
 
     opts = RunOptions(inputs=args.inputs, latency_inputs=args.latency_inputs, timeout_s=args.timeout,
                       port=args.port, run_dir=Path(args.run_dir) if args.run_dir else None, pin=args.pin)
@@ -83,7 +84,7 @@ def run(args) -> int:
                                 recalibrate=args.recalibrate)
     note_unchecked(plan, cluster)
     with progress(f"loading {args.model}"):
-        graph, path = resolve_model(args.model)
+        graph, path = resolve_model(args.model, plan_input_shapes(plan, input_shapes(args)) or None)
     with contextlib.ExitStack() as stack:
         if args.split_dir or args.run_dir:
             split_dir = Path(args.split_dir) if args.split_dir else Path(args.run_dir) / "split"

@@ -8,7 +8,7 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from hetsplit.cli.common import add_command, progress
+from hetsplit.cli.common import add_command, add_input_shape_option, input_shapes, progress
 from hetsplit.estimate.simulate import LINK_ORDERS
 from hetsplit.plan.types import Metrics
 from hetsplit.report.console import wide_console
@@ -34,6 +34,7 @@ def register(sub) -> None:
                         "as the runtime's workers send; default) or fifo (by ready time)")
     p.add_argument("--out", "-o", default=None, metavar="DIR", help="write DIR/trace.json (Perfetto) and DIR/gantt.png")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
+    add_input_shape_option(p)
     p.set_defaults(func=run)
 
 
@@ -46,7 +47,8 @@ def run(args) -> int:
                          link_order=args.link_order)
     out = output_dir(args.out)
     with progress(f"loading {args.plan}"):
-        plan, problem = load_plan_problem(args.plan, args.index, args.model, args.cluster, args.profile)
+        plan, problem = load_plan_problem(args.plan, args.index, args.model, args.cluster, args.profile,
+                                          input_shapes(args))
     with progress(f"simulating {args.inputs} inputs"):
         result = simulate_plan(problem, plan, options)
     predicted = evaluate(problem, plan)

@@ -8,7 +8,7 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from hetsplit.cli.common import add_command, progress
+from hetsplit.cli.common import add_command, add_input_shape_option, input_shapes, progress
 from hetsplit.plan.io import load_plan
 from hetsplit.report.console import wide_console
 from hetsplit.units import format_quantity
@@ -24,18 +24,19 @@ def register(sub) -> None:
     p.add_argument("--index", type=int, default=None, help="which plan of a plan set (default: best Pareto plan)")
     p.add_argument("--cluster", "-c", default=None,
                    help="check the plan's devices against this cluster (default: the plan's own, when found)")
+    add_input_shape_option(p)
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from hetsplit.runtime import resolve_model, split_model
-    from hetsplit.workflow import load_plan_cluster
+    from hetsplit.workflow import load_plan_cluster, plan_input_shapes
 
     plan = load_plan(args.plan, args.index)
     cluster = load_plan_cluster(plan, args.cluster)
     note_unchecked(plan, cluster)
     with progress(f"loading {args.model}"):
-        graph, path = resolve_model(args.model)
+        graph, path = resolve_model(args.model, plan_input_shapes(plan, input_shapes(args)) or None)
     with progress("splitting"):
         manifest = split_model(plan, graph, path, args.out, cluster=cluster)
     print_manifest(manifest, wide_console())

@@ -25,3 +25,17 @@ def progress(message: str) -> Iterator[None]:
         return
     with console.status(message):
         yield
+
+
+def add_input_shape_option(p: argparse.ArgumentParser) -> None:
+    """``--input-shape NAME:D0,D1,...`` (repeatable; bare ``D0,D1,...`` for a single-input model)."""
+    p.add_argument("--input-shape", action="append", default=[], metavar="NAME:D0,D1,...", dest="input_shape",
+                   help="fix a model input's symbolic dims (repeatable; a bare D0,D1,... for a single-input "
+                        "model), e.g. --input-shape images:1,3,640,640; plans and profiles record it")
+
+
+def input_shapes(args: argparse.Namespace):
+    """The parsed ``--input-shape`` options (``graph.input_shapes.InputShapes``), or None when none given."""
+    from hetsplit.graph.input_shapes import parse_input_shapes
+
+    return parse_input_shapes(args.input_shape) if getattr(args, "input_shape", None) else None

@@ -52,7 +52,8 @@ def cluster_to_dict(cluster: Cluster) -> dict[str, Any]:
             "source": cluster.source, "sink": cluster.sink, "groups": cluster.groups, "types": cluster.types,
             "devices": [{"name": d.name, "kind": d.kind, "type": d.type, "preset": d.preset, "model": d.model,
                          "memory_bytes": d.memory_bytes, "group": d.group, "host": d.host,
-                         "params": json_safe(d.params)} for d in cluster.devices],
+                         "params": json_safe(d.params), **({"profile": d.profile} if d.profile else {})}
+                        for d in cluster.devices],
             "links": list(links.values())}
 
 

@@ -13,6 +13,8 @@ Format (every key but ``devices`` optional; ``links.default`` needed with two or
       - {name: gpu0, preset: rtx3070ti, memory: 6GiB}  # explicit keys override the preset's
       - {name: cpu0, kind: cpu, memory: 16GiB, peak_macs: 1.2e11/s, mem_bandwidth: 50GB/s,
          power_active: 65W}                            # params inline or under params:
+      - {name: laptop, kind: cpu, memory: 16GiB, profile: laptop.json}  # its type's costs measured there
+                                                       # (hetsplit profile; a path beside this file)
     groups:
       edge: {devices: [cim], medium: hb-wcc}           # links inside the group (cim = cim0..3)
       cloud: [gpu0, cpu0]
@@ -48,7 +50,7 @@ from hetsplit.units import KEY_KINDS, parse_param, parse_quantity
 
 CLUSTER_FORMAT = "hetsplit.cluster/1"
 TOP_KEYS = ("format", "name", "description", "media", "devices", "groups", "links", "source", "sink")
-DEVICE_KEYS = ("name", "preset", "kind", "type", "model", "memory", "params", "group", "host", "count")
+DEVICE_KEYS = ("name", "preset", "kind", "type", "model", "memory", "params", "group", "host", "count", "profile")
 LINK_KEYS = ("default", "overrides", "ports")
 OVERRIDE_KEYS = ("between", "from", "to", "medium")
 GROUP_KEYS = ("devices", "medium")
@@ -109,6 +111,7 @@ class _Entry:
     group: str | None
     host: str | None
     base: str  # the entry's name before count expansion
+    profile: str | None = None  # measured costs of its type (absolute path)
 
 
 class _Builder:
@@ -209,9 +212,22 @@ class _Builder:
             raise self.err(f"{where}.count", f"must be a whole number >= 1, got {count!r}")
         names = [name] if count is None else [f"{name}{j}" for j in range(count)]
         group = item.get("group")
+        profile = self.profile_path(item.get("profile"), f"{where}.profile") if "profile" in item else None
         return [_Entry(n, where, kind, str(item.get("model", preset.model if preset else "roofline")), memory,
                        copy.deepcopy(params), preset, item.get("type"), None if group is None else str(group),
-                       item.get("host"), name) for n in names]
+                       item.get("host"), name, profile) for n in names]
+
+    def profile_path(self, value: Any, where: str) -> str:
+        """A device's ``profile:`` as an absolute path (relative to the YAML file), which must exist."""
+        if not isinstance(value, str) or not value:
+            raise self.err(where, f"expected the path of a profile (hetsplit profile MODEL --out FILE), got {value!r}")
+        path = Path(value).expanduser()
+        if not path.is_absolute() and self.base_dir is not None:
+            path = self.base_dir / path
+        if not path.is_file():
+            raise self.err(where, f"{path}: no such profile file; measure one with `hetsplit profile MODEL --device "
+                                  "local-cpu --out FILE` on that device (a relative path is read beside the YAML)")
+        return str(path.resolve())
 
     def assign_types(self, entries: list[_Entry]) -> list[Device]:
         """Explicit types stay; others take the preset's type, or a new name per distinct parameter set."""
@@ -221,18 +237,18 @@ class _Builder:
         for e in entries:
             dtype = e.type
             if dtype is None:
-                sig = (e.kind, e.model, tuple(sorted((k, repr(v)) for k, v in e.params.items())))
+                sig = (e.kind, e.model, tuple(sorted((k, repr(v)) for k, v in e.params.items())), e.profile)
                 base = e.preset.type if e.preset else e.kind
                 if sig not in by_signature:
                     is_preset = e.preset is not None and e.model == e.preset.model and e.kind == e.preset.kind \
-                        and e.params == e.preset.params
+                        and e.params == e.preset.params and e.profile is None
                     candidate = base if is_preset or base not in taken else f"{base}-{e.base}"
                     by_signature[sig] = candidate
                     taken.add(candidate)
                 dtype = by_signature[sig]
             devices.append(Device(name=e.name, kind=e.kind, type=str(dtype), memory_bytes=e.memory_bytes,
                                   model=e.model, params=e.params, preset=e.preset.name if e.preset else None,
-                                  group=e.group, host=e.host))
+                                  group=e.group, host=e.host, profile=e.profile))
         return devices
 
     # ---- groups ---------------------------------------------------------------------------------

@@ -50,6 +50,7 @@ class Device:
     preset: str | None = None      # preset it came from, if any
     group: str | None = None       # named group it belongs to (edge, cloud, board3...)
     host: str | None = None        # machine it lives on, for the runtime (None = local)
+    profile: str | None = None     # a hetsplit.profile/1 file measured on it: its type's costs (absolute path)
 
     def __post_init__(self) -> None:
         if self.kind not in DEVICE_KINDS:
@@ -59,7 +60,7 @@ class Device:
 
     def cost_signature(self) -> tuple:
         """What must agree between devices that share a ``type``."""
-        return (self.kind, self.model, tuple(sorted((k, repr(v)) for k, v in self.params.items())))
+        return (self.kind, self.model, tuple(sorted((k, repr(v)) for k, v in self.params.items())), self.profile)
 
 
 @dataclass

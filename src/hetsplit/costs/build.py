@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from hetsplit.cluster.types import Cluster
+from hetsplit.costs.device_profiles import profile_column
 from hetsplit.costs.models.base import device_model, element_bytes
 from hetsplit.costs.problem import ModelScope, SplitProblem
 from hetsplit.costs.table import CostTable
@@ -14,7 +15,8 @@ from hetsplit.graph.types import Graph
 
 
 def build_cost_table(graph: Graph, cluster: Cluster, profile: CostTable | None = None) -> CostTable:
-    """One column per cluster device type: from ``profile`` where it has the type, else the model.
+    """One column per cluster device type: from ``profile`` where it has the type, else from the profile
+    the cluster names for the type (a device's ``profile:``, ``costs.device_profiles``), else the model.
 
     A graph read from a profile has no MACs or shapes, so every type must then be in the profile.
     """
@@ -22,6 +24,10 @@ def build_cost_table(graph: Graph, cluster: Cluster, profile: CostTable | None =
     for type_name in cluster.types:
         if profile is not None and type_name in profile.types:
             columns.append(profile.select([type_name]))
+            continue
+        measured = cluster.representative(type_name).profile
+        if measured:
+            columns.append(profile_column(graph, measured, type_name))
             continue
         if graph.meta.get("from_profile"):
             have = profile.types if profile is not None else []

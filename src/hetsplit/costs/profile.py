@@ -134,6 +134,11 @@ def profile_from_dict(data: dict, where: str = "<profile>") -> Profile:
         sources[tname] = str(col.get("source", data.get("source", where)))
     table = CostTable(graph.names, types, np.array(times).T, np.array(energies).T, np.array(mems).T, sources)
     meta = {k: v for k, v in data.items() if k not in ("layers", "device_types", "format")}
+    shapes = meta.get("input_shapes")
+    if shapes is not None and not (isinstance(shapes, dict) and all(
+            isinstance(k, str) and isinstance(v, list) and v
+            and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in v) for k, v in shapes.items())):
+        raise _fail(where, f"'input_shapes' must map each model input to its dims (positive integers), got {shapes!r}")
     return Profile(graph, table, meta)
 
 

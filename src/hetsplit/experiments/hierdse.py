@@ -34,6 +34,7 @@ import numpy as np
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import HetsplitError
 from hetsplit.experiments.claims import FAILS, HOLDS, PARTLY, Claim, ClaimSet, direction, inconclusive
+from hetsplit.graph.input_shapes import InputShapes
 from hetsplit.plan.types import Plan
 from hetsplit.search.hierarchical import (HierarchicalOptions, HierarchicalResult, Measurement, MeasuredPoint,
                                           hierarchical_explore)
@@ -75,6 +76,7 @@ class RunMeasurer:
     """A ``PlanMeasurer``: runs a plan of ``problem`` for real on this machine (see the module doc)."""
 
     def __init__(self, model: str, problem: SplitProblem, options: MeasureOptions = MeasureOptions()):
+        """``model`` is loaded at the input shapes ``problem``'s graph records (``--input-shape``)."""
         from hetsplit.cluster.examples import usable_cores
         from hetsplit.experiments.hybrid_run import idle_worker_rss_bytes
         from hetsplit.runtime.run import resolve_model
@@ -87,8 +89,9 @@ class RunMeasurer:
             if why:
                 raise HetsplitError(f"cannot shape the links between workers: {why} (run without link emulation)")
         self.problem, self.options = problem, options
-        self.graph, self.model_path = resolve_model(model)
-        self.host = load_problem(model, "local") if options.emulate_devices else None
+        shapes = problem.graph.meta.get("input_shapes") or None
+        self.graph, self.model_path = resolve_model(model, shapes)
+        self.host = load_problem(model, "local", input_shapes=shapes) if options.emulate_devices else None
         self.cores = usable_cores()
         self.baseline_rss = idle_worker_rss_bytes() or 0
         c = problem.costs
@@ -142,12 +145,13 @@ class RunMeasurer:
 
 
 def explore_measured(model: str, cluster: str, options: HierarchicalOptions, measure: MeasureOptions,
-                     on_point: Callable[[MeasuredPoint], None] | None = None
-                     ) -> tuple[SplitProblem, HierarchicalResult]:
-    """``hetsplit explore --hierarchical``: the exploration of ``model`` on ``cluster`` with real runs."""
+                     on_point: Callable[[MeasuredPoint], None] | None = None,
+                     input_shapes: InputShapes | None = None) -> tuple[SplitProblem, HierarchicalResult]:
+    """``hetsplit explore --hierarchical``: the exploration of ``model`` (its symbolic input dims fixed by
+    ``input_shapes``) on ``cluster`` with real runs."""
     from hetsplit.workflow import load_problem
 
-    problem = load_problem(model, cluster)
+    problem = load_problem(model, cluster, input_shapes=input_shapes)
     return problem, hierarchical_explore(problem, RunMeasurer(model, problem, measure), options, on_point)
 
 

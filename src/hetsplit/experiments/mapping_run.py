@@ -37,6 +37,7 @@ from hetsplit.costs.profile import Profile
 from hetsplit.errors import HetsplitError
 from hetsplit.estimate.here import LocalPrediction, predict_here
 from hetsplit.estimate.runtime_costs import RuntimeCosts
+from hetsplit.graph.input_shapes import InputShapes
 from hetsplit.graph.types import Graph
 from hetsplit.plan.types import Plan
 from hetsplit.runtime.measure import RunReport, read_driver_doc, stream_throughput
@@ -48,14 +49,16 @@ def default_co_load(units: int, cores: int) -> int:
 
 
 def profile_here(model: str, units: int, cores: int | None = None, repeats: int = 20, warmup: int = 5,
-                 co_load: int | None = None) -> Profile:
+                 co_load: int | None = None, input_shapes: InputShapes | None = None) -> Profile:
     """Measure ``model``'s per-layer times on this machine's CPU as the workers will see them: one
-    thread, ``co_load`` (default ``min(units, cores) - 1``) other cores running the model meanwhile."""
+    thread, ``co_load`` (default ``min(units, cores) - 1``) other cores running the model meanwhile;
+    ``input_shapes``: its symbolic input dims (``graph.input_shapes``)."""
     from hetsplit.costs.profiler import LOCAL_CPU, profile_model
 
     cores = cores or usable_cores()
     k = default_co_load(units, cores) if co_load is None else co_load
-    return profile_model(model, LOCAL_CPU, repeats=repeats, warmup=warmup, threads=1, co_load=k)
+    return profile_model(model, LOCAL_CPU, repeats=repeats, warmup=warmup, threads=1, co_load=k,
+                         input_shapes=input_shapes)
 
 
 def prediction_here(model: str, plan: Plan, graph: Graph, profile: str | Path | Profile | None, cores: int,
@@ -65,7 +68,8 @@ def prediction_here(model: str, plan: Plan, graph: Graph, profile: str | Path | 
     per-layer costs from ``profile`` (a local-cpu profile, path or Profile) or profiled now (``repeats``
     runs per layer, ``co_load``: see ``profile_here``)."""
     if profile is None:
-        prof = profile_here(model, len(plan.devices), cores, repeats, co_load=co_load)
+        prof = profile_here(model, len(plan.devices), cores, repeats, co_load=co_load,
+                            input_shapes=graph.meta.get("input_shapes"))
     elif isinstance(profile, Profile):
         prof = profile
     else:

@@ -19,13 +19,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
 from hetsplit.errors import ModelError
+from hetsplit.graph.input_shapes import BARE
 from hetsplit.graph.grouping import NodeGroup, group_nodes, view_only
 from hetsplit.graph.onnx_ops import (ANCHOR, ANCHOR_OPS, AnchorInfo, activation_name, conv_info, gemm_info,
                                      matmul_info, node_attrs, pool_attrs)
@@ -35,17 +36,24 @@ from hetsplit.graph.types import INPUT, Graph, Layer, Tensor
 FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE}
 
 
-def load_onnx(model: str | Path | onnx.ModelProto, name: str | None = None) -> Graph:
-    """Import any ONNX model (opset >= 11, static shapes; a symbolic batch becomes 1) as a Graph.
+def load_onnx(model: str | Path | onnx.ModelProto, name: str | None = None,
+              input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
+    """Import any ONNX model (opset >= 11; a symbolic batch becomes 1; other symbolic input dims fixed by
+    ``input_shapes``, see ``graph.input_shapes``) as a Graph.
 
-    Layer ``nodes`` and tensor names refer to ``prepare_model(model)``, the canonical form the
-    runtime cuts sub-models from.
+    Layer ``nodes`` and tensor names refer to ``prepare_model(model, input_shapes=input_shapes)``, the
+    canonical form the runtime cuts sub-models from; the shapes given are recorded in
+    ``graph.meta["input_shapes"]`` (input name -> dims), so plans and profiles can carry them.
     """
     where = str(model) if not isinstance(model, onnx.ModelProto) else (name or model.graph.name or "<model>")
-    proto = prepare_model(model, where)
+    proto = prepare_model(model, where, input_shapes)
     if name is None:
         name = Path(str(model)).stem if not isinstance(model, onnx.ModelProto) else (model.graph.name or "model")
-    return graph_from_prepared(proto, name, source=where)
+    graph = graph_from_prepared(proto, name, source=where)
+    if input_shapes:
+        inputs = graph.meta["inputs"]
+        graph.meta["input_shapes"] = {n: list(d) for n, d in inputs.items() if n in input_shapes or BARE in input_shapes}
+    return graph
 
 
 def compact_name(node_name: str) -> str:

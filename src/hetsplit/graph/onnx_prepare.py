@@ -3,9 +3,10 @@
 ``prepare_model`` is deterministic and idempotent; the runtime cuts sub-models out of the model it
 returns, so node and tensor names in a ``Graph`` always refer to that model:
 
-- opset >= 11 of the default domain is required;
-- a symbolic or unknown batch dimension (``dim_param``, 0 or -1 in the first axis of a graph input)
-  becomes 1; any other symbolic dimension is an error naming the input;
+- opset 11 to the newest the installed onnx knows, of the default domain, is required;
+- ``input_shapes`` (the user's ``--input-shape``) fix input dims first; then a symbolic or unknown batch
+  dimension (``dim_param``, 0 or -1 in the first axis of a graph input) becomes 1, and any other
+  symbolic dimension is an error naming each input, its symbolic axes and the flag;
 - unnamed nodes get the stable name ``<OpType>_<index>`` (unique against existing names);
 - ONNX shape inference runs (strict, with data propagation); every value must end with a static
   shape, else the error names the node that produced it;
@@ -21,12 +22,14 @@ shape inference and for parameter bytes, tiny on disk ("shapes-only" model).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Mapping, Sequence
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from hetsplit.errors import ModelError
+from hetsplit.graph.input_shapes import fix_input_shapes, require_static_inputs
 from hetsplit.graph.onnx_ops import role
 
 MIN_OPSET = 11
@@ -77,24 +80,23 @@ def _opset(model: onnx.ModelProto) -> int:
 
 
 def _fix_batch_dims(model: onnx.ModelProto, where: str) -> None:
+    """A symbolic or unknown batch axis (axis 0) becomes 1; any other symbolic axis is an error naming
+    every input that has one (``input_shapes.require_static_inputs``)."""
     inits = {i.name for i in model.graph.initializer}
     for inp in model.graph.input:
         if inp.name in inits or not inp.type.HasField("tensor_type"):
             continue
-        shape = inp.type.tensor_type.shape
         if not inp.type.tensor_type.HasField("shape"):
-            raise ModelError(f"{where}: model input {inp.name!r} has no shape; hetsplit needs static input shapes")
-        for axis, dim in enumerate(shape.dim):
-            symbolic = dim.HasField("dim_param") or not dim.HasField("dim_value") or dim.dim_value <= 0
-            if not symbolic:
-                continue
-            if axis == 0:
-                dim.Clear()
-                dim.dim_value = 1
-            else:
-                label = dim.dim_param or "?"
-                raise ModelError(f"{where}: model input {inp.name!r} has symbolic dimension {label!r} at axis {axis}; "
-                                 "only the batch axis may be symbolic. Export the model with static shapes")
+            raise ModelError(f"{where}: model input {inp.name!r} has no shape; give it with --input-shape "
+                             f"{inp.name}:D0,D1,...")
+    require_static_inputs(model, where)
+    for inp in model.graph.input:
+        if inp.name in inits or not inp.type.HasField("tensor_type"):
+            continue
+        dims = inp.type.tensor_type.shape.dim
+        if dims and (dims[0].HasField("dim_param") or not dims[0].HasField("dim_value") or dims[0].dim_value <= 0):
+            dims[0].Clear()
+            dims[0].dim_value = 1
 
 
 def _name_nodes(model: onnx.ModelProto) -> None:
@@ -269,8 +271,10 @@ def _fold_constants(model: onnx.ModelProto, init_values: dict[str, np.ndarray]) 
     return folded
 
 
-def prepare_model(model: str | Path | onnx.ModelProto, where: str | None = None) -> onnx.ModelProto:
-    """The canonical, shape-inferred copy of ``model`` (see the module docstring)."""
+def prepare_model(model: str | Path | onnx.ModelProto, where: str | None = None,
+                  input_shapes: Mapping[str, Sequence[int]] | None = None) -> onnx.ModelProto:
+    """The canonical, shape-inferred copy of ``model`` (see the module docstring); ``input_shapes`` fix
+    its inputs' dims first (``input_shapes.fix_input_shapes``: symbolic ones, checked against static ones)."""
     if where is None:
         where = str(model) if not isinstance(model, onnx.ModelProto) else (model.graph.name or "<model>")
     proto = read_model(model)
@@ -281,8 +285,14 @@ def prepare_model(model: str | Path | onnx.ModelProto, where: str | None = None)
     if opset < MIN_OPSET:
         raise ModelError(f"{where}: default-domain opset {opset or 'missing'} is below {MIN_OPSET}; "
                          "re-export the model with opset_version >= 11 or convert it with onnx.version_converter")
+    newest = onnx.defs.onnx_opset_version()
+    if opset > newest:
+        raise ModelError(f"{where}: default-domain opset {opset} is newer than the {newest} this onnx knows; "
+                         f"re-export the model with opset_version <= {newest}")
     _name_nodes(proto)  # before any check, so that messages name every node
     _check_graph(proto, where)
+    if input_shapes:
+        fix_input_shapes(proto, input_shapes, where)
     _fix_batch_dims(proto, where)
     # all shape work runs on a copy without weight data; only its nodes come back
     light = proto if is_shapes_only(proto) else strip_weights(proto)

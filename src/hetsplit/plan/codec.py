@@ -64,7 +64,19 @@ def plan_from_dict(cls: type[Plan], d: Any, where: str) -> Plan:
     if cluster_file is not None and not isinstance(cluster_file, str):
         raise PlanError(f"{where}: 'cluster_file' must be the path of a cluster YAML, got {cluster_file!r}")
     return cls(str(d["model"]), str(d.get("cluster", "")), str(d.get("algorithm", "")), stages, params, metrics,
-               d.get("pareto"), assign, combine, cluster_file, _order(d.get("order", {}), where))
+               d.get("pareto"), assign, combine, cluster_file, _order(d.get("order", {}), where),
+               _input_shapes(d.get("input_shapes", {}), where))
+
+
+def _input_shapes(raw: Any, where: str) -> dict[str, list[int]]:
+    """``input_shapes``: model input -> its dims (what ``--input-shape`` fixed when the plan was made)."""
+    ok = isinstance(raw, dict) and all(
+        isinstance(k, str) and isinstance(v, list) and v and all(isinstance(x, int) and not isinstance(x, bool)
+                                                                 and x > 0 for x in v) for k, v in raw.items())
+    if not ok:
+        raise PlanError(f"{where}: 'input_shapes' must map each model input to its dims (positive integers), "
+                        f"got {raw!r}")
+    return {k: list(v) for k, v in raw.items()}
 
 
 def _order(raw: Any, where: str) -> dict[str, list[str]]:

@@ -163,6 +163,7 @@ class Plan:
     combine: dict[str, Combine] = field(default_factory=dict)
     cluster_file: str | None = None  # the cluster YAML the plan was made from (absolute), so run finds it
     order: dict[str, list[str]] = field(default_factory=dict)  # device -> its task names in run order
+    input_shapes: dict[str, list[int]] = field(default_factory=dict)  # model input -> dims (--input-shape)
 
     def __post_init__(self) -> None:
         if self.stages and self.assign:
@@ -213,6 +214,8 @@ class Plan:
                              "algorithm": self.algorithm, "params": params}
         if self.cluster_file:
             d["cluster_file"] = self.cluster_file
+        if self.input_shapes:
+            d["input_shapes"] = {name: list(dims) for name, dims in self.input_shapes.items()}
         if self.stages:
             d["stages"] = [s.to_dict() for s in self.stages]
         d["assign"] = {name: (p if isinstance(p, str) else [sh.to_dict() for sh in p])

@@ -7,6 +7,7 @@ import contextlib
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Mapping, Sequence
 
 from hetsplit.cluster.types import Cluster
 from hetsplit.errors import UsageError
@@ -143,17 +144,18 @@ def run_plan(plan: Plan, graph: Graph, model_path: str | Path, opts: RunOptions 
         return run_manifest(load_manifest(out), opts)
 
 
-def resolve_model(spec: str) -> tuple[Graph, Path]:
-    """The Graph and the full ONNX file (with weights) of a zoo name or an .onnx path."""
+def resolve_model(spec: str, input_shapes: Mapping[str, Sequence[int]] | None = None) -> tuple[Graph, Path]:
+    """The Graph and the full ONNX file (with weights) of a zoo name or an .onnx path; ``input_shapes``
+    fix its symbolic input dims (``graph.input_shapes``)."""
     from hetsplit.errors import ModelError
     from hetsplit.graph import zoo
     from hetsplit.graph.onnx_import import load_onnx
 
     path = Path(spec)
     if path.is_file():
-        return load_onnx(path), path
+        return load_onnx(path, input_shapes=input_shapes), path
     if spec in zoo.names():
         full = zoo.onnx_path(spec)
-        return load_onnx(full, name=spec), full
+        return load_onnx(full, name=spec, input_shapes=input_shapes), full
     raise ModelError(f"{spec!r} is neither an ONNX file nor a zoo model; zoo models are {', '.join(zoo.names())}")
 

@@ -11,6 +11,7 @@ written. A pipeline's stage is one segment, so one sub-model per stage.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Mapping, Sequence
 
 import onnx
 
@@ -40,10 +41,10 @@ def split_model(plan: Plan, graph: Graph, model_path: str | Path, out_dir: str |
     cl = plan_cluster(plan, cluster)
     tg = check_plan(graph, cl, plan, one_worker_per_device=True)
     require_nodes(graph)
-    model = load_prepared(Path(model_path))
+    model = load_prepared(Path(model_path), graph.meta.get("input_shapes"))
     lay = layout(graph, plan, tg)
     surgeon = ShardSurgeon(model, graph, lay)
-    for t in input_specs(model):   # symbolic input dims were fixed to 1
+    for t in input_specs(model):   # symbolic input dims were fixed (--input-shape, a batch to 1)
         surgeon.specs[t.name] = t
     takes = _takes(lay, surgeon)
     frags = []
@@ -182,17 +183,18 @@ def _file_key(path: Path) -> tuple:
     return str(Path(path).resolve()), st.st_mtime_ns, st.st_size
 
 
-def load_prepared(path: Path) -> onnx.ModelProto:
-    """The canonical form the Graph's node names refer to (``prepare_model``), with its weights.
+def load_prepared(path: Path, input_shapes: Mapping[str, Sequence[int]] | None = None) -> onnx.ModelProto:
+    """The canonical form the Graph's node names refer to (``prepare_model``, its inputs fixed to
+    ``input_shapes``), with its weights (external data read from beside the file).
 
     The last file prepared is kept (a search splits one model many times): a caller gets its own copy."""
     from onnx.external_data_helper import load_external_data_for_model, uses_external_data
 
     from hetsplit.graph.onnx_prepare import prepare_model
 
-    key = _file_key(path)
+    key = _file_key(path) + (repr(sorted((input_shapes or {}).items())),)
     if key not in _PREPARED:
-        model = prepare_model(path)
+        model = prepare_model(path, input_shapes=input_shapes)
         if any(uses_external_data(t) for t in model.graph.initializer):
             load_external_data_for_model(model, str(Path(path).parent))
         _PREPARED.clear()

@@ -14,22 +14,24 @@ from hetsplit.costs.profiler.local import profile_cpu
 from hetsplit.costs.profiler.modelled import modelled_profile
 from hetsplit.costs.profiler.ort_timing import default_threads
 from hetsplit.errors import ProfileError
+from hetsplit.graph.input_shapes import InputShapes
 from hetsplit.graph.types import Graph
 
 
-def load_for_profiling(spec: str) -> tuple[Graph, Path | None, str | None]:
-    """(graph, full ONNX path or None, zoo name or None) of a zoo name or an .onnx file."""
+def load_for_profiling(spec: str, input_shapes: InputShapes | None = None) -> tuple[Graph, Path | None, str | None]:
+    """(graph, full ONNX path or None, zoo name or None) of a zoo name or an .onnx file (its symbolic
+    input dims fixed by ``input_shapes``)."""
     from hetsplit.graph import zoo
 
     if spec in zoo.names():
-        return zoo.load(spec), None, spec
+        return zoo.load(spec, input_shapes), None, spec
     path = Path(spec)
     if path.suffix == ".onnx":
         if not path.is_file():
             raise ProfileError(f"{path}: no such ONNX file")
         from hetsplit.graph.onnx_import import load_onnx
 
-        return load_onnx(path), path, None
+        return load_onnx(path, input_shapes=input_shapes), path, None
     raise ProfileError(f"{spec!r} is neither a zoo model ({', '.join(zoo.names())}) nor an .onnx file; "
                        "a .json profile has no shapes to measure or model")
 
@@ -37,13 +39,24 @@ def load_for_profiling(spec: str) -> tuple[Graph, Path | None, str | None]:
 def profile_model(spec: str, device: str = LOCAL_CPU, *, repeats: int = 20, warmup: int = 5,
                   threads: int | None = None, power_w: float | None = None,
                   params: dict[str, Any] | None = None, statistic: str = "median",
-                  clock: str = "wall", co_load: int = 0) -> Profile:
+                  clock: str = "wall", co_load: int = 0, input_shapes: InputShapes | None = None) -> Profile:
     """Measure ``spec`` on this machine (local-cpu / local-gpu) or write a preset's modelled profile.
 
     ``params`` override a modelled device's parameters (e.g. ``{"l2_bytes": 4194304}``).
     ``co_load`` (local-cpu only): other cores kept busy with the same model while measuring.
+    ``input_shapes`` fix the model's symbolic input dims; the profile records them (``meta["input_shapes"]``).
     """
-    graph, onnx_file, zoo_name = load_for_profiling(spec)
+    graph, onnx_file, zoo_name = load_for_profiling(spec, input_shapes)
+    prof = _profile(graph, onnx_file, zoo_name, device, repeats, warmup, threads, power_w, params, statistic,
+                    clock, co_load)
+    if graph.meta.get("input_shapes"):
+        prof.meta["input_shapes"] = graph.meta["input_shapes"]
+    return prof
+
+
+def _profile(graph: Graph, onnx_file: Path | None, zoo_name: str | None, device: str, repeats: int, warmup: int,
+             threads: int | None, power_w: float | None, params: dict[str, Any] | None, statistic: str, clock: str,
+             co_load: int) -> Profile:
     if repeats < 1 or warmup < 0:
         raise ProfileError(f"--repeats must be >= 1 and --warmup >= 0, got {repeats} and {warmup}")
     if co_load and device != LOCAL_CPU:
@@ -63,8 +76,15 @@ def profile_model(spec: str, device: str = LOCAL_CPU, *, repeats: int = 20, warm
 
                 from hetsplit.graph.onnx_prepare import prepare_model
 
+                from onnx.external_data_helper import load_external_data_for_model, uses_external_data
+
                 run_file = Path(tmp) / onnx_file.name
-                onnx.save(prepare_model(onnx_file), run_file)
+                prepared = prepare_model(onnx_file, input_shapes=graph.meta.get("input_shapes"))
+                external = any(uses_external_data(t) for t in prepared.graph.initializer)
+                if external:   # weights beside the graph: read them from there, write them beside the copy
+                    load_external_data_for_model(prepared, str(onnx_file.parent))
+                onnx.save(prepared, run_file, save_as_external_data=external, all_tensors_to_one_file=True,
+                          location=f"{onnx_file.name}.data")
             prof = profile_cpu(graph, run_file, device_type=LOCAL_CPU, threads=n, warmup=warmup, repeats=repeats,
                                meter=meter_for("cpu"), power_w=watts, statistic=statistic, clock=clock,
                                co_load=co_load)
@@ -76,14 +96,13 @@ def profile_model(spec: str, device: str = LOCAL_CPU, *, repeats: int = 20, warm
     if device == LOCAL_GPU:
         resolve_device(device)                      # fails clearly without CUDA
         if zoo_name is None:
-            raise ProfileError("--device local-gpu profiles zoo models (it needs the PyTorch module); "
-                               "give a zoo name")
-        from hetsplit.costs.profiler.torch_cuda import profile_torch
+            raise ProfileError("--device local-gpu measures through PyTorch and needs the model's torch module: "
+                               "for your own model use hetsplit.workflow.profile_module(module, example_inputs, "
+                               "path, 'local-gpu'), or give a zoo name")
         from hetsplit.graph.zoo.registry import MODELS
 
         module, shape = MODELS[zoo_name].build()
-        return profile_torch(graph, module, shape, device="cuda", warmup=warmup, repeats=repeats,
-                             meter=meter_for("gpu"))
+        return profile_module_on(graph, module, shape, LOCAL_GPU, warmup, repeats)
     dev = resolve_device(device)
     if params:
         from hetsplit.units import parse_param
@@ -91,3 +110,24 @@ def profile_model(spec: str, device: str = LOCAL_CPU, *, repeats: int = 20, warm
         parsed = {k: parse_param(k, v, f"--param {k}") for k, v in params.items()}
         dev = replace(dev, params={**dev.params, **parsed})
     return modelled_profile(graph, dev)
+
+
+def profile_module_on(graph: Graph, module: Any, input_shape: tuple[int, ...], device: str = LOCAL_GPU,
+                      warmup: int = 5, repeats: int = 20) -> Profile:
+    """Per-layer times of a torch ``module`` (the one ``graph`` was exported from, its layers matched
+    by the exporter's node names) on this machine's CUDA GPU (``local-gpu``: a clear error without one)
+    or, through PyTorch, on its CPU (``torch-cpu``, how the path is tested without a GPU)."""
+    from hetsplit.costs.profiler.torch_cuda import profile_torch
+
+    if device == LOCAL_GPU:
+        resolve_device(LOCAL_GPU)                   # fails clearly without CUDA
+        return profile_torch(graph, module, input_shape, device="cuda", warmup=warmup, repeats=repeats,
+                             meter=meter_for("gpu"))
+    if device == TORCH_CPU:
+        return profile_torch(graph, module, input_shape, device="cpu", device_type=TORCH_CPU, warmup=warmup,
+                             repeats=repeats)
+    raise ProfileError(f"a torch module is measured on {LOCAL_GPU} (or {TORCH_CPU}), not {device!r}; for "
+                       f"{LOCAL_CPU} profile the exported .onnx file (onnxruntime)")
+
+
+TORCH_CPU = "torch-cpu"

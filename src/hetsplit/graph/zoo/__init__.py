@@ -12,6 +12,7 @@ Regenerate the shipped shapes-only models after changing a definition:
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Mapping, Sequence
 
 from hetsplit.graph.onnx_import import load_onnx
 from hetsplit.graph.types import Graph
@@ -30,10 +31,11 @@ def describe(name: str) -> str:
     return lookup(name).description
 
 
-def load(name: str) -> Graph:
-    """The Graph of a zoo model, without weights (fast: no export, no weight data)."""
+def load(name: str, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
+    """The Graph of a zoo model, without weights (fast: no export, no weight data); ``input_shapes``
+    are checked against its (static) inputs."""
     path = shapes_path(name)
-    graph = load_onnx(path, name=name)
+    graph = load_onnx(path, name=name, input_shapes=input_shapes)
     graph.source = f"zoo:{name}"
     graph.meta["description"] = MODELS[name].description
     return graph
