@@ -142,8 +142,9 @@ def start_across(net: NetHosts, placement: dict[str, int], args: list[str], fold
                 run.commands[argv[argv.index("--device") + 1]] = argv
         time.sleep(0.1)
     if start_workers:
-        for device, argv in run.commands.items():
-            run.workers[device] = start_worker(net, placement[device], argv, folder / f"worker-{device}")
+        for device, argv in run.commands.items():   # each keeps its logs (--run-dir) for the tests to watch
+            run.workers[device] = start_worker(net, placement[device], argv + ["--run-dir", str(folder / device)],
+                                               folder / f"worker-{device}")
     return run
 
 
