@@ -82,6 +82,16 @@ class NetHosts:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
+class Loopback:
+    """Every "host" is this machine at 127.0.0.1 (no namespaces): for tests of the rendezvous alone."""
+
+    def addr(self, i: int) -> str:
+        return "127.0.0.1"
+
+    def exec(self, i: int) -> list[str]:
+        return []
+
+
 def available() -> str | None:
     """None when namespaces with a bridge can be made here, else why not."""
     from hetsplit.runtime import emulation_available
@@ -121,7 +131,7 @@ class Across:
                 p.wait()
 
 
-def start_across(net: NetHosts, placement: dict[str, int], args: list[str], folder: Path,
+def start_across(net: NetHosts | Loopback, placement: dict[str, int], args: list[str], folder: Path,
                  start_workers: bool = True) -> Across:
     """``hetsplit run ARGS --hosts`` on host 0 with devices placed on hosts by ``placement``; once it prints
     the worker commands, each is started in its host's namespace (unless ``start_workers`` is False)."""
@@ -148,7 +158,7 @@ def start_across(net: NetHosts, placement: dict[str, int], args: list[str], fold
     return run
 
 
-def start_worker(net: NetHosts, host: int, argv: list[str], log: Path) -> subprocess.Popen:
+def start_worker(net: NetHosts | Loopback, host: int, argv: list[str], log: Path) -> subprocess.Popen:
     """The printed command, run in host ``host``'s namespace (``hetsplit`` being the venv's)."""
     with open(log, "w") as f:
         return subprocess.Popen(net.exec(host) + [HETSPLIT, *argv[1:]], stdout=f, stderr=subprocess.STDOUT,
