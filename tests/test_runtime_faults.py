@@ -63,7 +63,8 @@ def test_a_worker_that_dies(kinds, tmp_path, kind):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_link_that_stalls(kinds, tmp_path, kind):
-    msg, elapsed = run_failing(load_manifest(kinds[kind]), tmp_path / "run", faults={"2": {"kind": "stall", "after": 2}})
+    msg, elapsed = run_failing(load_manifest(kinds[kind]), tmp_path / "run",
+                               faults={"2": {"kind": "stall", "after": 2}})
     assert " b" in msg and "stalled" in msg and f"{TIMEOUT_S:g} s" in msg, msg
     assert elapsed < 30
 

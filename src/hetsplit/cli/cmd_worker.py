@@ -29,8 +29,8 @@ def run(args) -> int:
     host, sep, port = args.join.rpartition(":")
     if not sep or not host or not port.isdigit():
         raise UsageError(f"--join {args.join!r}: write HOST:PORT, e.g. 10.0.0.1:29500")
-    opts = JoinOptions(host.strip("[]"), int(port), args.token, [d.strip() for d in args.device.split(",") if d.strip()],
-                       timeout_s=args.timeout, addr=args.addr, run_dir=Path(args.run_dir) if args.run_dir else None)
+    devices = [d.strip() for d in args.device.split(",") if d.strip()]
+    opts = JoinOptions(host.strip("[]"), int(port), args.token, devices, timeout_s=args.timeout, addr=args.addr, run_dir=Path(args.run_dir) if args.run_dir else None)
     docs = join_run(opts)
     devices = ", ".join(d.get("device", "?") for d in docs.values())
     print(f"worker: {devices} finished; the driver reports the measurements")

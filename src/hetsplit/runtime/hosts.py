@@ -60,10 +60,13 @@ def get(store, key: str, timeout_s: float | None = None) -> bytes:
 
 def local_addr(host: str, port: int) -> str:
     """This machine's address on the route to ``host`` (what that host sees us as)."""
-    family, kind, _, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)[0]
-    with socket.socket(family, kind) as s:
-        s.connect(sockaddr)
-        return s.getsockname()[0]
+    try:
+        family, kind, _, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)[0]
+        with socket.socket(family, kind) as s:
+            s.connect(sockaddr)
+            return s.getsockname()[0]
+    except OSError as exc:
+        raise RuntimeFailure(f"host {host}: no route to it from here ({exc})") from None
 
 
 @dataclass
@@ -176,12 +179,13 @@ class Hosted:
             self._silent(rank, f"device {cmd.device}: no worker joined from {cmd.host} within "
                                f"{self.cfg.startup_timeout_s:g} s; run there: {cmd.text()}")
         elif beats > 0 and now - since > lost:
-            self._silent(rank, f"device {cmd.device} on {cmd.host} stopped answering for {lost:g} s: its worker "
-                               "died or the host is unreachable")
+            self._silent(rank, f"device {cmd.device} on {cmd.host} stopped answering for {lost:g} s: its "
+                               "worker died or the host is unreachable")
 
     def _silent(self, rank: int, error: str) -> None:
         self.reports[rank] = {"ok": False, "kind": "silent", "rank": rank, "device": self.commands[rank].device,
-                              "error": error, "t_fail": time.time(), "log": f"the worker's output on {self.remote[rank]}"}
+                              "error": error, "t_fail": time.time(),
+                              "log": f"the worker's output on {self.remote[rank]}"}
 
     def docs(self) -> dict[int, dict]:
         return dict(self.reports)
@@ -275,6 +279,9 @@ def join_run(opts: JoinOptions) -> dict[int, dict]:
         cfg = RunConfig(**json.loads(get(store, "config", opts.timeout_s)))
     except (RuntimeError, OSError) as exc:
         raise RuntimeFailure(f"{who}: the driver at {where} did not hand out the run ({exc})") from None
+    except (TypeError, ValueError) as exc:
+        raise RuntimeFailure(f"{who}: the driver at {where} hands out a run this hetsplit cannot read (another "
+                             f"version? {exc}); install the same hetsplit on every host") from None
     unknown = [d for d in opts.devices if d not in remote]
     if unknown:
         raise UsageError(f"--device {', '.join(unknown)}: this run places only {sorted(remote)} on other hosts")
@@ -291,7 +298,10 @@ def join_run(opts: JoinOptions) -> dict[int, dict]:
         for rank in ranks:
             for seg in manifest.worker(rank).segments:
                 if seg.submodel:
-                    manifest.submodel_path(rank, seg.index).write_bytes(get(store, f"file/{seg.submodel}"))
+                    if Path(seg.submodel).name != seg.submodel or seg.submodel.startswith("."):
+                        raise RuntimeFailure(f"{who}: the driver names a sub-model {seg.submodel!r}; a worker writes "
+                                             "only plain file names into its own directory")
+                    (split / seg.submodel).write_bytes(get(store, f"file/{seg.submodel}"))
         cfg.manifest = str(split / "manifest.json")
         cfg.master_addr, cfg.launcher_serves = opts.host, True
         addr = opts.addr or local_addr(opts.host, opts.port)
