@@ -77,6 +77,24 @@ class NetHosts:
         subprocess.run(["ip", "netns", "exec", self.names[i], "tc", "qdisc", "del", "dev", self.veths[i][0], "root"],
                        capture_output=True)
 
+    def fake_ssh(self, folder: Path) -> Path:
+        """A folder holding an ``ssh`` that runs its command in the namespace of the host it is given (the
+        tests' stand-in for sshd: ``hetsplit run --ssh`` runs the printed commands through it)."""
+        folder.mkdir(parents=True, exist_ok=True)
+        cases = "\n".join(f"  {self.addr(i)}) ns={ns};;" for i, ns in enumerate(self.names))
+        script = folder / "ssh"
+        script.write_text(f"""#!/bin/sh
+while [ "$1" = "-o" ]; do shift 2; done
+host=$1; shift
+case "$host" in
+{cases}
+  *) echo "fake ssh: unknown host $host" >&2; exit 255;;
+esac
+exec ip netns exec "$ns" sh -c "$*"
+""")
+        script.chmod(0o755)
+        return folder
+
     def __exit__(self, *exc) -> None:
         for ns in [*self.names, self.switch]:   # deleting a namespace removes its veths, bridge and qdiscs
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
@@ -132,14 +150,20 @@ class Across:
 
 
 def start_across(net: NetHosts | Loopback, placement: dict[str, int], args: list[str], folder: Path,
-                 start_workers: bool = True) -> Across:
+                 start_workers: bool = True, ssh: bool = False) -> Across:
     """``hetsplit run ARGS --hosts`` on host 0 with devices placed on hosts by ``placement``; once it prints
-    the worker commands, each is started in its host's namespace (unless ``start_workers`` is False)."""
+    the worker commands, each is started in its host's namespace (unless ``start_workers`` is False), or
+    with ``ssh`` the run starts them itself (``--ssh``, through ``NetHosts.fake_ssh``)."""
     hosts = ",".join(f"{d}={net.addr(i)}" for d, i in placement.items())
     out, err = folder / "cli.out", folder / "cli.err"
+    env = dict(os.environ)
+    if ssh:
+        args = [*args, "--ssh"]
+        env["PATH"] = f"{net.fake_ssh(folder / 'bin')}:{Path(HETSPLIT).parent}:{env.get('PATH', '')}"
+        start_workers = False
     with open(out, "w") as fo, open(err, "w") as fe:
         cli = subprocess.Popen(net.exec(0) + [HETSPLIT, "run", *args, "--hosts", hosts], stdout=fo, stderr=fe,
-                               stdin=subprocess.DEVNULL, start_new_session=True)
+                               stdin=subprocess.DEVNULL, start_new_session=True, env=env)
     run = Across(cli, out, err)
     end = time.time() + 90
     while len(run.commands) < len(placement):

@@ -39,13 +39,15 @@ def run_args(case, inputs: int, timeout: float = 30) -> list[str]:
 @skip
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_plan_kind_runs_across_namespace_hosts(net, tmp_path, kind):
+    """The workers started by hand in their namespaces, or for the TP plan by the run itself (--ssh)."""
     shaped = kind == "pipeline"
     case = make_case(kind, tmp_path, channels=16, size=32) if shaped else make_case(kind, tmp_path)
     rate, delay_s = 8e6 / 8, 0.0             # host 1 (device b) sends at 8 Mbit/s (5 ms late where netem exists)
     if shaped and net.shape(1, 8_000_000, 5.0):
         delay_s = 0.005
     try:
-        code, out, err = start_across(net, PLACEMENT, run_args(case, 4), tmp_path).wait(240)
+        code, out, err = start_across(net, PLACEMENT, run_args(case, 4), tmp_path,
+                                      ssh=kind == "tensor-parallel").wait(240)
     finally:
         net.unshape(1)
     assert code == 0, err[-3000:]

@@ -151,7 +151,7 @@ def _announce(ssh: bool, stack: contextlib.ExitStack):
         if ssh:
             for c in commands:
                 p = subprocess.Popen(["ssh", "-o", "BatchMode=yes", c.host, c.text()], stdin=subprocess.DEVNULL,
-                                     preexec_fn=die_with_parent())
+                                     stdout=sys.stderr, preexec_fn=die_with_parent())   # stdout: the report
                 stack.callback(_end, p)
 
     return announce
