@@ -136,8 +136,12 @@ class Across:
     commands: dict[str, list[str]] = field(default_factory=dict)
 
     def wait(self, timeout: float) -> tuple[int, str, str]:
+        """The run's exit code, stdout and stderr; its workers get 10 s to end on their own, then are killed."""
         try:
             self.cli.wait(timeout=timeout)
+            end = time.time() + 10
+            while time.time() < end and any(w.poll() is None for w in self.workers.values()):
+                time.sleep(0.05)
         finally:
             self.stop()
         return self.cli.returncode, self.out.read_text(), self.err.read_text()

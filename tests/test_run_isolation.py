@@ -42,13 +42,17 @@ def test_a_stranger_worker_is_refused_and_the_run_goes_on(case, tmp_path):
         assert p.returncode == 2 and "refused" in p.stderr and "another run" in p.stderr, p.stderr[-2000:]
         assert run.cli.poll() is None                    # the run waits on, undisturbed
         run.workers["c"] = start_worker(net, 1, argv, tmp_path / "worker-c")
+        run.workers["c2"] = start_worker(net, 1, argv, tmp_path / "worker-c2")      # a second worker for c
         code, out, err = run.wait(180)
     finally:
         run.stop()
     assert code == 0, err[-3000:]
     report = json.loads(out)
     assert report["verify"]["ok"] and {d["device"] for d in report["devices"]} == {"a", "b", "c"}
-    assert run.workers["c"].returncode == 0
+    codes = sorted(w.returncode for w in run.workers.values())
+    assert codes == [0, 2], codes                      # whichever came second was refused
+    logs = (tmp_path / "worker-c").read_text() + (tmp_path / "worker-c2").read_text()
+    assert "device c already has a worker" in logs
 
 
 def test_two_runs_on_one_port_end_clearly_within_their_timeout(case, tmp_path):

@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+from hetsplit.runtime.launch import processes_of
 from nethosts import NetHosts, available, start_across
 from plan_kinds import KINDS, make_case
 
@@ -46,11 +47,14 @@ def test_every_plan_kind_runs_across_namespace_hosts(net, tmp_path, kind):
     if shaped and net.shape(1, 8_000_000, 5.0):
         delay_s = 0.005
     try:
-        code, out, err = start_across(net, PLACEMENT, run_args(case, 4), tmp_path,
-                                      ssh=kind == "tensor-parallel").wait(240)
+        run = start_across(net, PLACEMENT, run_args(case, 4), tmp_path, ssh=kind == "tensor-parallel")
+        code, out, err = run.wait(240)
     finally:
         net.unshape(1)
     assert code == 0, err[-3000:]
+    token = run.commands["b"][run.commands["b"].index("--token") + 1]
+    assert not processes_of(token), "a worker outlived its run"
+    assert all(w.returncode == 0 for w in run.workers.values()), [w.returncode for w in run.workers.values()]
     report = json.loads(out)
     assert report["verify"]["ok"] and report["verify"]["outputs_checked"] == 4
     assert {d["device"] for d in report["devices"]} == {"a", "b", "c"}    # the workers' reports came back
