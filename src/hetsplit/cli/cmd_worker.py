@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from hetsplit.cli.common import add_command
@@ -23,6 +24,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")   # before torch loads: no c10d warnings with C++ frames
     from hetsplit.errors import UsageError
     from hetsplit.runtime.hosts import JoinOptions, join_run
 
