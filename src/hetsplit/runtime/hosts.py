@@ -304,6 +304,7 @@ def join_run(opts: JoinOptions) -> dict[int, dict]:
                     (split / seg.submodel).write_bytes(get(store, f"file/{seg.submodel}"))
         cfg.manifest = str(split / "manifest.json")
         cfg.master_addr, cfg.launcher_serves = opts.host, True
+        cfg.cpus = {}                  # --pin chose CPUs of the driver's host, not of this one
         addr = opts.addr or local_addr(opts.host, opts.port)
         cfg.addrs.update({str(r): addr for r in ranks})
         watch = DriverWatch(store, where, ranks, run_dir, kept=opts.run_dir is not None)
