@@ -73,6 +73,10 @@ class NetHosts:
                                  f"{delay_ms}ms"], capture_output=True)
         return r.returncode == 0
 
+    def link(self, i: int, up: bool) -> None:
+        """Take host ``i`` off the network (its bridge port down: no packet in or out), or back on."""
+        _sh("ip", "-n", self.switch, "link", "set", self.veths[i][1], "up" if up else "down")
+
     def unshape(self, i: int) -> None:
         subprocess.run(["ip", "netns", "exec", self.names[i], "tc", "qdisc", "del", "dev", self.veths[i][0], "root"],
                        capture_output=True)

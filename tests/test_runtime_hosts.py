@@ -117,3 +117,23 @@ def test_a_killed_driver_ends_its_remote_workers(net, tmp_path):
         assert "the driver at" in logs and "gone" in logs
     finally:
         run.stop()
+
+
+@skip
+def test_a_host_that_drops_off_the_network_is_named_within_seconds(net, tmp_path):
+    """Host 1's link goes down mid-run: no connection closes, nothing errs; its worker stops beating and the
+    driver ends the run naming the device well before the transfers' 30 s timeout."""
+    case = make_case("pipeline", tmp_path)
+    run = start_across(net, PLACEMENT, run_args(case, 1_000_000, timeout=30) + ["--run-dir", str(tmp_path / "run")],
+                       tmp_path)
+    try:
+        assert started(run, tmp_path), run.err.read_text()[-2000:]
+        net.link(1, up=False)
+        t0 = time.time()
+        code, _, err = run.wait(60)
+    finally:
+        net.link(1, up=True)
+        run.stop()
+    assert code == 2 and time.time() - t0 < 20, (code, time.time() - t0)
+    last = err.strip().splitlines()[-1]
+    assert "device b on 10.77.0.2 stopped answering" in last, last
