@@ -3,8 +3,9 @@
 ``NetHosts(n)``: a namespace holding a bridge (the switch) and ``n`` namespaces, each joined to the
 bridge by a veth pair and addressed ``10.77.0.<i+1>/24`` (private to these namespaces: the machine's
 own network is not touched). Names carry this process's pid and a random tag; everything is removed
-on exit, on failure too. ``run_across`` starts ``hetsplit run --hosts`` in the first namespace and the
-worker commands it prints in the others, exactly as documented (the venv's ``hetsplit``).
+on exit, on failure too, and what a killed test process left is removed by the next. ``start_across``
+starts ``hetsplit run --hosts`` in the first namespace and the worker commands it prints in the
+others, exactly as documented (the venv's ``hetsplit``).
 """
 
 from __future__ import annotations
@@ -41,7 +42,18 @@ class NetHosts:
     def exec(self, i: int) -> list[str]:
         return ["ip", "netns", "exec", self.names[i]]
 
+    @staticmethod
+    def remove_stale() -> None:
+        """Remove the namespaces of earlier test processes that were killed before removing their own."""
+        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+        for name in listed:
+            parts = name.split("-")
+            dead = len(parts) > 2 and parts[1].isdigit() and not Path(f"/proc/{parts[1]}").exists()
+            if parts[0] == "hstest" and dead:
+                subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
     def __enter__(self) -> "NetHosts":
+        self.remove_stale()
         try:
             _sh("ip", "netns", "add", self.switch)
             _sh("ip", "-n", self.switch, "link", "add", "br0", "type", "bridge")
