@@ -1,11 +1,10 @@
-"""hetsplit split / run from the command line, and a two-host run (two loopback addresses)."""
+"""hetsplit split / run from the command line (runs across hosts: test_runtime_hosts, test_run_isolation)."""
 
 from __future__ import annotations
 
 import json
 import os
 import socket
-import subprocess
 import sys
 
 import pytest
@@ -77,34 +76,16 @@ def test_run_command_failure_exits_2_with_the_cause(files, tmp_path, capsys):
     assert not processes_of(tmp_path / "run")
 
 
-def test_hosts_without_node_prints_one_command_per_host(files, capsys):
-    code = main(["run", str(files / "plan.json"), str(files / "toy.onnx"),
-                 "--hosts", "local-cpu0=10.0.0.1,local-cpu1=10.0.0.2"])
-    out = capsys.readouterr().out
-    assert code == 0 and "--node 10.0.0.1" in out and "--node 10.0.0.2" in out
-
-
-def test_two_hosts_meet_at_the_rendezvous(files, tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    hosts = "local-cpu0=127.0.0.1,local-cpu1=127.0.0.2"
-    base = [sys.executable, "-m", "hetsplit.cli.main", "run", str(files / "plan.json"), str(files / "toy.onnx"),
-            "-n", "4", "--timeout", "20", "--hosts", hosts, "--port", str(port)]
-    procs = [subprocess.Popen(base + ["--node", host, "--run-dir", str(tmp_path / host), "--json"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for host in ("127.0.0.1", "127.0.0.2")]
-    try:
-        outs = [p.communicate(timeout=150) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outs]
-    report = json.loads(outs[0][0])
-    assert report["verify"]["ok"] and [d["device"] for d in report["devices"]] == ["local-cpu0"]
-    assert not processes_of(tmp_path)
+def test_hosts_refused_up_front_when_malformed_or_combined_with_emulation(files, capsys):
+    plan, model = str(files / "plan.json"), str(files / "toy.onnx")
+    assert main(["run", plan, model, "--hosts", "local-cpu1"]) == 2
+    assert "DEVICE=HOST" in capsys.readouterr().err
+    assert main(["run", plan, model, "--hosts", "gpu9=10.0.0.2"]) == 2
+    assert "gpu9" in capsys.readouterr().err
+    assert main(["run", plan, model, "--hosts", "local-cpu1=10.0.0.2", "--emulate-links"]) == 2
+    assert "does not combine with --hosts" in capsys.readouterr().err
+    assert main(["run", plan, model, "--ssh"]) == 2
+    assert "--hosts" in capsys.readouterr().err
 
 
 def test_profile_notes_name_a_co_load_that_does_not_match_the_run():

@@ -1,4 +1,6 @@
-"""Faults end the run within a timeout, name the device and the cause, and leave no process behind."""
+"""Faults end the run within a timeout, name the device and the cause, and leave no process behind: for every
+plan kind (a pipeline, a sharded mapping, a tensor-parallel plan), a dead worker, a stalled link, a port in
+use and a sub-model replaced by another model's."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from hetsplit.plan.types import Plan, Stage
 from hetsplit.runtime import RunOptions, load_manifest, run_manifest, split_model
 from hetsplit.runtime.launch import processes_of
 from hetsplit.runtime.toy import toy_model
+from plan_kinds import KINDS, make_case
 
 pytestmark = pytest.mark.timeout(120)
 TIMEOUT_S = 4.0
@@ -38,31 +41,54 @@ def run_failing(manifest, run_dir, **kw) -> tuple[str, float]:
     return str(info.value), elapsed
 
 
-def test_a_worker_that_dies(split, tmp_path):
-    msg, _ = run_failing(load_manifest(split), tmp_path / "run", faults={"2": {"kind": "die", "after": 2}})
-    assert "cpu-b" in msg and "died" in msg and "SIGKILL" in msg
+@pytest.fixture(scope="module")
+def kinds(tmp_path_factory):
+    """Each plan kind split over devices a, b, c (ranks 1, 2, 3)."""
+    out = {}
+    for kind in KINDS:
+        d = tmp_path_factory.mktemp(kind)
+        case = make_case(kind, d)
+        out[kind] = split_model(case.plan, case.graph, case.model, d / "split").directory
+    return out
 
 
-def test_a_link_that_stalls(split, tmp_path):
-    msg, _ = run_failing(load_manifest(split), tmp_path / "run", faults={"2": {"kind": "stall", "after": 2}})
-    assert "cpu-b" in msg and "stalled" in msg
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_worker_that_dies(kinds, tmp_path, kind):
+    manifest = load_manifest(kinds[kind])
+    assert manifest.worker(2).device == "b"
+    msg, elapsed = run_failing(manifest, tmp_path / "run", faults={"2": {"kind": "die", "after": 2}})
+    assert "device b" in msg and "died" in msg and "SIGKILL" in msg, msg
+    assert elapsed < 30
 
 
-def test_a_port_in_use(split, tmp_path):
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_link_that_stalls(kinds, tmp_path, kind):
+    msg, elapsed = run_failing(load_manifest(kinds[kind]), tmp_path / "run",
+                               faults={"2": {"kind": "stall", "after": 2}})
+    assert " b" in msg and "stalled" in msg and f"{TIMEOUT_S:g} s" in msg, msg
+    assert elapsed < 30
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_port_in_use(kinds, tmp_path, kind):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        msg, _ = run_failing(load_manifest(split), tmp_path / "run", port=port)
+        msg, _ = run_failing(load_manifest(kinds[kind]), tmp_path / "run", port=port)
     assert "driver" in msg and f"port {port}" in msg and "in use" in msg
+    assert not list((tmp_path / "run").glob("rank[1-9].log")), "workers started although the driver could not serve"
 
 
-def test_a_sub_model_that_does_not_match_its_manifest(split, tmp_path):
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_sub_model_replaced_by_another_models(kinds, tmp_path, kind):
     bad = tmp_path / "split"
-    shutil.copytree(split, bad)
-    shutil.copy(bad / "cpu-a-seg0.onnx", bad / "cpu-b-seg0.onnx")
+    shutil.copytree(kinds[kind], bad)
+    manifest = load_manifest(bad)
+    seg = next(s for s in manifest.worker(2).segments if s.submodel)
+    toy_model(manifest.submodel_path(2, seg.index), channels=3, size=8)      # another model in b's file
     msg, _ = run_failing(load_manifest(bad), tmp_path / "run")
-    assert "cpu-b" in msg and "does not match the manifest" in msg
+    assert "device b" in msg and "does not match the manifest" in msg, msg
 
 
 def test_a_wrong_output_fails_verification(split, tmp_path):

@@ -27,14 +27,15 @@ def register(sub) -> None:
                      "hetsplit run plan.json resnet50 --cluster local --profile prof.json --compare --out cmp.json",
                      "hetsplit run plan.json resnet18 --cluster edge.yaml --emulate-links",
                      "hetsplit run plan.json resnet18 --emulate-devices --compare  # each worker at its device's speed",
-                     "hetsplit run plan.json resnet18 --hosts cpu0=10.0.0.1,cpu1=10.0.0.2  # per-host commands"])
+                     "hetsplit run plan.json resnet18 --hosts gpu0=10.0.0.2  # gpu0 joins from 10.0.0.2: "
+                     "`hetsplit worker` there"])
     p.add_argument("plan", help="plan or plan-set JSON; a set gives its best Pareto plan (or --index)")
     p.add_argument("model", help="zoo name or .onnx file the plan was made for")
     p.add_argument("--index", type=int, default=None, help="which plan of a plan set")
     p.add_argument("--inputs", "-n", type=int, default=16, help="inputs streamed through the devices (default 16)")
     p.add_argument("--latency-inputs", type=int, default=2, help="first inputs sent one at a time (default 2)")
     p.add_argument("--timeout", type=float, default=60.0, metavar="S",
-                   help="fail when no tensor moves for S seconds (default 60)")
+                   help="fail when no tensor moves, or the processes do not meet, for S seconds (default 60)")
     p.add_argument("--threads", type=int, default=1, help="compute threads per device (default 1)")
     p.add_argument("--cluster", "-c", default=None, help="cluster of the plan (default: the plan's own)")
     p.add_argument("--profile", default=None, help="hetsplit.profile/1 JSON for the predictions of --compare")
@@ -57,10 +58,11 @@ def register(sub) -> None:
     p.add_argument("--cpu-only", action="store_true",
                    help="compute on the CPU for every device (default: a gpu device runs on its host's GPU where the "
                         "host has CUDA)")
-    p.add_argument("--hosts", default=None, metavar="DEV=HOST,...", help="place devices on hosts (multi-host run)")
-    p.add_argument("--node", default=None, metavar="HOST", help="the host this command runs on (with --hosts)")
-    p.add_argument("--port", type=int, default=0, help="rendezvous port (0: a free one locally; 29500 with --hosts)")
-    p.add_argument("--ssh", action="store_true", help="with --hosts: start the other hosts' commands over ssh")
+    p.add_argument("--hosts", default=None, metavar="DEV=HOST,...",
+                   help="run these devices on other hosts: the run prints the `hetsplit worker` command for each "
+                        "host (the others and the driver run here)")
+    p.add_argument("--port", type=int, default=0, help="rendezvous port (default 0: a free one)")
+    p.add_argument("--ssh", action="store_true", help="with --hosts: run each host's worker command over ssh")
     p.add_argument("--split-dir", default=None, metavar="DIR", help="keep the sub-models here (default: temporary)")
     add_input_shape_option(p)
     p.add_argument("--run-dir", default=None, metavar="DIR", help="keep the processes' logs and measurements here")
@@ -75,8 +77,10 @@ def run(args) -> int:
     from hetsplit.workflow import load_plan_cluster, plan_input_shapes
 
     opts = RunOptions(inputs=args.inputs, latency_inputs=args.latency_inputs, timeout_s=args.timeout,
-                      port=args.port, run_dir=Path(args.run_dir) if args.run_dir else None, pin=args.pin)
+                      startup_timeout_s=args.timeout, port=args.port,
+                      run_dir=Path(args.run_dir) if args.run_dir else None, pin=args.pin)
     output_file(args.out)
+    _check_hosts(args)
     if args.emulate_devices:
         _check_emulate_devices(args)
     plan = load_plan(args.plan, args.index)
@@ -95,7 +99,7 @@ def run(args) -> int:
 
 def _run(args, opts, plan, graph, path, cluster, split_dir: Path) -> int:
     from hetsplit.runtime import run_manifest, split_model
-    from hetsplit.runtime.hosts import DEFAULT_PORT, HostMap, node_commands
+    from hetsplit.runtime.hosts import HostMap
 
     with progress("splitting"):
         manifest = split_model(plan, graph, path, split_dir, cluster=cluster)
@@ -115,25 +119,53 @@ def _run(args, opts, plan, graph, path, cluster, split_dir: Path) -> int:
         opts.links = LinkMatrix.from_cluster(manifest, cluster)
     if args.hosts:
         opts.hosts = HostMap.parse(args.hosts)
-        opts.hosts.check(manifest)
-        if not args.node:
-            base = [a for a in sys.argv if a != "--ssh"]
-            cmds = node_commands(base, opts.hosts, manifest, args.port or DEFAULT_PORT)
-            print("run one command per host (each host needs the model and the plan at the same paths):")
-            for host, cmd in cmds.items():
-                print(f"  [{host}] {cmd}")
-            if not args.ssh:
-                return 0
-            remote = [subprocess.Popen(["ssh", h, cmd]) for h, cmd in cmds.items() if h != opts.hosts.master]
-            args.node = opts.hosts.master
-            try:
-                return _finish(args, run_manifest_as(opts, args.node, manifest), plan, graph, cluster)
-            finally:
-                for p in remote:
-                    p.wait()
-        opts.node = args.node
+        with contextlib.ExitStack() as stack:
+            opts.announce = _announce(args.ssh, stack)
+            report = run_manifest(manifest, opts)
+        return _finish(args, report, plan, graph, cluster)
     report = run_manifest(manifest, opts)
     return _finish(args, report, plan, graph, cluster)
+
+
+def _check_hosts(args) -> None:
+    from hetsplit.errors import UsageError
+    from hetsplit.runtime.hosts import HostMap
+
+    if args.hosts:
+        HostMap.parse(args.hosts)      # malformed --hosts: refused before any work
+    if args.ssh and not args.hosts:
+        raise UsageError("--ssh starts the workers of --hosts; give --hosts DEV=HOST,...")
+    for flag, on in (("--emulate-links", args.emulate_links), ("--emulate-devices", args.emulate_devices)):
+        if on and args.hosts:
+            raise UsageError(f"{flag} shapes this machine's own processes; it does not combine with --hosts")
+
+
+def _announce(ssh: bool, stack: contextlib.ExitStack):
+    """What the run does once it serves the rendezvous: print each host's worker command, and with ``ssh`` run
+    it there (the ssh clients end with this command; the workers end with the run)."""
+    from hetsplit.lifetime import die_with_parent
+
+    def announce(commands) -> None:
+        print("the driver waits for one worker per device on the other hosts; run there:", file=sys.stderr)
+        for c in commands:
+            print(f"  [{c.host}] {c.text()}", file=sys.stderr)
+        if ssh:
+            for c in commands:
+                p = subprocess.Popen(["ssh", "-o", "BatchMode=yes", c.host, c.text()], stdin=subprocess.DEVNULL,
+                                     stdout=sys.stderr, preexec_fn=die_with_parent())   # stdout: the report
+                stack.callback(_end, p)
+
+    return announce
+
+
+def _end(p: subprocess.Popen) -> None:
+    if p.poll() is None:
+        p.terminate()
+    try:
+        p.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
 
 
 def _check_emulate_devices(args) -> None:
@@ -148,13 +180,6 @@ def _check_emulate_devices(args) -> None:
     why = throttle_available()
     if why:
         raise UsageError(why)
-
-
-def run_manifest_as(opts, node: str, manifest):
-    from hetsplit.runtime import run_manifest
-
-    opts.node = node
-    return run_manifest(manifest, opts)
 
 
 def _kinds(cluster, manifest) -> dict[str, str]:
@@ -177,9 +202,6 @@ def _note_no_cuda(kinds: dict[str, str]) -> None:
 
 def _finish(args, report, plan, graph, cluster) -> int:
     console = wide_console(stderr=args.json)
-    if report is None:
-        console.print(f"node {args.node}: its devices finished; the driver's host reports the measurements")
-        return 0
     doc = report.to_dict()
     if args.here:
         from hetsplit.experiments.mapping_run import compare_run_here

@@ -6,6 +6,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from hetsplit.runtime.rendezvous import new_token
+
 
 @dataclass
 class RunConfig:
@@ -18,6 +20,8 @@ class RunConfig:
     startup_timeout_s: float = 120.0   # rendezvous and sub-model loading
     master_addr: str = "127.0.0.1"     # where the driver serves the rendezvous store
     master_port: int = 0               # 0: the driver picks a free port and writes it to port.txt
+    token: str = field(default_factory=new_token)   # the run's identity at the rendezvous (runtime.rendezvous)
+    launcher_serves: bool = False      # the launcher serves the rendezvous (a run across hosts), not the driver
     seed: int = 0
     depth: int = 2                     # receive frames in flight per process
     threads: dict[str, int] = field(default_factory=dict)      # device -> compute threads (default 1)

@@ -1,11 +1,13 @@
 """Starting and supervising the processes of a run on this host; nothing is left behind.
 
-The driver (rank 0) starts first, serves the rendezvous on a port the OS picks (no race) and writes
-it to ``port.txt``; then the workers start. Every process dies with the launcher, SIGKILL of it
-included (``lifetime.die_with_parent``). The launcher polls them: when one fails it gives the
-others a moment to report, kills every process it started, and raises ``RuntimeFailure`` with the
-root cause (a process that died outright, else the first error, else the first stalled or lost
-link), naming the device.
+The driver (rank 0) starts first, serves the rendezvous (on ``--port``, or on a port the OS picks: no
+race) and writes its port to ``port.txt``; only then do the workers start, so a run whose port is
+taken starts no worker at all. Every process dies with the launcher, SIGKILL of it included
+(``lifetime.die_with_parent``). The launcher polls them: when one fails it gives the others a moment
+to report, kills every process it started, and raises ``RuntimeFailure`` with the root cause (a
+process that died outright, else the first error, else the first stalled or lost link), naming the
+device. In a run across hosts the launcher also watches ``peers`` (``runtime.hosts``): the ranks on
+other hosts (driver side), or the driver (worker side).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Protocol
 
 from hetsplit.errors import RuntimeFailure
 from hetsplit.lifetime import die_with_parent
@@ -29,6 +31,26 @@ from hetsplit.runtime.nccl import BLOCKING_WAIT_ENV
 GRACE_S = 1.0
 POLL_S = 0.05
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+
+
+# root causes first: a process that died outright, an error, a stalled link, a lost link, a silent host
+ORDER = {"died": 0, "error": 1, "stall": 2, "lost": 3, "silent": 4}
+
+
+class Peers(Protocol):
+    """What a launcher watches beyond its own processes (``runtime.hosts``)."""
+
+    def open(self, cfg: RunConfig) -> None:
+        """Before any rank starts (may serve the rendezvous and set ``cfg.master_port``)."""
+
+    def tick(self) -> bool:
+        """Called every poll: True once the peers are done; raises RuntimeFailure when the run must stop."""
+
+    def docs(self) -> dict[int, dict]:
+        """The reports of ranks elsewhere (``ok`` false for a failure)."""
+
+    def close(self, docs: dict[int, dict], failure: str | None) -> None:
+        """After the run (this host's reports, the failure if there was one)."""
 
 
 @dataclass
@@ -57,10 +79,11 @@ class Launcher:
     module = "hetsplit.runtime.process"
 
     def __init__(self, manifest: Manifest, cfg: RunConfig, run_dir: Path, ranks: list[int] | None = None,
-                 wrap: Callable[[int], list[str]] | None = None):
+                 wrap: Callable[[int], list[str]] | None = None, peers: Peers | None = None):
         self.manifest, self.cfg, self.run_dir = manifest, cfg, Path(run_dir)
         self.ranks = list(range(manifest.world_size)) if ranks is None else ranks
         self.wrap = wrap or (lambda rank: [])
+        self.peers = peers
         self.procs: list[Proc] = []
 
     # ---- starting -----------------------------------------------------------------------------
@@ -91,19 +114,31 @@ class Launcher:
     def run(self) -> dict[int, dict]:
         """Start, supervise and reap every rank; the result documents by rank."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        for stale in [self.run_dir / "port.txt", *self.run_dir.glob("rank*.json")]:   # of an earlier run here
+            stale.unlink(missing_ok=True)
+        failure = None
         try:
+            if self.peers is not None:
+                self.peers.open(self.cfg)
             self.cfg.save(self.run_dir / "config.json")
             if 0 in self.ranks:
                 driver = self.start(0)
-                if self.cfg.master_port == 0:
-                    self.cfg.master_port = self.wait_port(driver)
-                    self.cfg.save(self.run_dir / "config.json")
+                if not self.cfg.launcher_serves:   # workers start once the driver serves the rendezvous
+                    port = self.wait_port(driver)
+                    if self.cfg.master_port == 0:
+                        self.cfg.master_port = port
+                        self.cfg.save(self.run_dir / "config.json")
             for rank in self.ranks:
                 if rank != 0:
                     self.start(rank)
             return self.supervise()
+        except RuntimeFailure as exc:
+            failure = str(exc)
+            raise
         finally:
             self.kill_all()
+            if self.peers is not None:
+                self.peers.close(self.rank_docs(), failure)
 
     # ---- supervising --------------------------------------------------------------------------
     def deadline_s(self) -> float:
@@ -113,15 +148,20 @@ class Launcher:
         deadline = time.time() + self.deadline_s()
         while True:
             codes = [p.popen.poll() for p in self.procs]
-            if any(c not in (None, 0) for c in codes):
+            peers_done = self.peers.tick() if self.peers is not None else True
+            if any(c not in (None, 0) for c in codes) or self.peer_failed():
                 raise self.failure()
-            if all(c == 0 for c in codes):
-                return {p.rank: self.result(p) for p in self.procs}
+            if all(c == 0 for c in codes) and peers_done:
+                docs = {p.rank: self.result(p) for p in self.procs}
+                return {**docs, **(self.peers.docs() if self.peers is not None else {})}
             if time.time() > deadline:
                 running = [f"{p.device} (rank {p.rank})" for p, c in zip(self.procs, codes) if c is None]
                 raise RuntimeFailure(f"the run exceeded its deadline of {self.deadline_s():g} s; still running: "
-                                     f"{', '.join(running)}; logs in {self.run_dir}")
+                                     f"{', '.join(running) or 'ranks on other hosts'}; logs in {self.run_dir}")
             time.sleep(POLL_S)
+
+    def peer_failed(self) -> bool:
+        return self.peers is not None and any(d.get("ok") is False for d in self.peers.docs().values())
 
     def result(self, p: Proc) -> dict:
         path = self.run_dir / f"rank{p.rank}.json"
@@ -130,32 +170,37 @@ class Launcher:
         except (FileNotFoundError, json.JSONDecodeError):
             return {}
 
+    def rank_docs(self) -> dict[int, dict]:
+        """Each process's report; one that died outright (not by us) gets a report saying so."""
+        out = {}
+        for p in self.procs:
+            doc = self.result(p)
+            code = p.popen.returncode
+            if not doc and code not in (0, None) and not p.killed_by_us:
+                how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+                doc = {"ok": False, "kind": "died", "rank": p.rank, "device": p.device, "t_fail": time.time(),
+                       "error": f"device {p.device} (rank {p.rank}) died: {how} before reporting"}
+            if doc:
+                doc.setdefault("log", str(p.log))
+            out[p.rank] = doc
+        return out
+
     def failure(self) -> RuntimeFailure:
-        """Give the others a moment to report, stop everything, and name the root cause."""
+        """Give the others (here and elsewhere) a moment to report, stop everything, and name the root cause."""
         end = time.time() + GRACE_S
-        while time.time() < end and any(p.popen.poll() is None for p in self.procs):
+        while time.time() < end and (any(p.popen.poll() is None for p in self.procs) or self.peers_pending()):
             time.sleep(POLL_S)
         self.kill_all()
-        died, errors = [], []
-        for p in self.procs:
-            code = p.popen.returncode
-            doc = self.result(p)
-            if doc.get("ok") is False:
-                errors.append(doc)
-            elif code not in (0, None) and not p.killed_by_us:
-                how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
-                died.append(f"device {p.device} (rank {p.rank}) died: {how} before reporting; log: {p.log}")
-        if died:
-            return RuntimeFailure(died[0])
-        order = {"error": 0, "stall": 1, "lost": 2}
-        reported = {d.get("device") for d in errors}
-        if errors:
-            # a link failure blaming a peer that reported its own failure is a consequence: follow the blame
-            # to the peer that went silent
-            first = min(errors, key=lambda d: (order.get(d.get("kind"), 0), d.get("peer") in reported,
-                                               d.get("t_fail", 0.0)))
-            return RuntimeFailure(f"{first['error']} (log: {self.run_dir / ('rank%d.log' % first['rank'])})")
-        return RuntimeFailure(f"a process of the run failed without a report; logs in {self.run_dir}")
+        docs = list(self.rank_docs().values()) + list(self.peers.docs().values() if self.peers else [])
+        return root_cause(docs, self.run_dir)
+
+    def peers_pending(self) -> bool:
+        if self.peers is None:
+            return False
+        try:
+            return not self.peers.tick()
+        except RuntimeFailure:
+            return False
 
     def kill_all(self) -> None:
         """SIGKILL every process this launcher started that is still running, then reap it."""
@@ -171,6 +216,18 @@ class Launcher:
                 p.popen.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
+
+
+def root_cause(docs: list[dict], run_dir: Path) -> RuntimeFailure:
+    """The failure to report among the processes' reports: by ``ORDER``; a link failure blaming a peer that
+    reported its own failure is a consequence, so the blame follows it to the peer that went silent."""
+    failed = [d for d in docs if d.get("ok") is False]
+    if not failed:
+        return RuntimeFailure(f"a process of the run failed without a report; logs in {run_dir}")
+    reported = {d.get("device") for d in failed}
+    first = min(failed, key=lambda d: (ORDER.get(d.get("kind"), 1), d.get("peer") in reported, d.get("t_fail", 0.0)))
+    log = first.get("log") or run_dir / f"rank{first.get('rank')}.log"
+    return RuntimeFailure(f"{first['error']} (log: {log})")
 
 
 def processes_of(run_dir: str | Path) -> list[int]:

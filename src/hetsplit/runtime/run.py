@@ -7,7 +7,7 @@ import contextlib
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from hetsplit.cluster.types import Cluster
 from hetsplit.errors import UsageError
@@ -15,7 +15,8 @@ from hetsplit.graph.types import Graph
 from hetsplit.plan.types import Plan
 from hetsplit.runtime.config import RunConfig
 from hetsplit.runtime.device_emulation import DeviceEmulation, emulated_metrics
-from hetsplit.runtime.hosts import DEFAULT_PORT, HostMap
+from hetsplit.runtime.hosts import HostMap, Hosted, WorkerCommand
+from hetsplit.runtime.rendezvous import check_port
 from hetsplit.runtime.launch import Launcher
 from hetsplit.runtime.manifest import Manifest, load_manifest
 from hetsplit.runtime.measure import RunReport, summarize
@@ -40,8 +41,8 @@ class RunOptions:
     run_dir: Path | None = None
     links: object | None = None          # runtime.netem.LinkMatrix for emulated links
     verify: bool = True
-    hosts: HostMap | None = None         # multi-host: where each device runs ...
-    node: str = ""                       # ... and which host this command is
+    hosts: HostMap | None = None         # devices run by `hetsplit worker` on other hosts (runtime.hosts) ...
+    announce: Callable[[list[WorkerCommand]], None] | None = None   # ... told their commands once served
     faults: dict[str, dict] = field(default_factory=dict)  # rank -> {"kind": die|stall, "after": k} (rehearsal)
     pin: bool = False                    # pin each worker to its own CPUs (as many as its threads)
     devices: DeviceEmulation | None = None   # throttle each worker to its device's speed (runtime.device_emulation)
@@ -54,6 +55,10 @@ class RunOptions:
             raise UsageError(f"--latency-inputs {self.latency_inputs}: give 0 or more inputs sent one at a time")
         if not self.timeout_s > 0:
             raise UsageError(f"--timeout {self.timeout_s}: give a number of seconds > 0")
+        check_port(self.port)
+        if self.hosts is not None and (self.links is not None or self.devices is not None):
+            raise UsageError("--hosts runs devices on other machines; --emulate-links and --emulate-devices shape "
+                             "this machine's own processes and do not combine with it")
 
 
 def make_config(manifest_path: Path, opts: RunOptions) -> RunConfig:
@@ -77,12 +82,9 @@ def pin_cpus(manifest: Manifest, threads: dict[str, int]) -> dict[str, list[int]
     return out
 
 
-def run_manifest(manifest: Manifest, opts: RunOptions) -> RunReport | None:
-    """Run an already split plan (its manifest) on this host; raises RuntimeFailure on any fault.
-
-    In a multi-host run (``opts.hosts``) this starts only the ranks placed on ``opts.node`` and
-    returns the report on the host running the driver, None on the others.
-    """
+def run_manifest(manifest: Manifest, opts: RunOptions) -> RunReport:
+    """Run an already split plan (its manifest); raises RuntimeFailure on any fault. With ``opts.hosts`` the
+    devices it names run on other hosts (``runtime.hosts``: one ``hetsplit worker`` each), the rest here."""
     with contextlib.ExitStack() as stack:
         run_dir = opts.run_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="hetsplit-run-")))
         run_dir = Path(run_dir)
@@ -105,14 +107,12 @@ def run_manifest(manifest: Manifest, opts: RunOptions) -> RunReport | None:
             cfg.delays_s = emu.in_process_delays()
             wraps.append(emu.wrap)
         wrap = (lambda rank: [w for f in wraps for w in f(rank)]) if wraps else None
-        ranks = None
-        if opts.hosts is not None:  # one host of a multi-host run: its own ranks, the shared rendezvous
-            ranks = opts.hosts.ranks_on(manifest, opts.node)
-            cfg.master_addr, cfg.addrs = opts.hosts.master, opts.hosts.addrs(manifest)
-            cfg.master_port = opts.port or DEFAULT_PORT
-        docs = Launcher(manifest, cfg, run_dir, ranks=ranks, wrap=wrap).run()
-        if 0 not in docs:
-            return None
+        ranks, peers = None, None
+        if opts.hosts is not None:
+            opts.hosts.check(manifest)
+            peers = Hosted(manifest, opts.hosts, opts.announce)
+            ranks = [r for r in range(manifest.world_size) if r not in peers.remote]
+        docs = Launcher(manifest, cfg, run_dir, ranks=ranks, wrap=wrap, peers=peers).run()
         report = summarize(manifest, docs)
         report.extra["run_dir"] = str(run_dir) if opts.run_dir else None
         if opts.links is not None:
@@ -133,7 +133,7 @@ def _throttle(manifest: Manifest, devices: DeviceEmulation):
 
 
 def run_plan(plan: Plan, graph: Graph, model_path: str | Path, opts: RunOptions | None = None,
-             split_dir: str | Path | None = None, cluster: Cluster | None = None) -> RunReport | None:
+             split_dir: str | Path | None = None, cluster: Cluster | None = None) -> RunReport:
     """Split ``plan`` (into ``split_dir`` or a temporary directory; its devices checked against
     ``cluster`` when given) and run it on this host."""
     opts = opts or RunOptions()

@@ -11,7 +11,6 @@ plus its slot in the edge). At start-up both ends of every edge exchange a fixed
 from __future__ import annotations
 
 import datetime
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 from hetsplit.errors import RuntimeFailure
+from hetsplit.runtime import rendezvous
 from hetsplit.runtime.config import RunConfig
 from hetsplit.runtime.manifest import Edge
 
@@ -48,26 +48,13 @@ def _td(seconds: float) -> datetime.timedelta:
 
 
 def open_store(rank: int, world: int, host: str, port: int, timeout_s: float) -> dist.TCPStore:
-    """The rendezvous store: rank 0 serves it (port 0: the OS picks a free one), the others join."""
+    """A bare store for a group built by hand (tests, benches): rank 0 serves it, the others join. Runs
+    meet through ``connect`` (their token, ``runtime.rendezvous``)."""
     try:
         return dist.TCPStore(host, port, world, rank == 0, _td(timeout_s), wait_for_workers=False)
     except (RuntimeError, OSError) as exc:
-        text = str(exc)
-        if rank == 0 and ("in use" in text.lower() or "address already" in text.lower() or "errno: 98" in text.lower()):
-            raise RuntimeFailure(f"driver: port {port} on {host} is in use; pass another --port or 0 to pick a "
-                                 "free one")
-        role = "serve" if rank == 0 else "reach"
-        raise RuntimeFailure(f"rank {rank}: cannot {role} the rendezvous at {host}:{port} within {timeout_s:g} s "
-                             f"({text.splitlines()[0] if text else type(exc).__name__})") from None
-
-
-def port_free(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind((host, port))
-            return True
-        except OSError:
-            return False
+        raise RuntimeFailure(f"rank {rank}: cannot {'serve' if rank == 0 else 'reach'} a store at {host}:{port} "
+                             f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
 
 
 def open_group(store: dist.Store, rank: int, world: int, addr: str, timeout_s: float) -> dist.ProcessGroup:
@@ -86,7 +73,8 @@ class Wire:
     me: str
     timeout_s: float
     nccl: Any = None               # runtime.nccl.NcclLinks between GPU devices, where there are any
-    store: Any = None              # the rendezvous store (subgroups and NCCL meet under prefixes of it)
+    store: Any = None              # the run's part of the rendezvous store (subgroups and NCCL meet under it)
+    base: Any = None               # the store itself (its server lives in the driver, or in the launcher)
 
     def on_gpu(self, edge: Edge) -> bool:
         """True when the edge moves CUDA tensors over NCCL (both ends are GPU devices)."""
@@ -157,17 +145,22 @@ class Wire:
 
 
 def connect(cfg: RunConfig, world: int, device: str, rank: int, run_dir: Path) -> Wire:
-    """Join the rendezvous and open the run's gloo group (rank 0 serves it and writes port.txt)."""
-    store = open_store(rank, world, cfg.master_addr, cfg.master_port, cfg.startup_timeout_s)
-    if rank == 0:
+    """Join the run's rendezvous (the driver serves it and writes port.txt, unless the launcher does) with
+    the run's token, and open the run's gloo group under the token's prefix."""
+    who = "driver" if rank == 0 else f"device {device}"
+    if rank == 0 and not cfg.launcher_serves:
+        base = rendezvous.serve(cfg.master_port, cfg.token, cfg.startup_timeout_s, who)
         tmp = run_dir / "port.txt.tmp"
-        tmp.write_text(str(store.port))
+        tmp.write_text(str(base.port))
         tmp.rename(run_dir / "port.txt")
+    else:
+        base = rendezvous.join(cfg.master_addr, cfg.master_port, cfg.token, cfg.startup_timeout_s, who)
+    store = rendezvous.scoped(base, cfg.token)
     try:
         pg = open_group(store, rank, world, cfg.addr(rank), cfg.startup_timeout_s)
     except RuntimeError as exc:
         raise RuntimeFailure(f"device {device}: could not connect to the other processes within "
                              f"{cfg.startup_timeout_s:g} s ({str(exc).splitlines()[0]})") from None
     wire = Wire(pg, device, cfg.timeout_s)
-    wire.store = store  # keep the store (and, on rank 0, its server) alive for the whole run
+    wire.store, wire.base = store, base  # keep the store (and, on rank 0, its server) alive for the whole run
     return wire
