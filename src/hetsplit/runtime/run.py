@@ -16,6 +16,7 @@ from hetsplit.runtime.config import RunConfig
 from hetsplit.runtime.device_emulation import DeviceEmulation, emulated_metrics
 from hetsplit.runtime.hosts import DEFAULT_PORT, HostMap
 from hetsplit.runtime.launch import Launcher
+from hetsplit.runtime.leftovers import remove_leftovers
 from hetsplit.runtime.manifest import Manifest, load_manifest
 from hetsplit.runtime.measure import RunReport, summarize
 from hetsplit.runtime.split import split_model
@@ -82,6 +83,7 @@ def run_manifest(manifest: Manifest, opts: RunOptions) -> RunReport | None:
     In a multi-host run (``opts.hosts``) this starts only the ranks placed on ``opts.node`` and
     returns the report on the host running the driver, None on the others.
     """
+    removed = remove_leftovers()   # what earlier runs of this tool, killed, left (their own names only)
     with contextlib.ExitStack() as stack:
         run_dir = opts.run_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="hetsplit-run-")))
         run_dir = Path(run_dir)
@@ -114,6 +116,8 @@ def run_manifest(manifest: Manifest, opts: RunOptions) -> RunReport | None:
             return None
         report = summarize(manifest, docs)
         report.extra["run_dir"] = str(run_dir) if opts.run_dir else None
+        if removed:
+            report.extra["removed_leftovers"] = removed
         if opts.links is not None:
             report.extra["emulation"] = emu.describe()
         if throttle is not None and opts.devices is not None:
