@@ -10,14 +10,13 @@ import pytest
 
 from hetsplit.costs import build_problem
 from hetsplit.estimate import SimOptions, estimate_plan
-from hetsplit.plan.types import Combine, Plan, Shard
 from hetsplit.runtime import LinkMatrix, RunOptions, run_manifest, split_model
 from hetsplit.runtime.cpu_throttle import find_controller, throttle_available
 from hetsplit.runtime.launch import processes_of
 from hetsplit.runtime.netem import emulation_available
 from hetsplit.runtime.netns_cleanup import list_namespaces
 from hetsplit.runtime.owned import owner_of
-from hetsplit.runtime.toy import toy_model
+from hetsplit.runtime.toy import toy_model, toy_sharded_mapping
 from hetsplit.workflow import load_cluster_spec
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
@@ -54,10 +53,7 @@ def test_a_link_bound_sharded_mapping_streams_at_the_simulators_throughput(tmp_p
     graph = toy_model(path, channels=16, size=64)
     cl = cluster_file(tmp_path / "slowlink.yaml", {"a": ("fast", "1e12"), "b": ("fast", "1e12")},
                       "{bandwidth: 1.5MB/s, latency: 1ms}")
-    assign = {n: "b" for n in graph.names}
-    assign["stem"] = "a"
-    assign["b0_conv1"] = (Shard("a", "out", 0, 8), Shard("b", "out", 8, 16))
-    plan = Plan(graph.name, cl.name, "hand", assign=assign, combine={"b0_conv1": Combine("concat", "b")})
+    plan = toy_sharded_mapping(graph, "a", "b", cl.name)
     inputs = 12
     sim = estimate_plan(build_problem(graph, cl), plan, "simulated", SimOptions(inputs=inputs))
     manifest = split_model(plan, graph, path, tmp_path / "split", cluster=cl)
