@@ -34,6 +34,7 @@ import numpy as np
 
 SIZES = [1 << 10, 16 << 10, 256 << 10, 1 << 20, 4 << 20, 10 << 20, 16 << 20]
 TARGETS = (1 << 20, 10 << 20)
+DEPTH = 2   # receives the worker posts ahead (RunConfig.depth)
 
 
 def _peer(rank: int, port_q, result_q, sizes: list[int], rounds: int, blocks: int) -> None:
@@ -56,7 +57,7 @@ def _peer(rank: int, port_q, result_q, sizes: list[int], rounds: int, blocks: in
         edge = Edge("peer", other, (spec,))
         buf = np.ones(spec.shape, dtype=np.float32)
         t = torch.from_numpy(buf)
-        raw, ours, raw_cpu, ours_cpu = [], [], [], []
+        raw, ours, raw_cpu, ours_cpu, ahead, ahead_cpu = [], [], [], [], [], []
         for _ in range(blocks):
             # raw torch.distributed, receives posted ahead (its best case)
             _pingpong_raw(pg, t, torch.empty_like(t), rank, other, 2)  # warm-up
@@ -64,12 +65,18 @@ def _peer(rank: int, port_q, result_q, sizes: list[int], rounds: int, blocks: in
             _pingpong_raw(pg, t, torch.empty_like(t), rank, other, rounds)
             raw.append((time.perf_counter() - t0) / rounds / 2)
             raw_cpu.append((time.process_time() - c0) / rounds)
+            # raw with receives posted as far ahead as the worker posts them
+            t0, c0 = time.perf_counter(), time.process_time()
+            _pingpong_raw(pg, t, torch.empty_like(t), rank, other, rounds, ahead=DEPTH)
+            ahead.append((time.perf_counter() - t0) / rounds / 2)
+            ahead_cpu.append((time.process_time() - c0) / rounds)
             # hetsplit's path: the worker's threads, timestamps, timeouts
             c0 = time.process_time()
-            ours.append(_pingpong_worker(Wire(pg, f"rank{rank}", 60), edge, buf, rank, rounds))
+            ours.append(_pingpong_worker(Wire(pg, f"rank{rank}", 60), edge, buf, rank, rounds, DEPTH))
             ours_cpu.append((time.process_time() - c0) / (rounds + 2))
         out[size] = (float(np.median(raw)), float(np.median(ours)), float(np.min(raw)), float(np.min(ours)),
-                     float(np.median(raw_cpu)), float(np.median(ours_cpu)))
+                     float(np.median(raw_cpu)), float(np.median(ours_cpu)), float(np.median(ahead)),
+                     float(np.median(ahead_cpu)))
     if rank == 0:
         result_q.put(out)
     time.sleep(0.5)
@@ -117,21 +124,22 @@ def _pingpong_worker(wire, edge, buf: np.ndarray, rank: int, rounds: int, depth:
     return elapsed / rounds / 2
 
 
-def _pingpong_raw(pg, t, t2, rank: int, other: int, rounds: int) -> None:
-    """``rounds`` round trips of ``t``; a receive is always posted before its message can arrive."""
-    bufs = [t2, t2.clone()]
-    r = pg.recv([bufs[0]], other, 0)
+def _pingpong_raw(pg, t, t2, rank: int, other: int, rounds: int, ahead: int = 1) -> None:
+    """``rounds`` round trips of ``t``; receives are posted ``ahead`` messages early (each one before its
+    message can arrive; 1 is raw gloo's best case, the worker posts ``depth`` inputs ahead)."""
+    bufs = [t2] + [t2.clone() for _ in range(ahead)]
+    posted = [pg.recv([bufs[k]], other, 0) for k in range(min(ahead, rounds))]
     for k in range(rounds):
         if rank == 0:
             pg.send([t], other, 0).wait()
-            r.wait()
-            if k < rounds - 1:
-                r = pg.recv([bufs[0]], other, 0)
+            posted.pop(0).wait()
+            if k + ahead < rounds:
+                posted.append(pg.recv([bufs[(k + ahead) % len(bufs)]], other, 0))
         else:
-            r.wait()
-            nxt = pg.recv([bufs[(k + 1) % 2]], other, 0) if k < rounds - 1 else None
+            posted.pop(0).wait()
+            if k + ahead < rounds:
+                posted.append(pg.recv([bufs[(k + ahead) % len(bufs)]], other, 0))
             pg.send([t], other, 0).wait()
-            r = nxt
 
 
 def hop_overhead(sizes: list[int], rounds: int, blocks: int) -> list[dict]:
@@ -149,11 +157,12 @@ def hop_overhead(sizes: list[int], rounds: int, blocks: int) -> list[dict]:
                 p.kill()
     rows = []
     for size in sizes:
-        raw, ours, raw_min, ours_min, raw_cpu, ours_cpu = res[size]
+        raw, ours, raw_min, ours_min, raw_cpu, ours_cpu, ahead, ahead_cpu = res[size]
         rows.append({"bytes": size, "raw_hop_s": raw, "hetsplit_hop_s": ours, "overhead": ours / raw - 1,
                      "raw_hop_min_s": raw_min, "hetsplit_hop_min_s": ours_min, "overhead_min": ours_min / raw_min - 1,
                      "raw_bandwidth": size / raw, "raw_cpu_per_round_trip_s": raw_cpu,
-                     "hetsplit_cpu_per_round_trip_s": ours_cpu})
+                     "hetsplit_cpu_per_round_trip_s": ours_cpu, "raw_ahead_hop_s": ahead,
+                     "raw_ahead_cpu_per_round_trip_s": ahead_cpu})
     return rows
 
 
@@ -262,7 +271,9 @@ def main(argv: list[str] | None = None) -> int:
         for r in (r for r in doc["hops"] if r["bytes"] in TARGETS):
             print(f"{r['bytes'] >> 20} MB: overhead median {r['overhead']:+.1%}, min {r['overhead_min']:+.1%} "
                   f"(target <= +10%); CPU per round trip {r['hetsplit_cpu_per_round_trip_s'] * 1e6:.0f} us vs raw "
-                  f"{r['raw_cpu_per_round_trip_s'] * 1e6:.0f} us")
+                  f"{r['raw_cpu_per_round_trip_s'] * 1e6:.0f} us; raw with receives posted {DEPTH} ahead as the worker "
+                  f"does: hop {r['raw_ahead_hop_s'] * 1e3:.3f} ms ({r['raw_ahead_hop_s'] / r['raw_hop_s'] - 1:+.1%}), "
+                  f"CPU {r['raw_ahead_cpu_per_round_trip_s'] * 1e6:.0f} us")
     if not args.skip_pipeline:
         doc["pipeline"] = p = pipeline_efficiency(args.model, args.stages, args.inputs, args.pin)
         print(f"pipeline {p['model']} x{p['stages']}{' pinned' if p['pinned'] else ''}: measured {p['throughput']:.2f}/s, stage-bound "
