@@ -13,8 +13,8 @@ full speed and only the streamed inputs are throttled. Needs root: ``throttle_av
 why not.
 
 Groups are removed on exit, after the processes are gone (processes still inside are killed: they
-can only be this run's workers). A run killed before that leaves them behind: every throttled run
-starts by removing the groups whose owner is gone (so does ``hetsplit doctor``).
+can only be this run's workers). A run killed before that leaves them behind: every run starts by
+removing the groups (and namespaces) whose owner is gone (``runtime.leftovers``; so does ``hetsplit doctor``).
 """
 
 from __future__ import annotations

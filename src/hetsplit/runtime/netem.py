@@ -10,8 +10,9 @@ is what the cost model charges (``latency + bytes / bandwidth`` per transfer). N
 
 Namespaces are named ``hetsplit-<pid>-<tag>-r<rank>`` (``runtime.netns_cleanup``), ``pid`` being the
 process that runs the emulation; veths ``hs<tag><i>v<j>`` (at most 15 characters), only ever inside
-those namespaces. A run killed before it could delete them leaves them behind: every emulated run
-starts by removing the namespaces of runs whose process is gone (so does ``hetsplit doctor``).
+those namespaces. A run killed before it could delete them leaves them behind: every run starts by
+removing the namespaces and cgroups of runs whose process is gone (``runtime.leftovers``; so does
+``hetsplit doctor``).
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from hetsplit.runtime.device_emulation import DeviceEmulation, emulated_metrics
 from hetsplit.runtime.hosts import HostMap, Hosted, WorkerCommand
 from hetsplit.runtime.rendezvous import check_port
 from hetsplit.runtime.launch import Launcher
+from hetsplit.runtime.leftovers import remove_leftovers
 from hetsplit.runtime.manifest import Manifest, load_manifest
 from hetsplit.runtime.measure import RunReport, summarize
 from hetsplit.runtime.split import split_model
@@ -85,6 +86,7 @@ def pin_cpus(manifest: Manifest, threads: dict[str, int]) -> dict[str, list[int]
 def run_manifest(manifest: Manifest, opts: RunOptions) -> RunReport:
     """Run an already split plan (its manifest); raises RuntimeFailure on any fault. With ``opts.hosts`` the
     devices it names run on other hosts (``runtime.hosts``: one ``hetsplit worker`` each), the rest here."""
+    removed = remove_leftovers()   # what earlier runs of this tool, killed, left (their own names only)
     with contextlib.ExitStack() as stack:
         run_dir = opts.run_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="hetsplit-run-")))
         run_dir = Path(run_dir)
@@ -115,6 +117,8 @@ def run_manifest(manifest: Manifest, opts: RunOptions) -> RunReport:
         docs = Launcher(manifest, cfg, run_dir, ranks=ranks, wrap=wrap, peers=peers).run()
         report = summarize(manifest, docs)
         report.extra["run_dir"] = str(run_dir) if opts.run_dir else None
+        if removed:
+            report.extra["removed_leftovers"] = removed
         if opts.links is not None:
             report.extra["emulation"] = emu.describe()
         if throttle is not None and opts.devices is not None:

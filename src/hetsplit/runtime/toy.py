@@ -14,6 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from hetsplit.graph.onnx_import import load_onnx
 from hetsplit.graph.types import CONV, ELTWISE, GEMM, POOL, RESHAPE, Graph
+from hetsplit.plan.types import Combine, Plan, Shard
 
 
 def toy_model(path: str | Path, channels: int = 8, size: int = 16, blocks: int = 2, classes: int = 10,
@@ -56,3 +57,15 @@ def toy_model(path: str | Path, channels: int = 8, size: int = 16, blocks: int =
     onnx.checker.check_model(model)
     onnx.save(model, str(path))
     return load_onnx(path, name="toy")
+
+
+def toy_sharded_mapping(graph: Graph, a: str, b: str, cluster: str = "") -> Plan:
+    """The toy model with its first block's first convolution split by output channels between ``a`` and
+    ``b`` (concat on ``b``), the stem on ``a`` and everything else on ``b``: every message flows from ``a``
+    to ``b`` (the stem's output and ``a``'s shard per input), so a slow ``a -> b`` link bounds it."""
+    channels = int(graph.layers[graph.index("b0_conv1")].attrs["c_out"])
+    half = channels // 2
+    assign: dict = {n: b for n in graph.names}
+    assign["stem"] = a
+    assign["b0_conv1"] = (Shard(a, "out", 0, half), Shard(b, "out", half, channels))
+    return Plan(graph.name, cluster, "hand", assign=assign, combine={"b0_conv1": Combine("concat", b)})

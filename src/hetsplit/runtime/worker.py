@@ -57,7 +57,7 @@ class Shared:
             self.error = exc
         self.stop.set()
 
-    def get(self, q: queue.Queue):
+    def get(self, q: queue.SimpleQueue):
         """``q.get()`` that gives up (raising Stop) as soon as any thread failed."""
         while True:
             try:
@@ -210,8 +210,8 @@ class Receiver(threading.Thread):
     def __init__(self, wire: Wire, shared: Shared):
         super().__init__(daemon=True, name="receiver")
         self.wire, self.shared = wire, shared
-        self.inbox: queue.Queue = queue.Queue()
-        self.ready: queue.Queue = queue.Queue()
+        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.ready: queue.SimpleQueue = queue.SimpleQueue()
 
     def submit(self, works: list, edge: Edge, got: dict[int, list], logs: list[MessageLog]) -> None:
         self.inbox.put((works, edge, got, logs))
@@ -245,7 +245,7 @@ class Sender(threading.Thread):
     def __init__(self, wire: Wire, shared: Shared):
         super().__init__(daemon=True, name="sender")
         self.wire, self.shared = wire, shared
-        self.inbox: queue.Queue = queue.Queue()
+        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
         self.submitted = self.done = 0
 
     def submit(self, posted: list | Callable[[], tuple[list, Any]], delay_s: float, edge: Edge,
