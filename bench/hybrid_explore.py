@@ -53,6 +53,13 @@ def batch_rates(enc, x: np.ndarray, repeats: int) -> dict[str, float]:
     return {k: len(x) / statistics.median(v) for k, v in times.items()}
 
 
+def verdict(args, seconds: float) -> str:
+    """The 20 s target holds for the thesis's setting only (1000 x 100)."""
+    if (args.pop, args.gens) != (1000, 100):
+        return f"(the {TARGET_S:.0f} s target is for 1000 x 100)"
+    return f"target {TARGET_S:.0f} s: {'met' if seconds <= TARGET_S else 'MISSED'} ({seconds / TARGET_S:.2f} of it)"
+
+
 def one_by_one_rate(problem, enc, x: np.ndarray) -> float:
     t0 = time.perf_counter()
     for row in x:
@@ -102,8 +109,7 @@ def main() -> None:
               f"({res.setup_seconds / s_:.0%}), evaluation {res.eval_seconds:.1f} s ({res.eval_seconds / s_:.0%}), "
               f"history {res.record_seconds:.1f} s ({res.record_seconds / s_:.0%}), GA library and final plans "
               f"{res.library_seconds:.1f} s ({res.library_seconds / s_:.0%}); {res.evaluations} evaluations, "
-              f"{len(res.plans)} Pareto plans; target {TARGET_S:.0f} s: "
-              f"{'met' if s_ <= TARGET_S else 'MISSED'} ({s_ / TARGET_S:.2f} of it)", flush=True)
+              f"{len(res.plans)} Pareto plans; {verdict(args, s_)}", flush=True)
 
 
 if __name__ == "__main__":
