@@ -3,6 +3,7 @@ and gap to the best proven bound of each objective, in one table.
 
     python bench/mapping_search.py [--models resnet18 yolov8n densenet121]
                                    [--clusters imce-12 jetson-xavier-nx-4] [--budget 30] [--latency-budget 60]
+    python bench/mapping_search.py --quick        # every case, 3 s budgets, one call each (a smoke run)
 
 Mappers: the IMC paper's LBLP, WB, RR; the list schedulers HEFT, CPOP, PEFT, MinMin, MaxMin, ETF (each
 plan carries its run order); map-opt for each objective (``--budget`` seconds for throughput and
@@ -58,7 +59,12 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=30.0, help="map-opt's seconds for throughput and energy")
     ap.add_argument("--latency-budget", type=float, default=60.0, help="map-opt's seconds for latency")
     ap.add_argument("--calls", type=int, default=3, help="calls of each fast mapper (median time)")
+    ap.add_argument("--quick", action="store_true", help="3 s for every map-opt objective, one call of each mapper")
     args = ap.parse_args()
+    if args.quick:
+        args.budget, args.latency_budget, args.calls = 3.0, 3.0, 1
+    print(f"map-opt budgets: {args.budget:g} s (throughput, energy), {args.latency_budget:g} s (latency); fast mappers: "
+          f"median of {args.calls} call(s)")
     print(f"{'case':32} {'mapper':20} {'latency ms':>11} {'thru /s':>9} {'energy mJ':>10} {'solve s':>8} "
           f"{'gap thr':>8} {'gap lat':>8} {'gap E':>8}  proven")
     for model in args.models:

@@ -117,12 +117,13 @@ def _csr(keys: np.ndarray, values: np.ndarray, n: int) -> tuple[np.ndarray, np.n
 
 @njit(cache=True, inline="always")
 def _push(keys, vals, size, key, val):
-    """Push (key, val) on a binary min-heap by key held in keys[:size], vals[:size] (ties in any
-    order: every event of one instant is applied before any resource picks a job)."""
+    """Push (key, val) on a 4-ary min-heap by key held in keys[:size], vals[:size]. Ties come out in any
+    order: every event of one instant is applied before any resource picks a job, and what each
+    resource picks does not depend on the order the instant's events were applied in."""
     i = size
     while i > 0:
-        p = (i - 1) >> 1
-        if keys[p] < key or (keys[p] == key and vals[p] <= val):
+        p = (i - 1) >> 2
+        if keys[p] <= key:
             break
         keys[i] = keys[p]
         vals[i] = vals[p]
@@ -139,52 +140,55 @@ def _pop(keys, vals, size):
     key, val = keys[size], vals[size]
     i = 0
     while True:
-        a = 2 * i + 1
+        a = 4 * i + 1
         if a >= size:
             break
-        if a + 1 < size and (keys[a + 1] < keys[a] or (keys[a + 1] == keys[a] and vals[a + 1] < vals[a])):
-            a += 1
-        if key < keys[a] or (key == keys[a] and val <= vals[a]):
+        m = a
+        for c in range(a + 1, min(a + 4, size)):
+            if keys[c] < keys[m]:
+                m = c
+        if key <= keys[m]:
             break
-        keys[i] = keys[a]
-        vals[i] = vals[a]
-        i = a
+        keys[i] = keys[m]
+        vals[i] = vals[m]
+        i = m
     keys[i] = key
     vals[i] = val
     return size
 
 
 @njit(cache=True, inline="always")
-def _ipush(heap, base, size, job):
-    """Push ``job`` on the min-heap of ints at heap[base:base + size]."""
+def _ipush(heap, r, stride, size, job):
+    """Push ``job`` on resource r's int min-heap, whose position i is heap[i * stride + r] (the heaps
+    interleaved: their tops, where nearly every access falls, share a few cache lines)."""
     i = size
     while i > 0:
         p = (i - 1) >> 1
-        if heap[base + p] <= job:
+        if heap[p * stride + r] <= job:
             break
-        heap[base + i] = heap[base + p]
+        heap[i * stride + r] = heap[p * stride + r]
         i = p
-    heap[base + i] = job
+    heap[i * stride + r] = job
     return size + 1
 
 
 @njit(cache=True, inline="always")
-def _ipop(heap, base, size):
-    """Remove the top of the int min-heap at heap[base:base + size]; return the new size."""
+def _ipop(heap, r, stride, size):
+    """Remove the top of resource r's int min-heap (see ``_ipush``); return the new size."""
     size -= 1
-    job = heap[base + size]
+    job = heap[size * stride + r]
     i = 0
     while True:
         a = 2 * i + 1
         if a >= size:
             break
-        if a + 1 < size and heap[base + a + 1] < heap[base + a]:
+        if a + 1 < size and heap[(a + 1) * stride + r] < heap[a * stride + r]:
             a += 1
-        if job <= heap[base + a]:
+        if job <= heap[a * stride + r]:
             break
-        heap[base + i] = heap[base + a]
+        heap[i * stride + r] = heap[a * stride + r]
         i = a
-    heap[base + i] = job
+    heap[i * stride + r] = job
     return size
 
 
@@ -192,7 +196,7 @@ def _ipop(heap, base, size):
 def scratch(n_res: int, t_count: int, e_count: int, x_max: int):
     """Work arrays for ``one_input`` (allocated once per batch)."""
     jobs = t_count + e_count + x_max
-    return (np.empty(n_res * (jobs + 1), dtype=np.int64), jobs + 1, np.zeros(n_res, dtype=np.int64), np.zeros(n_res, dtype=np.bool_), np.empty(jobs + 1),
+    return (np.empty(n_res * (jobs + 1), dtype=np.int64), n_res, np.zeros(n_res, dtype=np.int64), np.zeros(n_res, dtype=np.bool_), np.empty(jobs + 1),
             np.empty(jobs + 1, dtype=np.int64), np.empty(max(t_count, 1), dtype=np.int64),
             np.empty(4 * jobs + 4, dtype=np.int64), np.zeros(max(e_count, 1), dtype=np.bool_),
             np.empty(max(e_count, 1), dtype=np.int64), np.empty(max(e_count, 1), dtype=np.int64),
@@ -202,7 +206,7 @@ def scratch(n_res: int, t_count: int, e_count: int, x_max: int):
 @njit(cache=True, inline="always")
 def _ready(heap, cap, hsize, touched, n_touch, r, job):
     """``job`` is ready on resource ``r``: queue it there and mark ``r`` for the next dispatch."""
-    hsize[r] = _ipush(heap, r * cap, hsize[r], job)
+    hsize[r] = _ipush(heap, r, cap, hsize[r], job)
     touched[n_touch] = r
     return n_touch + 1
 
@@ -278,8 +282,8 @@ def one_input(dev, dur, carrier, xfer, r0, r1, n_messages, e_dst, out_ptr, out_i
             r = touched[k]
             if busy[r] or hsize[r] == 0:
                 continue
-            j = heap[r * cap]
-            hsize[r] = _ipop(heap, r * cap, hsize[r])
+            j = heap[r]
+            hsize[r] = _ipop(heap, r, cap, hsize[r])
             busy[r] = True
             d = dur[j] if j < jt else (xfer[j - jt] if j < je else x_dur[j - je])
             ev = _push(ev_t, ev_j, ev, now + d, j)

@@ -11,7 +11,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+import copy
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -72,31 +73,48 @@ def task_costs(problem: SplitProblem, tg: TaskGraph) -> TaskCosts:
 def _model_tasks(problem: SplitProblem, tg: TaskGraph, ks: list[int], time: np.ndarray, energy: np.ndarray,
                  mem: np.ndarray) -> None:
     table, graph = problem.costs, problem.graph
-    work = [replace(tg.tasks[k].work, name=f"{k}:{tg.tasks[k].name}") for k in ks]  # unique: a Graph indexes by name
+    work = [_renamed(tg.tasks[k].work, f"{k}:{tg.tasks[k].name}") for k in ks]  # unique: a Graph indexes by name
     parents = sorted({tg.tasks[k].layers[0] for k in ks if tg.tasks[k].kind == "shard"})
-    parent_layers = [replace(graph.layers[p], name=f"{graph.layers[p].name}#whole") for p in parents]
+    parent_layers = [_renamed(graph.layers[p], f"{graph.layers[p].name}#whole") for p in parents]
+    combine = np.array([k for k in ks if tg.tasks[k].kind != "shard"], dtype=np.int64)
+    combine_j = np.array([j for j, k in enumerate(ks) if tg.tasks[k].kind != "shard"], dtype=np.int64)
+    shard_j = np.array([j for j, k in enumerate(ks) if tg.tasks[k].kind == "shard"], dtype=np.int64)
+    shard = np.asarray(ks, dtype=np.int64)[shard_j]
+    shard_layer = np.array([tg.tasks[k].layers[0] for k in shard], dtype=np.int64)
+    position = {layer: len(work) + i for i, layer in enumerate(parents)}
+    whole = np.array([position[layer] for layer in shard_layer], dtype=np.int64)
+    fraction = np.array([tg.tasks[k].fraction for k in shard], dtype=np.float64)
     for ti, type_name in enumerate(table.types):
         lc = _model_costs(problem, type_name, work + parent_layers)
-        for j, k in enumerate(ks):
-            task = tg.tasks[k]
-            if task.kind != "shard":  # a combine: the model's element-wise cost, or just its buffer
-                if lc is None:
-                    mem[k, ti] = task.work.out_bytes
-                else:
-                    time[k, ti], energy[k, ti], mem[k, ti] = lc.time_s[j], lc.energy_j[j], lc.mem_bytes[j]
-                continue
-            layer = task.layers[0]
-            p = len(work) + parents.index(layer)
-            for arr, full, model in ((time, table.time_s, None if lc is None else lc.time_s),
-                                     (energy, table.energy_j, None if lc is None else lc.energy_j),
-                                     (mem, table.mem_bytes, None if lc is None else lc.mem_bytes)):
-                arr[k, ti] = full[layer, ti] * _ratio(model, j, p, task.fraction)
+        # a combine: the model's element-wise cost, or just its buffer
+        if lc is None:
+            mem[combine, ti] = [tg.tasks[k].work.out_bytes for k in combine]
+        else:
+            time[combine, ti], energy[combine, ti], mem[combine, ti] = (
+                lc.time_s[combine_j], lc.energy_j[combine_j], lc.mem_bytes[combine_j])
+        for arr, full, model in ((time, table.time_s, None if lc is None else lc.time_s),
+                                 (energy, table.energy_j, None if lc is None else lc.energy_j),
+                                 (mem, table.mem_bytes, None if lc is None else lc.mem_bytes)):
+            arr[shard, ti] = full[shard_layer, ti] * _ratios(model, shard_j, whole, fraction)
 
 
-def _ratio(model: np.ndarray | None, shard: int, whole: int, fraction: float) -> float:
-    if model is None or not np.isfinite(model[whole]) or model[whole] <= 0 or not np.isfinite(model[shard]):
+def _renamed(layer: Layer, name: str) -> Layer:
+    """``layer`` under another name (``dataclasses.replace`` without re-validating a valid layer: a
+    hybrid template costs ~10^5 shards)."""
+    out = copy.copy(layer)
+    object.__setattr__(out, "name", name)
+    return out
+
+
+def _ratios(model: np.ndarray | None, shard: np.ndarray, whole: np.ndarray, fraction: np.ndarray) -> np.ndarray:
+    """Per shard: the model's shard-to-whole ratio, or its share of the work where the model gives no
+    finite positive whole or no finite shard."""
+    if model is None:
         return fraction
-    return float(model[shard] / model[whole])
+    m_shard, m_whole = model[shard], model[whole]
+    ok = np.isfinite(m_whole) & (m_whole > 0) & np.isfinite(m_shard)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(ok, m_shard / np.where(ok, m_whole, 1.0), fraction)
 
 
 def _model_costs(problem: SplitProblem, type_name: str, layers: list[Layer]) -> LayerCosts | None:

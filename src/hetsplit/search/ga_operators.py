@@ -24,11 +24,16 @@ class RowDuplicates(DuplicateElimination):
     def _do(self, pop, other, is_duplicate):
         seen = set()
         if other is not None and len(other):
-            seen = {row.tobytes() for row in np.asarray(other.get("X"), dtype=np.int64)}
-        for i, row in enumerate(np.asarray(pop.get("X"), dtype=np.int64)):
-            key = row.tobytes()
+            seen = {_row_key(ind.X) for ind in other}
+        for i, ind in enumerate(pop):
+            key = _row_key(ind.X)
             if key in seen:
                 is_duplicate[i] = True
             else:
                 seen.add(key)
         return is_duplicate
+
+
+def _row_key(x) -> bytes:
+    """A chromosome's bytes as int64 (read row by row: stacking the population first copies it all)."""
+    return np.asarray(x, dtype=np.int64).tobytes()

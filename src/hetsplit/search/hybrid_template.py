@@ -31,11 +31,14 @@ from hetsplit.costs.problem import SplitProblem
 from hetsplit.graph.shard import combine_layer, shard_layer
 from hetsplit.graph.types import CONV, GEMM, INPUT, Layer
 from hetsplit.estimate.batch import BatchMetrics, concat_metrics
-from hetsplit.estimate.mapping import MappingEvaluator, TaskOverrides, evaluate_mappings
+from hetsplit.errors import PlanError
+from hetsplit.estimate.mapping import (MappingEvaluator, TaskOverrides, evaluate_mappings, kernel_outputs, pack_extras,
+                                      parallel_chunks)
 from hetsplit.plan.check import check_plan
 from hetsplit.estimate.task_costs import task_costs
 from hetsplit.plan.tasks import SINK, SOURCE, Task, TaskGraphBuilder
 from hetsplit.plan.types import DIRECT, Combine, Plan, Shard
+from hetsplit.search.hybrid_kernel import evaluate_hybrid, evaluate_hybrid_range
 
 SPLIT_KINDS = (CONV, GEMM)  # LOP splits convolutions and fully connected layers (thesis 4.1)
 
@@ -128,6 +131,7 @@ class SlotTemplate:
         self._whole_layers = np.flatnonzero(whole)
         self._byte_per_channel = np.array([g.layers[int(i)].out_bytes for i in self.split], dtype=np.float64) \
             / np.maximum(self.channels, 1)
+        self._kernel: tuple | None = None
 
     # ---- structure ---------------------------------------------------------------------------------
     def _build_tasks(self) -> None:
@@ -196,17 +200,20 @@ class SlotTemplate:
         b = TaskGraphBuilder(g, self.problem.cluster, DIRECT)
         self.shard_lo = np.zeros((len(self.split), len(combos)), dtype=np.int64)
         self.shard_hi = np.zeros_like(self.shard_lo)
+        task_of = np.zeros_like(self.shard_lo)      # combos that give one slice share its task
         for s, i in enumerate(self.split):
             ch = int(self.channels[s])
             self.shard_lo[s] = combo[:, 1] * ch // combo[:, 0]
             self.shard_hi[s] = (combo[:, 1] + combo[:, 2]) * ch // combo[:, 0]
             layer = g.layers[int(i)]
-            for q, (lo, hi) in enumerate(zip(self.shard_lo[s], self.shard_hi[s])):
-                b.task(Task(f"{layer.name}#combo{q}", "shard", (int(i),), 0, shard_layer(layer, "out", int(lo), int(hi), ch),
-                            "out", int(lo), int(hi), ch))
+            slices, inverse = np.unique(np.stack([self.shard_lo[s], self.shard_hi[s]], axis=1), axis=0,
+                                        return_inverse=True)
+            ids = [b.task(Task(f"{layer.name}#{lo}:{hi}", "shard", (int(i),), 0,
+                               shard_layer(layer, "out", int(lo), int(hi), ch), "out", int(lo), int(hi), ch))
+                   for lo, hi in slices]
+            task_of[s] = np.asarray(ids, dtype=np.int64)[inverse.ravel()]
         costs = task_costs(self.problem, b.build())
-        shape = (len(self.split), len(combos), -1)
-        self.shard_time, self.shard_energy, self.shard_mem = (a.reshape(shape) for a in
+        self.shard_time, self.shard_energy, self.shard_mem = (a[task_of] for a in
                                                               (costs.time_s, costs.energy_j, costs.mem_bytes))
         # a shard covering the whole layer is the whole layer (the decoded plan places it whole)
         whole = (combo[:, 1] == 0) & (combo[:, 2] == combo[:, 0])
@@ -261,20 +268,46 @@ class SlotTemplate:
         out[:, self.split] = a.slot_device[:, :, 0]
         return out
 
-    def evaluate(self, a: HybridAssignment, chunk: int = 256, latency: bool = True) -> BatchMetrics:
-        """Metrics of every mapping of ``a`` from the batch evaluator, ``chunk`` mappings per call
-        (the per-plan arrays of a chunk stay cache-sized); on a cluster whose devices keep weights off
-        chip, each decoded plan alone (the memory model costs its shards from their layers)."""
+    def evaluate(self, a: HybridAssignment, latency: bool = True) -> BatchMetrics:
+        """Metrics of every mapping of ``a``: decoded and evaluated plan by plan in compiled code
+        (``hybrid_kernel``; the same figures as the batch evaluator on ``arrays``), the plans split over
+        the threads; on a cluster whose devices keep weights off chip, each decoded plan alone (the
+        memory model costs its shards from their layers)."""
         if self.evaluator.memory is not None:
             g, cl = self.problem.graph, self.problem.cluster
             return concat_metrics([evaluate_mappings(self.problem, check_plan(g, cl, self.to_plan(a, r, "hybrid")))
                                    for r in range(len(a))])
-        parts = []
-        for lo in range(0, len(a), chunk):
-            part = HybridAssignment(a.layer_device[lo:lo + chunk], a.slot_device[lo:lo + chunk],
-                                    a.slot_used[lo:lo + chunk])
-            parts.append(self.evaluator.evaluate(*self.arrays(part), latency=latency))
-        return concat_metrics(parts)
+        ev, n = self.evaluator, len(a)
+        n_dev = self.problem.num_devices
+        layer_device = np.ascontiguousarray(a.layer_device, dtype=np.int64)
+        slot_device = np.ascontiguousarray(a.slot_device, dtype=np.int64)
+        slot_used = np.ascontiguousarray(a.slot_used, dtype=np.bool_)
+        if n and (min(layer_device.min(), slot_device.min()) < 0 or max(layer_device.max(), slot_device.max()) >= n_dev):
+            raise PlanError(f"device indices must be in 0..{n_dev - 1}")
+        if n and not slot_used[:, :, 0].all():
+            raise PlanError("slot 0 of every split layer must be used")
+        out = kernel_outputs(n, n_dev)
+        args = (layer_device, slot_device, slot_used, self.kernel_tables(), ev._tables, ev.kernel_structure(),
+                ev.kernel_net(), pack_extras(None, n, n_dev), latency, out)
+        chunks = parallel_chunks(n, self.tg.num_tasks + len(self.tg.edge_src))
+        if chunks > 1:
+            evaluate_hybrid(*args, chunks)
+        else:
+            evaluate_hybrid_range(0, n, *args)
+        return ev.metrics(out)
+
+    def kernel_tables(self) -> tuple:
+        """The template's index arrays and cost tables as ``hybrid_kernel`` reads them (built once)."""
+        if self._kernel is None:
+            c = np.ascontiguousarray
+            self._kernel = (c(self.problem.device_type, dtype=np.int64), c(self.split), c(self.split_pos),
+                            c(self.concat_at), c(self._whole_layers), c(self.layer_task), c(self.slot_task),
+                            c(self.concat_task), c(self.slot_edge), c(self.combo_index),
+                            *(c(a, dtype=np.float64) for a in (self.shard_time, self.shard_energy, self.shard_mem)),
+                            c(self.shard_lo), c(self.shard_hi), c(self._byte_per_channel, dtype=np.float64),
+                            *(c(a, dtype=np.float64) for a in self._whole + self._concat),
+                            c(self.tg.edge_bytes, dtype=np.float64), self.tg.num_tasks)
+        return self._kernel
 
     def to_plan(self, a: HybridAssignment, row: int, algorithm: str, params: dict | None = None) -> Plan:
         """The plan/2 mapping of mapping ``row`` (shards merged per device, concat placed)."""

@@ -1,0 +1,54 @@
+"""The fast paths of the exploration give exactly what the plain ones give: the compiled hybrid
+evaluation equals the batch evaluator on the template's numpy arrays, the compiled front equals
+``pareto_mask``, and seeded explorations give the fronts stored from the code before the fast paths
+(tests/fixtures/explore_fronts.json)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hetsplit.estimate.batch import BatchMetrics
+from hetsplit.plan.pareto import pareto_mask
+from hetsplit.search.encodings import make_encoding
+from hetsplit.search.explore import ExploreOptions, _front, explore
+from hetsplit.workflow import load_problem
+
+FRONTS = Path(__file__).parent / "fixtures" / "explore_fronts.json"
+
+
+@pytest.mark.parametrize("encoding,splits", [("naive", 2), ("advanced", 2), ("advanced", 3)])
+@pytest.mark.parametrize("latency", [True, False])
+def test_compiled_hybrid_evaluation_equals_the_evaluator_on_the_template_arrays(encoding, splits, latency):
+    problem = load_problem("resnet8", "jetson-xavier-nx-4")
+    enc = make_encoding(problem, encoding, splits)
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, enc.upper + 1, size=(150, enc.n_var))
+    x[::3] = np.where(rng.random(x[::3].shape) < 0.6, 0, x[::3])     # many unused slots and shared devices
+    a = enc.assignment(x)
+    fast = enc.template.evaluate(a, latency=latency)
+    plain = enc.template.evaluator.evaluate(*enc.template.arrays(a), latency=latency)
+    for field in BatchMetrics.__dataclass_fields__:
+        np.testing.assert_array_equal(getattr(fast, field), getattr(plain, field), err_msg=field)
+
+
+def test_the_compiled_front_is_pareto_mask_of_the_distinct_rows():
+    rng = np.random.default_rng(5)
+    for _ in range(40):
+        f = rng.integers(0, 6, size=(int(rng.integers(1, 60)), int(rng.integers(1, 4)))).astype(float)
+        uniq = np.unique(f, axis=0)
+        np.testing.assert_array_equal(_front(f), uniq[pareto_mask(uniq)])
+
+
+@pytest.mark.parametrize("encoding", ["naive", "advanced", "spe", "ne"])
+def test_a_seeded_exploration_gives_the_stored_front(encoding):
+    """Same seed, same front, chromosomes and per-generation bests as the code before the fast paths."""
+    ref = json.loads(FRONTS.read_text())[f"resnet18/jetson-xavier-nx-4/{encoding}"]
+    r = explore(load_problem("resnet18", "jetson-xavier-nx-4"),
+                ExploreOptions(encoding=encoding, pop_size=24, generations=4, seed=7))
+    assert r.front.tolist() == ref["front"]
+    assert r.front_x.tolist() == ref["front_x"]
+    assert [g.best.tolist() for g in r.history] == ref["best"]
