@@ -76,7 +76,14 @@ def manifest_work(cfg: RunConfig, rank: int, run_dir: Path) -> tuple[str, Callab
 
 def main(argv: list[str], work: Work = manifest_work) -> int:
     """Run rank ``argv[1]`` of the run in ``argv[0]``; write ``rank<R>.json`` and exit (never raises)."""
-    run_dir, rank = Path(argv[0]), int(argv[1])
+    code = run_rank(Path(argv[0]), int(argv[1]), work)
+    sys.stdout.flush(), sys.stderr.flush()
+    os._exit(code)
+
+
+def run_rank(run_dir: Path, rank: int, work: Work = manifest_work) -> int:
+    """Run rank ``rank`` of the run in ``run_dir`` and write ``rank<R>.json``; the exit code it calls for
+    (0: done, 1: failed, reported). Never raises; a warm process (``runtime.pool``) calls it once per run."""
     out = run_dir / f"rank{rank}.json"
     device = f"rank {rank}"
     t0 = time.time()
@@ -98,11 +105,11 @@ def main(argv: list[str], work: Work = manifest_work) -> int:
         doc = {"ok": False, "rank": rank, "device": device, "error": msg, "kind": kind, "peer": peer,
                "t_fail": time.time(), "traceback": traceback.format_exc()}
         code = 1
+    sys.stdout.flush(), sys.stderr.flush()
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps(doc))
     tmp.rename(out)
-    sys.stdout.flush(), sys.stderr.flush()
-    os._exit(code)
+    return code
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ class RunOptions:
     faults: dict[str, dict] = field(default_factory=dict)  # rank -> {"kind": die|stall, "after": k} (rehearsal)
     pin: bool = False                    # pin each worker to its own CPUs (as many as its threads)
     devices: DeviceEmulation | None = None   # throttle each worker to its device's speed (runtime.device_emulation)
+    pool: object | None = None           # runtime.pool.WorkerPool: run the ranks in its warm processes
 
     def __post_init__(self) -> None:
         if not self.inputs >= 1:
@@ -109,7 +110,8 @@ def run_manifest(manifest: Manifest, opts: RunOptions) -> RunReport | None:
             ranks = opts.hosts.ranks_on(manifest, opts.node)
             cfg.master_addr, cfg.addrs = opts.hosts.master, opts.hosts.addrs(manifest)
             cfg.master_port = opts.port or DEFAULT_PORT
-        docs = Launcher(manifest, cfg, run_dir, ranks=ranks, wrap=wrap).run()
+        launcher = opts.pool.launcher if opts.pool is not None else Launcher
+        docs = launcher(manifest, cfg, run_dir, ranks=ranks, wrap=wrap).run()
         if 0 not in docs:
             return None
         report = summarize(manifest, docs)
