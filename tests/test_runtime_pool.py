@@ -27,6 +27,12 @@ def toy(tmp_path_factory):
     return toy_model(path), path
 
 
+@pytest.fixture(scope="module")
+def pool():
+    with WorkerPool() as p:
+        yield p
+
+
 def plan_of(graph, bounds):
     return Plan(graph.name, "local", "hand", [Stage(f"local-cpu{i}", graph.names[a:b])
                                              for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))])
@@ -40,37 +46,41 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def test_a_pool_runs_two_different_plans_in_the_same_warm_processes(toy, tmp_path):
+def test_a_pool_runs_two_different_plans_in_the_same_warm_processes(toy, pool, tmp_path):
     graph, path = toy
-    with WorkerPool() as pool:
-        pool.warm(2)
-        pids = {p.pid for ps in pool.idle.values() for p in ps}
-        first = run_plan(plan_of(graph, [0, 4, graph.num_layers]), graph, path,
-                         RunOptions(inputs=3, latency_inputs=1, timeout_s=20, pool=pool, run_dir=tmp_path / "a"))
-        second = run_plan(plan_of(graph, [0, 6, graph.num_layers]), graph, path,
-                          RunOptions(inputs=3, latency_inputs=1, timeout_s=20, pool=pool, run_dir=tmp_path / "b"))
-        for report in (first, second):
-            assert report.verify["ok"] and report.verify["outputs_checked"] == 3
-            assert [d["device"] for d in report.devices] == ["local-cpu0", "local-cpu1"]
-            assert all(d["compute_s"] > 0 and d["peak_rss_bytes"] > 0 for d in report.devices)
-        assert pool.started == 3          # no process started for either run: both found them warm
-        assert {p.pid for ps in pool.idle.values() for p in ps} == pids
-        assert (tmp_path / "b" / "rank1.log").exists()
-    assert not any(_alive(p) for p in pids)     # closing the pool ends its processes
+    pool.warm(2)
+    started, pids = pool.started, {p.pid for ps in pool.idle.values() for p in ps}
+    first = run_plan(plan_of(graph, [0, 4, graph.num_layers]), graph, path,
+                     RunOptions(inputs=3, latency_inputs=1, timeout_s=20, pool=pool, run_dir=tmp_path / "a"))
+    second = run_plan(plan_of(graph, [0, 6, graph.num_layers]), graph, path,
+                      RunOptions(inputs=3, latency_inputs=1, timeout_s=20, pool=pool, run_dir=tmp_path / "b"))
+    for report in (first, second):
+        assert report.verify["ok"] and report.verify["outputs_checked"] == 3
+        assert [d["device"] for d in report.devices] == ["local-cpu0", "local-cpu1"]
+        assert all(d["compute_s"] > 0 and d["peak_rss_bytes"] > 0 for d in report.devices)
+    assert pool.started == started    # no process started for either run: both found them warm
+    assert {p.pid for ps in pool.idle.values() for p in ps} == pids
+    assert (tmp_path / "b" / "rank1.log").exists()
 
 
-def test_a_warm_worker_that_dies_mid_run_ends_the_run_with_a_message(toy, tmp_path):
+def test_a_warm_worker_that_dies_mid_run_ends_the_run_with_a_message(toy, pool, tmp_path):
     graph, path = toy
-    with WorkerPool() as pool:
-        opts = RunOptions(inputs=4, latency_inputs=1, timeout_s=20, pool=pool, run_dir=tmp_path / "run",
-                          faults={"2": {"kind": "die", "after": 1}})
-        t0 = time.perf_counter()
-        with pytest.raises(RuntimeFailure, match=r"local-cpu1 \(rank 2\) died: killed by SIGKILL"):
-            run_plan(plan_of(graph, [0, 4, graph.num_layers]), graph, path, opts)
-        assert time.perf_counter() - t0 < 60
-        after = run_plan(plan_of(graph, [0, 4, graph.num_layers]), graph, path,       # the pool recovers
-                         RunOptions(inputs=2, latency_inputs=1, timeout_s=20, pool=pool, run_dir=tmp_path / "ok"))
-        assert after.verify["ok"]
+    opts = RunOptions(inputs=4, latency_inputs=1, timeout_s=20, pool=pool, run_dir=tmp_path / "run",
+                      faults={"2": {"kind": "die", "after": 1}})
+    t0 = time.perf_counter()
+    with pytest.raises(RuntimeFailure, match=r"local-cpu1 \(rank 2\) died: killed by SIGKILL"):
+        run_plan(plan_of(graph, [0, 4, graph.num_layers]), graph, path, opts)
+    assert time.perf_counter() - t0 < 60
+    after = run_plan(plan_of(graph, [0, 4, graph.num_layers]), graph, path,       # the pool recovers
+                     RunOptions(inputs=2, latency_inputs=1, timeout_s=20, pool=pool, run_dir=tmp_path / "ok"))
+    assert after.verify["ok"]
+
+
+def test_closing_a_pool_ends_its_processes(pool):
+    pool.warm(1)
+    pids = [p.pid for ps in pool.idle.values() for p in ps]
+    pool.close()
+    assert pids and not any(_alive(p) for p in pids)
 
 
 def test_a_pool_refuses_what_its_processes_cannot_do(toy, tmp_path):
@@ -85,13 +95,13 @@ def test_warm_processes_die_with_the_process_that_started_them(tmp_path):
         import sys, time
         from hetsplit.runtime.pool import WorkerPool
         pool = WorkerPool()
-        pool.warm(2)
+        pool.warm(1)
         print(" ".join(str(p.pid) for ps in pool.idle.values() for p in ps), flush=True)
         time.sleep(60)
     """)
     parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     pids = [int(x) for x in parent.stdout.readline().split()]
-    assert len(pids) == 3 and all(_alive(p) for p in pids)
+    assert len(pids) == 2 and all(_alive(p) for p in pids)
     os.kill(parent.pid, signal.SIGKILL)
     parent.wait(timeout=10)
     deadline = time.time() + 10
