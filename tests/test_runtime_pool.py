@@ -3,6 +3,7 @@ dead warm worker ends the run with a message naming its device; the processes di
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -61,6 +62,8 @@ def test_a_pool_runs_two_different_plans_in_the_same_warm_processes(toy, pool, t
     assert pool.started == started    # no process started for either run: both found them warm
     assert {p.pid for ps in pool.idle.values() for p in ps} == pids
     assert (tmp_path / "b" / "rank1.log").exists()
+    doc = json.loads((tmp_path / "b" / "rank1.json").read_text())   # the job's own peak, from where it began
+    assert 0 < doc["start_rss_bytes"] <= doc["peak_rss_bytes"]
 
 
 def test_a_warm_worker_that_dies_mid_run_ends_the_run_with_a_message(toy, pool, tmp_path):

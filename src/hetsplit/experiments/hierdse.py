@@ -10,7 +10,8 @@ What a run gives the search:
   (``MeasureOptions.inputs``), so each measurement also records the spread of the emulated time
   between successive outputs (``interval_s``: min, median, max) beside the throughput they give;
 - memory per device: the largest worker's peak RSS above an idle worker's (interpreter, torch and
-  onnxruntime: ``hybrid_run.idle_worker_rss_bytes``), that is the sub-model and its buffers;
+  onnxruntime: ``hybrid_run.idle_worker_rss_bytes``; a warm process's own RSS when its run began),
+  that is the sub-model and its buffers;
 - energy per device: no power meter reads here (no RAPL; the Jetson's INA3221 is not ours), so a
   device's energy per input is its measured busy time (emulated) times the power its cost model
   gives while computing, plus the energy its cost model gives for what it sends. The time is measured;
@@ -32,6 +33,7 @@ is where the paper's claims separate them.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import tempfile
 import time
@@ -154,10 +156,12 @@ class RunMeasurer:
                 opts.run_dir = Path(d) / "run"
                 report = run_manifest(manifest, opts)
                 driver = read_driver_doc(opts.run_dir) or {}
+                start_rss = {d["rank"]: _start_rss(opts.run_dir, d["rank"]) for d in report.devices}
         except HetsplitError as exc:          # RuntimeFailure included: a failed run is a result
             return Measurement(seconds=time.perf_counter() - t0, error=str(exc))
         dilation = emu.dilation if emu is not None else 1.0
-        memory = max(max(0.0, float(d.get("peak_rss_bytes") or 0) - self.baseline_rss) for d in report.devices)
+        memory = max(max(0.0, float(d.get("peak_rss_bytes") or 0) - (start_rss[d["rank"]] or self.baseline_rss))
+                     for d in report.devices)
         energy = max(self.device_energy(plan, d, dilation) for d in report.devices)
         return Measurement(throughput=report.throughput * dilation, memory_per_device_bytes=memory,
                            energy_per_device_j=energy, seconds=time.perf_counter() - t0,
@@ -178,6 +182,14 @@ class RunMeasurer:
         predicted_compute_j = power * m.compute_s_per_device.get(name, 0.0) if m is not None else 0.0
         sends_j = (m.energy_per_device_j.get(name, 0.0) - predicted_compute_j) if m is not None else 0.0
         return power * float(row["compute_mean_s"]) / dilation + max(0.0, sends_j)
+
+
+def _start_rss(run_dir: Path, rank: int) -> float | None:
+    """The RSS a warm process began its rank of the run with (None: a fresh process)."""
+    try:
+        return json.loads((run_dir / f"rank{rank}.json").read_text()).get("start_rss_bytes")
+    except (OSError, ValueError):
+        return None
 
 
 def output_intervals(driver: dict, dilation: float) -> dict:

@@ -7,7 +7,8 @@ process would (``process.run_rank``: the same driver and worker programs, ``rank
 in ``rank<R>.log``), loading the run's sub-models anew. Between jobs it returns to its own cgroup (a
 throttled worker joined its run's group), its CPU affinity, and frees what it can (garbage, malloc's
 free pages) before resetting the kernel's peak-RSS mark, so ``peak_rss_bytes`` is again the job's own
-peak. The driver of a run always runs in a process that has only ever been a driver: it keeps the
+peak; its report also holds ``start_rss_bytes``, the RSS it began the job with (what earlier jobs left
+that could not be freed included), the baseline to measure the job's own memory from. The driver of a run always runs in a process that has only ever been a driver: it keeps the
 unsplit model's session and outputs for verification (``runtime.reference``), which must not count in
 a worker's memory.
 
@@ -211,13 +212,16 @@ def _cgroup_home() -> Path | None:
     return None
 
 
-def fresh_peak() -> None:
-    """Free what this process holds and no longer needs, then reset the kernel's peak-RSS mark (VmHWM)."""
+def fresh_peak() -> int | None:
+    """Free what this process holds and no longer needs, reset the kernel's peak-RSS mark (VmHWM); the RSS
+    it starts the next job with (None where unreadable)."""
+    from hetsplit.costs.profiler.memory import reset_peak_rss, rss_bytes
+
     gc.collect()
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6").malloc_trim(0)
-    with contextlib.suppress(OSError):
-        Path("/proc/self/clear_refs").write_text("5")
+    reset_peak_rss()
+    return rss_bytes()
 
 
 @contextlib.contextmanager
@@ -267,9 +271,9 @@ def serve() -> None:
     work = _pooled_work(home)
     for line in sys.stdin:
         run_dir, rank = line.rstrip("\n").split("\t")
-        fresh_peak()
+        start = fresh_peak()
         with _output_to(Path(run_dir) / f"rank{rank}.log"):
-            run_rank(Path(run_dir), int(rank), work)
+            run_rank(Path(run_dir), int(rank), work, {"start_rss_bytes": start})
         os.sched_setaffinity(0, cpus)
     sys.stdout.flush(), sys.stderr.flush()
     os._exit(0)

@@ -81,9 +81,10 @@ def main(argv: list[str], work: Work = manifest_work) -> int:
     os._exit(code)
 
 
-def run_rank(run_dir: Path, rank: int, work: Work = manifest_work) -> int:
-    """Run rank ``rank`` of the run in ``run_dir`` and write ``rank<R>.json``; the exit code it calls for
-    (0: done, 1: failed, reported). Never raises; a warm process (``runtime.pool``) calls it once per run."""
+def run_rank(run_dir: Path, rank: int, work: Work = manifest_work, extra: dict | None = None) -> int:
+    """Run rank ``rank`` of the run in ``run_dir`` and write ``rank<R>.json`` (with ``extra`` on success); the
+    exit code it calls for (0: done, 1: failed, reported). Never raises; a warm process (``runtime.pool``)
+    calls it once per run."""
     out = run_dir / f"rank{rank}.json"
     device = f"rank {rank}"
     t0 = time.time()
@@ -96,7 +97,7 @@ def run_rank(run_dir: Path, rank: int, work: Work = manifest_work) -> int:
         result = job()
         doc = {"ok": True, "rank": rank, "device": device, "t_start": t0, "t_end": time.time(),
                "peak_rss_bytes": peak_rss_bytes(),
-               "cpus": sorted(os.sched_getaffinity(0)), **result}
+               "cpus": sorted(os.sched_getaffinity(0)), **(extra or {}), **result}
         code = 0
     except BaseException as exc:  # noqa: BLE001 - every failure is reported, never raised past here
         kind = exc.kind if isinstance(exc, LinkFailure) else "error"
