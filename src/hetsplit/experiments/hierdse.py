@@ -72,16 +72,16 @@ class MeasureOptions:
     pipeline plans only, so the reproduction leaves it off: its NE plans are mappings and every experiment
     must be measured alike); ``pool``: warm processes shared by the runs."""
 
-    def __post_init__(self) -> None:
-        if self.pool and self.emulate_links:
-            raise HetsplitError("link emulation needs a fresh process per rank: measure without the pool")
-
     inputs: int = 4
     latency_inputs: int = 0
     timeout_s: float = 60.0
     emulate_devices: bool = True
     emulate_links: bool = False
     pool: bool = True          # run the ranks in warm processes (runtime.pool; not with emulate_links)
+
+    def __post_init__(self) -> None:
+        if self.pool and self.emulate_links:
+            raise HetsplitError("link emulation needs a fresh process per rank: measure without the pool")
 
 
 SCRATCH = "hetsplit-hierdse-"      # a run's scratch directory: SCRATCH + the measuring process's pid + "-"
@@ -156,12 +156,12 @@ class RunMeasurer:
                 opts.run_dir = Path(d) / "run"
                 report = run_manifest(manifest, opts)
                 driver = read_driver_doc(opts.run_dir) or {}
-                start_rss = {d["rank"]: _start_rss(opts.run_dir, d["rank"]) for d in report.devices}
+                start_rss = {row["rank"]: _start_rss(opts.run_dir, row["rank"]) for row in report.devices}
         except HetsplitError as exc:          # RuntimeFailure included: a failed run is a result
             return Measurement(seconds=time.perf_counter() - t0, error=str(exc))
         dilation = emu.dilation if emu is not None else 1.0
-        memory = max(max(0.0, float(d.get("peak_rss_bytes") or 0) - (start_rss[d["rank"]] or self.baseline_rss))
-                     for d in report.devices)
+        memory = max(max(0.0, float(row.get("peak_rss_bytes") or 0) - (start_rss[row["rank"]] or self.baseline_rss))
+                     for row in report.devices)
         energy = max(self.device_energy(plan, d, dilation) for d in report.devices)
         return Measurement(throughput=report.throughput * dilation, memory_per_device_bytes=memory,
                            energy_per_device_j=energy, seconds=time.perf_counter() - t0,

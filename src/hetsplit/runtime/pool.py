@@ -8,17 +8,18 @@ in ``rank<R>.log``), loading the run's sub-models anew. Between jobs it returns 
 throttled worker joined its run's group), its CPU affinity, and frees what it can (garbage, malloc's
 free pages) before resetting the kernel's peak-RSS mark, so ``peak_rss_bytes`` is again the job's own
 peak; its report also holds ``start_rss_bytes``, the RSS it began the job with (what earlier jobs left
-that could not be freed included), the baseline to measure the job's own memory from. The driver of a run always runs in a process that has only ever been a driver: it keeps the
-unsplit model's session and outputs for verification (``runtime.reference``), which must not count in
-a worker's memory.
+that could not be freed included), the baseline to measure the job's own memory from. The driver of a
+run always runs in a process that has only ever been a driver: it keeps the unsplit model's session and
+outputs for verification (``runtime.reference``), which must not count in a worker's memory.
 
 ``PoolLauncher`` is the ``Launcher`` of a pooled run: it hands each rank to a warm process instead of
 starting one, and supervises them the same way (a rank is done once it has reported). A process that
 dies mid-run ends the run with the launcher's message naming the device, and one still busy when a run
 fails is killed; the pool starts fresh processes for the next run. Processes die with the process that
 started them (``lifetime.die_with_parent``: start the pool from the main thread) and end when their
-stdin closes (``close``); each carries ``owner_tag()`` on its command line. Link emulation wraps each process in a network namespace when it starts, so
-a pooled run cannot emulate links; every rank runs one compute thread.
+stdin closes (``close``); each carries ``owner_tag()`` on its command line. Link emulation wraps each
+process in a network namespace when it starts, so a pooled run cannot emulate links; every rank runs
+one compute thread.
 """
 
 from __future__ import annotations
