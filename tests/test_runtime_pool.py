@@ -88,9 +88,14 @@ def test_closing_a_pool_ends_its_processes(pool):
 
 def test_a_pool_refuses_what_its_processes_cannot_do(toy, tmp_path):
     graph, path = toy
-    with WorkerPool() as pool, pytest.raises(UsageError, match="one compute thread"):
-        run_plan(plan_of(graph, [0, graph.num_layers]), graph, path,
-                 RunOptions(inputs=1, threads={"local-cpu0": 2}, pool=pool, run_dir=tmp_path / "run"))
+    with WorkerPool() as pool:
+        with pytest.raises(UsageError, match="one compute thread"):
+            run_plan(plan_of(graph, [0, graph.num_layers]), graph, path,
+                     RunOptions(inputs=1, threads={"local-cpu0": 2}, pool=pool, run_dir=tmp_path / "a"))
+        with pytest.raises(UsageError, match="CPUs only"):
+            run_plan(plan_of(graph, [0, graph.num_layers]), graph, path,
+                     RunOptions(inputs=1, kinds={"local-cpu0": "gpu"}, pool=pool, run_dir=tmp_path / "b"))
+        assert pool.started == 0
 
 
 def test_warm_processes_die_with_the_process_that_started_them(tmp_path):

@@ -19,7 +19,7 @@ fails is killed; the pool starts fresh processes for the next run. Processes die
 started them (``lifetime.die_with_parent``: start the pool from the main thread) and end when their
 stdin closes (``close``); each carries ``owner_tag()`` on its command line. Link emulation wraps each
 process in a network namespace when it starts, so a pooled run cannot emulate links; every rank runs
-one compute thread.
+one compute thread, on a CPU.
 """
 
 from __future__ import annotations
@@ -178,6 +178,11 @@ class PoolLauncher(Launcher):
         many = {d: n for d, n in cfg.threads.items() if int(n) != 1}
         if many:
             raise UsageError(f"a pooled run gives every rank one compute thread, not {many}")
+        gpus = sorted(d for d, kind in cfg.kinds.items() if kind == "gpu")
+        if gpus and not cfg.cpu_only:
+            raise UsageError(f"a pooled run computes on CPUs only ({', '.join(gpus)} would use a GPU, whose "
+                             "CUDA and NCCL state a warm process would carry from run to run); run without the "
+                             "pool, or CPU only")
         super().__init__(manifest, cfg, run_dir, ranks)
         self.pool = pool
 
