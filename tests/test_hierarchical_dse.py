@@ -14,8 +14,8 @@ from hetsplit.errors import HetsplitError
 from hetsplit.plan.check import check_plan
 from hetsplit.plan.pareto import pareto_mask
 from hetsplit.search.encodings import make_encoding
-from hetsplit.search.hierarchical import (FAILED, HierarchicalOptions, Measurement, hierarchical_explore,
-                                          plan_key)
+from hetsplit.search.hierarchical import (FAILED, HierarchicalOptions, Measurement, _Clock, _Measured,
+                                          hierarchical_explore, plan_key)
 from hetsplit.search.node_mapping import NodeMapping
 from hetsplit.workflow import load_problem
 
@@ -100,8 +100,9 @@ def test_hierarchical_runs_stages_on_growing_device_sets(problem):
     for p in res.points:   # a stage's plans use only its devices
         assert len(used_devices(p.plan)) <= p.devices
         assert used_devices(p.plan) <= set(problem.cluster.names[:p.devices])
-    # every plan measured once (the cache), every measurement a point
+    # every plan measured once (the cache), every measurement a point, each stage's counted in it
     assert len(measure.calls) == len(set(measure.calls)) == len(res.points)
+    assert [s.measured for s in res.stages] == [sum(p.stage == s.stage for p in res.points) for s in res.stages]
     # the final front: non-dominated among every measured point, each with its measurement
     f = np.vstack([p.objectives for p in res.points])
     assert len(res.plans) == int(pareto_mask(np.unique(f, axis=0)).sum())
@@ -109,6 +110,24 @@ def test_hierarchical_runs_stages_on_growing_device_sets(problem):
     t, best = res.best_over_time()
     assert np.all(np.diff(t) >= 0) and np.all(np.diff(best, axis=0) <= 0)
     assert best[-1] == pytest.approx(f.min(axis=0))
+
+
+def test_an_identical_plan_is_answered_from_the_cache_without_a_run(problem):
+    """Two plan objects with the same device per layer are one plan: the second is not run."""
+    enc = make_encoding(problem, "ne", devices=8)
+    x = np.random.default_rng(5).integers(0, enc.upper + 1, size=(1, enc.n_var))
+    a, b = enc.plans(x)[0], enc.plans(x.copy())[0]
+    assert a is not b and plan_key(a) == plan_key(b)
+    measure = FakeMeasurer(sleep_s=0.3)
+    measured = _Measured(measure, _Clock(60.0), None)
+    fa = measured.objectives(a, 1, 8, 60.0)
+    t0 = time.perf_counter()
+    fb = measured.objectives(b, 1, 8, 60.0)
+    assert time.perf_counter() - t0 < 0.2 and len(measure.calls) == 1 and measured.hits == 1
+    assert np.array_equal(fa, fb) and len(measured.points) == 1
+    other = enc.plans(np.where(x == 0, 1, 0))[0]       # another plan is run
+    measured.objectives(other, 1, 8, 60.0)
+    assert len(measure.calls) == 2 and measured.hits == 1
 
 
 def test_budget_stops_between_measurements(problem):

@@ -5,6 +5,7 @@ leave no worker, cgroup, namespace or scratch directory behind."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -15,20 +16,21 @@ import numpy as np
 import pytest
 
 from hetsplit.cli.main import main
-from hetsplit.experiments.hierdse import (EXPERIMENTS, MIN_MEASURED, HierDseOptions, HierDseResults, MeasureOptions,
-                                          RunMeasurer, check_claims, run, time_to_reach)
+from hetsplit.experiments.hierdse import (EXPERIMENTS, MIN_MEASURED, SCRATCH, HierDseOptions, HierDseResults,
+                                          MeasureOptions, RunMeasurer, check_claims, run, time_to_reach)
 from hetsplit.report.hierdse_repro import write_report
 from hetsplit.runtime.cpu_throttle import find_controller, throttle_available
 from hetsplit.runtime.launch import processes_of
 from hetsplit.runtime.netem import emulation_available
 from hetsplit.runtime.netns_cleanup import list_namespaces
 from hetsplit.runtime.owned import owner_of
+from hetsplit.runtime.pool import owner_tag
 from hetsplit.search.encodings import make_encoding
 from hetsplit.search.hierarchical import HierarchicalResult, Measurement, MeasuredPoint, StageRecord
 from hetsplit.workflow import load_problem
 
 pytestmark = pytest.mark.timeout(180)
-SCRATCH = "hetsplit-hierdse-"
+MINE = f"{SCRATCH}{os.getpid()}-"      # this process's runs' scratch directories
 
 
 class ModelMeasurer:
@@ -114,17 +116,37 @@ def test_a_search_with_too_few_measured_plans_is_inconclusive_and_says_how_many(
     assert better.label == "inconclusive" and better.evaluations == 0 and "measured 0 plans" in better.evidence
 
 
+def test_every_verdict_says_how_many_plans_each_stage_measured():
+    spe, ne = _padded([(10, 20, 100, 1.0)]), [(10, 12, 140, 1.5)] * 12
+    runs = {"3s-2l-SPE": _result("3s-2l-SPE", spe, stages=(2, 4, 8)),
+            "1s-non-SPE": _result("1s-non-SPE", spe, stages=(8,)), "1s-non-NE": _result("1s-non-NE", ne, stages=(8,))}
+    for name, counts in (("3s-2l-SPE", (5, 7, MIN_MEASURED)), ("1s-non-SPE", (MIN_MEASURED,)), ("1s-non-NE", (12,))):
+        for stage, n in zip(runs[name].stages, counts):
+            stage.measured = n
+    claims = check_claims(HierDseResults(HierDseOptions(), runs, 600.0, 140))
+    better = claims.get("hierarchy-better")
+    assert better.label == "direction"
+    assert f"stage 1 (2 PEs) 5, stage 2 (4 PEs) 7, stage 3 (8 PEs) {MIN_MEASURED}" in better.evidence
+    ne_claim = claims.get("spe-beats-ne")
+    assert ne_claim.label == "inconclusive" and ne_claim.evaluations == 12
+    assert "1s-non-NE: 12 plans measured (stage 1 (8 PEs) 12)" in ne_claim.evidence
+
+
 def test_a_real_measured_run_of_a_pipeline_plan():
     problem = load_problem("resnet8", "jetson-xavier-nx-4")
     emulate = throttle_available() is None
-    measure = RunMeasurer("resnet8", problem, MeasureOptions(inputs=4, emulate_devices=emulate))
     enc = make_encoding(problem, "spe", devices=8)
     plan = enc.plans(np.random.default_rng(3).integers(0, enc.upper + 1, size=(1, enc.n_var)))[0]
-    m = measure(plan)
+    with RunMeasurer("resnet8", problem, MeasureOptions(inputs=4, emulate_devices=emulate)) as measure:
+        m = measure(plan)
+        pool = [p.pid for ps in measure.pool.idle.values() for p in ps]
     assert m.error is None, m.error
     assert m.throughput > 0 and m.memory_per_device_bytes > 0 and m.energy_per_device_j > 0
     assert m.details["verified"] and (m.details["dilation"] is not None) == emulate
-    assert not processes_of(SCRATCH)
+    iv = m.details["interval_s"]    # the spread of the streamed outputs' spacing, which the throughput is over
+    assert iv["n"] == 3 and 0 < iv["min"] <= iv["median"] <= iv["max"]
+    assert 1 / iv["max"] <= m.throughput <= 1 / iv["min"]
+    assert not processes_of(MINE) and pool and not processes_of(owner_tag())
 
 
 def test_explore_hierarchical_on_the_command_line(tmp_path, capsys):
@@ -136,7 +158,7 @@ def test_explore_hierarchical_on_the_command_line(tmp_path, capsys):
     doc = json.loads((out / "plans.json").read_text())
     assert doc["plans"] and all("measured" in p["params"] for p in doc["plans"])
     assert (out / "search_time.png").stat().st_size > 0
-    assert not processes_of(SCRATCH)
+    assert not processes_of(MINE)
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -149,8 +171,9 @@ def test_bad_options_exit_2(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
-def _scratch_dirs() -> set[str]:
-    return {p.name for p in Path("/dev/shm").glob(SCRATCH + "*")} if Path("/dev/shm").is_dir() else set()
+def _scratch_dirs(pid: int) -> set[str]:
+    """The scratch directories of the runs of process ``pid``."""
+    return {p.name for p in Path("/dev/shm").glob(f"{SCRATCH}{pid}-*")} if Path("/dev/shm").is_dir() else set()
 
 
 def _wait_for(what, within_s: float) -> bool:
@@ -160,6 +183,11 @@ def _wait_for(what, within_s: float) -> bool:
             return True
         time.sleep(0.2)
     return False
+
+
+def _workers(pid: int) -> list[int]:
+    """The run processes of a search (fresh ones name their scratch directory; warm ones their owner)."""
+    return processes_of(f"{SCRATCH}{pid}-") + processes_of(owner_tag(pid))
 
 
 def _cgroups_of(pid: int) -> list[str]:
@@ -172,13 +200,12 @@ def test_an_interrupted_search_leaves_nothing_behind(sig, code, tmp_path):
     """Interrupted mid-run (workers up, throttled where cgroups work): the command ends with 130/143
     and no worker, cgroup or scratch directory of it remains."""
     emulate = throttle_available() is None
-    before = _scratch_dirs()
     cmd = [sys.executable, "-m", "hetsplit.cli.main", "explore", "resnet8", "-c", "jetson-xavier-nx-4",
            "--hierarchical", "--stages", "1", "--measured-only", "--measured-pop", "2", "--budget", "120s",
            "--inputs", "5000"] + ([] if emulate else ["--no-emulate"])
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        started = _wait_for(lambda: processes_of(SCRATCH) and (not emulate or _cgroups_of(proc.pid)), 90)
+        started = _wait_for(lambda: _workers(proc.pid) and (not emulate or _cgroups_of(proc.pid)), 90)
         assert started, "the search never started its workers"
         time.sleep(1.0)
         proc.send_signal(sig)
@@ -186,9 +213,9 @@ def test_an_interrupted_search_leaves_nothing_behind(sig, code, tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert _wait_for(lambda: not processes_of(SCRATCH), 5), processes_of(SCRATCH)
+    assert _wait_for(lambda: not _workers(proc.pid), 5), _workers(proc.pid)
     assert not _cgroups_of(proc.pid)
-    assert _scratch_dirs() <= before
+    assert not _scratch_dirs(proc.pid)
 
 
 @pytest.mark.skipif(emulation_available() is not None, reason=f"needs network namespaces: {emulation_available()}")

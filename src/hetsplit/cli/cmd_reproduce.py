@@ -191,6 +191,7 @@ def _run_hierdse(args) -> int:
     claims = ex.check_claims(results)
     paths = rep.write_report(Path(args.out or "out/hierdse"), results, claims)
     print("\n".join(rep.curve_table(results)))
+    print("\n".join([*rep.stage_table(results), rep.spread_line(results)]))
     print("\n".join(console_lines(claims)))
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0

@@ -6,13 +6,22 @@ relative speed of the PE it stands for (``run --emulate-devices``: cgroup CPU qu
 cluster runs ``dilation`` times slower than the real one, and the measured times are divided by it).
 What a run gives the search:
 
-- throughput: the inputs streamed through the workers, emulated (measured x dilation);
+- throughput: the inputs streamed through the workers, emulated (measured x dilation); few inputs
+  (``MeasureOptions.inputs``), so each measurement also records the spread of the emulated time
+  between successive outputs (``interval_s``: min, median, max) beside the throughput they give;
 - memory per device: the largest worker's peak RSS above an idle worker's (interpreter, torch and
-  onnxruntime: ``hybrid_run.idle_worker_rss_bytes``), that is the sub-model and its buffers;
+  onnxruntime: ``hybrid_run.idle_worker_rss_bytes``; a warm process's own RSS when its run began),
+  that is the sub-model and its buffers;
 - energy per device: no power meter reads here (no RAPL; the Jetson's INA3221 is not ours), so a
   device's energy per input is its measured busy time (emulated) times the power its cost model
   gives while computing, plus the energy its cost model gives for what it sends. The time is measured;
   the power is the model's. Where a meter reads, the runtime's energy is used instead.
+
+A measurement is made cheap enough for a search to measure hundreds of plans: the ranks run in warm
+processes reused from plan to plan (``runtime.pool``: start-up, imports and the verification's reference
+outputs paid once, the plan's sub-models loaded anew each time), the split skips its probe run of each
+sub-model (the run itself loads and runs them, and verifies the outputs), and a plan the search has
+measured is not run again (``search.hierarchical``'s cache, keyed by the plan's device per layer).
 
 The three experiments (``EXPERIMENTS``) share the wall-clock budget equally: 3s-2l-SPE (3 stages, 2
 levels, split point encoding), 1s-non-SPE and 1s-non-NE (one stage, measured level only). The paper
@@ -23,6 +32,9 @@ is where the paper's claims separate them.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import tempfile
 import time
 from dataclasses import dataclass, field, replace
@@ -59,13 +71,21 @@ class MeasureOptions:
     ``emulate_devices``: throttle workers to their PEs' speeds (False: run at this machine's speed),
     ``emulate_links``: shape the links between workers to the cluster's (slowed by the same dilation;
     pipeline plans only, so the reproduction leaves it off: its NE plans are mappings and every experiment
-    must be measured alike)."""
+    must be measured alike); ``pool``: warm processes shared by the runs."""
 
-    inputs: int = 6
-    latency_inputs: int = 1
+    inputs: int = 4
+    latency_inputs: int = 0
     timeout_s: float = 60.0
     emulate_devices: bool = True
     emulate_links: bool = False
+    pool: bool = True          # run the ranks in warm processes (runtime.pool; not with emulate_links)
+
+    def __post_init__(self) -> None:
+        if self.pool and self.emulate_links:
+            raise HetsplitError("link emulation needs a fresh process per rank: measure without the pool")
+
+
+SCRATCH = "hetsplit-hierdse-"      # a run's scratch directory: SCRATCH + the measuring process's pid + "-"
 
 
 def _shm_dir() -> str | None:
@@ -96,6 +116,23 @@ class RunMeasurer:
         self.baseline_rss = idle_worker_rss_bytes() or 0
         c = problem.costs
         self.power_w = {t: float(c.energy_j[:, i].sum() / c.time_s[:, i].sum()) for i, t in enumerate(c.types)}
+        self.pool = None
+        if options.pool:
+            from hetsplit.runtime.pool import WorkerPool
+
+            self.pool = WorkerPool()
+            self.pool.warm(problem.num_devices)
+
+    def close(self) -> None:
+        """End the warm processes (a measurer without a pool has none)."""
+        if self.pool is not None:
+            self.pool.close()
+
+    def __enter__(self) -> "RunMeasurer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def emulation(self, plan: Plan):
         from hetsplit.runtime.device_emulation import plan_emulation
@@ -104,31 +141,37 @@ class RunMeasurer:
 
     def __call__(self, plan: Plan) -> Measurement:
         from hetsplit.runtime import load_manifest, run_manifest, split_model
+        from hetsplit.runtime.measure import read_driver_doc
         from hetsplit.runtime.netem import LinkMatrix
         from hetsplit.runtime.run import RunOptions
 
         t0 = time.perf_counter()
         emu = self.emulation(plan)
         opts = RunOptions(inputs=self.options.inputs, latency_inputs=self.options.latency_inputs,
-                          timeout_s=self.options.timeout_s, devices=emu)
+                          timeout_s=self.options.timeout_s, devices=emu, pool=self.pool)
         try:
-            with tempfile.TemporaryDirectory(prefix="hetsplit-hierdse-", dir=_shm_dir()) as d:
-                split_model(plan, self.graph, self.model_path, Path(d) / "split", cluster=self.problem.cluster)
+            with tempfile.TemporaryDirectory(prefix=f"{SCRATCH}{os.getpid()}-", dir=_shm_dir()) as d:
+                split_model(plan, self.graph, self.model_path, Path(d) / "split", check=False,
+                            cluster=self.problem.cluster)
                 manifest = load_manifest(Path(d) / "split")
                 if self.options.emulate_links:
                     opts.links = LinkMatrix.from_cluster(manifest, self.problem.cluster)
                 opts.run_dir = Path(d) / "run"
                 report = run_manifest(manifest, opts)
+                driver = read_driver_doc(opts.run_dir) or {}
+                start_rss = {row["rank"]: _start_rss(opts.run_dir, row["rank"]) for row in report.devices}
         except HetsplitError as exc:          # RuntimeFailure included: a failed run is a result
             return Measurement(seconds=time.perf_counter() - t0, error=str(exc))
         dilation = emu.dilation if emu is not None else 1.0
-        memory = max(max(0.0, float(d.get("peak_rss_bytes") or 0) - self.baseline_rss) for d in report.devices)
+        memory = max(max(0.0, float(row.get("peak_rss_bytes") or 0) - (start_rss[row["rank"]] or self.baseline_rss))
+                     for row in report.devices)
         energy = max(self.device_energy(plan, d, dilation) for d in report.devices)
         return Measurement(throughput=report.throughput * dilation, memory_per_device_bytes=memory,
                            energy_per_device_j=energy, seconds=time.perf_counter() - t0,
                            details={"dilation": emu.dilation if emu is not None else None,
                                     "verified": bool(report.verify.get("ok", True)),
-                                    "latency_s": report.latency_s / dilation})
+                                    "latency_s": report.latency_s / dilation, "inputs": report.inputs,
+                                    "interval_s": output_intervals(driver, dilation)})
 
     def device_energy(self, plan: Plan, row: dict, dilation: float) -> float:
         """A device's energy per input: metered where the runtime read a meter, else its measured busy
@@ -144,6 +187,24 @@ class RunMeasurer:
         return power * float(row["compute_mean_s"]) / dilation + max(0.0, sends_j)
 
 
+def _start_rss(run_dir: Path, rank: int) -> float | None:
+    """The RSS a warm process began its rank of the run with (None: a fresh process)."""
+    try:
+        return json.loads((run_dir / f"rank{rank}.json").read_text()).get("start_rss_bytes")
+    except (OSError, ValueError):
+        return None
+
+
+def output_intervals(driver: dict, dilation: float) -> dict:
+    """The emulated seconds between successive outputs of the streamed inputs (what the throughput is
+    measured over): their count, min, median and max."""
+    k, t = int(driver.get("latency_inputs", 0)), driver.get("t_out", [])
+    gaps = np.diff(t[k:]) / dilation if len(t) - k >= 2 else np.zeros(0)
+    if not len(gaps):
+        return {"n": 0}
+    return {"n": int(len(gaps)), "min": float(gaps.min()), "median": float(np.median(gaps)), "max": float(gaps.max())}
+
+
 def explore_measured(model: str, cluster: str, options: HierarchicalOptions, measure: MeasureOptions,
                      on_point: Callable[[MeasuredPoint], None] | None = None,
                      input_shapes: InputShapes | None = None) -> tuple[SplitProblem, HierarchicalResult]:
@@ -152,7 +213,8 @@ def explore_measured(model: str, cluster: str, options: HierarchicalOptions, mea
     from hetsplit.workflow import load_problem
 
     problem = load_problem(model, cluster, input_shapes=input_shapes)
-    return problem, hierarchical_explore(problem, RunMeasurer(model, problem, measure), options, on_point)
+    with RunMeasurer(model, problem, measure) as measurer:
+        return problem, hierarchical_explore(problem, measurer, options, on_point)
 
 
 @dataclass(frozen=True)
@@ -202,17 +264,20 @@ def run(options: HierDseOptions = HierDseOptions(), progress: Progress = _quiet,
     problem = load_problem(options.model, options.cluster)
     measure = (measurer or (lambda p: RunMeasurer(options.model, p, options.measure)))(problem)
     runs: dict[str, HierarchicalResult] = {}
-    for i, name in enumerate(options.experiments):
-        left = options.budget_s - (time.perf_counter() - t0)
-        share = left / (len(options.experiments) - i)
-        progress(f"{name}: {share:.0f} s")
+    with contextlib.ExitStack() as stack:
+        if hasattr(measure, "close"):
+            stack.callback(measure.close)       # a RunMeasurer's warm processes end with the runs
+        for i, name in enumerate(options.experiments):
+            left = options.budget_s - (time.perf_counter() - t0)
+            share = left / (len(options.experiments) - i)
+            progress(f"{name}: {share:.0f} s")
 
-        def on_point(p: MeasuredPoint, name=name) -> None:
-            f = p.objectives
-            what = p.measurement.error or fmt_objectives(f)
-            progress(f"  {name} stage {p.stage} ({p.devices} PEs) t={p.t_s:.0f} s: {what}")
+            def on_point(p: MeasuredPoint, name=name) -> None:
+                f = p.objectives
+                what = p.measurement.error or fmt_objectives(f)
+                progress(f"  {name} stage {p.stage} ({p.devices} PEs) t={p.t_s:.0f} s: {what}")
 
-        runs[name] = hierarchical_explore(problem, measure, experiment_options(name, options, share), on_point)
+            runs[name] = hierarchical_explore(problem, measure, experiment_options(name, options, share), on_point)
     return HierDseResults(options, runs, time.perf_counter() - t0, problem.num_layers, dilation_summary(runs))
 
 
@@ -301,8 +366,8 @@ def claim_spe_vs_ne(results: HierDseResults) -> Claim:
     better, worse = _compare(fa, fb)
     return direction(key, text, _verdict(len(better), len(worse)),
                      f"best after {k} measured plans each: {a} {fmt_objectives(fa)} vs {b} {fmt_objectives(fb)}; "
-                     f"{a} better in {', '.join(better) or 'none'}" + (f", worse in {', '.join(worse)}" if worse else ""),
-                     "", evaluations=2 * k, where="Sect. 5, Fig. 4")
+                     f"{a} better in {', '.join(better) or 'none'}" + (f", worse in {', '.join(worse)}" if worse else "")
+                     + f" ({counts})", "", evaluations=2 * k, where="Sect. 5, Fig. 4")
 
 
 def _better(horizon: float, hier: HierarchicalResult, single: HierarchicalResult) -> tuple[str, str]:
@@ -343,7 +408,7 @@ def claim_hierarchy(results: HierDseResults, key: str, text: str,
                             f"{a}'s last stage (all PEs) measured {last} plans, {b} {single} ({_counts(results, (a, b))}); "
                             f"a verdict needs at least {MIN_MEASURED} each", needed=MIN_MEASURED, where=where)
     verdict, evidence = judge(horizon_s(results), results.runs[a], results.runs[b])
-    return direction(key, text, verdict, evidence, evaluations=len(results.runs[a].points) + single, where=where)
+    return direction(key, text, verdict, f"{evidence} ({_counts(results, (a, b))})", evaluations=len(results.runs[a].points) + single, where=where)
 
 
 def check_claims(results: HierDseResults) -> ClaimSet:
@@ -352,7 +417,8 @@ def check_claims(results: HierDseResults) -> ClaimSet:
                     notes=(f"A search's curve backs a verdict once it has measured at least {MIN_MEASURED} plans (five "
                            "generations of the default measured population); SPE and NE are compared after the same "
                            "number of measured plans, the hierarchy against one-stage SPE at the same search time, "
-                           "with its last stage (all PEs) measured at least as often.",))
+                           "with its last stage (all PEs) measured at least as often. Every verdict names the plans "
+                           "each stage ran (a plan met again is answered from the search's cache and not counted).",))
 
 
 def fmt_objectives(f: np.ndarray) -> str:

@@ -130,7 +130,8 @@ def measure_memory(model: str, problem: SplitProblem, picks: list[tuple[str, Pla
     """Run the unpartitioned model and each picked plan (real processes, this machine's CPU, no throttling)."""
     from hetsplit.experiments.hierdse import MeasureOptions, RunMeasurer
 
-    measure = RunMeasurer(model, problem, MeasureOptions(inputs=3, latency_inputs=1, emulate_devices=False))
+    measure = RunMeasurer(model, problem, MeasureOptions(inputs=3, latency_inputs=1, emulate_devices=False,
+                                                         pool=False))
     out = []
     for label, plan in [("unpartitioned", one_device_plan(problem)), *picks]:
         progress(f"{model}: running {label} for its peak memory ({len(plan.devices)} workers)")

@@ -42,12 +42,27 @@ def curve_table(results: HierDseResults) -> list[str]:
 
 def stage_table(results: HierDseResults) -> list[str]:
     lines = ["| experiment | stage | PEs | seeded from the previous stage | level-1 Pareto plans | level-1 time (s) | "
-             "plans run | generations | stage time (s) |", "|---|---|---|---|---|---|---|---|---|"]
+             "plans run | met again (cache) | generations | stage time (s) | s per run |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, run in results.runs.items():
         for s in run.stages:
+            runs = [p.measurement.seconds for p in run.points if p.stage == s.stage]
+            per = f"{np.median(runs):.1f}" if runs else "-"
             lines.append(f"| {name} | {s.stage} | {s.devices} | {s.carried} | {s.analytic_front} | "
-                         f"{s.analytic_seconds:.1f} | {s.measured} | {s.generations} | {s.seconds:.0f} |")
+                         f"{s.analytic_seconds:.1f} | {s.measured} | {s.cached} | {s.generations} | {s.seconds:.0f} | "
+                         f"{per} |")
     return lines
+
+
+def spread_line(results: HierDseResults) -> str:
+    """How far the spacing of one run's outputs spreads: (max - min) / median per plan, over the plans."""
+    spread = [(iv["max"] - iv["min"]) / iv["median"] for r in results.runs.values() for p in r.points
+              if (iv := p.measurement.details.get("interval_s")) and iv.get("n", 0) >= 2 and iv["median"] > 0]
+    if not spread:
+        return "- spread of the outputs' spacing within a run: not recorded"
+    q = np.percentile(spread, [50, 90])
+    return (f"- spread of the outputs' spacing within a run ((max - min) / median, per plan; what the throughput is "
+            f"measured over): median {q[0]:.0%}, 90th percentile {q[1]:.0%} over {len(spread)} plans")
 
 
 def setup_lines(results: HierDseResults) -> list[str]:
@@ -61,9 +76,12 @@ def setup_lines(results: HierDseResults) -> list[str]:
            if d else "workers ran at this machine's speed (no device emulation)")
     return [f"- model {o.model}, cluster {o.cluster} (8 PEs: 4 Jetson Xavier NX boards x CPU + GPU), "
             f"budget {o.budget_s:.0f} s in all, {results.seconds:.0f} s used",
-            f"- every plan's fitness is a real run by hetsplit's runtime on this machine ({m.inputs} inputs, one process "
-            f"per PE); {emu}",
-            f"- {measured} plans run, {failed} failed (a failed run is infeasible to the search)",
+            f"- every plan's fitness is a real run by hetsplit's runtime on this machine ({m.inputs} inputs, "
+            f"{m.latency_inputs} of them one at a time, the throughput from the spacing of the streamed ones' outputs; "
+            "one process per PE" + (", warm processes reused from run to run" if m.pool else "") + f"); {emu}",
+            spread_line(results),
+            f"- {measured} plans run, {failed} failed (a failed run is infeasible to the search); a plan a search met "
+            "again was answered from its cache (keyed by the plan's device per layer), not run again",
             f"- level 2 (measured) population {o.measured_pop}; level 1 (analytical) {o.analytic_pop} x "
             f"{o.analytic_gens} generations; crossover 0.5, mutation 0.2 as in the paper",
             "- memory per device: the largest worker's peak RSS above an idle worker's; energy per device: measured "
@@ -95,7 +113,8 @@ def results_dict(results: HierDseResults, claims: ClaimSet) -> dict:
             "seconds": run.seconds,
             "stages": [vars(s) for s in run.stages],
             "points": [{"t_s": p.t_s, "stage": p.stage, "devices": p.devices, "run_s": p.measurement.seconds,
-                        "objectives": [float(v) for v in p.objectives], "error": p.measurement.error}
+                        "objectives": [float(v) for v in p.objectives], "error": p.measurement.error,
+                        "interval_s": p.measurement.details.get("interval_s")}
                        for p in run.points],
             "pareto": [{"stages": [[s.device, len(s.layers)] for s in plan.stages] if plan.stages else None,
                         "measured": plan.params.get("measured")} for plan in run.plans],

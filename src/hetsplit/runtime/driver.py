@@ -102,18 +102,15 @@ def run_driver(cfg: RunConfig, manifest: Manifest, run_dir: Path) -> dict:
 
 def verify(manifest: Manifest, inputs: list[dict], outputs: list[dict], cfg: RunConfig) -> dict:
     """Compare every output with the unsplit model run in onnxruntime; fail on a mismatch."""
-    import onnxruntime as ort
+    from hetsplit.runtime.reference import reference_outputs
 
     src = Path(manifest.source_model)
     if not src.is_file():
         raise RuntimeFailure(f"driver: cannot verify: the unsplit model {src} is not on this host")
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    sess = ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
     names = [t.name for t in manifest.outputs]
     max_abs, max_rel, worst = 0.0, 0.0, None
     for i, (feed, got) in enumerate(zip(inputs, outputs)):
-        ref = dict(zip(names, sess.run(names, feed)))
+        ref = reference_outputs(src, names, feed)
         for name in names:
             a, b = np.asarray(got[name], dtype=np.float64), np.asarray(ref[name], dtype=np.float64)
             if a.shape != b.shape:

@@ -76,7 +76,15 @@ def manifest_work(cfg: RunConfig, rank: int, run_dir: Path) -> tuple[str, Callab
 
 def main(argv: list[str], work: Work = manifest_work) -> int:
     """Run rank ``argv[1]`` of the run in ``argv[0]``; write ``rank<R>.json`` and exit (never raises)."""
-    run_dir, rank = Path(argv[0]), int(argv[1])
+    code = run_rank(Path(argv[0]), int(argv[1]), work)
+    sys.stdout.flush(), sys.stderr.flush()
+    os._exit(code)
+
+
+def run_rank(run_dir: Path, rank: int, work: Work = manifest_work, extra: dict | None = None) -> int:
+    """Run rank ``rank`` of the run in ``run_dir`` and write ``rank<R>.json`` (with ``extra`` on success); the
+    exit code it calls for (0: done, 1: failed, reported). Never raises; a warm process (``runtime.pool``)
+    calls it once per run."""
     out = run_dir / f"rank{rank}.json"
     device = f"rank {rank}"
     t0 = time.time()
@@ -89,7 +97,7 @@ def main(argv: list[str], work: Work = manifest_work) -> int:
         result = job()
         doc = {"ok": True, "rank": rank, "device": device, "t_start": t0, "t_end": time.time(),
                "peak_rss_bytes": peak_rss_bytes(),
-               "cpus": sorted(os.sched_getaffinity(0)), **result}
+               "cpus": sorted(os.sched_getaffinity(0)), **(extra or {}), **result}
         code = 0
     except BaseException as exc:  # noqa: BLE001 - every failure is reported, never raised past here
         kind = exc.kind if isinstance(exc, LinkFailure) else "error"
@@ -98,11 +106,11 @@ def main(argv: list[str], work: Work = manifest_work) -> int:
         doc = {"ok": False, "rank": rank, "device": device, "error": msg, "kind": kind, "peer": peer,
                "t_fail": time.time(), "traceback": traceback.format_exc()}
         code = 1
+    sys.stdout.flush(), sys.stderr.flush()
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps(doc))
     tmp.rename(out)
-    sys.stdout.flush(), sys.stderr.flush()
-    os._exit(code)
+    return code
 
 
 if __name__ == "__main__":

@@ -47,6 +47,7 @@ class RunOptions:
     faults: dict[str, dict] = field(default_factory=dict)  # rank -> {"kind": die|stall, "after": k} (rehearsal)
     pin: bool = False                    # pin each worker to its own CPUs (as many as its threads)
     devices: DeviceEmulation | None = None   # throttle each worker to its device's speed (runtime.device_emulation)
+    pool: object | None = None           # runtime.pool.WorkerPool: run the ranks in its warm processes
 
     def __post_init__(self) -> None:
         if not self.inputs >= 1:
@@ -111,10 +112,16 @@ def run_manifest(manifest: Manifest, opts: RunOptions) -> RunReport:
         wrap = (lambda rank: [w for f in wraps for w in f(rank)]) if wraps else None
         ranks, peers = None, None
         if opts.hosts is not None:
+            if opts.pool is not None:
+                raise UsageError("a pooled run keeps its warm processes on this host; run across hosts without the pool")
             opts.hosts.check(manifest)
             peers = Hosted(manifest, opts.hosts, opts.announce)
             ranks = [r for r in range(manifest.world_size) if r not in peers.remote]
-        docs = Launcher(manifest, cfg, run_dir, ranks=ranks, wrap=wrap, peers=peers).run()
+        if opts.pool is not None:
+            launcher = opts.pool.launcher(manifest, cfg, run_dir, ranks=ranks, wrap=wrap)
+        else:
+            launcher = Launcher(manifest, cfg, run_dir, ranks=ranks, wrap=wrap, peers=peers)
+        docs = launcher.run()
         report = summarize(manifest, docs)
         report.extra["run_dir"] = str(run_dir) if opts.run_dir else None
         if removed:

@@ -126,6 +126,7 @@ class StageRecord:
     analytic_front: int = 0         # level 1's Pareto plans
     analytic_seconds: float = 0.0
     measured: int = 0               # real runs (cache hits not counted)
+    cached: int = 0                 # plans met again, answered from the cache without a run
     generations: int = 0            # level 2 generations completed
     seconds: float = 0.0
 
@@ -178,6 +179,7 @@ class _Measured:
     def __init__(self, measure: PlanMeasurer, clock: _Clock, on_point: Callable[[MeasuredPoint], None] | None):
         self.measure, self.clock, self.on_point = measure, clock, on_point
         self.cache: dict[tuple, MeasuredPoint] = {}
+        self.hits = 0                        # plans answered from the cache
         self.points: list[MeasuredPoint] = []
         self.durations: list[float] = []     # wall time of each measurement, on the search's clock
 
@@ -188,6 +190,7 @@ class _Measured:
     def objectives(self, plan: Plan, stage: int, devices: int, deadline: float) -> np.ndarray:
         key = plan_key(plan)
         if key in self.cache:
+            self.hits += 1
             return self.cache[key].objectives
         start = self.clock.elapsed()
         if start + self.expected_s() >= deadline:
@@ -314,9 +317,9 @@ def hierarchical_explore(problem: SplitProblem, measure: PlanMeasurer, options: 
         share = clock.left() / (len(sizes) - stage + 1)
         deadline = clock.elapsed() + max(0.0, share)
         initial = np.concatenate(level2_seeds) if level2_seeds else None
-        before = len(measured.points)
+        before, hits = len(measured.points), measured.hits
         x, f = _measured_level(enc, initial, options, measured, stage, devices, deadline, record)
-        record.measured = len(measured.points) - before
+        record.measured, record.cached = len(measured.points) - before, measured.hits - hits
         record.seconds = clock.elapsed() - start
         records.append(record)
         if on_stage is not None:
