@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from hetsplit.cluster import Cluster
+from hetsplit.cluster.examples import is_builtin
 from hetsplit.costs import CostTable, SplitProblem, build_problem, load_profile
 from hetsplit.costs.local_calibration import MODEL as LOCAL_MODEL
 from hetsplit.costs.local_calibration import local_costs
-from hetsplit.errors import HetsplitError, UsageError
+from hetsplit.errors import ClusterError, HetsplitError, UsageError
 from hetsplit.estimate import HereOptions, LocalPrediction, SimResult, make_fidelity
 from hetsplit.estimate.processes import runs_here  # noqa: F401 - re-exported for the commands
 from hetsplit.estimate.transfers import Transfer
@@ -281,21 +282,34 @@ def load_plan_cluster(plan: Plan, given: str | None = None, required: bool = Fal
     ``recalibrate``: see ``load_cluster_spec``."""
     if given:
         return load_cluster_spec(given, recalibrate)
-    gone = bool(plan.cluster_file) and not Path(str(plan.cluster_file)).is_file()
-    spec = plan.cluster if gone or not plan.cluster_file else plan.cluster_file
+    gone = bool(plan.cluster_file) and not Path(str(plan.cluster_file)).exists()
     fix = "give one with --cluster (a YAML file or a built-in name)"
-    if not spec:
-        if required:
-            raise HetsplitError(f"the plan names no cluster; {fix}")
-        return None
     try:
-        return load_cluster_spec(spec, recalibrate)
-    except HetsplitError as exc:
+        if plan.cluster_file and not gone:
+            return _plan_cluster_file(str(plan.cluster_file), recalibrate)
+        was = f"the plan's cluster file {plan.cluster_file} is gone and " if gone else ""
+        if not plan.cluster:
+            raise ClusterError(f"{was}the plan names no cluster; {fix}")
+        if not is_builtin(plan.cluster):  # a plan's cluster name is read as a built-in only, never as a path
+            raise ClusterError(f"{was}the plan's cluster {plan.cluster!r} is no built-in cluster; {fix}")
+        return load_cluster_spec(plan.cluster, recalibrate)
+    except HetsplitError:
         if not required:
             return None
-        if gone:
-            raise type(exc)(f"the plan's cluster file {plan.cluster_file} is gone and {exc}; {fix}") from None
         raise
+
+
+def _plan_cluster_file(path: str, recalibrate: bool) -> Cluster:
+    """The cluster YAML a plan names, read only as a cluster: a ``.yaml``/``.yml`` file, and on any
+    problem an error that quotes nothing of it (the file is the plan's word, not the user's)."""
+    fix = f"give the cluster with --cluster (hetsplit shows what is wrong in a file named there: --cluster {path})"
+    if Path(path).suffix.lower() not in (".yaml", ".yml"):
+        raise ClusterError(f"the plan's cluster_file {path} is not a .yaml file; a plan may name only a cluster "
+                           f"YAML; {fix}")
+    try:
+        return load_cluster_spec(path, recalibrate)
+    except HetsplitError:
+        raise ClusterError(f"the plan's cluster_file {path} is not a readable hetsplit cluster; {fix}") from None
 
 
 def import_autodice(mapping_path: str | Path, problem: SplitProblem, horizontal_path: str | Path | None = None,

@@ -39,11 +39,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from hetsplit.cluster.presets import MEDIUM, MEDIUM_FIGURES, Preset, device_preset_names, load_preset, preset_names
 from hetsplit.cluster.types import DEVICE_KINDS, PORTS, Cluster, Device, Medium
 from hetsplit.errors import ClusterError
+from hetsplit.jsonfile import read_yaml
 from hetsplit.units import KEY_KINDS, parse_param, parse_quantity
 
 CLUSTER_FORMAT = "hetsplit.cluster/1"
@@ -74,13 +74,10 @@ def load_cluster(spec: str | Path) -> Cluster:
     if is_builtin(text):
         return cluster_from_dict(builtin_spec(text), origin=f"built-in cluster {text}")
     if path.suffix in (".yaml", ".yml") or path.is_file():
-        if not path.is_file():
+        if not path.exists():
             raise ClusterError(f"cluster file {text} does not exist; give a YAML path or a built-in cluster "
                                "name (hetsplit clusters lists them)")
-        try:
-            data = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as exc:
-            raise ClusterError(f"{path}: not valid YAML ({exc}); fix the syntax") from None
+        data = read_yaml(path, ClusterError, "no such cluster file")
         return cluster_from_dict(data, origin=str(path), base_dir=path.parent, default_name=path.stem)
     names = builtin_names()
     close = difflib.get_close_matches(text, names, n=3)

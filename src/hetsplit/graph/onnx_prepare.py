@@ -27,6 +27,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from hetsplit.errors import ModelError
+from hetsplit.jsonfile import ONNX_MAX_BYTES, check_input
 from hetsplit.graph.onnx_ops import role
 
 MIN_OPSET = 11
@@ -41,8 +42,7 @@ def read_model(model: str | Path | onnx.ModelProto) -> onnx.ModelProto:
         copy.CopyFrom(model)
         return copy
     path = Path(model)
-    if not path.is_file():
-        raise ModelError(f"{path}: no such ONNX file; give a path to a .onnx model or a zoo name")
+    check_input(path, ModelError, "no such ONNX file; give a path to a .onnx model or a zoo name", ONNX_MAX_BYTES)
     try:
         return onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # protobuf raises DecodeError and friends
