@@ -324,6 +324,20 @@ def import_autodice(mapping_path: str | Path, problem: SplitProblem, horizontal_
     return plan
 
 
+def read_run_doc(path: str | Path) -> dict[str, Any]:
+    """A run's JSON (``hetsplit run --out``, with or without ``--compare``), its shape checked."""
+    from hetsplit.jsonfile import read_json
+    from hetsplit.runtime.measure import RunReport
+
+    doc = read_json(path, HetsplitError, "no such run file")
+    if isinstance(doc, dict) and "rows" in doc:
+        if not isinstance(doc["rows"], list) or not all(isinstance(r, dict) for r in doc["rows"]):
+            raise HetsplitError(f"{path}: 'rows' of a run comparison must be a list of objects")
+        return doc
+    RunReport.from_dict(doc, str(path))
+    return doc
+
+
 def run_comparison(run_doc: dict[str, Any], plan: Plan, cluster: Cluster) -> dict[str, Any]:
     """Measured beside predicted for a run's JSON: a ``run --compare`` document as it is, a bare run
     report (``run --out`` without ``--compare``) set beside ``plan``'s metrics."""

@@ -7,7 +7,6 @@ from pathlib import Path
 
 from hetsplit.cli.common import add_command
 from hetsplit.errors import HetsplitError
-from hetsplit.jsonfile import read_json
 from hetsplit.outpath import output_file
 from hetsplit.plan import load_plans
 from hetsplit.report.console import wide_console
@@ -32,7 +31,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from hetsplit.report.html import write_report  # matplotlib only for this command
-    from hetsplit.workflow import load_plan_cluster, load_problem, report_details
+    from hetsplit.workflow import load_plan_cluster, load_problem, read_run_doc, report_details
 
     console = wide_console()
     plans = load_plans(args.plans)
@@ -40,7 +39,7 @@ def run(args) -> int:
     title = f"{plans[0].model} on {plans[0].cluster}" if plans else "empty plan set"
     details = None
     if plans:
-        run_doc = read_json(args.run, HetsplitError, "no such run file") if args.run else None
+        run_doc = read_run_doc(args.run) if args.run else None
         try:
             problem = load_problem(args.model or plans[0].model, load_plan_cluster(plans[0], args.cluster, required=True))
         except HetsplitError as exc:

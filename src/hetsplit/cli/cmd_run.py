@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hetsplit.cli.cmd_split import note_unchecked
-from hetsplit.cli.common import add_command, progress
+from hetsplit.cli.common import add_command, progress, int_range
 from hetsplit.plan.io import load_plan
 from hetsplit.report.console import wide_console
 from hetsplit.units import format_quantity
@@ -35,7 +35,7 @@ def register(sub) -> None:
     p.add_argument("--latency-inputs", type=int, default=2, help="first inputs sent one at a time (default 2)")
     p.add_argument("--timeout", type=float, default=60.0, metavar="S",
                    help="fail when no tensor moves for S seconds (default 60)")
-    p.add_argument("--threads", type=int, default=1, help="compute threads per device (default 1)")
+    p.add_argument("--threads", type=int_range(1), default=1, help="compute threads per device (default 1)")
     p.add_argument("--cluster", "-c", default=None, help="cluster of the plan (default: the plan's own)")
     p.add_argument("--profile", default=None, help="hetsplit.profile/1 JSON for the predictions of --compare")
     p.add_argument("--recalibrate", action="store_true",
@@ -59,7 +59,8 @@ def register(sub) -> None:
                         "host has CUDA)")
     p.add_argument("--hosts", default=None, metavar="DEV=HOST,...", help="place devices on hosts (multi-host run)")
     p.add_argument("--node", default=None, metavar="HOST", help="the host this command runs on (with --hosts)")
-    p.add_argument("--port", type=int, default=0, help="rendezvous port (0: a free one locally; 29500 with --hosts)")
+    p.add_argument("--port", type=int_range(0, 65535), default=0,
+                   help="rendezvous port (0: a free one locally; 29500 with --hosts)")
     p.add_argument("--ssh", action="store_true", help="with --hosts: start the other hosts' commands over ssh")
     p.add_argument("--split-dir", default=None, metavar="DIR", help="keep the sub-models here (default: temporary)")
     p.add_argument("--run-dir", default=None, metavar="DIR", help="keep the processes' logs and measurements here")
@@ -69,13 +70,15 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from hetsplit.outpath import output_file
+    from hetsplit.outpath import output_dir, output_file
     from hetsplit.runtime import RunOptions, resolve_model
     from hetsplit.workflow import load_plan_cluster
 
     opts = RunOptions(inputs=args.inputs, latency_inputs=args.latency_inputs, timeout_s=args.timeout,
                       port=args.port, run_dir=Path(args.run_dir) if args.run_dir else None, pin=args.pin)
     output_file(args.out)
+    output_dir(args.split_dir, "--split-dir")
+    output_dir(args.run_dir, "--run-dir")
     if args.emulate_devices:
         _check_emulate_devices(args)
     plan = load_plan(args.plan, args.index)

@@ -29,8 +29,9 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from hetsplit.runtime import resolve_model, split_model
-    from hetsplit.workflow import load_plan_cluster
+    from hetsplit.workflow import load_plan_cluster, output_dir
 
+    output_dir(args.out)
     plan = load_plan(args.plan, args.index)
     cluster = load_plan_cluster(plan, args.cluster)
     note_unchecked(plan, cluster)

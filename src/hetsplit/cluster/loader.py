@@ -53,8 +53,16 @@ LINK_KEYS = ("default", "overrides", "ports")
 OVERRIDE_KEYS = ("between", "from", "to", "medium")
 GROUP_KEYS = ("devices", "medium")
 MEDIUM_KEYS = ("preset", "name") + tuple(MEDIUM_FIGURES)
+MAX_DEVICES = 4096   # link tables are D x D; a million devices would ask for terabytes
 # parameter names a device entry may carry inline (next to name, preset...) rather than under params:
 _MEDIUM_ONLY = {"bandwidth", "latency", "energy_per_byte", "memory"}
+
+
+def _too_many(n: int, what: str = "devices") -> str:
+    """Why ``n`` devices are refused: the per-pair link tables alone would take this much."""
+    need = 4 * 8 * n * n   # bandwidth, latency, energy and media per pair, 8 bytes each
+    return (f"{n:,} {what}, over the {MAX_DEVICES:,} a cluster may have (its link tables alone would take "
+            f"{need / 2**30:,.1f} GiB); describe fewer devices")
 
 
 def inline_param_keys() -> set[str]:
@@ -149,6 +157,8 @@ class _Builder:
                            "devices: [{name: gpu0, preset: rtx3070ti}]")
         entries: list[_Entry] = []
         seen: dict[str, str] = {}
+        if len(raw) > MAX_DEVICES:
+            raise self.err("devices", _too_many(len(raw)))
         for i, item in enumerate(raw):
             for entry in self.device(item, f"devices[{i}]"):
                 if entry.name in seen:
@@ -156,6 +166,8 @@ class _Builder:
                                    f"{seen[entry.name]}); give each device its own name")
                 seen[entry.name] = entry.where
                 entries.append(entry)
+            if len(entries) > MAX_DEVICES:
+                raise self.err(f"devices[{i}]", _too_many(len(entries), "devices up to here"))
         return entries
 
     def device(self, item: Any, where: str) -> list[_Entry]:
@@ -204,6 +216,8 @@ class _Builder:
         count = item.get("count", None)
         if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
             raise self.err(f"{where}.count", f"must be a whole number >= 1, got {count!r}")
+        if count is not None and count > MAX_DEVICES:
+            raise self.err(f"{where}.count", _too_many(count))
         names = [name] if count is None else [f"{name}{j}" for j in range(count)]
         group = item.get("group")
         return [_Entry(n, where, kind, str(item.get("model", preset.model if preset else "roofline")), memory,

@@ -20,6 +20,7 @@ shape inference and for parameter bytes, tiny on disk ("shapes-only" model).
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +32,7 @@ from hetsplit.jsonfile import ONNX_MAX_BYTES, check_input
 from hetsplit.graph.onnx_ops import role
 
 MIN_OPSET = 11
+MAX_TENSOR_ELEMENTS = 2**48     # a petabyte of float32; byte counts stay exact in a float64
 STRIP_MIN_BYTES = 256           # initializers larger than this lose their data in a shapes-only model
 STRIPPED_KEY = "hetsplit.shapes_only"
 
@@ -168,6 +170,17 @@ def value_types(model: onnx.ModelProto) -> dict[str, tuple[tuple[int, ...] | Non
     return out
 
 
+def _sized_types(model: onnx.ModelProto, where: str) -> dict:
+    """``value_types``, refusing a tensor larger than any device could hold (before any count of it)."""
+    types = value_types(model)
+    for t, (shape, _) in types.items():
+        if shape is not None and math.prod(shape) > MAX_TENSOR_ELEMENTS:
+            dims = " x ".join(f"{d:,}" for d in shape)
+            raise ModelError(f"{where}: tensor {t!r} of {dims} has {math.prod(shape):,} elements, over the "
+                             f"{MAX_TENSOR_ELEMENTS:,} (2^48) hetsplit models; give the model smaller input sizes")
+    return types
+
+
 def _check_static(model: onnx.ModelProto, types: dict, where: str) -> None:
     used = {t for n in model.graph.node for t in n.input} | {o.name for o in model.graph.output}
     for node in model.graph.node:
@@ -281,13 +294,17 @@ def prepare_model(model: str | Path | onnx.ModelProto, where: str | None = None)
     if opset < MIN_OPSET:
         raise ModelError(f"{where}: default-domain opset {opset or 'missing'} is below {MIN_OPSET}; "
                          "re-export the model with opset_version >= 11 or convert it with onnx.version_converter")
+    newest = onnx.defs.onnx_opset_version()
+    if opset > newest:
+        raise ModelError(f"{where}: default-domain opset {opset} is newer than the {newest} this onnx knows; "
+                         f"re-export the model with opset_version <= {newest}")
     _name_nodes(proto)  # before any check, so that messages name every node
     _check_graph(proto, where)
     _fix_batch_dims(proto, where)
     # all shape work runs on a copy without weight data; only its nodes come back
     light = proto if is_shapes_only(proto) else strip_weights(proto)
     inferred = _infer(light, where)
-    types = value_types(inferred)
+    types = _sized_types(inferred, where)
     # fold shape arithmetic until shapes stop changing: each round may make more shapes static
     changed = False
     init_values = _small_initializer_values(light)
@@ -298,7 +315,7 @@ def prepare_model(model: str | Path | onnx.ModelProto, where: str | None = None)
             break
         changed = True
         inferred = _infer(light, where)
-        types = value_types(inferred)
+        types = _sized_types(inferred, where)
     _check_static(light, types, where)
     if changed and light is not proto:
         del proto.graph.node[:]
