@@ -177,6 +177,17 @@ def test_a_plans_cluster_file_is_read_only_as_a_cluster_yaml_and_never_echoed(fi
     assert WORD not in err
 
 
+def test_a_plans_model_is_a_zoo_name_only_never_a_file_it_names(files, tmp_path, capsys):
+    secret = tmp_path / "secret.json"
+    secret.write_text(json.dumps({"format": WORD}))
+    plan = _write(tmp_path / "evil.json", {**_plan_doc(files), "model": str(secret)})
+    err = fails(["simulate", plan], capsys)
+    assert "is no zoo model; give the model with --model" in err and WORD not in err
+    assert main(["report", plan, "--out", str(tmp_path / "r.html")]) == 0
+    out = capsys.readouterr()
+    assert "is no zoo model" in out.out and WORD not in out.out + out.err   # the plans only, with a note
+
+
 def test_the_user_still_sees_what_is_wrong_in_a_cluster_named_on_the_command_line(files, tmp_path, capsys):
     bad = tmp_path / "mine.yaml"
     bad.write_text(TWO_CPUS.replace("devices:", "devicez: []\ndevices:"))
@@ -203,7 +214,7 @@ def test_a_million_devices_are_refused_naming_the_key(tmp_path, capsys):
     big = tmp_path / "big.yaml"
     big.write_text(TWO_CPUS.replace("count: 2", "count: 1000000"))
     err = fails(["plan", "resnet8", "-c", str(big)], capsys)
-    assert f"{big}: devices[0].count: 1,000,000 devices, over the 4,096 a cluster may have" in err
+    assert f"{big}: devices[0].count: 1,000,000 devices, over the 1,024 a cluster may have" in err
 
 
 def test_a_kv_cache_of_100_million_positions_is_refused(capsys):

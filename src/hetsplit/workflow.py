@@ -272,7 +272,19 @@ def load_plan_problem(plan_path: str | Path, index: int | None = None, model: st
     plan = load_plan(plan_path, index)
     cl = load_plan_cluster(plan, cluster, required=True)
     assert cl is not None  # required: an error otherwise
-    return plan, load_problem(profile or model or plan.model, cl)
+    return plan, load_problem(profile or model or plan_model(plan), cl)
+
+
+def plan_model(plan: Plan) -> str:
+    """The model a plan names, when no model is given: a zoo name (``resnet50``, ``tinyllama-42m@decode128``)
+    only; a plan never makes hetsplit read a file (a model file is given with --model)."""
+    from hetsplit.graph import zoo
+
+    base, _ = split_decode_name(plan.model, None)
+    if base not in zoo.names():
+        raise UsageError(f"the plan's model {plan.model!r} is no zoo model; give the model with --model "
+                         "(a zoo name or the .onnx file the plan was made for)")
+    return plan.model
 
 
 def load_plan_cluster(plan: Plan, given: str | None = None, required: bool = False,

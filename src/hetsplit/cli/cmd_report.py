@@ -31,7 +31,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from hetsplit.report.html import write_report  # matplotlib only for this command
-    from hetsplit.workflow import load_plan_cluster, load_problem, read_run_doc, report_details
+    from hetsplit.workflow import load_plan_cluster, load_problem, plan_model, read_run_doc, report_details
 
     console = wide_console()
     plans = load_plans(args.plans)
@@ -41,7 +41,8 @@ def run(args) -> int:
     if plans:
         run_doc = read_run_doc(args.run) if args.run else None
         try:
-            problem = load_problem(args.model or plans[0].model, load_plan_cluster(plans[0], args.cluster, required=True))
+            problem = load_problem(args.model or plan_model(plans[0]),
+                                   load_plan_cluster(plans[0], args.cluster, required=True))
         except HetsplitError as exc:
             if args.run or args.model or args.cluster:
                 raise

@@ -53,7 +53,7 @@ LINK_KEYS = ("default", "overrides", "ports")
 OVERRIDE_KEYS = ("between", "from", "to", "medium")
 GROUP_KEYS = ("devices", "medium")
 MEDIUM_KEYS = ("preset", "name") + tuple(MEDIUM_FIGURES)
-MAX_DEVICES = 4096   # link tables are D x D; a million devices would ask for terabytes
+MAX_DEVICES = 1024   # link tables are D x D (32 MiB at 1,024); a million devices would ask for terabytes
 # parameter names a device entry may carry inline (next to name, preset...) rather than under params:
 _MEDIUM_ONLY = {"bandwidth", "latency", "energy_per_byte", "memory"}
 
