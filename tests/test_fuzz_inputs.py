@@ -109,10 +109,11 @@ def mutate_tree(doc: Any, data) -> Any:
 
 
 def mutate_bytes(raw: bytes, data) -> bytes:
-    """One to three byte-level changes: a byte replaced, the tail cut, bytes or deep brackets inserted."""
+    """One to three byte-level changes: a byte replaced, the tail cut, bytes, deep brackets or a
+    5,000-digit number inserted."""
     for _ in range(data.draw(st.integers(1, 3))):
         pos = data.draw(st.integers(0, len(raw)))
-        op = data.draw(st.sampled_from(["flip", "cut", "insert", "brackets"]))
+        op = data.draw(st.sampled_from(["flip", "cut", "insert", "brackets", "digits"]))
         if op == "flip" and pos < len(raw):
             raw = raw[:pos] + bytes([data.draw(st.integers(0, 255))]) + raw[pos + 1:]
         elif op == "cut":
@@ -122,6 +123,8 @@ def mutate_bytes(raw: bytes, data) -> bytes:
         elif op == "brackets":
             n = data.draw(st.sampled_from([50, 5_000, 100_000]))
             raw = raw[:pos] + b"[" * n + raw[pos:]
+        elif op == "digits":      # a number longer than Python reads
+            raw = raw[:pos] + b"9" * 5000 + raw[pos:]
     return raw
 
 

@@ -26,7 +26,10 @@ from hetsplit.errors import HetsplitError
 MAX_INPUT_ENV = "HETSPLIT_MAX_INPUT_MB"
 DEFAULT_MAX_INPUT_MB = 100
 ONNX_MAX_BYTES = 2**31 - 1      # protobuf cannot parse a larger message
-_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+MAX_DEPTH = 100                 # brackets nested deeper are refused (or reported) with their position
+_JSON_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+# YAML: quoted scalars (a quote opens one only where a scalar starts), comments (after a space), brackets
+_YAML_TOKENS = re.compile(r'(?<![^\s\[{,:])(?:"(?:[^"\\]|\\.)*"|\'(?:[^\']|\'\')*\')|(?<!\S)#[^\n]*|[\[\]{}]')
 
 
 def max_input_bytes() -> int:
@@ -93,8 +96,11 @@ def read_json(path: str | Path, error: type[HetsplitError], missing: str) -> Any
         raise error(f"{p}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
     except _DuplicateKey as exc:
         raise error(f"{p}: the key {exc.key!r} appears twice in one object; keep one") from None
+    except ValueError:   # an integer of more than 4,300 digits
+        raise error(f"{p}: a number too long to read (over 4,300 digits); give a plain number") from None
     except RecursionError:
-        raise error(f"{p}: nested too deeply ({_deepest(text)}); a valid file nests a few levels") from None
+        where = _deepest(text, _JSON_TOKENS) or "more than Python follows"
+        raise error(f"{p}: nested too deeply ({where}); a valid file nests a few levels") from None
 
 
 def read_yaml(path: str | Path, error: type[HetsplitError], missing: str) -> Any:
@@ -102,6 +108,9 @@ def read_yaml(path: str | Path, error: type[HetsplitError], missing: str) -> Any
     parser found there, never the file's lines."""
     p = Path(path)
     text = read_text(p, error, missing)
+    deep = _deepest(text, _YAML_TOKENS)   # the YAML parser slows down with each level: check first
+    if deep:
+        raise error(f"{p}: nested too deeply ({deep}); a valid file nests a few levels")
     try:
         return yaml.safe_load(text)
     except yaml.MarkedYAMLError as exc:
@@ -111,8 +120,11 @@ def read_yaml(path: str | Path, error: type[HetsplitError], missing: str) -> Any
         raise error(f"{p}: not valid YAML at {where}{what}; fix the syntax") from None
     except yaml.YAMLError:
         raise error(f"{p}: not valid YAML; fix the syntax") from None
+    except ValueError:   # a value the YAML types cannot hold: a 4,300-digit integer, a 13th month
+        raise error(f"{p}: a value cannot be read (a number too long, or a date that does not exist); "
+                    "fix it") from None
     except RecursionError:
-        raise error(f"{p}: nested too deeply ({_deepest(text)}); a valid file nests a few levels") from None
+        raise error(f"{p}: nested too deeply (more than Python follows); a valid file nests a few levels") from None
 
 
 def json_safe(value: Any) -> Any:
@@ -150,24 +162,17 @@ def _line_col(data: bytes | str, offset: int) -> tuple[int, int]:
     return line, offset - (data.rfind(nl, 0, offset) + 1) + 1
 
 
-def _locate(text: str, hit) -> str:
-    """"line L, column C" of the first bracket (strings skipped) for which ``hit(token, depth)``
-    holds; "an unknown place" if none."""
+def _deepest(text: str, tokens: re.Pattern) -> str:
+    """"more than N levels from line L, column C": where the brackets of ``text`` (``tokens`` finds
+    them and the strings and comments to skip) first nest deeper than ``MAX_DEPTH``; "" if they never do."""
     depth = 0
-    for m in _TOKENS.finditer(text):
+    for m in tokens.finditer(text):
         tok = m.group()
-        if tok[0] == '"':
-            continue
         if tok in "[{":
             depth += 1
+            if depth > MAX_DEPTH:
+                line, col = _line_col(text, m.start())
+                return f"more than {MAX_DEPTH} levels from line {line}, column {col}"
         elif tok in "]}":
             depth -= 1
-        if hit(tok, depth):
-            line, col = _line_col(text, m.start())
-            return f"line {line}, column {col}"
-    return "an unknown place"
-
-
-def _deepest(text: str, limit: int = 100) -> str:
-    """Where the brackets of ``text`` first nest ``limit`` deep."""
-    return f"more than {limit} levels from {_locate(text, lambda tok, depth: depth > limit)}"
+    return ""

@@ -41,10 +41,12 @@ def _number(value: Any, where: str, unit: str, null_ok: bool = False) -> float:
     """``value`` as a finite number >= 0 (null, if allowed, as inf: the device type cannot run the layer)."""
     if value is None and null_ok:
         return float("inf")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value) or value < 0:
+    number = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and \
+        abs(value) < 1e300 else float("nan")   # a bool, text or an int too large for a float is no figure
+    if not np.isfinite(number) or number < 0:
         null = ", or null where the device type cannot run the layer" if null_ok else ""
         raise ProfileError(f"{where} is {value!r}; give a number >= 0 in {unit}{null}")
-    return float(value)
+    return number
 
 
 def _column(values: list, where: str, unit: str, names: list[str], null_ok: bool = True) -> list[float]:
