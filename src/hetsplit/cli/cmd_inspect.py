@@ -7,7 +7,7 @@ import sys
 
 from rich.table import Table
 
-from hetsplit.cli.common import add_command, progress, int_range
+from hetsplit.cli.common import add_command, int_range, progress
 from hetsplit.report.console import wide_console
 from hetsplit.units import format_quantity
 from hetsplit.workflow import load_model_or_profile

@@ -6,7 +6,7 @@ import math
 
 from rich.table import Table
 
-from hetsplit.cli.common import add_command, progress, int_range
+from hetsplit.cli.common import add_command, int_range, progress
 from hetsplit.errors import ProfileError
 from hetsplit.report.console import wide_console
 from hetsplit.units import format_quantity

@@ -14,7 +14,8 @@ from rich.console import Console
 from rich.table import Table
 
 from hetsplit.cli.cmd_split import note_unchecked
-from hetsplit.cli.common import add_command, progress, int_range
+from hetsplit.cli.common import add_command, int_range, progress
+from hetsplit.errors import UsageError
 from hetsplit.plan.io import load_plan
 from hetsplit.report.console import wide_console
 from hetsplit.units import format_quantity
@@ -32,7 +33,8 @@ def register(sub) -> None:
     p.add_argument("model", help="zoo name or .onnx file the plan was made for")
     p.add_argument("--index", type=int, default=None, help="which plan of a plan set")
     p.add_argument("--inputs", "-n", type=int, default=16, help="inputs streamed through the devices (default 16)")
-    p.add_argument("--latency-inputs", type=int, default=2, help="first inputs sent one at a time (default 2)")
+    p.add_argument("--latency-inputs", type=int, default=None,
+                   help="first inputs sent one at a time, at most --inputs (default 2, or --inputs if fewer)")
     p.add_argument("--timeout", type=float, default=60.0, metavar="S",
                    help="fail when no tensor moves for S seconds (default 60)")
     p.add_argument("--threads", type=int_range(1), default=1, help="compute threads per device (default 1)")
@@ -74,6 +76,11 @@ def run(args) -> int:
     from hetsplit.runtime import RunOptions, resolve_model
     from hetsplit.workflow import load_plan_cluster
 
+    if args.latency_inputs is not None and args.latency_inputs > args.inputs >= 1:
+        raise UsageError(f"--latency-inputs {args.latency_inputs}: give 0 to --inputs ({args.inputs}) of the inputs "
+                         "to send one at a time")
+    if args.latency_inputs is None:
+        args.latency_inputs = min(2, args.inputs)
     opts = RunOptions(inputs=args.inputs, latency_inputs=args.latency_inputs, timeout_s=args.timeout,
                       port=args.port, run_dir=Path(args.run_dir) if args.run_dir else None, pin=args.pin)
     output_file(args.out)
