@@ -169,7 +169,7 @@ def _yaml_parses(raw: bytes) -> bool:
     try:
         yaml.safe_load(raw.decode("utf-8"))
         return True
-    except (UnicodeDecodeError, yaml.YAMLError, RecursionError):
+    except (UnicodeDecodeError, yaml.YAMLError, RecursionError, ValueError):
         return False
 
 

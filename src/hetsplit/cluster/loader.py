@@ -61,8 +61,9 @@ _MEDIUM_ONLY = {"bandwidth", "latency", "energy_per_byte", "memory"}
 def _too_many(n: int, what: str = "devices") -> str:
     """Why ``n`` devices are refused: the per-pair link tables alone would take this much."""
     need = 4 * 8 * n * n   # bandwidth, latency, energy and media per pair, 8 bytes each
+    size = f"{need / 2**30:,.1f} GiB" if need < 2**90 else "more memory than exists"
     return (f"{n:,} {what}, over the {MAX_DEVICES:,} a cluster may have (its link tables alone would take "
-            f"{need / 2**30:,.1f} GiB); describe fewer devices")
+            f"{size}); describe fewer devices")
 
 
 def inline_param_keys() -> set[str]:

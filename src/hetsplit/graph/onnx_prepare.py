@@ -46,9 +46,21 @@ def read_model(model: str | Path | onnx.ModelProto) -> onnx.ModelProto:
     path = Path(model)
     check_input(path, ModelError, "no such ONNX file; give a path to a .onnx model or a zoo name", ONNX_MAX_BYTES)
     try:
-        return onnx.load(str(path), load_external_data=False)
+        model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # protobuf raises DecodeError and friends
         raise ModelError(f"{path}: not a readable ONNX model ({exc})") from None
+    _check_names(model, path)
+    return model
+
+
+def _check_names(model: onnx.ModelProto, path: Path) -> None:
+    """Every name in the graph is text: protobuf hands damaged (non-UTF-8) strings over as bytes."""
+    g = model.graph
+    values = list(g.input) + list(g.output) + list(g.value_info) + list(g.initializer)
+    names = [v.name for v in values] + [g.name] + [o.domain for o in model.opset_import] + \
+        [s for n in g.node for s in (n.name, n.op_type, n.domain, *n.input, *n.output, *(a.name for a in n.attribute))]
+    if not all(isinstance(s, str) for s in names):
+        raise ModelError(f"{path}: a node or tensor name is not UTF-8 text; the file is damaged, export it again")
 
 
 def is_shapes_only(model: onnx.ModelProto) -> bool:
