@@ -142,8 +142,8 @@ def parse_quantity(value: object, kind: str, where: str = "", warn_bare: bool = 
         result = float(f"{number * factor:.15g}")  # drop float noise of the prefix: 100us -> 1e-4
     else:
         raise UnitError(f"{loc}expected a {_label(kind)} like {KINDS[kind]}, got {type(value).__name__} {value!r}")
-    if math.isnan(result) or result < 0:
-        raise UnitError(f"{loc}a {_label(kind)} must be a non-negative number, got {value!r}")
+    if not math.isfinite(result) or result < 0:
+        raise UnitError(f"{loc}a {_label(kind)} must be a finite non-negative number, got {value!r}")
     if warn_bare and kind in UNIT_EXPECTED and result and not unit:
         log.warning("%sbare number %r taken as %s (SI); write its unit, like %s", loc, value,
                     format_quantity(result, UNIT_EXPECTED[kind]), KINDS[kind])
@@ -168,6 +168,7 @@ KEY_KINDS: dict[str, str] = {
     "overhead_s": "time", "latency": "time", "energy_per_byte": "energy_per_byte", "efficiency": "dimensionless",
     "mem_efficiency": "dimensionless", "frequency": "frequency", "clock": "frequency",
 }
+POSITIVE_KEYS = {"peak_macs", "mem_bandwidth", "bandwidth", "frequency", "clock"}  # rates that divide work
 _SUFFIX_KINDS = (("_energy_per_byte", "energy_per_byte"), ("_j_per_byte", "energy_per_byte"),
                  ("_bandwidth", "bandwidth"), ("_bytes", "bytes"), ("_efficiency", "dimensionless"),
                  ("_hz", "frequency"), ("_w", "power"), ("_j", "energy"), ("_s", "time"))
@@ -218,7 +219,11 @@ def parse_param(key: str, value: object, where: str = "", warn_bare: bool = Fals
     if isinstance(value, list):
         return [parse_param(key, v, f"{where}[{i}]", warn_bare) for i, v in enumerate(value)]
     if kind is not None:
-        return parse_quantity(value, kind, where, warn_bare)
+        result = parse_quantity(value, kind, where, warn_bare)
+        if result == 0 and key in POSITIVE_KEYS:
+            raise UnitError(f"{where + ': ' if where else ''}{key} must be above 0 (work is divided by it), "
+                            f"got {value!r}; write it like {KINDS[kind]}")
+        return result
     if isinstance(value, str):
         if _QUANTITY.match(value) is None:
             return value  # text, e.g. a mapping scheme name
@@ -240,10 +245,17 @@ _DURATION = re.compile(rf"^\s*({_NUMBER})\s*(h|m|min|s)?\s*$")
 _DURATION_UNIT = {"h": 3600.0, "m": 60.0, "min": 60.0, "s": 1.0, None: 1.0}
 
 
+MAX_DURATION_S = 365 * 86400.0
+
+
 def parse_duration(value: str, where: str = "") -> float:
     """A wall-clock duration in seconds: "20m", "90s", "1.5h" or a bare number of seconds (> 0)."""
     m = _DURATION.match(str(value))
     loc = f"{where}: " if where else ""
     if not m or not float(m.group(1)) > 0:
         raise UnitError(f"{loc}cannot read {value!r} as a duration; write it like 20m, 90s, 1.5h or 600 (seconds)")
-    return float(m.group(1)) * _DURATION_UNIT[m.group(2)]
+    seconds = float(m.group(1)) * _DURATION_UNIT[m.group(2)]
+    if not seconds < MAX_DURATION_S:
+        raise UnitError(f"{loc}{value!r} is longer than any search needs (at most {MAX_DURATION_S / 86400:.0f} "
+                        "days); give a finite duration like 20m, 90s or 1.5h")
+    return seconds

@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from hetsplit.cluster import Cluster
+from hetsplit.cluster.examples import is_builtin
 from hetsplit.costs import CostTable, SplitProblem, build_problem, load_profile
 from hetsplit.costs.local_calibration import MODEL as LOCAL_MODEL
 from hetsplit.costs.local_calibration import local_costs
-from hetsplit.errors import HetsplitError, UsageError
+from hetsplit.errors import ClusterError, HetsplitError, UsageError
 from hetsplit.estimate import HereOptions, LocalPrediction, SimResult, make_fidelity
 from hetsplit.estimate.processes import runs_here  # noqa: F401 - re-exported for the commands
 from hetsplit.estimate.transfers import Transfer
@@ -352,7 +353,19 @@ def load_plan_problem(plan_path: str | Path, index: int | None = None, model: st
     cl = load_plan_cluster(plan, cluster, required=True)
     assert cl is not None  # required: an error otherwise
     shapes = plan_input_shapes(plan, input_shapes)
-    return plan, load_problem(profile or model or plan.model, cl, input_shapes=shapes or None)
+    return plan, load_problem(profile or model or plan_model(plan), cl, input_shapes=shapes or None)
+
+
+def plan_model(plan: Plan) -> str:
+    """The model a plan names, when no model is given: a zoo name (``resnet50``, ``tinyllama-42m@decode128``)
+    only; a plan never makes hetsplit read a file (a model file is given with --model)."""
+    from hetsplit.graph import zoo
+
+    base, _ = split_decode_name(plan.model, None)
+    if base not in zoo.names():
+        raise UsageError(f"the plan's model {plan.model!r} is no zoo model; give the model with --model "
+                         "(a zoo name or the .onnx file the plan was made for)")
+    return plan.model
 
 
 def load_plan_cluster(plan: Plan, given: str | None = None, required: bool = False,
@@ -362,21 +375,34 @@ def load_plan_cluster(plan: Plan, given: str | None = None, required: bool = Fal
     ``recalibrate``: see ``load_cluster_spec``."""
     if given:
         return load_cluster_spec(given, recalibrate)
-    gone = bool(plan.cluster_file) and not Path(str(plan.cluster_file)).is_file()
-    spec = plan.cluster if gone or not plan.cluster_file else plan.cluster_file
+    gone = bool(plan.cluster_file) and not Path(str(plan.cluster_file)).exists()
     fix = "give one with --cluster (a YAML file or a built-in name)"
-    if not spec:
-        if required:
-            raise HetsplitError(f"the plan names no cluster; {fix}")
-        return None
     try:
-        return load_cluster_spec(spec, recalibrate)
-    except HetsplitError as exc:
+        if plan.cluster_file and not gone:
+            return _plan_cluster_file(str(plan.cluster_file), recalibrate)
+        was = f"the plan's cluster file {plan.cluster_file} is gone and " if gone else ""
+        if not plan.cluster:
+            raise ClusterError(f"{was}the plan names no cluster; {fix}")
+        if not is_builtin(plan.cluster):  # a plan's cluster name is read as a built-in only, never as a path
+            raise ClusterError(f"{was}the plan's cluster {plan.cluster!r} is no built-in cluster; {fix}")
+        return load_cluster_spec(plan.cluster, recalibrate)
+    except HetsplitError:
         if not required:
             return None
-        if gone:
-            raise type(exc)(f"the plan's cluster file {plan.cluster_file} is gone and {exc}; {fix}") from None
         raise
+
+
+def _plan_cluster_file(path: str, recalibrate: bool) -> Cluster:
+    """The cluster YAML a plan names, read only as a cluster: a ``.yaml``/``.yml`` file, and on any
+    problem an error that quotes nothing of it (the file is the plan's word, not the user's)."""
+    fix = f"give the cluster with --cluster (hetsplit shows what is wrong in a file named there: --cluster {path})"
+    if Path(path).suffix.lower() not in (".yaml", ".yml"):
+        raise ClusterError(f"the plan's cluster_file {path} is not a .yaml file; a plan may name only a cluster "
+                           f"YAML; {fix}")
+    try:
+        return load_cluster_spec(path, recalibrate)
+    except HetsplitError:
+        raise ClusterError(f"the plan's cluster_file {path} is not a readable hetsplit cluster; {fix}") from None
 
 
 def import_autodice(mapping_path: str | Path, problem: SplitProblem, horizontal_path: str | Path | None = None,
@@ -389,6 +415,20 @@ def import_autodice(mapping_path: str | Path, problem: SplitProblem, horizontal_
     plan = read_autodice(mapping_path, problem.graph, problem.cluster, horizontal_path, device_keys, aliases)
     plan.metrics = estimate_plan(problem, plan, "closed")
     return plan
+
+
+def read_run_doc(path: str | Path) -> dict[str, Any]:
+    """A run's JSON (``hetsplit run --out``, with or without ``--compare``), its shape checked."""
+    from hetsplit.jsonfile import read_json
+    from hetsplit.runtime.measure import RunReport
+
+    doc = read_json(path, HetsplitError, "no such run file")
+    if isinstance(doc, dict) and "rows" in doc:
+        if not isinstance(doc["rows"], list) or not all(isinstance(r, dict) for r in doc["rows"]):
+            raise HetsplitError(f"{path}: 'rows' of a run comparison must be a list of objects")
+        return doc
+    RunReport.from_dict(doc, str(path))
+    return doc
 
 
 def run_comparison(run_doc: dict[str, Any], plan: Plan, cluster: Cluster) -> dict[str, Any]:

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from hetsplit.cli.common import add_command, add_input_shape_option, input_shapes, progress
-from hetsplit.errors import UsageError
+from hetsplit.errors import InfeasibleError, UsageError
 from hetsplit.report.console import wide_console
 from hetsplit.report.files import write_explore_outputs, write_hierarchical_outputs
 from hetsplit.report.tables import print_plans
@@ -104,6 +104,9 @@ def run_hierarchical(args) -> int:
         err.print(f"[{p.t_s:6.0f} s] stage {p.stage} ({p.devices} devices): {what}")
 
     problem, result = explore_measured(args.model, args.cluster, options, measure, on_point, input_shapes(args))
+    if not result.plans:  # found nothing is no success
+        raise InfeasibleError(f"no plan measured within --budget {args.budget} ({len(result.points)} runs measured, "
+                              "none gave a plan); give a longer --budget")
     stamp_plans(problem, result.plans)
     label = f"hierarchical {encoding}, {len(result.stages)} stage(s)"
     print_plans(result.plans, f"{problem.graph.name} on {problem.cluster.name}: {label}, {len(result.plans)} "

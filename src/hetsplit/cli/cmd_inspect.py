@@ -7,7 +7,7 @@ import sys
 
 from rich.table import Table
 
-from hetsplit.cli.common import add_command, add_input_shape_option, input_shapes, progress
+from hetsplit.cli.common import add_command, add_input_shape_option, input_shapes, int_range, progress
 from hetsplit.report.console import wide_console
 from hetsplit.units import format_quantity
 from hetsplit.workflow import load_model_or_profile
@@ -20,7 +20,7 @@ def register(sub) -> None:
                      "hetsplit inspect detector.onnx --input-shape images:1,3,640,640"])
     p.add_argument("model", help="zoo name, .onnx file or hetsplit.profile/1 .json file")
     p.add_argument("--json", action="store_true", help="print the layers as JSON")
-    p.add_argument("--layers", type=int, default=None, metavar="N", help="show only the first N layers")
+    p.add_argument("--layers", type=int_range(0), default=None, metavar="N", help="show only the first N layers")
     add_input_shape_option(p)
     p.set_defaults(func=run)
 

@@ -6,7 +6,7 @@ import math
 
 from rich.table import Table
 
-from hetsplit.cli.common import add_command, add_input_shape_option, input_shapes, progress
+from hetsplit.cli.common import add_command, add_input_shape_option, input_shapes, int_range, progress
 from hetsplit.errors import ProfileError
 from hetsplit.report.console import wide_console
 from hetsplit.units import format_quantity
@@ -33,7 +33,7 @@ def register(sub) -> None:
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                    help="time the whole model by the wall clock (default) or, with --threads 1, by the thread's CPU "
                         "time (leaves out time other processes held the core)")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads for onnxruntime (default: all cores here)")
+    p.add_argument("--threads", type=int_range(1), default=None, help="CPU threads for onnxruntime (default: all cores here)")
     p.add_argument("--co-load", type=int, default=0, metavar="K",
                    help="keep K other cores busy running the same model (pinned helper processes) while measuring "
                         "on a pinned core: the load each stage meets when K + 1 stages of a pipeline compute at once "
@@ -43,7 +43,7 @@ def register(sub) -> None:
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="override a modelled device's parameter (repeatable), e.g. l2_bytes=4194304")
     p.add_argument("--out", default=None, metavar="FILE", help="write the hetsplit.profile/1 JSON here")
-    p.add_argument("--layers", type=int, default=40, metavar="N", help="show at most N layers (default 40)")
+    p.add_argument("--layers", type=int_range(0), default=40, metavar="N", help="show at most N layers (default 40)")
     add_input_shape_option(p)
     p.set_defaults(func=run)
 

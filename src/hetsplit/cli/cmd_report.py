@@ -7,7 +7,7 @@ from pathlib import Path
 
 from hetsplit.cli.common import add_command
 from hetsplit.errors import HetsplitError
-from hetsplit.jsonfile import read_json
+from hetsplit.outpath import output_file
 from hetsplit.plan import load_plans
 from hetsplit.report.console import wide_console
 
@@ -31,17 +31,18 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from hetsplit.report.html import write_report  # matplotlib only for this command
-    from hetsplit.workflow import load_problem, report_details
+    from hetsplit.workflow import load_plan_cluster, load_problem, plan_model, read_run_doc, report_details
 
     console = wide_console()
     plans = load_plans(args.plans)
-    out = Path(args.out) if args.out else Path(args.plans).with_suffix(".html")
+    out = output_file(args.out) if args.out else Path(args.plans).with_suffix(".html")
     title = f"{plans[0].model} on {plans[0].cluster}" if plans else "empty plan set"
     details = None
     if plans:
-        run_doc = read_json(args.run, HetsplitError, "no such run file") if args.run else None
+        run_doc = read_run_doc(args.run) if args.run else None
         try:
-            problem = load_problem(args.model or plans[0].model, args.cluster or plans[0].cluster,
+            problem = load_problem(args.model or plan_model(plans[0]),
+                                   load_plan_cluster(plans[0], args.cluster, required=True),
                                    input_shapes=plans[0].input_shapes or None)   # what the plans recorded
         except HetsplitError as exc:
             if args.run or args.model or args.cluster:

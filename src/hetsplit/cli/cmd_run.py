@@ -14,7 +14,8 @@ from rich.console import Console
 from rich.table import Table
 
 from hetsplit.cli.cmd_split import note_unchecked
-from hetsplit.cli.common import add_command, add_input_shape_option, input_shapes, progress
+from hetsplit.cli.common import add_command, add_input_shape_option, input_shapes, int_range, progress
+from hetsplit.errors import UsageError
 from hetsplit.plan.io import load_plan
 from hetsplit.report.console import wide_console
 from hetsplit.units import format_quantity
@@ -33,10 +34,11 @@ def register(sub) -> None:
     p.add_argument("model", help="zoo name or .onnx file the plan was made for")
     p.add_argument("--index", type=int, default=None, help="which plan of a plan set")
     p.add_argument("--inputs", "-n", type=int, default=16, help="inputs streamed through the devices (default 16)")
-    p.add_argument("--latency-inputs", type=int, default=2, help="first inputs sent one at a time (default 2)")
+    p.add_argument("--latency-inputs", type=int, default=None,
+                   help="first inputs sent one at a time, at most --inputs (default 2, or --inputs if fewer)")
     p.add_argument("--timeout", type=float, default=60.0, metavar="S",
                    help="fail when no tensor moves, or the processes do not meet, for S seconds (default 60)")
-    p.add_argument("--threads", type=int, default=1, help="compute threads per device (default 1)")
+    p.add_argument("--threads", type=int_range(1), default=1, help="compute threads per device (default 1)")
     p.add_argument("--cluster", "-c", default=None, help="cluster of the plan (default: the plan's own)")
     p.add_argument("--profile", default=None, help="hetsplit.profile/1 JSON for the predictions of --compare")
     p.add_argument("--recalibrate", action="store_true",
@@ -61,7 +63,7 @@ def register(sub) -> None:
     p.add_argument("--hosts", default=None, metavar="DEV=HOST,...",
                    help="run these devices on other hosts: the run prints the `hetsplit worker` command for each "
                         "host (the others and the driver run here)")
-    p.add_argument("--port", type=int, default=0, help="rendezvous port (default 0: a free one)")
+    p.add_argument("--port", type=int_range(0, 65535), default=0, help="rendezvous port (default 0: a free one)")
     p.add_argument("--ssh", action="store_true", help="with --hosts: run each host's worker command over ssh")
     p.add_argument("--split-dir", default=None, metavar="DIR", help="keep the sub-models here (default: temporary)")
     add_input_shape_option(p)
@@ -72,15 +74,22 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from hetsplit.outpath import output_file
+    from hetsplit.outpath import output_dir, output_file
     from hetsplit.runtime import RunOptions, resolve_model
     from hetsplit.workflow import load_plan_cluster, plan_input_shapes
 
+    if args.latency_inputs is not None and args.latency_inputs > args.inputs >= 1:
+        raise UsageError(f"--latency-inputs {args.latency_inputs}: give 0 to --inputs ({args.inputs}) of the inputs "
+                         "to send one at a time")
+    if args.latency_inputs is None:
+        args.latency_inputs = min(2, args.inputs)
     opts = RunOptions(inputs=args.inputs, latency_inputs=args.latency_inputs, timeout_s=args.timeout,
                       startup_timeout_s=args.timeout, port=args.port,
                       run_dir=Path(args.run_dir) if args.run_dir else None, pin=args.pin)
     output_file(args.out)
     _check_hosts(args)
+    output_dir(args.split_dir, "--split-dir")
+    output_dir(args.run_dir, "--run-dir")
     if args.emulate_devices:
         _check_emulate_devices(args)
     plan = load_plan(args.plan, args.index)

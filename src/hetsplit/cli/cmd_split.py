@@ -30,8 +30,9 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from hetsplit.runtime import resolve_model, split_model
-    from hetsplit.workflow import load_plan_cluster, plan_input_shapes
+    from hetsplit.workflow import load_plan_cluster, output_dir, plan_input_shapes
 
+    output_dir(args.out)
     plan = load_plan(args.plan, args.index)
     cluster = load_plan_cluster(plan, args.cluster)
     note_unchecked(plan, cluster)

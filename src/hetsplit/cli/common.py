@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-from typing import Iterator
+from typing import Callable, Iterator
 
 
 def add_command(sub, name: str, help: str, examples: list[str], description: str = "") -> argparse.ArgumentParser:
@@ -12,6 +12,24 @@ def add_command(sub, name: str, help: str, examples: list[str], description: str
     epilog = "examples:\n" + "\n".join(f"  {e}" for e in examples)
     return sub.add_parser(name, help=help, description=description or help, epilog=epilog,
                           formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def int_range(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse ``type``: a whole number in ``low..high`` (no upper bound for None); anything else
+    is refused by argparse (exit 2) with the allowed range."""
+    allowed = f"a whole number {low}..{high}" if high is not None else f"a whole number >= {low}"
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number; give {allowed}") from None
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"{value} is out of range; give {allowed}")
+        return value
+
+    parse.__name__ = "whole number"
+    return parse
 
 
 @contextlib.contextmanager

@@ -25,9 +25,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from hetsplit.cluster.loader import CLUSTER_FORMAT
+from hetsplit.errors import ClusterError
+from hetsplit.jsonfile import read_yaml
 
 BUILTIN_DIR = Path(__file__).parent / "builtin"
 
@@ -148,7 +148,7 @@ def usable_cores() -> int:
 
 def _from_file(path: Path) -> dict[str, Any]:
     """A built-in kept as a YAML file; ``local`` gets one device per usable core of this machine."""
-    spec = yaml.safe_load(path.read_text())
+    spec = read_yaml(path, ClusterError, "no such built-in cluster file")
     if spec.get("name") == "local":
         spec["devices"][0]["count"] = usable_cores()
     return spec

@@ -41,11 +41,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from hetsplit.cluster.presets import MEDIUM, MEDIUM_FIGURES, Preset, device_preset_names, load_preset, preset_names
 from hetsplit.cluster.types import DEVICE_KINDS, PORTS, Cluster, Device, Medium
 from hetsplit.errors import ClusterError
+from hetsplit.jsonfile import read_yaml
 from hetsplit.units import KEY_KINDS, parse_param, parse_quantity
 
 CLUSTER_FORMAT = "hetsplit.cluster/1"
@@ -55,8 +55,17 @@ LINK_KEYS = ("default", "overrides", "ports")
 OVERRIDE_KEYS = ("between", "from", "to", "medium")
 GROUP_KEYS = ("devices", "medium")
 MEDIUM_KEYS = ("preset", "name") + tuple(MEDIUM_FIGURES)
+MAX_DEVICES = 1024   # link tables are D x D (32 MiB at 1,024); a million devices would ask for terabytes
 # parameter names a device entry may carry inline (next to name, preset...) rather than under params:
 _MEDIUM_ONLY = {"bandwidth", "latency", "energy_per_byte", "memory"}
+
+
+def _too_many(n: int, what: str = "devices") -> str:
+    """Why ``n`` devices are refused: the per-pair link tables alone would take this much."""
+    need = 4 * 8 * n * n   # bandwidth, latency, energy and media per pair, 8 bytes each
+    size = f"{need / 2**30:,.1f} GiB" if need < 2**90 else "more memory than exists"
+    return (f"{n:,} {what}, over the {MAX_DEVICES:,} a cluster may have (its link tables alone would take "
+            f"{size}); describe fewer devices")
 
 
 def inline_param_keys() -> set[str]:
@@ -76,13 +85,10 @@ def load_cluster(spec: str | Path) -> Cluster:
     if is_builtin(text):
         return cluster_from_dict(builtin_spec(text), origin=f"built-in cluster {text}")
     if path.suffix in (".yaml", ".yml") or path.is_file():
-        if not path.is_file():
+        if not path.exists():
             raise ClusterError(f"cluster file {text} does not exist; give a YAML path or a built-in cluster "
                                "name (hetsplit clusters lists them)")
-        try:
-            data = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as exc:
-            raise ClusterError(f"{path}: not valid YAML ({exc}); fix the syntax") from None
+        data = read_yaml(path, ClusterError, "no such cluster file")
         return cluster_from_dict(data, origin=str(path), base_dir=path.parent, default_name=path.stem)
     names = builtin_names()
     close = difflib.get_close_matches(text, names, n=3)
@@ -155,6 +161,8 @@ class _Builder:
                            "devices: [{name: gpu0, preset: rtx3070ti}]")
         entries: list[_Entry] = []
         seen: dict[str, str] = {}
+        if len(raw) > MAX_DEVICES:
+            raise self.err("devices", _too_many(len(raw)))
         for i, item in enumerate(raw):
             for entry in self.device(item, f"devices[{i}]"):
                 if entry.name in seen:
@@ -162,6 +170,8 @@ class _Builder:
                                    f"{seen[entry.name]}); give each device its own name")
                 seen[entry.name] = entry.where
                 entries.append(entry)
+            if len(entries) > MAX_DEVICES:
+                raise self.err(f"devices[{i}]", _too_many(len(entries), "devices up to here"))
         return entries
 
     def device(self, item: Any, where: str) -> list[_Entry]:
@@ -210,6 +220,8 @@ class _Builder:
         count = item.get("count", None)
         if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
             raise self.err(f"{where}.count", f"must be a whole number >= 1, got {count!r}")
+        if count is not None and count > MAX_DEVICES:
+            raise self.err(f"{where}.count", _too_many(count))
         names = [name] if count is None else [f"{name}{j}" for j in range(count)]
         group = item.get("group")
         profile = self.profile_path(item.get("profile"), f"{where}.profile") if "profile" in item else None

@@ -12,10 +12,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from hetsplit.cluster.types import DEVICE_KINDS, Medium
 from hetsplit.errors import ClusterError
+from hetsplit.jsonfile import read_yaml
 from hetsplit.units import parse_param, parse_quantity
 
 PRESET_FORMAT = "hetsplit.preset/1"
@@ -104,10 +103,7 @@ def get_medium(name: str) -> Medium:
 @lru_cache(maxsize=256)
 def _load_preset_file(path_str: str, mtime_ns: int, size: int) -> Preset:  # noqa: ARG001 (cache keys)
     path = Path(path_str)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ClusterError(f"{path}: not valid YAML ({exc}); fix the syntax") from None
+    data = read_yaml(path, ClusterError, "no such preset file")
     if not isinstance(data, dict):
         raise ClusterError(f"{path}: a preset file is a mapping with format, name, kind, ...; "
                            "see hetsplit/cluster/presets/README.md")

@@ -41,10 +41,12 @@ def _number(value: Any, where: str, unit: str, null_ok: bool = False) -> float:
     """``value`` as a finite number >= 0 (null, if allowed, as inf: the device type cannot run the layer)."""
     if value is None and null_ok:
         return float("inf")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value) or value < 0:
+    number = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and \
+        abs(value) < 1e300 else float("nan")   # a bool, text or an int too large for a float is no figure
+    if not np.isfinite(number) or number < 0:
         null = ", or null where the device type cannot run the layer" if null_ok else ""
         raise ProfileError(f"{where} is {value!r}; give a number >= 0 in {unit}{null}")
-    return float(value)
+    return number
 
 
 def _column(values: list, where: str, unit: str, names: list[str], null_ok: bool = True) -> list[float]:
@@ -52,12 +54,28 @@ def _column(values: list, where: str, unit: str, names: list[str], null_ok: bool
     return [_number(v, f"{where}[{i}] (layer {names[i]!r})", unit, null_ok) for i, v in enumerate(values)]
 
 
+MAX_COUNT = 2**53   # MACs and bytes stay exact as float64 below this
+
+
+def _count(value: Any, where: str, unit: str) -> int:
+    """``value`` as a whole count >= 0 (MACs, bytes) below ``MAX_COUNT``."""
+    number = _number(value, where, unit)
+    if number >= MAX_COUNT:
+        raise ProfileError(f"{where} is {value!r}; give a count below 2^53 {unit}")
+    return int(number)
+
+
 def _graph_from_layers(model: str, input_bytes: int, layers: list[dict], where: str) -> Graph:
-    names = [str(layer.get("name", "")) for layer in layers]
+    for i, layer in enumerate(layers):
+        if not isinstance(layer, dict) or not isinstance(layer.get("name"), str) or not layer["name"]:
+            raise _fail(where, f"layers[{i}] must be an object with a 'name' (text), 'op', 'macs', 'out_bytes', ...")
+        if not isinstance(layer.get("inputs", []), list) or not all(isinstance(s, str) for s in layer.get("inputs", [])):
+            raise _fail(where, f"layers[{i}].inputs must be a list of layer names")
+        if not isinstance(layer.get("attrs", {}), dict):
+            raise _fail(where, f"layers[{i}].attrs must be an object")
+    names = [layer["name"] for layer in layers]
     index: dict[str, int] = {}
     for i, name in enumerate(names):
-        if not name:
-            raise _fail(where, f"layers[{i}] has no 'name'")
         if name in index or name == INPUT_NAME:
             raise _fail(where, f"layers[{i}]: duplicate or reserved layer name {name!r}")
         index[name] = i
@@ -80,12 +98,12 @@ def _graph_from_layers(model: str, input_bytes: int, layers: list[dict], where: 
         op = entry.get("op", OTHER)
         if op not in LAYER_KINDS:
             raise _fail(where, f"layer {names[i]!r}: unknown op {op!r}; expected one of {LAYER_KINDS}")
-        try:
-            built.append(Layer(name=names[i], op=op, macs=int(entry.get("macs", 0)),
-                               param_bytes=int(entry.get("param_bytes", 0)), out_bytes=int(entry["out_bytes"]),
-                               in_bytes=int(entry.get("in_bytes", 0)), attrs=dict(entry.get("attrs", {}))))
-        except (TypeError, ValueError) as exc:
-            raise _fail(where, f"layer {names[i]!r}: {exc}") from None
+        at = f"{where}: layer {names[i]!r}"
+        built.append(Layer(name=names[i], op=op, macs=_count(entry.get("macs", 0), f"{at} macs", "MACs"),
+                           param_bytes=_count(entry.get("param_bytes", 0), f"{at} param_bytes", "bytes"),
+                           out_bytes=_count(entry["out_bytes"], f"{at} out_bytes", "bytes"),
+                           in_bytes=_count(entry.get("in_bytes", 0), f"{at} in_bytes", "bytes"),
+                           attrs=dict(entry.get("attrs", {}))))
     tensors = [Tensor(INPUT_NAME, INPUT, int(input_bytes), tuple(consumers[INPUT]))]
     for i, layer in enumerate(built):
         cons = tuple(sorted(set(consumers[i])))
@@ -102,16 +120,16 @@ def profile_from_dict(data: dict, where: str = "<profile>") -> Profile:
     layers = data.get("layers")
     if not isinstance(layers, list) or not layers:
         raise _fail(where, "'layers' must be a non-empty list")
-    input_bytes = _number(data.get("input_bytes", 0), f"{where}: input_bytes", "bytes")
-    graph = _graph_from_layers(str(data.get("model", Path(where).stem)), int(input_bytes), layers, where)
+    input_bytes = _count(data.get("input_bytes", 0), f"{where}: input_bytes", "bytes")
+    graph = _graph_from_layers(str(data.get("model", Path(where).stem)), input_bytes, layers, where)
     device_types = data.get("device_types")
     if not isinstance(device_types, dict) or not device_types:
         raise _fail(where, "'device_types' must map a device type to its per-layer time_s and energy_j")
     n = len(layers)
     types, times, energies, mems, sources = [], [], [], [], {}
-    default_mem = np.array([_number(layer.get("mem_bytes", layer.get("param_bytes", 0) + layer["out_bytes"]),
+    default_mem = np.array([_number(layer.get("mem_bytes", built.param_bytes + built.out_bytes),
                                     f"{where}: layer {graph.names[i]!r} mem_bytes", "bytes")
-                            for i, layer in enumerate(layers)])
+                            for i, (layer, built) in enumerate(zip(layers, graph.layers))])
     for tname, col in device_types.items():
         for key in ("time_s", "energy_j"):
             values = col.get(key) if isinstance(col, dict) else None

@@ -62,6 +62,7 @@ import numpy as np
 
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import HetsplitError, PlanError
+from hetsplit.limits import check_memory
 from hetsplit.plan.check import check_plan
 from hetsplit.estimate.memory import MemoryEffects
 from hetsplit.estimate.schedule import ExtraJobs
@@ -468,6 +469,10 @@ def simulate(problem: SplitProblem, tg: TaskGraph, options: SimOptions | None = 
     extras = extras if extras is not None else ExtraJobs.none()
     messages = tg.messages()
     jobs = _compile(problem, tg, costs, messages, extras)
+    lower = "simulate fewer inputs (simulate -n)" + (" or keep no timeline (simulate without --out)"
+                                                     if opts.keep_timeline else "")
+    check_memory(simulation_bytes(opts.inputs, jobs.num_jobs, opts.keep_timeline), f"simulating {opts.inputs:,} "
+                 f"inputs of {jobs.num_jobs:,} jobs each", lower)
     fifo = opts.link_order == "fifo"
     t0 = time.perf_counter()
     run = _run(jobs, opts.inputs, opts.interval_s, opts.keep_timeline, fifo)
@@ -483,6 +488,13 @@ def simulate(problem: SplitProblem, tg: TaskGraph, options: SimOptions | None = 
                      steady_throughput(opts.inputs, makespan, unloaded, max(run.busy, default=0.0)), makespan, unloaded,
                      dict(zip(jobs.resources, run.busy)), energy, comm, per_device, run.events, wall, timeline,
                      _critical_path(jobs, one, costs, problem.device_type, tg, extras))
+
+
+def simulation_bytes(inputs: int, jobs: int, timeline: bool) -> float:
+    """About the memory a simulation of ``inputs`` inputs of ``jobs`` jobs takes (measured with
+    tracemalloc and rounded up): per input its bookkeeping, per job its counters and ready entries,
+    with the timeline a span per job."""
+    return inputs * (250.0 + 48.0 * jobs + (250.0 * jobs if timeline else 0.0))
 
 
 def simulate_plan(problem: SplitProblem, plan: Plan, options: SimOptions | None = None) -> SimResult:

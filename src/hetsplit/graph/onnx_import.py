@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -89,7 +90,7 @@ class _Model:
 
     def nbytes(self, t: str) -> int:
         shape, etype = self.types[t]
-        return int(np.prod(shape, dtype=np.int64)) * elem_size(etype) if shape is not None else 0
+        return math.prod(shape) * elem_size(etype) if shape is not None else 0
 
     def is_const(self, t: str) -> bool:
         return t in self.inits or t in self.consts
@@ -180,7 +181,7 @@ def graph_from_prepared(proto: onnx.ModelProto, name: str, source: str = "") -> 
     num_params = 0
     for t, gi in owner.items():
         proto_t = m.inits.get(t) or m.consts[t]
-        count = int(np.prod(proto_t.dims, dtype=np.int64))
+        count = math.prod(proto_t.dims)
         param_bytes[gi] += count * elem_size(proto_t.data_type)
         if proto_t.data_type in FLOAT_TYPES and count > 1:
             num_params += count
@@ -191,7 +192,7 @@ def graph_from_prepared(proto: onnx.ModelProto, name: str, source: str = "") -> 
     for t in tensors:
         if t.producer >= 0:
             out_bytes[t.producer] += t.nbytes
-            out_elems[t.producer] += int(np.prod(t.shape, dtype=np.int64)) if t.shape else 0
+            out_elems[t.producer] += math.prod(t.shape) if t.shape else 0
         for c in t.consumers:
             in_bytes[c] += t.nbytes
 

@@ -21,6 +21,7 @@ shape inference and for parameter bytes, tiny on disk ("shapes-only" model).
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -30,9 +31,11 @@ from onnx import TensorProto, helper, numpy_helper
 
 from hetsplit.errors import ModelError
 from hetsplit.graph.input_shapes import fix_input_shapes, require_static_inputs
+from hetsplit.jsonfile import ONNX_MAX_BYTES, check_input
 from hetsplit.graph.onnx_ops import role
 
 MIN_OPSET = 11
+MAX_TENSOR_ELEMENTS = 2**48     # a petabyte of float32; byte counts stay exact in a float64
 STRIP_MIN_BYTES = 256           # initializers larger than this lose their data in a shapes-only model
 STRIPPED_KEY = "hetsplit.shapes_only"
 
@@ -44,12 +47,23 @@ def read_model(model: str | Path | onnx.ModelProto) -> onnx.ModelProto:
         copy.CopyFrom(model)
         return copy
     path = Path(model)
-    if not path.is_file():
-        raise ModelError(f"{path}: no such ONNX file; give a path to a .onnx model or a zoo name")
+    check_input(path, ModelError, "no such ONNX file; give a path to a .onnx model or a zoo name", ONNX_MAX_BYTES)
     try:
-        return onnx.load(str(path), load_external_data=False)
+        model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # protobuf raises DecodeError and friends
         raise ModelError(f"{path}: not a readable ONNX model ({exc})") from None
+    _check_names(model, path)
+    return model
+
+
+def _check_names(model: onnx.ModelProto, path: Path) -> None:
+    """Every name in the graph is text: protobuf hands damaged (non-UTF-8) strings over as bytes."""
+    g = model.graph
+    values = list(g.input) + list(g.output) + list(g.value_info) + list(g.initializer)
+    names = [v.name for v in values] + [g.name] + [o.domain for o in model.opset_import] + \
+        [s for n in g.node for s in (n.name, n.op_type, n.domain, *n.input, *n.output, *(a.name for a in n.attribute))]
+    if not all(isinstance(s, str) for s in names):
+        raise ModelError(f"{path}: a node or tensor name is not UTF-8 text; the file is damaged, export it again")
 
 
 def is_shapes_only(model: onnx.ModelProto) -> bool:
@@ -168,6 +182,17 @@ def value_types(model: onnx.ModelProto) -> dict[str, tuple[tuple[int, ...] | Non
                 if attr.name == "value":
                     out[node.output[0]] = (tuple(attr.t.dims), attr.t.data_type)
     return out
+
+
+def _sized_types(model: onnx.ModelProto, where: str) -> dict:
+    """``value_types``, refusing a tensor larger than any device could hold (before any count of it)."""
+    types = value_types(model)
+    for t, (shape, _) in types.items():
+        if shape is not None and math.prod(shape) > MAX_TENSOR_ELEMENTS:
+            dims = " x ".join(f"{d:,}" for d in shape)
+            raise ModelError(f"{where}: tensor {t!r} of {dims} has {math.prod(shape):,} elements, over the "
+                             f"{MAX_TENSOR_ELEMENTS:,} (2^48) hetsplit models; give the model smaller input sizes")
+    return types
 
 
 def _check_static(model: onnx.ModelProto, types: dict, where: str) -> None:
@@ -297,7 +322,7 @@ def prepare_model(model: str | Path | onnx.ModelProto, where: str | None = None,
     # all shape work runs on a copy without weight data; only its nodes come back
     light = proto if is_shapes_only(proto) else strip_weights(proto)
     inferred = _infer(light, where)
-    types = value_types(inferred)
+    types = _sized_types(inferred, where)
     # fold shape arithmetic until shapes stop changing: each round may make more shapes static
     changed = False
     init_values = _small_initializer_values(light)
@@ -308,7 +333,7 @@ def prepare_model(model: str | Path | onnx.ModelProto, where: str | None = None,
             break
         changed = True
         inferred = _infer(light, where)
-        types = value_types(inferred)
+        types = _sized_types(inferred, where)
     _check_static(light, types, where)
     if changed and light is not proto:
         del proto.graph.node[:]

@@ -211,6 +211,9 @@ def _feed_forward(graph: Graph, down: int, consumers: list[list[int]], taken: se
     return FeedForward(tuple(sorted(set(ups))), tuple(sorted(set(inner))), down, width)
 
 
+MAX_DECODE_CONTEXT = 2**21   # positions of a KV cache; the longest-context models read ~1-2 million
+
+
 def decode_step(graph: Graph, context: int) -> Graph:
     """One autoregressive step of a Transformer graph exported for a prompt of S tokens: one new token
     against a KV cache of ``context`` positions (Bochem et al.'s autoregressive mode).
@@ -224,6 +227,10 @@ def decode_step(graph: Graph, context: int) -> Graph:
 
     if context < 1:
         raise ModelError(f"decode step of {graph.name!r}: the KV cache needs at least 1 position, got {context}")
+    if context > MAX_DECODE_CONTEXT:
+        raise ModelError(f"decode step of {graph.name!r}: a KV cache of {context:,} positions is beyond the "
+                         f"{MAX_DECODE_CONTEXT:,} hetsplit plans for (no model it costs reads that far); give a "
+                         "smaller context (plan --decode)")
     blocks = find_blocks(graph)
     tokens = int(graph.layers[blocks[0].attention.q].attrs.get("m", 0) or 0)
     if tokens < 1:

@@ -6,11 +6,16 @@ and a cluster is ``check_plan``'s job.
 
 from __future__ import annotations
 
+import difflib
+import math
 from typing import Any
 
 from hetsplit.errors import PlanError
 from hetsplit.plan.types import (AXES, COMBINE_KINDS, DIRECT, FORMAT, FORMAT_V1, RELAY, Combine, Metrics,
                                  Placement, Plan, Shard, Stage)
+
+PLAN_KEYS = ("format", "model", "cluster", "algorithm", "params", "cluster_file", "stages", "assign", "combine",
+             "order", "metrics", "pareto", "input_shapes")
 
 
 def plan_from_dict(cls: type[Plan], d: Any, where: str) -> Plan:
@@ -20,6 +25,11 @@ def plan_from_dict(cls: type[Plan], d: Any, where: str) -> Plan:
     fmt = d.get("format")
     if fmt not in (FORMAT, FORMAT_V1):
         raise PlanError(f"{where}: 'format' is {fmt!r}; expected {FORMAT!r} (or {FORMAT_V1!r})")
+    for key in d:
+        if key not in PLAN_KEYS:
+            close = difflib.get_close_matches(str(key), PLAN_KEYS, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise PlanError(f"{where}: unknown key {key!r}; {hint}a plan's keys are {', '.join(PLAN_KEYS)}")
     if "model" not in d:
         raise PlanError(f"{where}: the plan has no 'model'")
     params = d.get("params", {})
@@ -56,6 +66,7 @@ def plan_from_dict(cls: type[Plan], d: Any, where: str) -> Plan:
     if d.get("metrics") is not None and not isinstance(d["metrics"], dict):
         raise PlanError(f"{where}: 'metrics' must be an object (throughput, energy_j, ...), "
                         f"got {type(d['metrics']).__name__}")
+    _check_metrics(d.get("metrics") or {}, where)
     try:
         metrics = Metrics.from_dict(d["metrics"]) if d.get("metrics") else None
     except (TypeError, ValueError) as exc:
@@ -77,6 +88,24 @@ def _input_shapes(raw: Any, where: str) -> dict[str, list[int]]:
         raise PlanError(f"{where}: 'input_shapes' must map each model input to its dims (positive integers), "
                         f"got {raw!r}")
     return {k: list(v) for k, v in raw.items()}
+
+
+def _check_metrics(raw: dict[str, Any], where: str) -> None:
+    """Every metric a finite number (null for "none", as hetsplit writes an infinite one), a list or
+    an object of them, or (``bottleneck``) a name: NaN and Infinity are refused, not read as figures."""
+    def bad(v: Any) -> bool:
+        if isinstance(v, (list, dict)):
+            return any(bad(x) for x in (v.values() if isinstance(v, dict) else v))
+        if isinstance(v, bool) or v is None:
+            return False
+        return not isinstance(v, (int, float)) or not math.isfinite(v)
+
+    for key, value in raw.items():
+        if key == "bottleneck" and (value is None or isinstance(value, str)):
+            continue
+        if bad(value):
+            raise PlanError(f"{where}: metrics.{key} is {value!r}; a metric is a finite number (null for none); "
+                            "drop 'metrics' to have them estimated again")
 
 
 def _order(raw: Any, where: str) -> dict[str, list[str]]:

@@ -132,13 +132,22 @@ class Metrics:
         return self.energy_j / max(1, self.num_devices)
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
+        """JSON-ready: an infinite or NaN figure (also per device) is written as null."""
+        def out(v: Any) -> Any:
+            if isinstance(v, dict):
+                return {k: out(x) for k, x in v.items()}
+            return None if isinstance(v, float) and not math.isfinite(v) else v
+        return {k: out(v) for k, v in asdict(self).items()}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Metrics":
+        """From ``to_dict``'s form: null reads back as infinite."""
+        def back(v: Any) -> Any:
+            if isinstance(v, dict):
+                return {k: back(x) for k, x in v.items()}
+            return math.inf if v is None else v
         known = {f for f in cls.__dataclass_fields__}
-        vals = {k: (math.inf if v is None and k != "bottleneck" else v) for k, v in d.items() if k in known}
-        return cls(**vals)
+        return cls(**{k: (v if k == "bottleneck" else back(v)) for k, v in d.items() if k in known})
 
 
 @dataclass

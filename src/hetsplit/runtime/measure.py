@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from hetsplit.errors import RuntimeFailure
 from hetsplit.runtime.manifest import Manifest
 
 
@@ -87,11 +88,16 @@ class RunReport:
                 "hops": self.hops, **self.extra}
 
     @classmethod
-    def from_dict(cls, doc: dict[str, Any]) -> "RunReport":
-        """A report back from ``to_dict`` (a run's ``--out`` JSON without ``--compare``)."""
+    def from_dict(cls, doc: dict[str, Any], where: str = "the run's JSON") -> "RunReport":
+        """A report back from ``to_dict`` (a run's ``--out`` JSON without ``--compare``); ``where`` names
+        the document in errors."""
         own = ("model", "devices", "hops", "inputs", "throughput", "latency_s", "latency_loaded_s", "latencies_s",
                "verify", "stage_bound_throughput")
         derived = ("pipeline_efficiency", "over_stage_bound", "efficiency_note")
+        missing = [k for k in own if k not in doc] if isinstance(doc, dict) else list(own)
+        if missing:
+            raise RuntimeFailure(f"{where}: not a run report of `hetsplit run --out` (it lacks "
+                                 f"{', '.join(missing)}); give that file")
         return cls(**{k: doc[k] for k in own},
                    extra={k: v for k, v in doc.items() if k not in own and k not in derived})
 

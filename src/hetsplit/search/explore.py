@@ -32,6 +32,7 @@ from pymoo.optimize import minimize
 
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import HetsplitError
+from hetsplit.limits import check_memory
 from hetsplit.estimate.batch import BatchMetrics
 from hetsplit.plan.pareto import pareto_mask
 from hetsplit.plan.types import Plan
@@ -251,6 +252,8 @@ def explore(problem: SplitProblem, options: ExploreOptions,
     ``seeds``: chromosomes put in the first population (the rest random)."""
     t0 = time.perf_counter()
     enc = make_encoding(problem, options.encoding, options.splits, options.devices)
+    need = explore_bytes(options.pop_size, enc.n_var, problem.graph.num_layers, problem.cluster.num_devices)
+    check_memory(need, f"a population of {options.pop_size:,}", "give a smaller population (explore --pop)")
     setup = time.perf_counter() - t0
     prob = _EncodedProblem(enc, options.objectives, problem.memory_bytes.astype(np.float64))
     initial = None
@@ -262,6 +265,13 @@ def explore(problem: SplitProblem, options: ExploreOptions,
     plans, front, front_x = _pareto_plans(enc, res, options)
     return ExploreResult(options, plans, front, recorder.history, front_x, time.perf_counter() - t0,
                          prob.eval_seconds, setup, recorder.seconds, prob.evaluations, enc.n_var)
+
+
+def explore_bytes(pop: int, genes: int, layers: int, devices: int) -> float:
+    """About the memory NSGA-II takes with ``pop`` individuals (measured: ~40 kB each for a small
+    model, mostly the library's per-individual objects), parents and offspring together, each with its
+    chromosome and the evaluator's per-layer, per-device arrays."""
+    return 2.0 * pop * (40e3 + 8.0 * (genes + 4 * layers * devices))
 
 
 def _pareto_plans(enc: Encoding, res, options: ExploreOptions) -> tuple[list[Plan], np.ndarray, np.ndarray]:

@@ -147,10 +147,10 @@ def _broadcasts(graph: Graph, assign: dict[str, Placement], combine: dict[str, C
 @dataclass
 class TensorParallel:
     """``--algo tensor-parallel``: heads and F sliced over the first ``chips`` devices (default all),
-    all-reduced in groups of ``tree``."""
+    all-reduced in groups of ``tree`` (None: groups of 4; one given must not exceed the chips)."""
 
     chips: int | None = None
-    tree: int = 4
+    tree: int | None = None
     name: str = ALGORITHM
 
     def solve(self, problem: SplitProblem) -> list[Plan]:
@@ -159,7 +159,12 @@ class TensorParallel:
         if not 1 <= n <= len(names):
             raise PlanError(f"tensor-parallel: {n} chips asked for, cluster {problem.cluster.name!r} has "
                             f"{len(names)} devices")
-        plan = tensor_parallel_plan(problem.graph, names[:n], self.tree)
+        if self.tree is not None and self.tree > n:
+            raise PlanError(f"tensor-parallel: groups of {self.tree} (--tree) over {n} chips would be one flat "
+                            f"group; give --tree 2..{n} or 0 (flat)" if n >= 2 else
+                            f"tensor-parallel: groups of {self.tree} (--tree) over 1 chip: nothing to reduce; "
+                            "drop --tree or give more chips")
+        plan = tensor_parallel_plan(problem.graph, names[:n], 4 if self.tree is None else self.tree)
         plan.cluster = problem.cluster.name
         plan.metrics = evaluate(problem, plan)
         return [plan]
