@@ -82,8 +82,10 @@ def test_two_runs_on_one_port_end_clearly_within_their_timeout(case, tmp_path):
 @pytest.mark.parametrize("port", ["-5", "70000"])
 def test_a_port_out_of_range_is_refused_up_front(case, capsys, port):
     t0 = time.time()
-    assert main(["run", str(case.plan_file), str(case.model), "--port", port]) == 2
-    assert f"--port {port}" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:       # argparse's range check, before any work
+        main(["run", str(case.plan_file), str(case.model), "--port", port])
+    assert exit_.value.code == 2
+    assert f"--port: {port} is out of range" in capsys.readouterr().err
     assert main(["worker", "--join", f"127.0.0.1:{port}", "--token", "t", "--device", "a"]) == 2
     assert "--join" in capsys.readouterr().err
     assert time.time() - t0 < 5

@@ -113,8 +113,9 @@ def test_a_killed_driver_ends_its_remote_workers(net, tmp_path):
         while time.time() < end and any(w.poll() is None for w in run.workers.values()):
             time.sleep(0.05)
         assert all(w.poll() is not None for w in run.workers.values()), "remote workers outlived their driver by 5 s"
-        logs = " ".join((tmp_path / f"worker-{d}").read_text() for d in PLACEMENT)
-        assert "the driver at" in logs and "gone" in logs
+        for d in PLACEMENT:   # each says why: its watch saw the driver go, or its rank lost device a (driver's host)
+            log = (tmp_path / f"worker-{d}").read_text()
+            assert ("the driver at" in log and "gone" in log) or "lost the connection to a " in log, log[-1000:]
     finally:
         run.stop()
 

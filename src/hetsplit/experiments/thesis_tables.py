@@ -15,9 +15,9 @@ Where each comparison stands:
   chromosome's best-memory plan (``HybridConfig.measured_picks``) and the unpartitioned model run by the
   runtime on this machine's CPU: a worker's peak memory does not depend on the device's speed.
   Latency and energy cannot be rehearsed faithfully: device emulation would run each worker at the
-  ``xavier-nx-cpu`` model's speed (so a measured time would replay this estimator), a mapping's
-  gigabit links cannot be shaped yet (the runtime shapes pipelines only), and no power meter reads
-  here; those claims are ``inconclusive`` with no run.
+  ``xavier-nx-cpu`` model's speed and shape its links to the cluster's gigabit, so a measured time
+  would replay this estimator's own figures, and no power meter reads here; those claims are
+  ``inconclusive`` with no run.
 """
 
 from __future__ import annotations
@@ -145,9 +145,9 @@ def measure_memory(model: str, problem: SplitProblem, picks: list[tuple[str, Pla
 
 MB = 1e6
 NOT_REHEARSED = {
-    "latency": "not rehearsable here: device emulation would run each worker at the xavier-nx-cpu model's speed, so a "
-               "measured time would replay the estimator, and a mapping's gigabit links cannot be shaped yet (the "
-               "runtime shapes pipelines only); no run made",
+    "latency": "not rehearsable here: device emulation would run each worker at the xavier-nx-cpu model's speed over "
+               "links shaped to the cluster's, so a measured time would replay the estimator's own figures; no run "
+               "made",
     "energy": "not measurable here: no power meter reads on this machine (the boards' INA3221 is not ours) and an "
               "energy from a run would be the device model's power times a time; no run made",
 }
