@@ -191,5 +191,5 @@ def check_claims(results: HybridResults) -> ClaimSet:
         "other rows belong to plans the thesis does not publish. Their memory columns are compared by ranking, on "
         "our search's best-memory plans run here.",
         "Measured here: peak memory (the runtime on this machine's CPU). Not rehearsable here, so inconclusive "
-        "with no run: measured latency and energy (device emulation replays the xavier-nx-cpu model; a mapping's "
-        "links cannot be shaped yet; no power meter)."))
+        "with no run: measured latency and energy (device emulation and shaped links would replay the "
+        "xavier-nx-cpu model and the cluster's links, the estimator's own figures; no power meter)."))
