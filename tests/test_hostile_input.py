@@ -105,6 +105,15 @@ def test_a_folder_a_pipe_or_a_device_given_as_any_input_is_refused_without_readi
     assert "is a folder" in fails(["inspect", str(folder)], capsys)
 
 
+def test_a_plan_folder_given_as_a_plan_points_to_its_plans_json(files, tmp_path, capsys):
+    """`plan --out plans.json` makes a folder of that name; giving it to split says which file was meant."""
+    out = tmp_path / "plans.json"
+    out.mkdir()
+    (out / "plans.json").write_text((files / "plan.json").read_text())
+    err = fails(["split", str(out), str(files / "toy.onnx"), "--out", str(tmp_path / "split")], capsys)
+    assert f"is a folder, not a file; give the file's path (did you mean {out / 'plans.json'}?)" in err
+
+
 def test_non_utf8_bytes_are_named_with_file_line_and_column(files, tmp_path, capsys):
     plan = tmp_path / "bin.json"
     plan.write_bytes(b'{"format":\n  "\xff"}')

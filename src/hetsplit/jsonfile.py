@@ -53,7 +53,9 @@ def check_input(path: str | Path, error: type[HetsplitError], missing: str, limi
     except OSError as exc:
         raise error(f"{p}: cannot be read ({exc.strerror or exc})") from None
     if stat.S_ISDIR(st.st_mode):
-        raise error(f"{p}: is a folder, not a file; give the file's path")
+        inside = p / "plans.json"   # `plan --out DIR` writes DIR/plans.json: a folder named like a file is common
+        hint = f" (did you mean {inside}?)" if inside.is_file() else ""
+        raise error(f"{p}: is a folder, not a file; give the file's path{hint}")
     if not stat.S_ISREG(st.st_mode):
         raise error(f"{p}: is not a regular file (a pipe, socket or device); give a file")
     cap = max_input_bytes() if limit is None else limit
