@@ -11,6 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from cli_checks import TWO_CPUS, fails
 from factories import chain_graph, cluster, problem
 from hetsplit.cli.main import main
 from hetsplit.cluster import load_cluster
@@ -24,26 +25,12 @@ from hetsplit.search import make_partitioner
 from hetsplit.workflow import load_plan_cluster
 
 CLUSTER = "donna-2cpu-1gpu-1cim-hb-wcc"
-TWO_CPUS = """name: two-cpus
-devices:
-  - {name: c, kind: cpu, memory: 4GiB, peak_macs: 4e10/s, mem_bandwidth: 20GB/s, power_active: 10W, count: 2}
-links:
-  default: {bandwidth: 1GB/s, energy: 0J/B}
-"""
 TWO_GPUS = """name: two-gpus
 devices:
   - {name: g, preset: rtx3070ti, count: 2}
 links:
   default: pcie5
 """
-
-
-def fails(argv: list[str], capsys) -> str:
-    """Run the CLI; it must exit 2 with a one-line message (no traceback). Returns stderr."""
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert "error:" in err and "Traceback" not in err
-    return err
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from cli_checks import TWO_CPUS, fails, refused_by_parser
 from hetsplit.cli.main import main
 from hetsplit.jsonfile import MAX_INPUT_ENV
 from hetsplit.limits import MEMORY_ENV
@@ -25,30 +26,6 @@ from hetsplit.runtime.toy import toy_model
 CLUSTER = "donna-2cpu-1gpu-1cim-hb-wcc"
 SECRET = "root:x:0:0:hunter2:/root:/bin/bash"     # a fake system password file's first line
 WORD = "hunter2"
-TWO_CPUS = """name: two-cpus
-devices:
-  - {name: c, kind: cpu, memory: 4GiB, peak_macs: 4e10/s, mem_bandwidth: 20GB/s, power_active: 10W, count: 2}
-links:
-  default: {bandwidth: 1GB/s, energy: 0J/B}
-"""
-
-
-def fails(argv: list[str], capsys) -> str:
-    """The CLI must exit 2 with a one-line message, no traceback; returns stderr."""
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert "error:" in err and "Traceback" not in err
-    return err
-
-
-def refused_by_parser(argv: list[str], capsys) -> str:
-    """An option argparse refuses: exit 2 and its message; returns stderr."""
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    assert exc.value.code == 2
-    err = capsys.readouterr().err
-    assert "error:" in err and "Traceback" not in err
-    return err
 
 
 @pytest.fixture(scope="module")
