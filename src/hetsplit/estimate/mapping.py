@@ -42,6 +42,7 @@ from hetsplit.estimate.task_costs import TaskCosts, task_costs
 from hetsplit.plan.tasks import TaskGraph
 
 
+NO_RESOURCE = np.uint64(2 ** 63)   # the busiest resource before any is busy
 PARALLEL_MIN = 512   # fewer plans than this per thread: one thread (starting threads costs more)
 PARALLEL_MIN_JOBS = 150_000   # ... or fewer tasks and edges than this over its plans
 
@@ -70,20 +71,24 @@ class MappingEvaluator:
         reuse = costs is not None and self.tg is tg
         self.costs = costs if reuse else task_costs(problem, self.tg)
         self.structure = Structure.of(self.tg)
-        types = problem.device_type  # per (task, device) costs, flattened as t * D + d
-        self._tables = tuple(np.ascontiguousarray(a[:, types].ravel(), dtype=np.float64)
-                             for a in (self.costs.time_s, self.costs.energy_j, self.costs.mem_bytes))
+        types = problem.device_type  # per (task, device): time, energy, memory at 3 * (t * D + d) + 0, 1, 2
+        self._tables = np.ascontiguousarray(np.stack([a[:, types] for a in (
+            self.costs.time_s, self.costs.energy_j, self.costs.mem_bytes)], axis=-1).ravel(), dtype=np.float64)
         self._links = _link_tables(problem)
 
-    def check_devices(self, devices: np.ndarray | None) -> np.ndarray:
-        """Assignments of the given task graph's tasks, validated (N x T)."""
+    def check_devices(self, devices: np.ndarray | None, bounds: bool = True) -> np.ndarray:
+        """Assignments of the given task graph's tasks, validated (N x T); ``bounds=False`` leaves the
+        device indices to the kernel (it checks them as it reads them)."""
         tasks = self.given.num_tasks
         dev = self.given.device[None, :] if devices is None else np.atleast_2d(np.asarray(devices, dtype=np.int64))
         if dev.shape[1] != tasks:
             raise PlanError(f"an assignment has {dev.shape[1]} entries; the task graph has {tasks} tasks")
-        if dev.size and (dev.min() < 0 or dev.max() >= self.problem.num_devices):
-            raise PlanError(f"device indices must be in 0..{self.problem.num_devices - 1}")
+        if bounds and dev.size and (dev.min() < 0 or dev.max() >= self.problem.num_devices):
+            raise self.out_of_range()
         return np.ascontiguousarray(dev, dtype=np.int64)
+
+    def out_of_range(self) -> PlanError:
+        return PlanError(f"device indices must be in 0..{self.problem.num_devices - 1}")
 
     def evaluate(self, devices: np.ndarray | None = None, overrides: TaskOverrides | None = None,
                  extras: list[ExtraJobs] | None = None, latency: bool = True) -> BatchMetrics:
@@ -94,7 +99,7 @@ class MappingEvaluator:
         ``latency=False`` leaves out one input's schedule (most of the time per plan): every figure but
         ``latency_s`` (NaN) and ``edp`` (NaN), for searches whose objectives are throughput, energy and
         memory."""
-        dev = self.check_devices(devices)
+        dev = self.check_devices(devices, bounds=self.memory is not None)
         if self.memory is not None:
             if overrides is not None or extras is not None:
                 raise PlanError(f"the devices of cluster {self.problem.cluster.name!r} keep weights off chip: the "
@@ -119,32 +124,37 @@ class MappingEvaluator:
             _evaluate(*args, chunks)
         else:  # no thread pool for a few plans: starting it costs more than they take
             _evaluate_range(0, n, *args)
+        if not out[-1].all():
+            raise self.out_of_range()
         return self.metrics(out, extras)
 
     def kernel_structure(self) -> tuple:
         """The task graph's arrays as ``plan_figures`` reads them (``st``)."""
         st, tg = self.structure, self.tg
-        return (st.edge_src, st.edge_dst, tg.edge_bytes, tg.edge_payload, st.out_ptr, st.out_idx, st.source_edges,
-                st.chain_ptr, st.chain_idx, st.indeg, len(tg.payloads))
+        return (st.edge_src, st.edge_dst, tg.edge_bytes, st.out_ptr, st.out_idx, st.source_edges, st.chain_ptr,
+                st.chain_idx, st.indeg, *message_groups(tg))
 
     def kernel_net(self) -> tuple:
-        """The cluster as ``plan_figures`` reads it (``net``): link tables, source, sink, shared ports."""
+        """The cluster as ``plan_figures`` reads it (``net``): link tables, memory per device, source, sink,
+        shared ports."""
         cl = self.problem.cluster
-        return (*self._links, -1 if cl.source_index is None else cl.source_index,
+        return (*self._links, self.problem.memory_bytes.astype(np.float64),
+                -1 if cl.source_index is None else cl.source_index,
                 -1 if cl.sink_index is None else cl.sink_index, cl.ports == "shared")
 
     def metrics(self, out: tuple[np.ndarray, ...], extras: list[ExtraJobs] | None = None) -> BatchMetrics:
         """The BatchMetrics of the kernel's outputs (``kernel_outputs``) and the plans' extra jobs."""
-        compute, energy_dev, mem_dev, participates, latency, comm_e, comm_t, task_e, max_busy, max_link = out
+        (compute, energy_dev, mem_dev, participates, latency, comm_e, comm_t, task_e, max_busy, max_link, bottleneck,
+         fits, _) = out
         n, n_dev = compute.shape
         channel = np.zeros((n, n_dev))
-        for p, x in enumerate(extras or ()):
-            np.add.at(channel[p], x.device, x.duration_s)
-        bottleneck = np.maximum(np.maximum(compute.max(axis=1), max_busy), channel.max(axis=1))
+        if extras:
+            for p, x in enumerate(extras):
+                np.add.at(channel[p], x.device, x.duration_s)
+            bottleneck = np.maximum(bottleneck, channel.max(axis=1))
         with np.errstate(divide="ignore"):
             throughput = np.where(bottleneck > 0, 1.0 / bottleneck, np.inf)
         total_e = task_e + comm_e
-        fits = (mem_dev <= self.problem.memory_bytes[None, :]).all(axis=1)
         return BatchMetrics(throughput, bottleneck, latency, total_e, comm_e, comm_t, energy_dev, compute, mem_dev,
                             participates, fits, total_e * latency, max_busy, max_link, channel)
 
@@ -195,11 +205,28 @@ def parallel_chunks(n: int, jobs: int = 0) -> int:
     return max(1, min(get_num_threads(), n // per_thread))
 
 
+def message_groups(tg: TaskGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The edges ``plan_figures`` charges in one branch-free step (plain: between two tasks, the only
+    reader of their payload), and the others grouped by payload (CSR: ptr, edges in edge order): a
+    payload moves once per destination device, and model inputs and outputs have their own rules."""
+    readers = np.bincount(tg.edge_payload, minlength=len(tg.payloads))
+    src, dst = tg.edge_src, tg.edge_dst
+    plain = (src >= 0) & (dst >= 0) & (readers[tg.edge_payload] == 1)
+    rest = np.flatnonzero(~plain)
+    order = rest[np.argsort(tg.edge_payload[rest], kind="stable")]
+    ptr = np.zeros(len(tg.payloads) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(tg.edge_payload[rest], minlength=len(tg.payloads)), out=ptr[1:])
+    ptr = np.unique(ptr)  # payloads without such edges leave no empty group
+    return np.flatnonzero(plain).astype(np.int64), ptr.astype(np.int64), order.astype(np.int64)
+
+
 def kernel_outputs(n: int, n_dev: int) -> tuple[np.ndarray, ...]:
     """compute, energy, memory, participates (N x D); latency, comm energy, comm time, task energy,
-    busiest link time (N); busiest link (N x 2, -1: none)."""
+    busiest link time (N); busiest link (N x 2, -1: none); bottleneck without memory channels, fits
+    memory, device indices valid (N)."""
     return (np.zeros((n, n_dev)), np.zeros((n, n_dev)), np.zeros((n, n_dev)), np.zeros((n, n_dev), dtype=np.bool_),
-            np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n), np.full((n, 2), -1, dtype=np.int64))
+            np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n), np.full((n, 2), -1, dtype=np.int64),
+            np.zeros(n), np.zeros(n, dtype=np.bool_), np.ones(n, dtype=np.bool_))
 
 
 def pack_extras(extras: list[ExtraJobs] | None, n: int, n_dev: int) -> tuple[np.ndarray, ...]:
@@ -216,17 +243,6 @@ def pack_extras(extras: list[ExtraJobs] | None, n: int, n_dev: int) -> tuple[np.
                                for f, dtype in (("duration_s", np.float64), ("device", np.int64), ("after", np.int64),
                                                 ("before", np.int64)))
     return ptr, dur, Resources(n_dev).channels + dev, after, before
-
-
-@njit(cache=True)
-def plan_buffers(n_res, t_count, e_count, n_payloads, n_dev, x_max):
-    """Work arrays of ``plan_figures`` for one thread (allocated once per range of plans)."""
-    res_channels = n_res - n_dev
-    return (scratch(n_res, t_count, e_count, x_max), np.empty(t_count), np.empty(e_count, dtype=np.int64),
-            np.empty(e_count), np.empty(e_count, dtype=np.int64), np.full(e_count, -1, dtype=np.int64),
-            np.zeros(res_channels), np.zeros(res_channels, dtype=np.int64), np.empty(2 * e_count + 1, dtype=np.int64),
-            np.zeros(n_payloads * n_dev, dtype=np.int64), np.zeros(n_payloads * n_dev, dtype=np.int64),
-            np.empty(n_payloads * n_dev, dtype=np.int64))
 
 
 @njit(cache=True, parallel=True)
@@ -246,112 +262,174 @@ def _evaluate_range(lo, hi, dev, tables, ov, has_ov, st, net, xj, with_latency, 
     for p in range(lo, hi):
         x_max = max(x_max, x_ptr[p + 1] - x_ptr[p])
     n_dev = out[0].shape[1]
-    buf = plan_buffers(n_dev * n_dev + 3 * n_dev, dev.shape[1], len(st[0]), st[10], n_dev, x_max)
-    for p in range(lo, hi):
-        if has_ov:
-            plan_figures(p, dev[p], True, ov[0][p], ov[1][p], ov[2][p], ov[3][p], tables, st, net, xj, with_latency,
-                         out, buf)
-        else:
-            plan_figures(p, dev[p], False, ov[0][0], ov[1][0], ov[2][0], ov[3][0], tables, st, net, xj, with_latency,
-                         out, buf)
+    buf = plan_buffers(n_dev * n_dev + 3 * n_dev, dev.shape[1], len(st[0]), n_dev, x_max)
+    if has_ov:
+        plan_figures(lo, dev[lo:hi], True, ov[0][lo:hi], ov[1][lo:hi], ov[2][lo:hi], ov[3][lo:hi], tables, st, net, xj,
+                     with_latency, out, buf)
+    else:
+        plan_figures(lo, dev[lo:hi], False, ov[0], ov[1], ov[2], ov[3], tables, st, net, xj, with_latency, out, buf)
 
 
 @njit(cache=True)
-def plan_figures(p, row, has_ov, ov_time, ov_energy, ov_mem, ov_bytes, tables, st, net, xj, with_latency, out, buf):
-    """Every figure of plan ``p`` (devices ``row``) into row p of ``out`` (``kernel_outputs``): task costs from
-    ``tables`` (flattened t * D + d), or ``ov_*`` (this plan's per-task costs and per-edge bytes) when
-    ``has_ov``; ``st``: the structure's arrays, ``net``: link tables and the cluster's source, sink and
-    ports; ``xj``: the extra jobs (CSR over plans); ``buf``: ``plan_buffers`` (stamps: p + 1)."""
-    t_time, t_energy, t_mem = tables
-    e_src, e_dst, e_bytes, e_payload, out_ptr, out_idx, src_edges, chain_ptr, chain_idx, indeg0, _ = st
-    lat, per_byte, joule, source, sink, shared_ports = net
+def plan_buffers(n_res, t_count, e_count, n_dev, x_max):
+    """Work arrays of ``plan_figures`` for one thread (allocated once per range of plans)."""
+    return (scratch(n_res, t_count, e_count, x_max), np.empty(t_count), np.empty(e_count, dtype=np.int64),
+            np.empty(e_count), np.empty(e_count, dtype=np.int64), np.full(e_count, -1, dtype=np.int64),
+            np.zeros(n_dev * n_dev + n_dev), np.zeros(3 * n_dev), np.zeros(n_dev, dtype=np.bool_),
+            np.zeros(n_dev, dtype=np.bool_), np.empty(n_dev, dtype=np.int64), np.zeros(max(e_count, 1), dtype=np.int64))
+
+
+@njit(cache=True, inline="always")
+def _charge(busy, r, x, top, top_res):
+    """Add ``x`` seconds to resource ``r`` (unsigned); the busiest so far (lowest index among equals; only
+    one with a positive time counts)."""
+    b = busy[r] + x
+    busy[r] = b
+    better = (b > top) | ((b == top) & (r < top_res))    # selects, not branches: which wins is unpredictable
+    return (b if better else top), (r if better else top_res)
+
+
+@njit(cache=True)
+def plan_figures(p0, rows, has_ov, ov_time, ov_energy, ov_mem, ov_bytes, tables, st, net, xj, with_latency, out, buf):
+    """Every figure of plans ``p0 ..`` (devices: a row of ``rows`` each) into their rows of ``out``
+    (``kernel_outputs``): task costs from ``tables`` (3 * (t * D + d) + time, energy, memory), or the
+    plan's row of ``ov_*`` (per-task costs and per-edge bytes) when ``has_ov``; ``st``: the structure's
+    arrays and message groups (``message_groups``); ``net``: link tables, memory per device and the
+    cluster's source, sink and ports; ``xj``: the extra jobs (CSR over plans); ``buf``: ``plan_buffers``.
+    A device index out of range marks its plan invalid. (The tuples are unpacked once for all plans:
+    unpacking them costs more than a plan's figures.)"""
+    e_src, e_dst, e_bytes, out_ptr, out_idx, src_edges, chain_ptr, chain_idx, indeg0, plain, g_ptr, g_edges = st
+    lat, per_byte, joule, capacity, source, sink, shared_ports = net
     x_ptr, x_dur, x_res, x_after, x_before = xj
-    compute, energy_dev, mem_dev, participates, latency, comm_e, comm_t, task_e, max_busy, max_link = out
-    work, dur, carrier, xfer, r0, r1, busy, busy_stamp, used, first_stamp, moved_stamp, moved_edge = buf
-    t_count = len(row)
-    e_count = len(e_src)
-    n_dev = compute.shape[1]
-    res_links = n_dev
-    res_ports = n_dev + n_dev * n_dev
-    stamp = p + 1
-    e_task = 0.0
-    for t in range(t_count):
-        d = row[t]
-        if has_ov:
-            tt, te, tm = ov_time[t], ov_energy[t], ov_mem[t]
-        else:
-            k = t * n_dev + d
-            tt, te, tm = t_time[k], t_energy[k], t_mem[k]
-        dur[t] = tt
-        compute[p, d] += tt
-        energy_dev[p, d] += te
-        mem_dev[p, d] += tm
-        participates[p, d] = True
-        e_task += te
-    task_e[p] = e_task
-    c_e, c_t, top, top_res, n_msg, n_used = 0.0, 0.0, 0.0, -1, 0, 0
-    for e in range(e_count):
-        s, q = e_src[e], e_dst[e]
-        u = row[s] if s >= 0 else row[0]
-        v = row[q] if q >= 0 else row[0]
-        if s < 0:
-            u = v if source < 0 else source
-        if q < 0:
-            v = u if sink < 0 else sink
-        nb = ov_bytes[e] if has_ov else e_bytes[e]
-        key = e_payload[e] * n_dev + v
-        first = first_stamp[key] != stamp
-        if first:
-            first_stamp[key] = stamp
-        sent = False
-        if u != v and nb > 0:
-            if moved_stamp[key] != stamp:
-                moved_stamp[key] = stamp
-                moved_edge[key] = e
-                sent = True
-            pair = u * n_dev + v
-            x = lat[pair] + nb * per_byte[pair]
-            if with_latency:                  # what one input's schedule reads
-                carrier[e] = moved_edge[key]
-                xfer[e] = x
-                if shared_ports:
-                    r0[e], r1[e] = res_ports + u, res_ports + v
-                else:
-                    r0[e] = res_links + pair
-            if sent:
-                n_msg += 1
-                eb = nb * joule[pair]
-                energy_dev[p, u] += eb
+    (compute, energy_dev, mem_dev, participates, latency, comm_e, comm_t, task_e, max_busy, max_link, bottleneck,
+     fits, valid) = out
+    work, dur, carrier, xfer, r0, r1, busy, acc, seen, moved, moved_edge, group_v = buf   # group_v: in range
+    n_dev = len(capacity)
+    ports = n_dev * n_dev                # ``busy``: links u * D + v, then ports; schedule resources are D more
+    # the hot loops index with unsigned integers: numba adds no wrap-around of negative indices to them
+    u1, u2, u3, ud, up, none = np.uint64(1), np.uint64(2), np.uint64(3), np.uint64(n_dev), np.uint64(ports), NO_RESOURCE
+    p_src, p_dst, p_edge = e_src[plain].astype(np.uint64), e_dst[plain].astype(np.uint64), plain.astype(np.uint64)
+    for i in range(rows.shape[0]):
+        p = p0 + i
+        for k in range(len(acc)):
+            acc[k] = 0.0
+        for k in range(len(busy)):
+            busy[k] = 0.0
+        in_range = True
+        for t in range(rows.shape[1]):
+            in_range &= (rows[i, t] >= 0) & (rows[i, t] < n_dev)
+        if not in_range:
+            valid[p] = False
+            continue
+        row = rows[i]
+        e_task = 0.0
+        for ti in range(rows.shape[1]):
+            tu = np.uint64(ti)
+            du = np.uint64(row[tu])
+            if has_ov:
+                tt, te, tm = ov_time[i, tu], ov_energy[i, tu], ov_mem[i, tu]
+            else:
+                kt = u3 * (tu * ud + du)
+                tt, te, tm = tables[kt], tables[kt + u1], tables[kt + u2]
+            dur[tu] = tt
+            acc[u3 * du] += tt
+            acc[u3 * du + u1] += te
+            acc[u3 * du + u2] += tm
+            participates[p, du] = True
+            e_task += te
+        c_e, c_t, n_msg, top, top_res = 0.0, 0.0, 0, 0.0, none
+        for k in range(len(p_edge)):         # one message exactly when the ends differ and it carries bytes
+            ju = np.uint64(k)
+            nb = ov_bytes[i, p_edge[ju]] if has_ov else e_bytes[p_edge[ju]]
+            uu, vu = np.uint64(row[p_src[ju]]), np.uint64(row[p_dst[ju]])
+            pu = uu * ud + vu
+            if nb > 0 and uu != vu:
+                x = lat[pu] + nb * per_byte[pu]
+                eb = nb * joule[pu]
+                acc[u3 * uu + u1] += eb
+                acc[u3 * uu + u2] += nb
+                acc[u3 * vu + u2] += nb
                 c_e += eb
                 c_t += x
-                for k in range(2 if shared_ports else 1):
-                    r = (res_ports + (u if k == 0 else v)) if shared_ports else res_links + pair
-                    if busy_stamp[r] != stamp:
-                        busy_stamp[r] = stamp
-                        busy[r] = 0.0
-                        used[n_used] = r
-                        n_used += 1
-                    busy[r] += x
-        elif with_latency:
+                if shared_ports:
+                    top, top_res = _charge(busy, up + uu, x, top, top_res)
+                    top, top_res = _charge(busy, up + vu, x, top, top_res)
+                else:
+                    top, top_res = _charge(busy, pu, x, top, top_res)
+        for g in range(len(g_ptr) - 1):      # one payload: a message per destination device, carried by its first edge
+            for j in range(g_ptr[g], g_ptr[g + 1]):
+                e = g_edges[j]
+                s, q = e_src[e], e_dst[e]
+                nb = ov_bytes[i, e] if has_ov else e_bytes[e]
+                if nb <= 0 and s >= 0 and q >= 0:   # nothing moves, nothing is held (a shard left empty)
+                    carrier[e] = -1
+                    continue
+                u = rows[i, s] if s >= 0 else rows[i, 0]
+                v = rows[i, q] if q >= 0 else rows[i, 0]
+                if s < 0:
+                    u = v if source < 0 else source
+                if q < 0:
+                    v = u if sink < 0 else sink
+                group_v[j] = v
+                first = not seen[v]
+                seen[v] = True
+                moves = (u != v) & (nb > 0)
+                sent = moves & (not moved[v])   # the first edge to bring the payload to v carries it
+                moved_edge[v] = e if sent else moved_edge[v]
+                moved[v] |= moves
+                carrier[e] = moved_edge[v] if moves else -1
+                if sent:
+                    pair = u * n_dev + v
+                    x = lat[pair] + nb * per_byte[pair]
+                    eb = nb * joule[pair]
+                    xfer[e] = x
+                    if shared_ports:
+                        r0[e], r1[e] = n_dev + ports + u, n_dev + ports + v
+                        top, top_res = _charge(busy, np.uint64(ports + u), x, top, top_res)
+                        top, top_res = _charge(busy, np.uint64(ports + v), x, top, top_res)
+                    else:
+                        r0[e] = n_dev + pair
+                        top, top_res = _charge(busy, np.uint64(pair), x, top, top_res)
+                    n_msg += 1
+                    acc[3 * u + 1] += eb
+                    c_e += eb
+                    c_t += x
+                if (sent and q >= 0) or (s < 0 and first):
+                    acc[3 * v + 2] += nb
+                if (sent and s >= 0) or q < 0:
+                    acc[3 * u + 2] += nb
+            for j in range(g_ptr[g], g_ptr[g + 1]):
+                seen[group_v[j]] = False
+                moved[group_v[j]] = False
+        slowest, ok = top, True
+        for d in range(n_dev):
+            compute[p, d], energy_dev[p, d], mem_dev[p, d] = acc[3 * d], acc[3 * d + 1], acc[3 * d + 2]
+            slowest = max(slowest, acc[3 * d])
+            ok = ok and acc[3 * d + 2] <= capacity[d]
+        bottleneck[p], fits[p] = slowest, ok
+        task_e[p], comm_e[p], comm_t[p], max_busy[p] = e_task, c_e, c_t, top
+        if top > 0:
+            r = np.int64(top_res)
+            if r < ports:
+                max_link[p, 0], max_link[p, 1] = r // n_dev, r % n_dev
+            else:
+                max_link[p, 0], max_link[p, 1] = r - ports, r - ports
+        if not with_latency:
+            latency[p] = np.nan
+            continue
+        for e in plain:
+            u, v = rows[i, e_src[e]], rows[i, e_dst[e]]
             carrier[e] = -1
-            xfer[e] = 0.0
-        if (sent and q >= 0) or (s < 0 and first):
-            mem_dev[p, v] += nb
-        if (sent and s >= 0) or q < 0:
-            mem_dev[p, u] += nb
-    for k in range(n_used):               # the busiest link or port (lowest index among equals)
-        r = used[k]
-        if busy[r] > top or (busy[r] == top and top > 0 and r < top_res):
-            top, top_res = busy[r], r
-    comm_e[p], comm_t[p], max_busy[p] = c_e, c_t, top
-    if top_res >= 0:
-        if top_res < res_ports:
-            max_link[p, 0], max_link[p, 1] = (top_res - res_links) // n_dev, (top_res - res_links) % n_dev
-        else:
-            max_link[p, 0], max_link[p, 1] = top_res - res_ports, top_res - res_ports
-    if not with_latency:
-        latency[p] = np.nan
-        return
-    x0, x1 = x_ptr[p], x_ptr[p + 1]
-    latency[p] = one_input(row, dur, carrier, xfer, r0, r1, n_msg, e_dst, out_ptr, out_idx, src_edges, chain_ptr,
-                           chain_idx, indeg0, x_dur[x0:x1], x_res[x0:x1], x_after[x0:x1], x_before[x0:x1], work)
+            nb = ov_bytes[i, e] if has_ov else e_bytes[e]
+            if u != v and nb > 0:
+                pair = u * n_dev + v
+                carrier[e] = e
+                xfer[e] = lat[pair] + nb * per_byte[pair]
+                if shared_ports:
+                    r0[e], r1[e] = n_dev + ports + u, n_dev + ports + v
+                else:
+                    r0[e] = n_dev + pair
+                n_msg += 1
+        x0, x1 = x_ptr[p], x_ptr[p + 1]
+        latency[p] = one_input(rows[i], dur, carrier, xfer, r0, r1, n_msg, e_dst, out_ptr, out_idx, src_edges, chain_ptr,
+                               chain_idx, indeg0, x_dur[x0:x1], x_res[x0:x1], x_after[x0:x1], x_before[x0:x1], work)

@@ -200,7 +200,7 @@ def scratch(n_res: int, t_count: int, e_count: int, x_max: int):
             np.empty(jobs + 1, dtype=np.int64), np.empty(max(t_count, 1), dtype=np.int64),
             np.empty(4 * jobs + 4, dtype=np.int64), np.zeros(max(e_count, 1), dtype=np.bool_),
             np.empty(max(e_count, 1), dtype=np.int64), np.empty(max(e_count, 1), dtype=np.int64),
-            np.empty(max(t_count, 1), dtype=np.int64), np.empty(x_max + 1, dtype=np.int64))
+            np.empty(max(t_count, 1), dtype=np.int64), np.empty(x_max + 1, dtype=np.int64), np.empty(jobs + 1, dtype=np.int64))
 
 
 @njit(cache=True, inline="always")
@@ -244,7 +244,7 @@ def one_input(dev, dur, carrier, xfer, r0, r1, n_messages, e_dst, out_ptr, out_i
     Per task: ``dev``, ``dur``; per edge: ``carrier`` (the edge whose message brings its payload, -1:
     nothing moves), ``xfer`` (that message's seconds), ``r0``/``r1`` (its resources, -1: none);
     ``n_messages`` edges carry their own message; extra jobs ``x_*``; ``work``: ``scratch(...)``."""
-    heap, cap, hsize, busy, ev_t, ev_j, remaining, touched, wait2, alias_head, alias_next, ext_head, ext_next = work
+    heap, cap, hsize, busy, ev_t, ev_j, remaining, touched, wait2, alias_head, alias_next, ext_head, ext_next, zero = work
     t_count, e_count, n_x = len(dev), len(carrier), len(x_dur)
     jt, je = t_count, t_count + e_count      # job ids: tasks, then messages (by edge), then extra jobs
     for t in range(t_count):
@@ -276,7 +276,7 @@ def one_input(dev, dur, carrier, xfer, r0, r1, n_messages, e_dst, out_ptr, out_i
     for x in range(n_x):
         if x_after[x] < 0:
             n_touch = _ready(heap, cap, hsize, touched, n_touch, x_res[x], je + x)
-    now, done = 0.0, 0
+    now, done, n_zero = 0.0, 0, 0          # zero: jobs of no duration, done at the instant they start
     while True:
         for k in range(n_touch):               # every free resource starts its lowest ready job
             r = touched[k]
@@ -286,7 +286,11 @@ def one_input(dev, dur, carrier, xfer, r0, r1, n_messages, e_dst, out_ptr, out_i
             hsize[r] = _ipop(heap, r, cap, hsize[r])
             busy[r] = True
             d = dur[j] if j < jt else (xfer[j - jt] if j < je else x_dur[j - je])
-            ev = _push(ev_t, ev_j, ev, now + d, j)
+            if d == 0.0:
+                zero[n_zero] = j
+                n_zero += 1
+            else:
+                ev = _push(ev_t, ev_j, ev, now + d, j)
         n_touch = 0
         if any2:                               # messages holding two ports, in message order
             any2 = False
@@ -299,12 +303,19 @@ def one_input(dev, dur, carrier, xfer, r0, r1, n_messages, e_dst, out_ptr, out_i
                     busy[r0[e]] = True
                     busy[r1[e]] = True
                     ev = _push(ev_t, ev_j, ev, now + xfer[e], jt + e)
-        if ev == 0:
-            break
-        now = ev_t[0]                          # apply every completion at the next instant
-        while ev > 0 and ev_t[0] == now:
-            j = ev_j[0]
-            ev = _pop(ev_t, ev_j, ev)
+        if n_zero == 0:
+            if ev == 0:
+                break
+            now = ev_t[0]                      # apply every completion at the next instant
+        while True:
+            if n_zero > 0:
+                n_zero -= 1
+                j = zero[n_zero]
+            elif ev > 0 and ev_t[0] == now:
+                j = ev_j[0]
+                ev = _pop(ev_t, ev_j, ev)
+            else:
+                break
             done += 1
             if j < jt:
                 busy[dev[j]] = False
