@@ -205,19 +205,23 @@ def parallel_chunks(n: int, jobs: int = 0) -> int:
     return max(1, min(get_num_threads(), n // per_thread))
 
 
-def message_groups(tg: TaskGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The edges ``plan_figures`` charges in one branch-free step (plain: between two tasks, the only
-    reader of their payload), and the others grouped by payload (CSR: ptr, edges in edge order): a
-    payload moves once per destination device, and model inputs and outputs have their own rules."""
-    readers = np.bincount(tg.edge_payload, minlength=len(tg.payloads))
-    src, dst = tg.edge_src, tg.edge_dst
-    plain = (src >= 0) & (dst >= 0) & (readers[tg.edge_payload] == 1)
+def message_groups(tg: TaskGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """How ``plan_figures`` walks the edges: the plain ones (between two tasks, the only reader of their
+    payload: a message exactly when the ends differ), then the others grouped by payload (CSR: ptr,
+    edges in edge order; a payload moves once per destination device, carried by its first edge
+    there): first the groups between tasks (their count is returned last), then those of model inputs
+    and outputs (their own rules)."""
+    payload, src, dst = tg.edge_payload, tg.edge_src, tg.edge_dst
+    readers = np.bincount(payload, minlength=len(tg.payloads))
+    plain = (src >= 0) & (dst >= 0) & (readers[payload] == 1)
+    io = np.zeros(len(tg.payloads), dtype=bool)
+    np.logical_or.at(io, payload, (src < 0) | (dst < 0))
     rest = np.flatnonzero(~plain)
-    order = rest[np.argsort(tg.edge_payload[rest], kind="stable")]
-    ptr = np.zeros(len(tg.payloads) + 1, dtype=np.int64)
-    np.cumsum(np.bincount(tg.edge_payload[rest], minlength=len(tg.payloads)), out=ptr[1:])
-    ptr = np.unique(ptr)  # payloads without such edges leave no empty group
-    return np.flatnonzero(plain).astype(np.int64), ptr.astype(np.int64), order.astype(np.int64)
+    order = rest[np.lexsort((rest, payload[rest], io[payload[rest]]))]
+    ptr = np.flatnonzero(np.r_[True, payload[order][1:] != payload[order][:-1]]) if len(order) else np.zeros(0, int)
+    ptr = np.r_[ptr, len(order)].astype(np.int64)
+    internal = int((~io[payload[order[ptr[:-1]]]]).sum()) if len(order) else 0
+    return np.flatnonzero(plain).astype(np.int64), ptr, order.astype(np.int64), internal
 
 
 def kernel_outputs(n: int, n_dev: int) -> tuple[np.ndarray, ...]:
@@ -298,7 +302,7 @@ def plan_figures(p0, rows, has_ov, ov_time, ov_energy, ov_mem, ov_bytes, tables,
     cluster's source, sink and ports; ``xj``: the extra jobs (CSR over plans); ``buf``: ``plan_buffers``.
     A device index out of range marks its plan invalid. (The tuples are unpacked once for all plans:
     unpacking them costs more than a plan's figures.)"""
-    e_src, e_dst, e_bytes, out_ptr, out_idx, src_edges, chain_ptr, chain_idx, indeg0, plain, g_ptr, g_edges = st
+    e_src, e_dst, e_bytes, out_ptr, out_idx, src_edges, chain_ptr, chain_idx, indeg0, plain, g_ptr, g_edges, g_tasks = st
     lat, per_byte, joule, capacity, source, sink, shared_ports = net
     x_ptr, x_dur, x_res, x_after, x_before = xj
     (compute, energy_dev, mem_dev, participates, latency, comm_e, comm_t, task_e, max_busy, max_link, bottleneck,
@@ -356,7 +360,40 @@ def plan_figures(p0, rows, has_ov, ov_time, ov_energy, ov_mem, ov_bytes, tables,
                     top, top_res = _charge(busy, up + vu, x, top, top_res)
                 else:
                     top, top_res = _charge(busy, pu, x, top, top_res)
-        for g in range(len(g_ptr) - 1):      # one payload: a message per destination device, carried by its first edge
+        for g in range(g_tasks):             # a payload read by several tasks: a message per other device
+            lo, hi = g_ptr[g], g_ptr[g + 1]
+            for j in range(lo, hi):
+                e = g_edges[j]
+                uu, vu = np.uint64(row[np.uint64(e_src[e])]), np.uint64(row[np.uint64(e_dst[e])])
+                nb = ov_bytes[i, e] if has_ov else e_bytes[e]
+                carrier[e] = -1
+                if nb > 0 and uu != vu:
+                    if moved[vu]:
+                        carrier[e] = moved_edge[vu]
+                        continue
+                    moved[vu] = True
+                    moved_edge[vu] = e
+                    carrier[e] = e
+                    pu = uu * ud + vu
+                    x = lat[pu] + nb * per_byte[pu]
+                    eb = nb * joule[pu]
+                    xfer[e] = x
+                    if shared_ports:
+                        r0[e], r1[e] = n_dev + ports + np.int64(uu), n_dev + ports + np.int64(vu)
+                        top, top_res = _charge(busy, up + uu, x, top, top_res)
+                        top, top_res = _charge(busy, up + vu, x, top, top_res)
+                    else:
+                        r0[e] = n_dev + np.int64(pu)
+                        top, top_res = _charge(busy, pu, x, top, top_res)
+                    n_msg += 1
+                    acc[u3 * uu + u1] += eb
+                    acc[u3 * uu + u2] += nb
+                    acc[u3 * vu + u2] += nb
+                    c_e += eb
+                    c_t += x
+            for j in range(lo, hi):
+                moved[np.uint64(row[np.uint64(e_dst[g_edges[j]])])] = False
+        for g in range(g_tasks, len(g_ptr) - 1):   # model inputs and outputs
             for j in range(g_ptr[g], g_ptr[g + 1]):
                 e = g_edges[j]
                 s, q = e_src[e], e_dst[e]
