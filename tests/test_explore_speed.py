@@ -16,6 +16,11 @@ from hetsplit.estimate.batch import BatchMetrics
 from hetsplit.plan.pareto import pareto_mask
 from hetsplit.search.encodings import make_encoding
 from hetsplit.search.explore import ExploreOptions, _front, explore
+from hetsplit.estimate.task_costs import task_costs
+from hetsplit.graph.shard import shard_layer
+from hetsplit.plan.tasks import Task, TaskGraphBuilder
+from hetsplit.plan.types import DIRECT
+from hetsplit.search.hybrid_template import SlotTemplate
 from hetsplit.workflow import load_problem
 
 FRONTS = Path(__file__).parent / "fixtures" / "explore_fronts.json"
@@ -66,3 +71,30 @@ if __name__ == "__main__":
     FRONTS.write_text(json.dumps({f"resnet18/jetson-xavier-nx-4/{e}": {
         "front": r.front.tolist(), "front_x": r.front_x.tolist(), "best": [g.best.tolist() for g in r.history]}
         for e in ENCODINGS for r in [_seeded(e)]}))
+
+
+@pytest.mark.parametrize("model,slots", [("resnet18", 2), ("densenet121", 4)])
+def test_shard_tables_shared_by_alike_layers_equal_those_costed_one_by_one(model, slots, monkeypatch):
+    problem = load_problem(model, "jetson-xavier-nx-4")
+    fast = SlotTemplate(problem, slots)
+    keys = {fast._cost_key(int(i)) for i in fast.split}
+    assert len(keys) < len(fast.split)                       # some layers do share their tables
+    monkeypatch.setattr(SlotTemplate, "_cost_key", lambda self, i: i)
+    plain = SlotTemplate(problem, slots)
+    for name in ("shard_time", "shard_energy", "shard_mem", "shard_lo", "shard_hi"):
+        np.testing.assert_array_equal(getattr(fast, name), getattr(plain, name), err_msg=name)
+    # each slice costed at its own offset (the tables cost one slice per width)
+    b, where = TaskGraphBuilder(problem.graph, problem.cluster, DIRECT), []
+    for s, i in enumerate(fast.split):
+        layer, ch = problem.graph.layers[int(i)], int(fast.channels[s])
+        for c in range(fast.shard_lo.shape[1]):
+            lo, hi = int(fast.shard_lo[s, c]), int(fast.shard_hi[s, c])
+            if lo > 0:
+                where.append((s, c, b.task(Task(f"{layer.name}#{lo}:{hi}", "shard", (int(i),), 0,
+                                                shard_layer(layer, "out", lo, hi, ch), "out", lo, hi, ch))))
+    assert where
+    costs = task_costs(problem, b.build())
+    s_, c_, t_ = (np.array(v) for v in zip(*where))
+    for table, col in ((fast.shard_time, costs.time_s), (fast.shard_energy, costs.energy_j),
+                       (fast.shard_mem, costs.mem_bytes)):
+        np.testing.assert_array_equal(table[s_, c_], col[t_])
