@@ -2,9 +2,9 @@
 
 ``explore(problem, options)`` runs NSGA-II (search/nsga2.py, on arrays, ask/tell) on one encoding
 (search/encodings.py): every generation's offspring are evaluated in one call of the batch
-evaluator, memory overflow is a constraint, and the result is the Pareto set as plans (with metrics from the one evaluator) plus a
-per-generation history: the best value of each objective among feasible individuals, the
-non-dominated front, evaluations so far. ``hypervolume`` scores fronts against a reference point.
+evaluator, memory overflow is a constraint, and the result is the Pareto set as plans (with metrics
+from the one evaluator) plus a per-generation history: the best value of each objective among
+feasible individuals, the non-dominated front, evaluations so far. ``hypervolume`` scores fronts against a reference point.
 
 Objectives (all minimized; any non-empty subset):
   energy-per-device   largest energy per inference of one device (J)    [thesis]
@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
-from numba import njit
 
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import HetsplitError
@@ -31,7 +30,7 @@ from hetsplit.plan.pareto import pareto_mask
 from hetsplit.plan.types import Plan
 from hetsplit.search.encodings import ENCODINGS, Encoding, make_encoding
 from hetsplit.search.hypervolume import exact_hypervolume
-from hetsplit.search.nsga2 import NSGA2, GASettings
+from hetsplit.search.nsga2 import NSGA2, GASettings, nondominated_rank
 
 OBJECTIVES: dict[str, Callable[[BatchMetrics], np.ndarray]] = {
     "energy-per-device": lambda m: m.energy_per_device_j.max(axis=1),
@@ -153,41 +152,12 @@ def _generation(index: int, evaluations: int, f: np.ndarray, cv: np.ndarray) -> 
 
 def _front(f: np.ndarray) -> np.ndarray:
     """The distinct non-dominated rows of ``f``, in lexicographic order (``pareto_mask`` of the unique
-    rows, found in one compiled sweep: every generation of a 1000-individual run asks for one)."""
+    rows, found by the compiled non-dominated sort: every generation of a 1000-individual run asks for
+    one)."""
     if not len(f):
         return f.reshape(0, f.shape[1] if f.ndim == 2 else 0)
     uniq = np.unique(np.asarray(f, dtype=np.float64), axis=0)
-    return uniq[_sorted_front_mask(uniq)]
-
-
-@njit(cache=True)
-def _sorted_front_mask(rows: np.ndarray) -> np.ndarray:
-    """Non-dominated rows of distinct, lexicographically sorted ``rows`` (all minimized). A row that
-    dominates another comes before it in that order, and a dominated row's dominator is dominated by,
-    or is, a row of the front so far; so each row is compared with the front found before it only."""
-    n, k = rows.shape
-    keep = np.zeros(n, dtype=np.bool_)
-    front = np.empty(n, dtype=np.int64)
-    size = 0
-    for i in range(n):
-        dominated = False
-        for m in range(size):
-            j = front[m]
-            le, lt = True, False
-            for c in range(k):
-                if rows[j, c] > rows[i, c]:
-                    le = False
-                    break
-                if rows[j, c] < rows[i, c]:
-                    lt = True
-            if le and lt:
-                dominated = True
-                break
-        if not dominated:
-            keep[i] = True
-            front[size] = i
-            size += 1
-    return keep
+    return uniq[nondominated_rank(uniq) == 0]
 
 
 def ga_settings(options: ExploreOptions) -> GASettings:

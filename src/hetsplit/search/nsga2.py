@@ -94,6 +94,8 @@ class NSGA2:
         x, keys, self._asked = self._asked, self._asked_keys, None
         f = np.asarray(f, dtype=np.float64).reshape(len(x), -1 if len(x) else self.f.shape[1])
         cv = np.maximum(np.asarray(cv, dtype=np.float64).reshape(len(x)), 0.0)
+        if np.isnan(f).any() or np.isnan(cv).any():
+            raise HetsplitError("NSGA-II was told NaN objectives or violations (give a large number instead)")
         old = len(self.x)
         if old:
             f, cv, keys = np.concatenate([self.f, f]), np.concatenate([self.cv, cv]), self._keys + keys
