@@ -1,6 +1,6 @@
 """The fast paths of the exploration give exactly what the plain ones give: the compiled hybrid
-evaluation equals the batch evaluator on the template's numpy arrays, the compiled front equals
-``pareto_mask``, and seeded explorations give the fronts stored in tests/fixtures/explore_fronts.json
+evaluation equals the batch evaluator on the template's numpy arrays, the shard tables equal
+slices costed one by one, and seeded explorations give the fronts stored in tests/fixtures/explore_fronts.json
 (written by the array NSGA-II, search/nsga2.py; ``python tests/test_explore_speed.py`` rewrites them,
 to be done on purpose only, when the engine's random choices change)."""
 
@@ -15,7 +15,7 @@ import pytest
 from hetsplit.estimate.batch import BatchMetrics
 from hetsplit.plan.pareto import pareto_mask
 from hetsplit.search.encodings import make_encoding
-from hetsplit.search.explore import ExploreOptions, _front, explore
+from hetsplit.search.explore import ExploreOptions, explore
 from hetsplit.estimate.task_costs import task_costs
 from hetsplit.graph.shard import shard_layer
 from hetsplit.plan.tasks import Task, TaskGraphBuilder
@@ -39,14 +39,6 @@ def test_compiled_hybrid_evaluation_equals_the_evaluator_on_the_template_arrays(
     plain = enc.template.evaluator.evaluate(*enc.template.arrays(a), latency=latency)
     for field in BatchMetrics.__dataclass_fields__:
         np.testing.assert_array_equal(getattr(fast, field), getattr(plain, field), err_msg=field)
-
-
-def test_the_compiled_front_is_pareto_mask_of_the_distinct_rows():
-    rng = np.random.default_rng(5)
-    for _ in range(40):
-        f = rng.integers(0, 6, size=(int(rng.integers(1, 60)), int(rng.integers(1, 4)))).astype(float)
-        uniq = np.unique(f, axis=0)
-        np.testing.assert_array_equal(_front(f), uniq[pareto_mask(uniq)])
 
 
 ENCODINGS = ["naive", "advanced", "spe", "ne"]

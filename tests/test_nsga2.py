@@ -103,12 +103,17 @@ def test_tournament_prefers_feasible_then_dominating_then_crowded():
 
 
 def _run(seed: int, upper: np.ndarray, gens: int = 15) -> NSGA2:
-    """A toy: two conflicting objectives of integer genes, rows with a large gene sum infeasible."""
+    """A toy: two conflicting objectives of integer genes, rows with a large gene sum infeasible.
+    After every generation the survivors of rank 0 are the feasible survivors' front (explore's
+    history reads it so)."""
     ga = NSGA2(upper, GASettings(pop_size=30), seed)
     for _ in range(gens):
         x = ga.ask().astype(float)
         f = np.stack([x.sum(axis=1), ((upper - x) ** 2).sum(axis=1)], axis=1)
-        ga.tell(f, x.sum(axis=1) - 0.8 * upper.sum())
+        ga.tell(f, x.sum(axis=1) - 0.6 * upper.sum())
+        ok = ga.cv <= 0
+        lead = np.unique(ga.f[ok & (ga.rank == 0)], axis=0)
+        np.testing.assert_array_equal(lead, np.unique(ga.f[ok][pareto_mask(ga.f[ok])], axis=0))
     return ga
 
 

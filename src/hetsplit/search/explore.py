@@ -30,7 +30,7 @@ from hetsplit.plan.pareto import pareto_mask
 from hetsplit.plan.types import Plan
 from hetsplit.search.encodings import ENCODINGS, Encoding, make_encoding
 from hetsplit.search.hypervolume import exact_hypervolume
-from hetsplit.search.nsga2 import NSGA2, GASettings, nondominated_rank
+from hetsplit.search.nsga2 import NSGA2, GASettings
 
 OBJECTIVES: dict[str, Callable[[BatchMetrics], np.ndarray]] = {
     "energy-per-device": lambda m: m.energy_per_device_j.max(axis=1),
@@ -143,21 +143,13 @@ class ExploreResult:
         return hypervolume_history(fronts, reference_point(fronts) if ref is None else ref)
 
 
-def _generation(index: int, evaluations: int, f: np.ndarray, cv: np.ndarray) -> Generation:
-    """A generation's record: the best feasible value of each objective and the feasible front."""
-    ok = cv <= 0
-    best = f[ok].min(axis=0) if ok.any() else np.full(f.shape[1], np.inf)
-    return Generation(index, evaluations, best, _front(f[ok]))
-
-
-def _front(f: np.ndarray) -> np.ndarray:
-    """The distinct non-dominated rows of ``f``, in lexicographic order (``pareto_mask`` of the unique
-    rows, found by the compiled non-dominated sort: every generation of a 1000-individual run asks for
-    one)."""
-    if not len(f):
-        return f.reshape(0, f.shape[1] if f.ndim == 2 else 0)
-    uniq = np.unique(np.asarray(f, dtype=np.float64), axis=0)
-    return uniq[nondominated_rank(uniq) == 0]
+def _generation(index: int, evaluations: int, ga: NSGA2) -> Generation:
+    """A generation's record: the best feasible value of each objective and the feasible front (the
+    survivors of rank 0: every other survivor is dominated by one of them, or all survivors are of
+    rank 0), distinct rows in lexicographic order."""
+    ok = ga.cv <= 0
+    best = ga.f[ok].min(axis=0) if ok.any() else np.full(ga.f.shape[1], np.inf)
+    return Generation(index, evaluations, best, np.unique(ga.f[ok & (ga.rank == 0)], axis=0))
 
 
 def ga_settings(options: ExploreOptions) -> GASettings:
@@ -193,7 +185,7 @@ def explore(problem: SplitProblem, options: ExploreOptions,
         t2 = time.perf_counter()
         ga.tell(f, cv)
         t3 = time.perf_counter()
-        history.append(_generation(gen, evaluations, ga.f, ga.cv))
+        history.append(_generation(gen, evaluations, ga))
         eval_s += t2 - t1
         record_s += time.perf_counter() - t3
         if on_generation is not None:
