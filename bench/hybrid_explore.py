@@ -12,9 +12,9 @@ For each encoding (naive, advanced p=2, spe):
      one by one (``check_plan`` + the evaluator, as any tool without a batch path would);
   2. the thesis's setting: NSGA-II with population ``--pop`` for ``--gens`` generations on
      DenseNet-121 over the 16 PEs of jetson-xavier-nx-8, wall time against the 20 s target (issue 24;
-     set-up included) split into set-up, evaluation, the per-generation history and the rest (the GA
-     library: selection, variation, survival, its per-individual bookkeeping), and the process's CPU
-     seconds (on a loaded machine wall time overstates what a free one takes).
+     set-up included) split into set-up, evaluation, the per-generation history and the rest (the GA,
+     search/nsga2.py: selection, variation, duplicate removal, survival; and the final plans), and
+     the process's CPU seconds (on a loaded machine wall time overstates what a free one takes).
 Targets (issue 24): >= 50,000 hybrid plans/s; NSGA-II 1000 x 100 naive <= 20 s on 2 cores.
 """
 
@@ -107,7 +107,7 @@ def main() -> None:
         s_ = res.seconds
         print(f")\n  {'':13s} NSGA-II {s_:6.1f} s wall, {cpu:6.1f} s CPU: set-up {res.setup_seconds:.1f} s "
               f"({res.setup_seconds / s_:.0%}), evaluation {res.eval_seconds:.1f} s ({res.eval_seconds / s_:.0%}), "
-              f"history {res.record_seconds:.1f} s ({res.record_seconds / s_:.0%}), GA library and final plans "
+              f"history {res.record_seconds:.1f} s ({res.record_seconds / s_:.0%}), GA and final plans "
               f"{res.library_seconds:.1f} s ({res.library_seconds / s_:.0%}); {res.evaluations} evaluations, "
               f"{len(res.plans)} Pareto plans; {verdict(args, s_)}", flush=True)
 

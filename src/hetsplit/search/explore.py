@@ -1,10 +1,10 @@
 """NSGA-II design space exploration over a chromosome encoding (thesis 4.2, Guo et al.'s SPE).
 
-``explore(problem, options)`` runs pymoo's NSGA-II on one encoding (search/encodings.py): every
-generation's population is evaluated in one call of the batch evaluator, memory overflow is a
-constraint, and the result is the Pareto set as plans (with metrics from the one evaluator) plus a
-per-generation history: the best value of each objective among feasible individuals, the
-non-dominated front, evaluations so far. ``hypervolume`` scores fronts against a reference point.
+``explore(problem, options)`` runs NSGA-II (search/nsga2.py, on arrays, ask/tell) on one encoding
+(search/encodings.py): every generation's offspring are evaluated in one call of the batch
+evaluator, memory overflow is a constraint, and the result is the Pareto set as plans (with metrics
+from the one evaluator) plus a per-generation history: the best value of each objective among
+feasible individuals, the non-dominated front, evaluations so far. ``hypervolume`` scores fronts against a reference point.
 
 Objectives (all minimized; any non-empty subset):
   energy-per-device   largest energy per inference of one device (J)    [thesis]
@@ -21,14 +21,6 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
-from numba import njit
-from pymoo.algorithms.moo.nsga2 import NSGA2
-from pymoo.core.callback import Callback
-from pymoo.core.problem import Problem
-from pymoo.indicators.hv import HV
-from pymoo.operators.crossover.ux import UniformCrossover
-from pymoo.operators.sampling.rnd import IntegerRandomSampling
-from pymoo.optimize import minimize
 
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import HetsplitError
@@ -37,7 +29,8 @@ from hetsplit.estimate.batch import BatchMetrics
 from hetsplit.plan.pareto import pareto_mask
 from hetsplit.plan.types import Plan
 from hetsplit.search.encodings import ENCODINGS, Encoding, make_encoding
-from hetsplit.search.ga_operators import RandomResetMutation, RowDuplicates
+from hetsplit.search.hypervolume import exact_hypervolume
+from hetsplit.search.nsga2 import NSGA2, GASettings
 
 OBJECTIVES: dict[str, Callable[[BatchMetrics], np.ndarray]] = {
     "energy-per-device": lambda m: m.energy_per_device_j.max(axis=1),
@@ -131,7 +124,7 @@ class ExploreResult:
 
     @property
     def library_seconds(self) -> float:
-        """The rest of the run: the GA library's selection, variation, survival and bookkeeping, and the
+        """The rest of the run: the GA's selection, variation, duplicate removal and survival, and the
         final plans."""
         return max(0.0, self.seconds - self.setup_seconds - self.eval_seconds - self.record_seconds)
 
@@ -150,99 +143,18 @@ class ExploreResult:
         return hypervolume_history(fronts, reference_point(fronts) if ref is None else ref)
 
 
-class _EncodedProblem(Problem):
-    """pymoo's view of an encoding: integer genes, K objectives, one memory constraint."""
-
-    def __init__(self, enc: Encoding, objectives: tuple[str, ...], capacity: np.ndarray):
-        super().__init__(n_var=enc.n_var, n_obj=len(objectives), n_ieq_constr=1, xl=0, xu=enc.upper, vtype=int)
-        self.enc, self.names, self.capacity = enc, objectives, capacity
-        self.eval_seconds = 0.0
-        self.evaluations = 0
-
-    def _evaluate(self, x, out, *args, **kwargs):
-        t0 = time.perf_counter()
-        batch = self.enc.evaluate(np.asarray(x, dtype=np.int64), latency="latency" in self.names)
-        out["F"] = objective_matrix(batch, self.names)
-        out["G"] = memory_violation(batch, self.capacity)[:, None]
-        self.eval_seconds += time.perf_counter() - t0
-        self.evaluations += len(x)
+def _generation(index: int, evaluations: int, ga: NSGA2) -> Generation:
+    """A generation's record: the best feasible value of each objective and the feasible front (the
+    survivors of rank 0: every other survivor is dominated by one of them, or all survivors are of
+    rank 0), distinct rows in lexicographic order."""
+    ok = ga.cv <= 0
+    best = ga.f[ok].min(axis=0) if ok.any() else np.full(ga.f.shape[1], np.inf)
+    return Generation(index, evaluations, best, np.unique(ga.f[ok & (ga.rank == 0)], axis=0))
 
 
-class _Recorder(Callback):
-    def __init__(self, total: int, on_generation: Callable[[int, int], None] | None):
-        super().__init__()
-        self.total, self.on_generation = total, on_generation
-        self.history: list[Generation] = []
-        self.seconds = 0.0
-
-    def notify(self, algorithm):
-        t0 = time.perf_counter()
-        pop = algorithm.pop
-        f, g = pop.get("F"), pop.get("G")
-        ok = (g <= 0).all(axis=1)
-        best = f[ok].min(axis=0) if ok.any() else np.full(f.shape[1], np.inf)
-        front = _front(f[ok])
-        self.history.append(Generation(algorithm.n_gen, algorithm.evaluator.n_eval, best, front))
-        self.seconds += time.perf_counter() - t0
-        if self.on_generation is not None:
-            self.on_generation(algorithm.n_gen, self.total)
-
-
-def _front(f: np.ndarray) -> np.ndarray:
-    """The distinct non-dominated rows of ``f``, in lexicographic order (``pareto_mask`` of the unique
-    rows, found in one compiled sweep: every generation of a 1000-individual run asks for one)."""
-    if not len(f):
-        return f.reshape(0, f.shape[1] if f.ndim == 2 else 0)
-    uniq = np.unique(np.asarray(f, dtype=np.float64), axis=0)
-    return uniq[_sorted_front_mask(uniq)]
-
-
-@njit(cache=True)
-def _sorted_front_mask(rows: np.ndarray) -> np.ndarray:
-    """Non-dominated rows of distinct, lexicographically sorted ``rows`` (all minimized). A row that
-    dominates another comes before it in that order, and a dominated row's dominator is dominated by,
-    or is, a row of the front so far; so each row is compared with the front found before it only."""
-    n, k = rows.shape
-    keep = np.zeros(n, dtype=np.bool_)
-    front = np.empty(n, dtype=np.int64)
-    size = 0
-    for i in range(n):
-        dominated = False
-        for m in range(size):
-            j = front[m]
-            le, lt = True, False
-            for c in range(k):
-                if rows[j, c] > rows[i, c]:
-                    le = False
-                    break
-                if rows[j, c] < rows[i, c]:
-                    lt = True
-            if le and lt:
-                dominated = True
-                break
-        if not dominated:
-            keep[i] = True
-            front[size] = i
-            size += 1
-    return keep
-
-
-def initial_population(enc: Encoding, pop_size: int, seeds: np.ndarray | None, rng: np.random.Generator) -> np.ndarray:
-    """``pop_size`` chromosomes: the distinct ``seeds`` first (at most ``pop_size``), then uniform
-    random ones."""
-    rows = np.zeros((0, enc.n_var), dtype=np.int64)
-    if seeds is not None and len(seeds):
-        rows = np.unique(np.asarray(seeds, dtype=np.int64).reshape(-1, enc.n_var), axis=0)[:pop_size]
-    fill = rng.integers(0, enc.upper + 1, size=(pop_size - len(rows), enc.n_var))
-    return np.concatenate([rows, fill]).astype(np.int64)
-
-
-def nsga2(options: ExploreOptions, initial: np.ndarray | None = None) -> NSGA2:
-    """pymoo's NSGA-II with the options' operators; ``initial``: the first population (else random)."""
-    return NSGA2(pop_size=options.pop_size, sampling=IntegerRandomSampling() if initial is None else initial,
-                 crossover=UniformCrossover(prob=options.crossover_prob),
-                 mutation=RandomResetMutation(prob=options.mutation_prob, prob_var=options.mutation_rate),
-                 eliminate_duplicates=RowDuplicates())
+def ga_settings(options: ExploreOptions) -> GASettings:
+    """The NSGA-II operators' parameters of ``options``."""
+    return GASettings(options.pop_size, options.crossover_prob, options.mutation_prob, options.mutation_rate)
 
 
 def explore(problem: SplitProblem, options: ExploreOptions,
@@ -255,31 +167,46 @@ def explore(problem: SplitProblem, options: ExploreOptions,
     need = explore_bytes(options.pop_size, enc.n_var, problem.graph.num_layers, problem.cluster.num_devices)
     check_memory(need, f"a population of {options.pop_size:,}", "give a smaller population (explore --pop)")
     setup = time.perf_counter() - t0
-    prob = _EncodedProblem(enc, options.objectives, problem.memory_bytes.astype(np.float64))
-    initial = None
-    if seeds is not None and len(seeds):
-        initial = initial_population(enc, options.pop_size, seeds, np.random.default_rng(options.seed))
-    recorder = _Recorder(options.generations, on_generation)
-    res = minimize(prob, nsga2(options, initial), ("n_gen", options.generations), seed=options.seed,
-                   callback=recorder, verbose=False)
-    plans, front, front_x = _pareto_plans(enc, res, options)
-    return ExploreResult(options, plans, front, recorder.history, front_x, time.perf_counter() - t0,
-                         prob.eval_seconds, setup, recorder.seconds, prob.evaluations, enc.n_var)
+    capacity = problem.memory_bytes.astype(np.float64)
+    latency = "latency" in options.objectives
+    ga = NSGA2(enc.upper, ga_settings(options), options.seed, initial=seeds)
+    history: list[Generation] = []
+    eval_s = record_s = 0.0
+    evaluations = 0
+    for gen in range(1, options.generations + 1):
+        x = ga.ask()
+        t1 = time.perf_counter()
+        if len(x):
+            batch = enc.evaluate(x, latency=latency)
+            f, cv = objective_matrix(batch, options.objectives), memory_violation(batch, capacity)
+        else:                                   # no new distinct chromosome: the population stays
+            f, cv = np.zeros((0, len(options.objectives))), np.zeros(0)
+        evaluations += len(x)
+        t2 = time.perf_counter()
+        ga.tell(f, cv)
+        t3 = time.perf_counter()
+        history.append(_generation(gen, evaluations, ga))
+        eval_s += t2 - t1
+        record_s += time.perf_counter() - t3
+        if on_generation is not None:
+            on_generation(gen, options.generations)
+    plans, front, front_x = _pareto_plans(enc, ga, options)
+    return ExploreResult(options, plans, front, history, front_x, time.perf_counter() - t0,
+                         eval_s, setup, record_s, evaluations, enc.n_var)
 
 
 def explore_bytes(pop: int, genes: int, layers: int, devices: int) -> float:
-    """About the memory NSGA-II takes with ``pop`` individuals (measured: ~40 kB each for a small
-    model, mostly the library's per-individual objects), parents and offspring together, each with its
-    chromosome and the evaluator's per-layer, per-device arrays."""
-    return 2.0 * pop * (40e3 + 8.0 * (genes + 4 * layers * devices))
+    """About the memory NSGA-II takes with ``pop`` individuals, parents and offspring together: each
+    one's chromosome twice (the array and its hashed copy for duplicates), the evaluator's per-layer,
+    per-device arrays and ~1 kB of the rest."""
+    return 2.0 * pop * (1e3 + 8.0 * (2 * genes + 4 * layers * devices))
 
 
-def _pareto_plans(enc: Encoding, res, options: ExploreOptions) -> tuple[list[Plan], np.ndarray, np.ndarray]:
+def _pareto_plans(enc: Encoding, ga: NSGA2, options: ExploreOptions) -> tuple[list[Plan], np.ndarray, np.ndarray]:
     """The feasible non-dominated chromosomes of the final population as plans (one per distinct
     objective vector, in order of the first objective)."""
-    pop = res.pop
-    f, g, x = pop.get("F"), pop.get("G"), pop.get("X")
-    ok = np.flatnonzero((g <= 0).all(axis=1))
+    f, x = ga.f, ga.x
+    ok = np.flatnonzero(ga.cv <= 0)
     if not len(ok):
         raise HetsplitError("no explored plan fits the devices' memory; try more generations or a larger cluster")
     _, first = np.unique(f[ok], axis=0, return_index=True)
@@ -307,7 +234,7 @@ def hypervolume(front: np.ndarray, ref: np.ndarray, scale: np.ndarray | None = N
     inside = (pts < np.asarray(ref) / s).all(axis=1)
     if not inside.any():
         return 0.0
-    return float(HV(ref_point=np.asarray(ref) / s)(pts[inside]))
+    return exact_hypervolume(pts[inside], np.asarray(ref) / s)
 
 
 def reference_point(fronts: list[np.ndarray], margin: float = 1.1) -> np.ndarray:

@@ -26,16 +26,14 @@ from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 import numpy as np
-from pymoo.core.evaluator import Evaluator
-from pymoo.core.problem import Problem
-from pymoo.problems.static import StaticProblem
 
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import HetsplitError
 from hetsplit.plan.pareto import pareto_mask
 from hetsplit.plan.types import Plan
 from hetsplit.search.encodings import Encoding, make_encoding
-from hetsplit.search.explore import ExploreOptions, explore, initial_population, nsga2
+from hetsplit.search.explore import ExploreOptions, explore
+from hetsplit.search.nsga2 import NSGA2, GASettings
 
 OBJECTIVES = ("throughput", "memory-per-device", "energy-per-device")
 HIERARCHICAL_ENCODINGS = ("spe", "ne")
@@ -211,29 +209,16 @@ def measurement_dict(m: Measurement) -> dict:
             "energy_per_device_j": m.energy_per_device_j, "seconds": m.seconds, "error": m.error, **m.details}
 
 
-class _GenomeProblem(Problem):
-    """pymoo's view of an encoding for the measured level (evaluated by hand, generation by generation)."""
-
-    def __init__(self, enc: Encoding):
-        super().__init__(n_var=enc.n_var, n_obj=3, n_ieq_constr=1, xl=0, xu=enc.upper, vtype=int)
-
-
 def _measured_level(enc: Encoding, seeds: np.ndarray | None, opts: HierarchicalOptions, measured: _Measured,
                     stage: int, devices: int, deadline: float,
                     record: StageRecord) -> tuple[np.ndarray, np.ndarray]:
     """Level 2: NSGA-II whose fitness is a real run, until ``deadline`` (seconds on the clock); every
     chromosome it evaluated (cache hits too) and its objectives."""
-    rng = np.random.default_rng(opts.seed + stage)
-    initial = initial_population(enc, opts.measured_pop, seeds, rng)
-    ga_opts = ExploreOptions(encoding=opts.encoding, pop_size=opts.measured_pop, generations=1, seed=opts.seed,
-                             crossover_prob=opts.crossover_prob, mutation_prob=opts.mutation_prob)
-    algorithm = nsga2(ga_opts, initial)
-    problem = _GenomeProblem(enc)
-    algorithm.setup(problem, termination=("n_gen", 10 ** 9), seed=opts.seed + stage, verbose=False)
+    ga = NSGA2(enc.upper, GASettings(opts.measured_pop, opts.crossover_prob, opts.mutation_prob),
+               opts.seed + stage, initial=seeds)
     xs, fs = [np.zeros((0, enc.n_var), np.int64)], [np.zeros((0, 3))]
     while measured.clock.elapsed() < deadline:       # a generation of cache hits measures nothing new
-        pop = algorithm.ask()
-        x = np.asarray(pop.get("X"), dtype=np.int64).reshape(-1, enc.n_var)
+        x = ga.ask()
         if not len(x):                                 # no offspring left that is not a duplicate
             break
         plans = enc.plans(x, {"stage": stage, "devices": devices})
@@ -248,9 +233,7 @@ def _measured_level(enc: Encoding, seeds: np.ndarray | None, opts: HierarchicalO
         f = np.vstack(f)
         xs.append(x)
         fs.append(f)
-        g = (f[:, :1] >= FAILED).astype(np.float64) - 0.5     # a failed run is infeasible
-        Evaluator().eval(StaticProblem(problem, F=f, G=g), pop)
-        algorithm.tell(infills=pop)
+        ga.tell(f, (f[:, 0] >= FAILED).astype(np.float64))      # a failed run is infeasible
         record.generations += 1
     return np.concatenate(xs), np.concatenate(fs)
 

@@ -201,16 +201,22 @@ class SlotTemplate:
         self.shard_lo = np.zeros((len(self.split), len(combos)), dtype=np.int64)
         self.shard_hi = np.zeros_like(self.shard_lo)
         task_of = np.zeros_like(self.shard_lo)      # combos that give one slice share its task
+        first_alike: dict[tuple, int] = {}
         for s, i in enumerate(self.split):
             ch = int(self.channels[s])
             self.shard_lo[s] = combo[:, 1] * ch // combo[:, 0]
             self.shard_hi[s] = (combo[:, 1] + combo[:, 2]) * ch // combo[:, 0]
             layer = g.layers[int(i)]
-            slices, inverse = np.unique(np.stack([self.shard_lo[s], self.shard_hi[s]], axis=1), axis=0,
-                                        return_inverse=True)
-            ids = [b.task(Task(f"{layer.name}#{lo}:{hi}", "shard", (int(i),), 0,
-                               shard_layer(layer, "out", int(lo), int(hi), ch), "out", int(lo), int(hi), ch))
-                   for lo, hi in slices]
+            alike = first_alike.setdefault(self._cost_key(int(i)), s)
+            if alike != s:          # an earlier layer alike in all that its shards' costs read
+                task_of[s] = task_of[alike]
+                continue
+            # a slice by output channels costs what its width costs, wherever it starts (shard_layer
+            # scales the layer by the width only), so one task per width
+            widths, inverse = np.unique(self.shard_hi[s] - self.shard_lo[s], return_inverse=True)
+            ids = [b.task(Task(f"{layer.name}#{w}", "shard", (int(i),), 0, shard_layer(layer, "out", 0, int(w), ch),
+                               "out", 0, int(w), ch))
+                   for w in widths]
             task_of[s] = np.asarray(ids, dtype=np.int64)[inverse.ravel()]
         costs = task_costs(self.problem, b.build())
         self.shard_time, self.shard_energy, self.shard_mem = (a[task_of] for a in
@@ -221,6 +227,15 @@ class SlotTemplate:
         for arr, full in ((self.shard_time, rows.time_s), (self.shard_energy, rows.energy_j),
                           (self.shard_mem, rows.mem_bytes)):
             arr[:, whole, :] = full[self.split][:, None, :]
+
+    def _cost_key(self, i: int) -> tuple:
+        """What the costs of layer ``i``'s shards depend on: the layer but for its name and ONNX node
+        names, and its whole-layer costs on every device type (DenseNet-121's 121 split layers have
+        67 keys)."""
+        layer, rows = self.problem.graph.layers[i], self.problem.costs
+        return (layer.op, layer.macs, layer.param_bytes, layer.out_bytes, layer.in_bytes, layer.onnx_ops,
+                layer.splittable, repr(sorted(layer.attrs.items())),
+                rows.time_s[i].tobytes(), rows.energy_j[i].tobytes(), rows.mem_bytes[i].tobytes())
 
     # ---- evaluation --------------------------------------------------------------------------------
     def arrays(self, a: HybridAssignment) -> tuple[np.ndarray, TaskOverrides]:
