@@ -313,6 +313,7 @@ def plan_figures(p0, rows, has_ov, ov_time, ov_energy, ov_mem, ov_bytes, tables,
     # the hot loops index with unsigned integers: numba adds no wrap-around of negative indices to them
     u1, u2, u3, ud, up, none = np.uint64(1), np.uint64(2), np.uint64(3), np.uint64(n_dev), np.uint64(ports), NO_RESOURCE
     p_src, p_dst, p_edge = e_src[plain].astype(np.uint64), e_dst[plain].astype(np.uint64), plain.astype(np.uint64)
+    p_bytes = e_bytes[plain]
     for i in range(rows.shape[0]):
         p = p0 + i
         for k in range(len(acc)):
@@ -335,7 +336,8 @@ def plan_figures(p0, rows, has_ov, ov_time, ov_energy, ov_mem, ov_bytes, tables,
             else:
                 kt = u3 * (tu * ud + du)
                 tt, te, tm = tables[kt], tables[kt + u1], tables[kt + u2]
-            dur[tu] = tt
+            if with_latency:
+                dur[tu] = tt
             acc[u3 * du] += tt
             acc[u3 * du + u1] += te
             acc[u3 * du + u2] += tm
@@ -344,7 +346,7 @@ def plan_figures(p0, rows, has_ov, ov_time, ov_energy, ov_mem, ov_bytes, tables,
         c_e, c_t, n_msg, top, top_res = 0.0, 0.0, 0, 0.0, none
         for k in range(len(p_edge)):         # one message exactly when the ends differ and it carries bytes
             ju = np.uint64(k)
-            nb = ov_bytes[i, p_edge[ju]] if has_ov else e_bytes[p_edge[ju]]
+            nb = ov_bytes[i, p_edge[ju]] if has_ov else p_bytes[ju]
             uu, vu = np.uint64(row[p_src[ju]]), np.uint64(row[p_dst[ju]])
             pu = uu * ud + vu
             if nb > 0 and uu != vu:
@@ -377,13 +379,16 @@ def plan_figures(p0, rows, has_ov, ov_time, ov_energy, ov_mem, ov_bytes, tables,
                     pu = uu * ud + vu
                     x = lat[pu] + nb * per_byte[pu]
                     eb = nb * joule[pu]
-                    xfer[e] = x
+                    if with_latency:
+                        xfer[e] = x
+                        if shared_ports:
+                            r0[e], r1[e] = n_dev + ports + np.int64(uu), n_dev + ports + np.int64(vu)
+                        else:
+                            r0[e] = n_dev + np.int64(pu)
                     if shared_ports:
-                        r0[e], r1[e] = n_dev + ports + np.int64(uu), n_dev + ports + np.int64(vu)
                         top, top_res = _charge(busy, up + uu, x, top, top_res)
                         top, top_res = _charge(busy, up + vu, x, top, top_res)
                     else:
-                        r0[e] = n_dev + np.int64(pu)
                         top, top_res = _charge(busy, pu, x, top, top_res)
                     n_msg += 1
                     acc[u3 * uu + u1] += eb
