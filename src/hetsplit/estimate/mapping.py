@@ -280,7 +280,8 @@ def plan_buffers(n_res, t_count, e_count, n_dev, x_max):
     return (scratch(n_res, t_count, e_count, x_max), np.empty(t_count), np.empty(e_count, dtype=np.int64),
             np.empty(e_count), np.empty(e_count, dtype=np.int64), np.full(e_count, -1, dtype=np.int64),
             np.zeros(n_dev * n_dev + n_dev), np.zeros(3 * n_dev), np.zeros(n_dev, dtype=np.bool_),
-            np.zeros(n_dev, dtype=np.bool_), np.empty(n_dev, dtype=np.int64), np.zeros(max(e_count, 1), dtype=np.int64))
+            np.zeros(n_dev, dtype=np.bool_), np.empty(n_dev, dtype=np.int64), np.zeros(max(e_count, 1), dtype=np.int64),
+            np.empty(t_count, dtype=np.int64))
 
 
 @njit(cache=True, inline="always")
@@ -307,7 +308,7 @@ def plan_figures(p0, rows, has_ov, ov_time, ov_energy, ov_mem, ov_bytes, tables,
     x_ptr, x_dur, x_res, x_after, x_before = xj
     (compute, energy_dev, mem_dev, participates, latency, comm_e, comm_t, task_e, max_busy, max_link, bottleneck,
      fits, valid) = out
-    work, dur, carrier, xfer, r0, r1, busy, acc, seen, moved, moved_edge, group_v = buf   # group_v: in range
+    work, dur, carrier, xfer, r0, r1, busy, acc, seen, moved, moved_edge, group_v, held = buf   # group_v: in range
     n_dev = len(capacity)
     ports = n_dev * n_dev                # ``busy``: links u * D + v, then ports; schedule resources are D more
     # the hot loops index with unsigned integers: numba adds no wrap-around of negative indices to them
@@ -472,6 +473,14 @@ def plan_figures(p0, rows, has_ov, ov_time, ov_energy, ov_mem, ov_bytes, tables,
                 else:
                     r0[e] = n_dev + pair
                 n_msg += 1
+        for t in range(rows.shape[1]):       # a task of no duration that sends nothing holds no device
+            held[t] = rows[i, t]
+            if dur[t] == 0.0:
+                sends = False
+                for k in range(out_ptr[t], out_ptr[t + 1]):
+                    sends |= (ov_bytes[i, out_idx[k]] if has_ov else e_bytes[out_idx[k]]) > 0
+                if not sends:
+                    held[t] = -1
         x0, x1 = x_ptr[p], x_ptr[p + 1]
-        latency[p] = one_input(rows[i], dur, carrier, xfer, r0, r1, n_msg, e_dst, out_ptr, out_idx, src_edges, chain_ptr,
+        latency[p] = one_input(held, dur, carrier, xfer, r0, r1, n_msg, e_dst, out_ptr, out_idx, src_edges, chain_ptr,
                                chain_idx, indeg0, x_dur[x0:x1], x_res[x0:x1], x_after[x0:x1], x_before[x0:x1], work)

@@ -13,7 +13,10 @@ system, each resource running one job at a time and never idling while a job of 
 - when a resource is free, it starts the ready job with the lowest index (tasks in topological
   order; messages in message order); a message over a cluster with ``ports="shared"`` holds the
   ports of both its devices and starts, in message order, as soon as both are free;
-- all jobs finishing at one instant are applied before any resource picks its next job.
+- all jobs finishing at one instant are applied before any resource picks its next job;
+- a task of no duration none of whose out-edges carries a byte stands for nothing (an empty shard
+  slot of a hybrid template, which the plan itself leaves out): it holds no device and is done the
+  instant it is ready.
 
 The discrete-event simulator (``simulate.py``) applies the same rules to a stream of inputs; with
 one input the two give the same latency (a property test checks it on random plans).
@@ -200,7 +203,7 @@ def scratch(n_res: int, t_count: int, e_count: int, x_max: int):
             np.empty(jobs + 1, dtype=np.int64), np.empty(max(t_count, 1), dtype=np.int64),
             np.empty(4 * jobs + 4, dtype=np.int64), np.zeros(max(e_count, 1), dtype=np.bool_),
             np.empty(max(e_count, 1), dtype=np.int64), np.empty(max(e_count, 1), dtype=np.int64),
-            np.empty(max(t_count, 1), dtype=np.int64), np.empty(x_max + 1, dtype=np.int64), np.empty(jobs + 1, dtype=np.int64))
+            np.empty(max(t_count, 1), dtype=np.int64), np.empty(x_max + 1, dtype=np.int64), np.empty(jobs + 2, dtype=np.int64))
 
 
 @njit(cache=True, inline="always")
@@ -212,22 +215,33 @@ def _ready(heap, cap, hsize, touched, n_touch, r, job):
 
 
 @njit(cache=True, inline="always")
-def _unlock(task, remaining, dev, heap, cap, hsize, touched, n_touch):
-    """One thing ``task`` waited for is there; queue it on its device when it was the last."""
+def _done_now(zero, job):
+    """``job`` is done at this instant (``zero``: a stack, its size in zero[0])."""
+    zero[0] += 1
+    zero[zero[0]] = job
+
+
+@njit(cache=True, inline="always")
+def _unlock(task, remaining, dev, heap, cap, hsize, touched, n_touch, zero):
+    """One thing ``task`` waited for is there; queue it on its device when it was the last (done at
+    once when it holds no device: ``dev`` -1)."""
     remaining[task] -= 1
     if remaining[task] == 0:
+        if dev[task] < 0:
+            _done_now(zero, task)
+            return n_touch
         return _ready(heap, cap, hsize, touched, n_touch, dev[task], task)
     return n_touch
 
 
 @njit(cache=True, inline="always")
-def _produced(e, carrier, e_dst, r0, r1, jt, wait2, remaining, dev, heap, cap, hsize, touched, n_touch):
+def _produced(e, carrier, e_dst, r0, r1, jt, wait2, remaining, dev, heap, cap, hsize, touched, n_touch, zero):
     """Edge ``e``'s producer is done (or the input arrived): its consumer, on the same device, may
     start, or the message it heads is ready. Returns (n_touch, whether a two-port message waits)."""
     c = carrier[e]
     if c < 0:
         if e_dst[e] >= 0:
-            n_touch = _unlock(e_dst[e], remaining, dev, heap, cap, hsize, touched, n_touch)
+            n_touch = _unlock(e_dst[e], remaining, dev, heap, cap, hsize, touched, n_touch, zero)
     elif c == e:
         if r1[e] < 0:
             return _ready(heap, cap, hsize, touched, n_touch, r0[e], jt + e), False
@@ -241,7 +255,7 @@ def one_input(dev, dur, carrier, xfer, r0, r1, n_messages, e_dst, out_ptr, out_i
               indeg0, x_dur, x_res, x_after, x_before, work) -> float:
     """One input's latency under one assignment (module docstring), NaN when some job never runs.
 
-    Per task: ``dev``, ``dur``; per edge: ``carrier`` (the edge whose message brings its payload, -1:
+    Per task: ``dev`` (-1: it holds none, see the module docstring), ``dur``; per edge: ``carrier`` (the edge whose message brings its payload, -1:
     nothing moves), ``xfer`` (that message's seconds), ``r0``/``r1`` (its resources, -1: none);
     ``n_messages`` edges carry their own message; extra jobs ``x_*``; ``work``: ``scratch(...)``."""
     heap, cap, hsize, busy, ev_t, ev_j, remaining, touched, wait2, alias_head, alias_next, ext_head, ext_next, zero = work
@@ -266,17 +280,21 @@ def one_input(dev, dur, carrier, xfer, r0, r1, n_messages, e_dst, out_ptr, out_i
             remaining[x_before[x]] += 1
     total = t_count + n_x + n_messages
     n_touch, ev, any2 = 0, 0, False
+    zero[0] = 0                                # zero: jobs done at the instant they start or are ready
     for t in range(t_count):                   # the input arrives
         if remaining[t] == 0:
-            n_touch = _ready(heap, cap, hsize, touched, n_touch, dev[t], t)
+            if dev[t] < 0:
+                _done_now(zero, t)
+            else:
+                n_touch = _ready(heap, cap, hsize, touched, n_touch, dev[t], t)
     for k in range(len(src_edges)):
         n_touch, two = _produced(src_edges[k], carrier, e_dst, r0, r1, jt, wait2, remaining, dev, heap, cap, hsize,
-                                 touched, n_touch)
+                                 touched, n_touch, zero)
         any2 |= two
     for x in range(n_x):
         if x_after[x] < 0:
             n_touch = _ready(heap, cap, hsize, touched, n_touch, x_res[x], je + x)
-    now, done, n_zero = 0.0, 0, 0          # zero: jobs of no duration, done at the instant they start
+    now, done = 0.0, 0
     while True:
         for k in range(n_touch):               # every free resource starts its lowest ready job
             r = touched[k]
@@ -287,8 +305,7 @@ def one_input(dev, dur, carrier, xfer, r0, r1, n_messages, e_dst, out_ptr, out_i
             busy[r] = True
             d = dur[j] if j < jt else (xfer[j - jt] if j < je else x_dur[j - je])
             if d == 0.0:
-                zero[n_zero] = j
-                n_zero += 1
+                _done_now(zero, j)
             else:
                 ev = _push(ev_t, ev_j, ev, now + d, j)
         n_touch = 0
@@ -303,14 +320,14 @@ def one_input(dev, dur, carrier, xfer, r0, r1, n_messages, e_dst, out_ptr, out_i
                     busy[r0[e]] = True
                     busy[r1[e]] = True
                     ev = _push(ev_t, ev_j, ev, now + xfer[e], jt + e)
-        if n_zero == 0:
+        if zero[0] == 0:
             if ev == 0:
                 break
             now = ev_t[0]                      # apply every completion at the next instant
         while True:
-            if n_zero > 0:
-                n_zero -= 1
-                j = zero[n_zero]
+            if zero[0] > 0:
+                j = zero[zero[0]]
+                zero[0] -= 1
             elif ev > 0 and ev_t[0] == now:
                 j = ev_j[0]
                 ev = _pop(ev_t, ev_j, ev)
@@ -318,15 +335,16 @@ def one_input(dev, dur, carrier, xfer, r0, r1, n_messages, e_dst, out_ptr, out_i
                 break
             done += 1
             if j < jt:
-                busy[dev[j]] = False
-                touched[n_touch] = dev[j]
-                n_touch += 1
+                if dev[j] >= 0:
+                    busy[dev[j]] = False
+                    touched[n_touch] = dev[j]
+                    n_touch += 1
                 for k in range(out_ptr[j], out_ptr[j + 1]):
                     n_touch, two = _produced(out_idx[k], carrier, e_dst, r0, r1, jt, wait2, remaining, dev, heap,
-                                             cap, hsize, touched, n_touch)
+                                             cap, hsize, touched, n_touch, zero)
                     any2 |= two
                 for k in range(chain_ptr[j], chain_ptr[j + 1]):
-                    n_touch = _unlock(chain_idx[k], remaining, dev, heap, cap, hsize, touched, n_touch)
+                    n_touch = _unlock(chain_idx[k], remaining, dev, heap, cap, hsize, touched, n_touch, zero)
                 x = ext_head[j]
                 while x >= 0:
                     n_touch = _ready(heap, cap, hsize, touched, n_touch, x_res[x], je + x)
@@ -343,7 +361,7 @@ def one_input(dev, dur, carrier, xfer, r0, r1, n_messages, e_dst, out_ptr, out_i
                 f = alias_head[e]
                 while f >= 0:
                     if e_dst[f] >= 0:
-                        n_touch = _unlock(e_dst[f], remaining, dev, heap, cap, hsize, touched, n_touch)
+                        n_touch = _unlock(e_dst[f], remaining, dev, heap, cap, hsize, touched, n_touch, zero)
                     f = alias_next[f]
             else:
                 x = j - je
@@ -351,7 +369,7 @@ def one_input(dev, dur, carrier, xfer, r0, r1, n_messages, e_dst, out_ptr, out_i
                 touched[n_touch] = x_res[x]
                 n_touch += 1
                 if x_before[x] >= 0:
-                    n_touch = _unlock(x_before[x], remaining, dev, heap, cap, hsize, touched, n_touch)
+                    n_touch = _unlock(x_before[x], remaining, dev, heap, cap, hsize, touched, n_touch, zero)
     if done == total:                          # every heap is empty and every resource free again
         return now
     hsize[:] = 0
