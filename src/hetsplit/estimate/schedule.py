@@ -16,7 +16,7 @@ system, each resource running one job at a time and never idling while a job of 
 - all jobs finishing at one instant are applied before any resource picks its next job;
 - a task of no duration none of whose out-edges carries a byte stands for nothing (an empty shard
   slot of a hybrid template, which the plan itself leaves out): it holds no device and is done the
-  instant it is ready.
+  instant it is ready. (Plans have no such task, so the simulator, which runs plans, has no such rule.)
 
 The discrete-event simulator (``simulate.py``) applies the same rules to a stream of inputs; with
 one input the two give the same latency (a property test checks it on random plans).
@@ -203,51 +203,9 @@ def scratch(n_res: int, t_count: int, e_count: int, x_max: int):
             np.empty(jobs + 1, dtype=np.int64), np.empty(max(t_count, 1), dtype=np.int64),
             np.empty(4 * jobs + 4, dtype=np.int64), np.zeros(max(e_count, 1), dtype=np.bool_),
             np.empty(max(e_count, 1), dtype=np.int64), np.empty(max(e_count, 1), dtype=np.int64),
-            np.empty(max(t_count, 1), dtype=np.int64), np.empty(x_max + 1, dtype=np.int64), np.empty(jobs + 2, dtype=np.int64))
-
-
-@njit(cache=True, inline="always")
-def _ready(heap, cap, hsize, touched, n_touch, r, job):
-    """``job`` is ready on resource ``r``: queue it there and mark ``r`` for the next dispatch."""
-    hsize[r] = _ipush(heap, r, cap, hsize[r], job)
-    touched[n_touch] = r
-    return n_touch + 1
-
-
-@njit(cache=True, inline="always")
-def _done_now(zero, job):
-    """``job`` is done at this instant (``zero``: a stack, its size in zero[0])."""
-    zero[0] += 1
-    zero[zero[0]] = job
-
-
-@njit(cache=True, inline="always")
-def _unlock(task, remaining, dev, heap, cap, hsize, touched, n_touch, zero):
-    """One thing ``task`` waited for is there; queue it on its device when it was the last (done at
-    once when it holds no device: ``dev`` -1)."""
-    remaining[task] -= 1
-    if remaining[task] == 0:
-        if dev[task] < 0:
-            _done_now(zero, task)
-            return n_touch
-        return _ready(heap, cap, hsize, touched, n_touch, dev[task], task)
-    return n_touch
-
-
-@njit(cache=True, inline="always")
-def _produced(e, carrier, e_dst, r0, r1, jt, wait2, remaining, dev, heap, cap, hsize, touched, n_touch, zero):
-    """Edge ``e``'s producer is done (or the input arrived): its consumer, on the same device, may
-    start, or the message it heads is ready. Returns (n_touch, whether a two-port message waits)."""
-    c = carrier[e]
-    if c < 0:
-        if e_dst[e] >= 0:
-            n_touch = _unlock(e_dst[e], remaining, dev, heap, cap, hsize, touched, n_touch, zero)
-    elif c == e:
-        if r1[e] < 0:
-            return _ready(heap, cap, hsize, touched, n_touch, r0[e], jt + e), False
-        wait2[e] = True
-        return n_touch, True
-    return n_touch, False
+            np.empty(max(t_count, 1), dtype=np.int64), np.empty(x_max + 1, dtype=np.int64), np.empty(jobs + 2, dtype=np.int64),
+            np.empty(max(e_count, 1), dtype=np.int64), np.empty(2 * max(e_count, 1) + t_count + x_max + 1, dtype=np.int64),
+            np.empty(jobs + 1, dtype=np.int64), np.empty(jobs + 1, dtype=np.int64))
 
 
 @njit(cache=True)
@@ -255,10 +213,16 @@ def one_input(dev, dur, carrier, xfer, r0, r1, n_messages, e_dst, out_ptr, out_i
               indeg0, x_dur, x_res, x_after, x_before, work) -> float:
     """One input's latency under one assignment (module docstring), NaN when some job never runs.
 
-    Per task: ``dev`` (-1: it holds none, see the module docstring), ``dur``; per edge: ``carrier`` (the edge whose message brings its payload, -1:
-    nothing moves), ``xfer`` (that message's seconds), ``r0``/``r1`` (its resources, -1: none);
-    ``n_messages`` edges carry their own message; extra jobs ``x_*``; ``work``: ``scratch(...)``."""
-    heap, cap, hsize, busy, ev_t, ev_j, remaining, touched, wait2, alias_head, alias_next, ext_head, ext_next, zero = work
+    Per task: ``dev`` (-1: it holds none, see the module docstring), ``dur``; per edge: ``carrier``
+    (the edge whose message brings its payload, -1: nothing moves), ``xfer`` (that message's seconds),
+    ``r0``/``r1`` (its resources, -1: none); ``n_messages`` edges carry their own message; extra jobs
+    ``x_*``; ``work``: ``scratch(...)``.
+
+    What a completion releases goes through three work lists, settled in one place: edges whose
+    producer is done, tasks one of whose inputs arrived, and jobs ready on a resource. (Helpers
+    inlined with array arguments would cost a reference-count update per array per call.)"""
+    (heap, cap, hsize, busy, ev_t, ev_j, remaining, touched, wait2, alias_head, alias_next, ext_head, ext_next, zero,
+     out_e, got_t, rdy_r, rdy_j) = work
     t_count, e_count, n_x = len(dev), len(carrier), len(x_dur)
     jt, je = t_count, t_count + e_count      # job ids: tasks, then messages (by edge), then extra jobs
     for t in range(t_count):
@@ -279,97 +243,133 @@ def one_input(dev, dur, carrier, xfer, r0, r1, n_messages, e_dst, out_ptr, out_i
         if x_before[x] >= 0:
             remaining[x_before[x]] += 1
     total = t_count + n_x + n_messages
-    n_touch, ev, any2 = 0, 0, False
-    zero[0] = 0                                # zero: jobs done at the instant they start or are ready
+    n_touch, ev, any2, n_zero, n_e, n_t, n_r = 0, 0, False, 0, 0, 0, 0
     for t in range(t_count):                   # the input arrives
         if remaining[t] == 0:
             if dev[t] < 0:
-                _done_now(zero, t)
+                zero[n_zero] = t
+                n_zero += 1
             else:
-                n_touch = _ready(heap, cap, hsize, touched, n_touch, dev[t], t)
+                rdy_r[n_r], rdy_j[n_r] = dev[t], t
+                n_r += 1
     for k in range(len(src_edges)):
-        n_touch, two = _produced(src_edges[k], carrier, e_dst, r0, r1, jt, wait2, remaining, dev, heap, cap, hsize,
-                                 touched, n_touch, zero)
-        any2 |= two
+        out_e[n_e] = src_edges[k]
+        n_e += 1
     for x in range(n_x):
         if x_after[x] < 0:
-            n_touch = _ready(heap, cap, hsize, touched, n_touch, x_res[x], je + x)
+            rdy_r[n_r], rdy_j[n_r] = x_res[x], je + x
+            n_r += 1
     now, done = 0.0, 0
     while True:
-        for k in range(n_touch):               # every free resource starts its lowest ready job
-            r = touched[k]
-            if busy[r] or hsize[r] == 0:
-                continue
-            j = heap[r]
-            hsize[r] = _ipop(heap, r, cap, hsize[r])
-            busy[r] = True
-            d = dur[j] if j < jt else (xfer[j - jt] if j < je else x_dur[j - je])
-            if d == 0.0:
-                _done_now(zero, j)
-            else:
-                ev = _push(ev_t, ev_j, ev, now + d, j)
-        n_touch = 0
-        if any2:                               # messages holding two ports, in message order
-            any2 = False
-            for e in range(e_count):
-                if wait2[e]:
-                    if busy[r0[e]] or busy[r1[e]]:
-                        any2 = True
-                        continue
-                    wait2[e] = False
-                    busy[r0[e]] = True
-                    busy[r1[e]] = True
-                    ev = _push(ev_t, ev_j, ev, now + xfer[e], jt + e)
-        if zero[0] == 0:
-            if ev == 0:
-                break
-            now = ev_t[0]                      # apply every completion at the next instant
-        while True:
-            if zero[0] > 0:
-                j = zero[zero[0]]
-                zero[0] -= 1
-            elif ev > 0 and ev_t[0] == now:
-                j = ev_j[0]
-                ev = _pop(ev_t, ev_j, ev)
-            else:
-                break
-            done += 1
-            if j < jt:
-                if dev[j] >= 0:
-                    busy[dev[j]] = False
-                    touched[n_touch] = dev[j]
-                    n_touch += 1
-                for k in range(out_ptr[j], out_ptr[j + 1]):
-                    n_touch, two = _produced(out_idx[k], carrier, e_dst, r0, r1, jt, wait2, remaining, dev, heap,
-                                             cap, hsize, touched, n_touch, zero)
-                    any2 |= two
-                for k in range(chain_ptr[j], chain_ptr[j + 1]):
-                    n_touch = _unlock(chain_idx[k], remaining, dev, heap, cap, hsize, touched, n_touch, zero)
-                x = ext_head[j]
-                while x >= 0:
-                    n_touch = _ready(heap, cap, hsize, touched, n_touch, x_res[x], je + x)
-                    x = ext_next[x]
-            elif j < je:
-                e = j - jt
-                busy[r0[e]] = False
-                if r1[e] >= 0:
-                    busy[r1[e]] = False
-                    any2 = True
+        for q in range(n_e):                   # settle: edges whose producer is done ...
+            e = out_e[q]
+            c = carrier[e]
+            if c < 0:
+                if e_dst[e] >= 0:
+                    got_t[n_t] = e_dst[e]
+                    n_t += 1
+            elif c == e:
+                if r1[e] < 0:
+                    rdy_r[n_r], rdy_j[n_r] = r0[e], jt + e
+                    n_r += 1
                 else:
-                    touched[n_touch] = r0[e]
-                    n_touch += 1
-                f = alias_head[e]
-                while f >= 0:
-                    if e_dst[f] >= 0:
-                        n_touch = _unlock(e_dst[f], remaining, dev, heap, cap, hsize, touched, n_touch, zero)
-                    f = alias_next[f]
-            else:
-                x = j - je
-                busy[x_res[x]] = False
-                touched[n_touch] = x_res[x]
+                    wait2[e] = True
+                    any2 = True
+        n_e = 0
+        for q in range(n_t):                   # ... tasks one of whose inputs arrived ...
+            t = got_t[q]
+            remaining[t] -= 1
+            if remaining[t] == 0:
+                if dev[t] < 0:
+                    zero[n_zero] = t
+                    n_zero += 1
+                else:
+                    rdy_r[n_r], rdy_j[n_r] = dev[t], t
+                    n_r += 1
+        n_t = 0
+        for q in range(n_r):                   # ... jobs ready on a resource
+            r = rdy_r[q]
+            hsize[r] = _ipush(heap, r, cap, hsize[r], rdy_j[q])
+            touched[n_touch] = r
+            n_touch += 1
+        n_r = 0
+        if n_zero > 0:                         # the next completion at this instant
+            n_zero -= 1
+            j = zero[n_zero]
+        elif ev > 0 and ev_t[0] == now:
+            j = ev_j[0]
+            ev = _pop(ev_t, ev_j, ev)
+        else:                                  # all of this instant's are applied
+            for k in range(n_touch):           # every free resource starts its lowest ready job
+                r = touched[k]
+                if busy[r] or hsize[r] == 0:
+                    continue
+                j = heap[r]
+                hsize[r] = _ipop(heap, r, cap, hsize[r])
+                busy[r] = True
+                d = dur[j] if j < jt else (xfer[j - jt] if j < je else x_dur[j - je])
+                if d == 0.0:
+                    zero[n_zero] = j
+                    n_zero += 1
+                else:
+                    ev = _push(ev_t, ev_j, ev, now + d, j)
+            n_touch = 0
+            if any2:                           # messages holding two ports, in message order
+                any2 = False
+                for e in range(e_count):
+                    if wait2[e]:
+                        if busy[r0[e]] or busy[r1[e]]:
+                            any2 = True
+                            continue
+                        wait2[e] = False
+                        busy[r0[e]] = True
+                        busy[r1[e]] = True
+                        ev = _push(ev_t, ev_j, ev, now + xfer[e], jt + e)
+            if n_zero == 0:
+                if ev == 0:
+                    break
+                now = ev_t[0]                  # the next instant
+            continue
+        done += 1
+        if j < jt:
+            if dev[j] >= 0:
+                busy[dev[j]] = False
+                touched[n_touch] = dev[j]
                 n_touch += 1
-                if x_before[x] >= 0:
-                    n_touch = _unlock(x_before[x], remaining, dev, heap, cap, hsize, touched, n_touch, zero)
+            for k in range(out_ptr[j], out_ptr[j + 1]):
+                out_e[n_e] = out_idx[k]
+                n_e += 1
+            for k in range(chain_ptr[j], chain_ptr[j + 1]):
+                got_t[n_t] = chain_idx[k]
+                n_t += 1
+            x = ext_head[j]
+            while x >= 0:
+                rdy_r[n_r], rdy_j[n_r] = x_res[x], je + x
+                n_r += 1
+                x = ext_next[x]
+        elif j < je:
+            e = j - jt
+            busy[r0[e]] = False
+            if r1[e] >= 0:
+                busy[r1[e]] = False
+                any2 = True
+            else:
+                touched[n_touch] = r0[e]
+                n_touch += 1
+            f = alias_head[e]
+            while f >= 0:
+                if e_dst[f] >= 0:
+                    got_t[n_t] = e_dst[f]
+                    n_t += 1
+                f = alias_next[f]
+        else:
+            x = j - je
+            busy[x_res[x]] = False
+            touched[n_touch] = x_res[x]
+            n_touch += 1
+            if x_before[x] >= 0:
+                got_t[n_t] = x_before[x]
+                n_t += 1
     if done == total:                          # every heap is empty and every resource free again
         return now
     hsize[:] = 0
