@@ -3,9 +3,9 @@ mapping and a tensor-parallel plan measured beside their predictions.
 
 1. Per-hop overhead. Two processes ping-pong a tensor of each size (1 KB .. 16 MB; the targets are
    at 1 MB and 10 MB) over gloo: once with raw ``ProcessGroup.send/recv`` and once through hetsplit's
-   own path (``Wire`` with the worker's receiver and sender threads of ``runtime.worker``: receives
-   posted ``depth`` ahead, each waited for and handed over by the receiver thread, sends waited for by
-   the sender thread). Blocks of the two alternate in the same run, so both see the same machine load;
+   own path (``Wire`` and ``runtime.inflight`` as ``runtime.worker`` uses them, with nothing to compute
+   between a receive and a send: receives posted ``depth`` ahead into pooled buffers, every end
+   timestamped, each transfer waited for by the compute thread itself, as no sub-model runs). Blocks of the two alternate in the same run, so both see the same machine load;
    a hop is half a round trip (median and min over blocks), and the CPU time per round trip of each
    is printed beside it (the wall time of a loaded machine mostly says how long threads wait for a core).
 2. Pipeline efficiency. A real plan runs with ``run_plan``; efficiency = measured throughput /
@@ -83,23 +83,30 @@ def _peer(rank: int, port_q, result_q, sizes: list[int], rounds: int, blocks: in
 
 
 def _pingpong_worker(wire, edge, buf: np.ndarray, rank: int, rounds: int, depth: int = 2) -> float:
-    """Seconds per hop of ``rounds`` round trips as a worker moves messages: the compute thread posts the
-    receive of round ``i + depth`` (into pooled buffers) after round ``i``, the receiver thread waits for
-    it and hands it over, the sender thread waits for the sends; buffers are reused once their sends are done."""
-    from hetsplit.runtime.worker import BufferPool, MessageLog, Receiver, Sender, Shared
+    """Seconds per hop of ``rounds`` round trips as a worker moves messages (``runtime.worker``'s loop with
+    nothing to compute between a receive and a send): receives posted ``depth`` inputs ahead into pooled
+    buffers, each message's ends timestamped into logs, every transfer waited for through ``InFlight``
+    (with no sub-model running, by the compute thread itself), buffers reused once their sends are done."""
+    from hetsplit.runtime.inflight import InFlight, MessageLog, Shared
+    from hetsplit.runtime.worker import BufferPool
 
     shared, pool = Shared(), BufferPool()
-    rx, tx = Receiver(wire, shared), Sender(wire, shared)
-    log = MessageLog(0, edge.peer, edge.nbytes)
+    flight = InFlight(wire, shared)
+    rx_log, tx_log = MessageLog(0, edge.peer, edge.nbytes), MessageLog(1, edge.peer, edge.nbytes)
     total = rounds + 2
     frames = {}
 
     def post_recv(i: int) -> None:
         frames[i] = pool.frame()
         bufs = [pool.empty(t) for t in edge.tensors]
-        rx.submit(wire.post(edge, bufs, sending=False), edge, {0: bufs}, [log])
+        rx_log.start.append(time.time())
+        flight.expect(wire.post(edge, bufs, sending=False), edge, {0: bufs}, [rx_log])
 
-    rx.start(), tx.start()
+    def post_send(arrays: list) -> None:
+        tx_log.start.append(time.time())
+        flight.sent(wire.post(edge, arrays, sending=True), edge, [tx_log], arrays)
+
+    flight.start()
     for i in range(min(depth, total)):
         post_recv(i)
     t0 = time.perf_counter()
@@ -107,20 +114,21 @@ def _pingpong_worker(wire, edge, buf: np.ndarray, rank: int, rounds: int, depth:
         if i == 2:
             t0 = time.perf_counter()
         if rank == 0:
-            tx.submit(wire.post(edge, [buf], sending=True), 0.0, edge, [], buf)
-            rx.take()
+            post_send([buf])
+            flight.take(computing=False)
         else:
-            got = rx.take()[0]
-            tx.submit(wire.post(edge, got, sending=True), 0.0, edge, [], got)
-        pool.retire(frames.pop(i), tx.submitted)
-        pool.recycle(tx.done)
+            post_send(flight.take(computing=False)[0])
+        pool.retire(frames.pop(i), flight.posted_sends)
+        pool.recycle(flight.settle())
         if i + depth < total:
             post_recv(i + depth)
+    flight.finish()
     elapsed = time.perf_counter() - t0
-    rx.finish(), tx.finish()
-    rx.join(), tx.join()
+    flight.close()
+    flight.join()
     if shared.error:
         raise shared.error
+    assert len(rx_log.done) == len(tx_log.done) == total
     return elapsed / rounds / 2
 
 
