@@ -5,8 +5,9 @@ have no future and report completion only once waited for. So each posted transf
 one thread owns and waits for, recording when it ended:
 
 - the compute thread itself, when it needs a receive and no helper holds an unfinished transfer: an idle
-  worker takes a message with one wake-up, as ``recv().wait()`` does, after waiting for the sends it
-  posted before (the order of raw send/recv), so each end is timestamped when it happens;
+  worker takes a message with one wake-up, as ``recv().wait()`` does; when no sub-model runs next it
+  first waits for the sends it posted before (the order of raw send/recv), so each end is timestamped
+  when it happens, else it leaves them to be lent with the sub-model;
 - a helper thread (one for receives, one for sends) that the compute thread lends transfers to: before
   it runs a sub-model (what lands meanwhile is timestamped when it lands, and the sends overlap the
   compute), and whenever a helper already holds one, so the compute thread never blocks in gloo while
@@ -74,16 +75,19 @@ class MessageLog:
 
 class Pending:
     """One posted transfer (a step's works), what it fills or reads, its logs, and its owner: None (the
-    compute thread) or the helper it was lent to. ``post``: a send posted by its waiter after ``delay_s``."""
+    compute thread) or the helper it was lent to, which signals ``event`` once it ended. ``post``: a send
+    posted by its waiter after ``delay_s``."""
 
-    __slots__ = ("works", "edge", "sending", "logs", "payload", "post", "delay_s", "helper", "done", "at", "failed")
+    __slots__ = ("works", "edge", "sending", "logs", "payload", "post", "delay_s", "helper", "event", "done", "at",
+                 "failed")
 
     def __init__(self, works: list | None, edge: Edge, sending: bool, logs: list[MessageLog], payload: Any,
                  post: Callable[[], tuple[list, Any]] | None = None, delay_s: float = 0.0):
         self.works, self.edge, self.sending, self.logs, self.payload = works, edge, sending, logs, payload
         self.post, self.delay_s = post, delay_s
         self.helper: Helper | None = None
-        self.done = threading.Event()
+        self.event: threading.Event | None = None   # made when lent (most transfers never are)
+        self.done = False          # it ended (failed or not)
         self.at = 0.0              # when it ended
         self.failed = False
 
@@ -99,7 +103,9 @@ class Pending:
             self.failed = True
             raise
         finally:
-            self.done.set()
+            self.done = True
+            if self.event is not None:
+                self.event.set()
 
 
 class Helper(threading.Thread):
@@ -113,7 +119,7 @@ class Helper(threading.Thread):
         self.finished = 0          # of those, the ones done (this thread counts; a failed one never is)
 
     def lend(self, p: Pending) -> None:
-        p.helper = self
+        p.helper, p.event = self, threading.Event()
         self.lent += 1
         self.inbox.put(p)
 
@@ -177,12 +183,10 @@ class InFlight:
                 self.receiver.lend(p)
 
     def take(self, computing: bool) -> dict[int, list]:
-        """The next receive's tensors by message id, once landed; ``computing``: a sub-model runs next, so
-        the sends in flight are lent (they overlap it) rather than waited for here first."""
+        """The next receive's tensors by message id, once landed. Unless ``computing`` (a sub-model runs
+        next, and the sends in flight are lent with it, to overlap it), the sends are waited for first."""
         p = self.recvs.popleft()
-        if computing:
-            self.lend_sends()
-        else:
+        if not computing:
             self.wait_sends()
         if p.helper is None and self.busy():
             self.receiver.lend(p)
@@ -193,13 +197,13 @@ class InFlight:
 
     def lend_sends(self) -> None:
         for p in self.sends:
-            if p.helper is None and not p.done.is_set():
+            if p.helper is None and not p.done:
                 self.sender.lend(p)
 
     def wait_sends(self) -> None:
         """Wait here for the sends nobody waits for yet (lent to the sender if a helper is busy)."""
         for p in self.sends:
-            if p.helper is None and not p.done.is_set():
+            if p.helper is None and not p.done:
                 if self.busy():
                     self.sender.lend(p)
                 else:
@@ -207,7 +211,7 @@ class InFlight:
 
     def _finish(self, p: Pending) -> None:
         """Wait for ``p``: itself if it owns it, else for its helper's hand-off (Stop once any thread failed)."""
-        if p.done.is_set():
+        if p.done:
             if p.failed:
                 raise Stop()
             return
@@ -216,7 +220,7 @@ class InFlight:
         if p.helper is None:
             p.wait(self.wire)
             return
-        while not p.done.wait(POLL_S):
+        while not p.event.wait(POLL_S):
             if self.shared.stop.is_set():
                 raise Stop()
         if p.failed:
@@ -224,7 +228,7 @@ class InFlight:
 
     def settle(self) -> int:
         """Log the sends done, in program order; how many are (a prefix of those posted)."""
-        while self.sends and self.sends[0].done.is_set() and not self.sends[0].failed:
+        while self.sends and self.sends[0].done and not self.sends[0].failed:
             p = self.sends.popleft()
             for log in p.logs:
                 log.done.append(p.at)

@@ -85,30 +85,31 @@ class BufferPool:
 
     def __init__(self) -> None:
         self.free: dict[tuple, list[np.ndarray]] = {}
-        self.taken: list[np.ndarray] = []
-        self.retired: collections.deque[tuple[int, list[np.ndarray]]] = collections.deque()
+        self.taken: list[tuple[tuple, np.ndarray]] = []
+        self.retired: collections.deque[tuple[int, list[tuple[tuple, np.ndarray]]]] = collections.deque()
 
     def empty(self, spec: TensorSpec) -> np.ndarray:
         """A buffer for ``spec`` (only the compute thread takes them), recorded in the current frame."""
-        stack = self.free.get((spec.shape, spec.dtype))
+        key = (spec.shape, spec.dtype)
+        stack = self.free.get(key)
         a = stack.pop() if stack else spec.empty()
-        self.taken.append(a)
+        self.taken.append((key, a))
         return a
 
-    def frame(self) -> list[np.ndarray]:
+    def frame(self) -> list[tuple[tuple, np.ndarray]]:
         """Start recording the buffers taken from now on (one input's); the list they go into."""
         self.taken = []
         return self.taken
 
-    def retire(self, frame: list[np.ndarray], sends_submitted: int) -> None:
+    def retire(self, frame: list[tuple[tuple, np.ndarray]], sends_submitted: int) -> None:
         """``frame`` is computed on; it is free once the first ``sends_submitted`` sends are done."""
         self.retired.append((sends_submitted, frame))
 
     def recycle(self, sends_done: int) -> None:
         """Take back every retired frame whose sends are done (``sends_done`` completed so far)."""
         while self.retired and self.retired[0][0] <= sends_done:
-            for a in self.retired.popleft()[1]:
-                self.free.setdefault((a.shape, a.dtype.name), []).append(a)
+            for key, a in self.retired.popleft()[1]:
+                self.free.setdefault(key, []).append(a)
 
 
 class Transfers:
@@ -205,7 +206,7 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path, hos
     shared = Shared()
     flight = InFlight(wire, shared)
     n, depth = cfg.inputs, max(1, cfg.depth)
-    frames: dict[int, list[np.ndarray]] = {}
+    frames: dict[int, list] = {}
 
     def post_receives(i: int) -> None:
         frames[i] = io.pool.frame()
