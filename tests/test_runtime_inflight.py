@@ -118,3 +118,13 @@ def test_a_delayed_send_is_posted_by_the_sender_after_its_delay(flight):
     flight.send_later(post, 0.05, EDGE, [tx])
     flight.finish()
     assert posted[0] - t0 >= 0.05 and w.waiters == ["sender"] and len(tx.done) == 1
+
+
+def test_receives_posted_after_a_sub_model_started_are_the_compute_threads_again(flight):
+    first, second = FakeWork(), FakeWork()
+    flight.expect([first], EDGE, {0: [1]}, [])
+    flight.lend()                                  # a sub-model runs: the first is lent
+    flight.expect([second], EDGE, {0: [2]}, [])    # posted after it
+    assert flight.take(computing=False) == {0: [1]} and flight.take(computing=False) == {0: [2]}
+    assert first.waiters == ["receiver"] and second.waiters == ["MainThread"]
+    assert not flight.unwatched_recvs and not flight.recvs

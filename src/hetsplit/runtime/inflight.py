@@ -92,13 +92,16 @@ class Pending:
         self.failed = False
 
     def wait(self, wire) -> None:
-        """Wait for the transfer (its owner only, once) and record when it ended."""
+        """Wait for the transfer (its owner only, once) and record when it ended; a helper counts it
+        finished before it signals the hand-off."""
         try:
             if self.post is not None:
                 time.sleep(self.delay_s)
                 self.works, self.payload = self.post()
             wire.wait(self.works, self.edge, sending=self.sending)
             self.at = time.time()
+            if self.helper is not None:
+                self.helper.finished += 1
         except BaseException:
             self.failed = True
             raise
@@ -134,7 +137,6 @@ class Helper(threading.Thread):
         try:
             while (p := self.shared.get(self.inbox)) is not None:
                 p.wait(self.wire)
-                self.finished += 1
         except Stop:
             pass
         except BaseException as exc:  # noqa: BLE001 - handed to the compute thread
@@ -142,13 +144,16 @@ class Helper(threading.Thread):
 
 
 class InFlight:
-    """The compute thread's book of its posted transfers: receives until taken, sends until done."""
+    """The compute thread's book of its posted transfers: receives until taken, sends until done; those
+    nobody waits for yet (its own, not yet waited for) are also queued in ``unwatched_*``, in order."""
 
     def __init__(self, wire, shared: Shared):
         self.wire, self.shared = wire, shared
         self.receiver, self.sender = Helper("receiver", wire, shared), Helper("sender", wire, shared)
         self.recvs: collections.deque[Pending] = collections.deque()   # posted, not taken (program order)
         self.sends: collections.deque[Pending] = collections.deque()   # posted, not settled (program order)
+        self.unwatched_recvs: collections.deque[Pending] = collections.deque()   # a suffix of recvs
+        self.unwatched_sends: collections.deque[Pending] = collections.deque()
         self.posted_sends = 0
         self.settled = 0
 
@@ -157,11 +162,15 @@ class InFlight:
 
     def expect(self, works: list, edge: Edge, got: dict[int, list], logs: list[MessageLog]) -> None:
         """A posted receive (its works, the buffers they fill by message id)."""
-        self.recvs.append(Pending(works, edge, False, logs, got))
+        p = Pending(works, edge, False, logs, got)
+        self.recvs.append(p)
+        self.unwatched_recvs.append(p)
 
     def sent(self, works: list, edge: Edge, logs: list[MessageLog], keep: Any) -> None:
         """A posted send (its works, the arrays they read: kept alive until it is done)."""
-        self.sends.append(Pending(works, edge, True, logs, keep))
+        p = Pending(works, edge, True, logs, keep)
+        self.sends.append(p)
+        self.unwatched_sends.append(p)
         self.posted_sends += 1
 
     def send_later(self, post: Callable[[], tuple[list, Any]], delay_s: float, edge: Edge,
@@ -178,14 +187,15 @@ class InFlight:
     def lend(self) -> None:
         """Before computing: lend every transfer nobody waits for yet to its helper."""
         self.lend_sends()
-        for p in self.recvs:
-            if p.helper is None:
-                self.receiver.lend(p)
+        while self.unwatched_recvs:
+            self.receiver.lend(self.unwatched_recvs.popleft())
 
     def take(self, computing: bool) -> dict[int, list]:
         """The next receive's tensors by message id, once landed. Unless ``computing`` (a sub-model runs
         next, and the sends in flight are lent with it, to overlap it), the sends are waited for first."""
         p = self.recvs.popleft()
+        if p.helper is None:
+            self.unwatched_recvs.popleft()    # it is their first
         if not computing:
             self.wait_sends()
         if p.helper is None and self.busy():
@@ -196,18 +206,17 @@ class InFlight:
         return p.payload
 
     def lend_sends(self) -> None:
-        for p in self.sends:
-            if p.helper is None and not p.done:
-                self.sender.lend(p)
+        while self.unwatched_sends:
+            self.sender.lend(self.unwatched_sends.popleft())
 
     def wait_sends(self) -> None:
         """Wait here for the sends nobody waits for yet (lent to the sender if a helper is busy)."""
-        for p in self.sends:
-            if p.helper is None and not p.done:
-                if self.busy():
-                    self.sender.lend(p)
-                else:
-                    self._finish(p)
+        while self.unwatched_sends:
+            p = self.unwatched_sends.popleft()
+            if self.busy():
+                self.sender.lend(p)
+            else:
+                self._finish(p)
 
     def _finish(self, p: Pending) -> None:
         """Wait for ``p``: itself if it owns it, else for its helper's hand-off (Stop once any thread failed)."""
