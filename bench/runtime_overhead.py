@@ -2,12 +2,18 @@
 mapping and a tensor-parallel plan measured beside their predictions.
 
 1. Per-hop overhead. Two processes ping-pong a tensor of each size (1 KB .. 16 MB; the targets are
-   at 1 MB and 10 MB) over gloo: once with raw ``ProcessGroup.send/recv`` and once through hetsplit's
-   own path (``Wire`` and ``runtime.inflight`` as ``runtime.worker`` uses them, with nothing to compute
-   between a receive and a send: receives posted ``depth`` ahead into pooled buffers, every end
-   timestamped, each transfer waited for by the compute thread itself, as no sub-model runs). Blocks of the two alternate in the same run, so both see the same machine load;
-   a hop is half a round trip (median and min over blocks), and the CPU time per round trip of each
-   is printed beside it (the wall time of a loaded machine mostly says how long threads wait for a core).
+   at 1 MB and 10 MB) over gloo: rank 0 sends, rank 1 sends back the buffer it received into (as a
+   worker relays what it received). Once with raw ``ProcessGroup.send/recv`` (receives posted one
+   message ahead, raw gloo's best case; the same posted ``depth`` ahead as the worker does is printed
+   beside it) and once through hetsplit's own path (``Wire`` and ``runtime.inflight`` as
+   ``runtime.worker`` uses them, with nothing to compute between a receive and a send: receives posted
+   ``depth`` ahead into pooled buffers, every end timestamped, each transfer waited for by the compute
+   thread itself). Also printed: the hand-offs of a worker that computes between messages (every
+   transfer lent to its receiver and sender threads, here around an empty sub-model, so they are all on
+   the critical path; in a run they overlap the sub-models). Blocks of each alternate in the same run,
+   in turn going first, so all see the same machine load; a hop is half a round trip (median and min
+   over blocks), and the CPU time per round trip of each is printed beside it (the wall time of a
+   loaded machine mostly says how long threads wait for a core).
 2. Pipeline efficiency. A real plan runs with ``run_plan``; efficiency = measured throughput /
    the throughput its own measured stage and hop times allow (1 / the largest of them).
 3. Plans beside predictions, through the same runtime: a sharded mapping of the toy CNN bounded by an
