@@ -12,8 +12,9 @@ mapping and a tensor-parallel plan measured beside their predictions.
    transfer lent to its receiver and sender threads, here around an empty sub-model, so they are all on
    the critical path; in a run they overlap the sub-models). Blocks of each alternate in the same run,
    in turn going first, so all see the same machine load; a hop is half a round trip (median and min
-   over blocks), and the CPU time per round trip of each is printed beside it (the wall time of a
-   loaded machine mostly says how long threads wait for a core).
+   over blocks; also the median of each block's own ratio, its two figures taken moments apart), and
+   the CPU time per round trip of each is printed beside it (the wall time of a loaded machine mostly
+   says how long threads wait for a core).
 2. Pipeline efficiency. A real plan runs with ``run_plan``; efficiency = measured throughput /
    the throughput its own measured stage and hop times allow (1 / the largest of them).
 3. Plans beside predictions, through the same runtime: a sharded mapping of the toy CNN bounded by an
@@ -80,7 +81,8 @@ def _peer(rank: int, port_q, result_q, sizes: list[int], rounds: int, blocks: in
         med = {k: float(np.median(v)) for k, v in hop.items()}
         out[size] = (med["raw"], med["ours"], float(np.min(hop["raw"])), float(np.min(hop["ours"])),
                      float(np.median(cpu["raw"])), float(np.median(cpu["ours"])), med["ahead"],
-                     float(np.median(cpu["ahead"])), med["lending"], float(np.median(cpu["lending"])))
+                     float(np.median(cpu["ahead"])), med["lending"], float(np.median(cpu["lending"])),
+                     float(np.median(np.array(hop["ours"]) / np.array(hop["raw"]))))
     if rank == 0:
         result_q.put(out)
     time.sleep(0.5)
@@ -180,13 +182,14 @@ def hop_overhead(sizes: list[int], rounds: int, blocks: int) -> list[dict]:
                 p.kill()
     rows = []
     for size in sizes:
-        raw, ours, raw_min, ours_min, raw_cpu, ours_cpu, ahead, ahead_cpu, lending, lending_cpu = res[size]
+        raw, ours, raw_min, ours_min, raw_cpu, ours_cpu, ahead, ahead_cpu, lending, lending_cpu, paired = res[size]
         rows.append({"bytes": size, "raw_hop_s": raw, "hetsplit_hop_s": ours, "overhead": ours / raw - 1,
                      "raw_hop_min_s": raw_min, "hetsplit_hop_min_s": ours_min, "overhead_min": ours_min / raw_min - 1,
                      "raw_bandwidth": size / raw, "raw_cpu_per_round_trip_s": raw_cpu,
                      "hetsplit_cpu_per_round_trip_s": ours_cpu, "raw_ahead_hop_s": ahead,
                      "raw_ahead_cpu_per_round_trip_s": ahead_cpu, "lending_hop_s": lending,
-                     "lending_overhead": lending / raw - 1, "lending_cpu_per_round_trip_s": lending_cpu})
+                     "lending_overhead": lending / raw - 1, "lending_cpu_per_round_trip_s": lending_cpu,
+                     "overhead_paired": paired - 1})
     return rows
 
 
@@ -294,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r['raw_cpu_per_round_trip_s'] * 1e6:>7.0f}us {r['hetsplit_cpu_per_round_trip_s'] * 1e6:>7.0f}us")
         for r in (r for r in doc["hops"] if r["bytes"] in TARGETS):
             print(f"{r['bytes'] >> 20} MB: overhead median {r['overhead']:+.1%}, min {r['overhead_min']:+.1%} "
-                  f"(target <= +10%); CPU per round trip {r['hetsplit_cpu_per_round_trip_s'] * 1e6:.0f} us vs raw "
+                  f"(target <= +10%), median of the blocks' own ratios {r['overhead_paired']:+.1%}; CPU per round trip {r['hetsplit_cpu_per_round_trip_s'] * 1e6:.0f} us vs raw "
                   f"{r['raw_cpu_per_round_trip_s'] * 1e6:.0f} us; raw with receives posted {DEPTH} ahead as the worker "
                   f"does: hop {r['raw_ahead_hop_s'] * 1e3:.3f} ms ({r['raw_ahead_hop_s'] / r['raw_hop_s'] - 1:+.1%}), "
                   f"CPU {r['raw_ahead_cpu_per_round_trip_s'] * 1e6:.0f} us; handing off as a computing worker does: "
