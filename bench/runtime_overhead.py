@@ -2,12 +2,19 @@
 mapping and a tensor-parallel plan measured beside their predictions.
 
 1. Per-hop overhead. Two processes ping-pong a tensor of each size (1 KB .. 16 MB; the targets are
-   at 1 MB and 10 MB) over gloo: once with raw ``ProcessGroup.send/recv`` and once through hetsplit's
-   own path (``Wire`` with the worker's receiver and sender threads of ``runtime.worker``: receives
-   posted ``depth`` ahead, each waited for and handed over by the receiver thread, sends waited for by
-   the sender thread). Blocks of the two alternate in the same run, so both see the same machine load;
-   a hop is half a round trip (median and min over blocks), and the CPU time per round trip of each
-   is printed beside it (the wall time of a loaded machine mostly says how long threads wait for a core).
+   at 1 MB and 10 MB) over gloo: rank 0 sends, rank 1 sends back the buffer it received into (as a
+   worker relays what it received). Once with raw ``ProcessGroup.send/recv`` (receives posted one
+   message ahead, raw gloo's best case; the same posted ``depth`` ahead as the worker does is printed
+   beside it) and once through hetsplit's own path (``Wire`` and ``runtime.inflight`` as
+   ``runtime.worker`` uses them, with nothing to compute between a receive and a send: receives posted
+   ``depth`` ahead into pooled buffers, every end timestamped, each transfer waited for by the compute
+   thread itself). Also printed: the hand-offs of a worker that computes between messages (every
+   transfer lent to its receiver and sender threads, here around an empty sub-model, so they are all on
+   the critical path; in a run they overlap the sub-models). Blocks of each alternate in the same run,
+   in turn going first, so all see the same machine load; a hop is half a round trip (median and min
+   over blocks; also the median of each block's own ratio, its two figures taken moments apart), and
+   the CPU time per round trip of each is printed beside it (the wall time of a loaded machine mostly
+   says how long threads wait for a core).
 2. Pipeline efficiency. A real plan runs with ``run_plan``; efficiency = measured throughput /
    the throughput its own measured stage and hop times allow (1 / the largest of them).
 3. Plans beside predictions, through the same runtime: a sharded mapping of the toy CNN bounded by an
@@ -52,54 +59,63 @@ def _peer(rank: int, port_q, result_q, sizes: list[int], rounds: int, blocks: in
     pg = open_group(store, rank, 2, "127.0.0.1", 60)
     other = 1 - rank
     out = {}
+    wire = Wire(pg, f"rank{rank}", 60)
     for size in sizes:
         spec = TensorSpec("x", (size // 4,), "float32")
         edge = Edge("peer", other, (spec,))
         buf = np.ones(spec.shape, dtype=np.float32)
         t = torch.from_numpy(buf)
-        raw, ours, raw_cpu, ours_cpu, ahead, ahead_cpu = [], [], [], [], [], []
-        for _ in range(blocks):
-            # raw torch.distributed, receives posted ahead (its best case)
-            _pingpong_raw(pg, t, torch.empty_like(t), rank, other, 2)  # warm-up
-            t0, c0 = time.perf_counter(), time.process_time()
-            _pingpong_raw(pg, t, torch.empty_like(t), rank, other, rounds)
-            raw.append((time.perf_counter() - t0) / rounds / 2)
-            raw_cpu.append((time.process_time() - c0) / rounds)
-            # raw with receives posted as far ahead as the worker posts them
-            t0, c0 = time.perf_counter(), time.process_time()
-            _pingpong_raw(pg, t, torch.empty_like(t), rank, other, rounds, ahead=DEPTH)
-            ahead.append((time.perf_counter() - t0) / rounds / 2)
-            ahead_cpu.append((time.process_time() - c0) / rounds)
-            # hetsplit's path: the worker's threads, timestamps, timeouts
-            c0 = time.process_time()
-            ours.append(_pingpong_worker(Wire(pg, f"rank{rank}", 60), edge, buf, rank, rounds, DEPTH))
-            ours_cpu.append((time.process_time() - c0) / (rounds + 2))
-        out[size] = (float(np.median(raw)), float(np.median(ours)), float(np.min(raw)), float(np.min(ours)),
-                     float(np.median(raw_cpu)), float(np.median(ours_cpu)), float(np.median(ahead)),
-                     float(np.median(ahead_cpu)))
+        runs = {  # each returns seconds per hop; the worker's make 2 more round trips first (warm-up)
+            "raw": lambda: _pingpong_raw(pg, t, rank, other, rounds),
+            "ahead": lambda: _pingpong_raw(pg, t, rank, other, rounds, ahead=DEPTH),
+            "ours": lambda: _pingpong_worker(wire, edge, buf, rank, rounds, DEPTH),
+            "lending": lambda: _pingpong_worker(wire, edge, buf, rank, rounds, DEPTH, computing=True)}
+        hop: dict[str, list[float]] = {k: [] for k in runs}
+        cpu: dict[str, list[float]] = {k: [] for k in runs}
+        _pingpong_raw(pg, t, rank, other, 2)  # warm-up
+        for b in range(blocks):
+            for name in (list(runs) if b % 2 == 0 else list(runs)[::-1]):   # each goes first as often
+                c0 = time.process_time()
+                hop[name].append(runs[name]())
+                cpu[name].append((time.process_time() - c0) / (rounds + 2 * (name in ("ours", "lending"))))
+        med = {k: float(np.median(v)) for k, v in hop.items()}
+        out[size] = (med["raw"], med["ours"], float(np.min(hop["raw"])), float(np.min(hop["ours"])),
+                     float(np.median(cpu["raw"])), float(np.median(cpu["ours"])), med["ahead"],
+                     float(np.median(cpu["ahead"])), med["lending"], float(np.median(cpu["lending"])),
+                     float(np.median(np.array(hop["ours"]) / np.array(hop["raw"]))))
     if rank == 0:
         result_q.put(out)
     time.sleep(0.5)
 
 
-def _pingpong_worker(wire, edge, buf: np.ndarray, rank: int, rounds: int, depth: int = 2) -> float:
-    """Seconds per hop of ``rounds`` round trips as a worker moves messages: the compute thread posts the
-    receive of round ``i + depth`` (into pooled buffers) after round ``i``, the receiver thread waits for
-    it and hands it over, the sender thread waits for the sends; buffers are reused once their sends are done."""
-    from hetsplit.runtime.worker import BufferPool, MessageLog, Receiver, Sender, Shared
+def _pingpong_worker(wire, edge, buf: np.ndarray, rank: int, rounds: int, depth: int = 2,
+                     computing: bool = False) -> float:
+    """Seconds per hop of ``rounds`` round trips as a worker moves messages (``runtime.worker``'s loop):
+    receives posted ``depth`` inputs ahead into pooled buffers, each message's ends timestamped into logs,
+    every transfer waited for through ``InFlight``, buffers reused once their sends are done. With nothing
+    to compute between a receive and a send the compute thread waits for each transfer itself;
+    ``computing``: it lends them to its receiver and sender threads as before a sub-model (here an empty
+    one), so the hand-offs a computing worker makes are all on the critical path."""
+    from hetsplit.runtime.inflight import InFlight, MessageLog, Shared
+    from hetsplit.runtime.worker import BufferPool
 
     shared, pool = Shared(), BufferPool()
-    rx, tx = Receiver(wire, shared), Sender(wire, shared)
-    log = MessageLog(0, edge.peer, edge.nbytes)
+    flight = InFlight(wire, shared)
+    rx_log, tx_log = MessageLog(0, edge.peer, edge.nbytes), MessageLog(1, edge.peer, edge.nbytes)
     total = rounds + 2
     frames = {}
 
     def post_recv(i: int) -> None:
         frames[i] = pool.frame()
         bufs = [pool.empty(t) for t in edge.tensors]
-        rx.submit(wire.post(edge, bufs, sending=False), edge, {0: bufs}, [log])
+        rx_log.start.append(time.time())
+        flight.expect(wire.post(edge, bufs, sending=False), edge, {0: bufs}, [rx_log])
 
-    rx.start(), tx.start()
+    def post_send(arrays: list) -> None:
+        tx_log.start.append(time.time())
+        flight.sent(wire.post(edge, arrays, sending=True), edge, [tx_log], arrays)
+
+    flight.start()
     for i in range(min(depth, total)):
         post_recv(i)
     t0 = time.perf_counter()
@@ -107,27 +123,35 @@ def _pingpong_worker(wire, edge, buf: np.ndarray, rank: int, rounds: int, depth:
         if i == 2:
             t0 = time.perf_counter()
         if rank == 0:
-            tx.submit(wire.post(edge, [buf], sending=True), 0.0, edge, [], buf)
-            rx.take()
+            post_send([buf])
+            flight.take(computing)
+            if computing:
+                flight.lend()
         else:
-            got = rx.take()[0]
-            tx.submit(wire.post(edge, got, sending=True), 0.0, edge, [], got)
-        pool.retire(frames.pop(i), tx.submitted)
-        pool.recycle(tx.done)
+            got = flight.take(computing)[0]
+            if computing:
+                flight.lend()
+            post_send(got)
+        pool.retire(frames.pop(i), flight.posted_sends)
+        pool.recycle(flight.settle())
         if i + depth < total:
             post_recv(i + depth)
+    flight.finish()
     elapsed = time.perf_counter() - t0
-    rx.finish(), tx.finish()
-    rx.join(), tx.join()
+    flight.close()
+    flight.join()
     if shared.error:
         raise shared.error
+    assert len(rx_log.done) == len(tx_log.done) == total
     return elapsed / rounds / 2
 
 
-def _pingpong_raw(pg, t, t2, rank: int, other: int, rounds: int, ahead: int = 1) -> None:
-    """``rounds`` round trips of ``t``; receives are posted ``ahead`` messages early (each one before its
-    message can arrive; 1 is raw gloo's best case, the worker posts ``depth`` inputs ahead)."""
-    bufs = [t2] + [t2.clone() for _ in range(ahead)]
+def _pingpong_raw(pg, t, rank: int, other: int, rounds: int, ahead: int = 1) -> float:
+    """Seconds per hop of ``rounds`` round trips over raw ``send``/``recv``: rank 0 sends ``t``, rank 1 sends
+    back the buffer it received into (as a worker relays what it received), receives posted ``ahead``
+    messages early into ``ahead + 1`` reused buffers (1 is raw gloo's best case; the worker posts ``depth``)."""
+    bufs = [t.new_empty(t.shape) for _ in range(ahead + 1)]
+    t0 = time.perf_counter()
     posted = [pg.recv([bufs[k]], other, 0) for k in range(min(ahead, rounds))]
     for k in range(rounds):
         if rank == 0:
@@ -139,7 +163,8 @@ def _pingpong_raw(pg, t, t2, rank: int, other: int, rounds: int, ahead: int = 1)
             posted.pop(0).wait()
             if k + ahead < rounds:
                 posted.append(pg.recv([bufs[(k + ahead) % len(bufs)]], other, 0))
-            pg.send([t], other, 0).wait()
+            pg.send([bufs[k % len(bufs)]], other, 0).wait()
+    return (time.perf_counter() - t0) / rounds / 2
 
 
 def hop_overhead(sizes: list[int], rounds: int, blocks: int) -> list[dict]:
@@ -157,12 +182,14 @@ def hop_overhead(sizes: list[int], rounds: int, blocks: int) -> list[dict]:
                 p.kill()
     rows = []
     for size in sizes:
-        raw, ours, raw_min, ours_min, raw_cpu, ours_cpu, ahead, ahead_cpu = res[size]
+        raw, ours, raw_min, ours_min, raw_cpu, ours_cpu, ahead, ahead_cpu, lending, lending_cpu, paired = res[size]
         rows.append({"bytes": size, "raw_hop_s": raw, "hetsplit_hop_s": ours, "overhead": ours / raw - 1,
                      "raw_hop_min_s": raw_min, "hetsplit_hop_min_s": ours_min, "overhead_min": ours_min / raw_min - 1,
                      "raw_bandwidth": size / raw, "raw_cpu_per_round_trip_s": raw_cpu,
                      "hetsplit_cpu_per_round_trip_s": ours_cpu, "raw_ahead_hop_s": ahead,
-                     "raw_ahead_cpu_per_round_trip_s": ahead_cpu})
+                     "raw_ahead_cpu_per_round_trip_s": ahead_cpu, "lending_hop_s": lending,
+                     "lending_overhead": lending / raw - 1, "lending_cpu_per_round_trip_s": lending_cpu,
+                     "overhead_paired": paired - 1})
     return rows
 
 
@@ -270,10 +297,12 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r['raw_cpu_per_round_trip_s'] * 1e6:>7.0f}us {r['hetsplit_cpu_per_round_trip_s'] * 1e6:>7.0f}us")
         for r in (r for r in doc["hops"] if r["bytes"] in TARGETS):
             print(f"{r['bytes'] >> 20} MB: overhead median {r['overhead']:+.1%}, min {r['overhead_min']:+.1%} "
-                  f"(target <= +10%); CPU per round trip {r['hetsplit_cpu_per_round_trip_s'] * 1e6:.0f} us vs raw "
+                  f"(target <= +10%), median of the blocks' own ratios {r['overhead_paired']:+.1%}; CPU per round trip {r['hetsplit_cpu_per_round_trip_s'] * 1e6:.0f} us vs raw "
                   f"{r['raw_cpu_per_round_trip_s'] * 1e6:.0f} us; raw with receives posted {DEPTH} ahead as the worker "
                   f"does: hop {r['raw_ahead_hop_s'] * 1e3:.3f} ms ({r['raw_ahead_hop_s'] / r['raw_hop_s'] - 1:+.1%}), "
-                  f"CPU {r['raw_ahead_cpu_per_round_trip_s'] * 1e6:.0f} us")
+                  f"CPU {r['raw_ahead_cpu_per_round_trip_s'] * 1e6:.0f} us; handing off as a computing worker does: "
+                  f"hop {r['lending_hop_s'] * 1e3:.3f} ms ({r['lending_overhead']:+.1%}), CPU "
+                  f"{r['lending_cpu_per_round_trip_s'] * 1e6:.0f} us")
     if not args.skip_pipeline:
         doc["pipeline"] = p = pipeline_efficiency(args.model, args.stages, args.inputs, args.pin)
         print(f"pipeline {p['model']} x{p['stages']}{' pinned' if p['pinned'] else ''}: measured {p['throughput']:.2f}/s, stage-bound "

@@ -21,7 +21,7 @@ from hetsplit.errors import RuntimeFailure
 from hetsplit.runtime.config import RunConfig
 from hetsplit.runtime.manifest import DRIVER, Manifest, TensorSpec
 from hetsplit.runtime.wire import connect
-from hetsplit.runtime.worker import MessageLog
+from hetsplit.runtime.inflight import MessageLog
 
 
 def make_inputs(specs: list[TensorSpec], n: int, seed: int) -> list[dict[str, np.ndarray]]:

@@ -106,9 +106,10 @@ class Wire:
             raise self.failure(edge.peer, sending, exc) from None
 
     def wait(self, works: list, edge: Edge, sending: bool) -> None:
+        timeout = _td(self.timeout_s) if works else None
         try:
             for w in works:
-                w.wait(_td(self.timeout_s))
+                w.wait(timeout)
         except RuntimeError as exc:
             raise self.failure(edge.peer, sending, exc) from None
 

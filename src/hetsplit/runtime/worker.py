@@ -3,16 +3,14 @@
 Per input the worker runs its segments in order (``runtime.manifest``): wait for the segment's incoming
 messages, run its sub-model on the device's executor (``runtime.executor``), post its outgoing
 messages. A pipeline stage is one segment; a mapping's device has as many as its place in the
-TaskGraph needs. Three threads overlap receiving, computing and sending:
-
-- the compute thread (the caller's) posts the receives of input ``i + depth`` once input ``i`` is done
-  (so ``depth`` inputs of receives are posted ahead), runs the segments and posts the sends as soon as
-  their tensors exist (gloo sends are asynchronous);
-- a receiver thread waits for the posted receives in program order, records when each lands and hands
-  its tensors over, so a transfer's end is measured when it happens, not when the compute thread gets
-  round to it;
-- a sender thread waits for the posted sends in order and records when each is done; with an emulated
-  link latency and no netem (``cfg.delays_s``) it sleeps the latency and posts the send itself.
+TaskGraph needs. The compute thread (the caller's) posts the receives of input ``i + depth`` once input
+``i`` is done (so ``depth`` inputs of receives are posted ahead), runs the segments and posts the sends
+as soon as their tensors exist (gloo sends are asynchronous). Who waits for each posted transfer and
+timestamps it is ``runtime.inflight``'s: the compute thread itself when it is idle and nothing else
+is in flight (one wake-up per message, as raw send/recv), else a receiver and a sender thread it
+lends them to, so transfers overlap the sub-models and each end is timestamped when it happens; with
+an emulated link latency and no netem (``cfg.delays_s``) the sender sleeps the latency and posts the
+send itself.
 
 Segments follow one global topological order and each thread keeps program order, so this never
 deadlocks. Point-to-point messages go over the run's gloo group (``Wire``; NCCL between two GPU ends),
@@ -22,11 +20,9 @@ the messages of a sum combine in gathers and scatters (``runtime.collectives``).
 from __future__ import annotations
 
 import collections
-import queue
-import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -35,50 +31,9 @@ import numpy as np
 from hetsplit.runtime.collectives import Collectives, open_groups
 from hetsplit.runtime.config import RunConfig
 from hetsplit.runtime.executor import ORT_CPU, Executor, Host, SegmentSpec, as_numpy, choose_backend, make_executor
+from hetsplit.runtime.inflight import InFlight, MessageLog, Shared, Stop
 from hetsplit.runtime.manifest import P2P, Edge, Manifest, TensorSpec
 from hetsplit.runtime.wire import Wire, connect
-
-POLL_S = 0.05
-
-
-class Stop(Exception):
-    """Raised inside a loop when another thread has failed."""
-
-
-@dataclass
-class Shared:
-    """Failure state shared by the threads of one process."""
-
-    stop: threading.Event = field(default_factory=threading.Event)
-    error: BaseException | None = None
-
-    def fail(self, exc: BaseException) -> None:
-        if self.error is None:
-            self.error = exc
-        self.stop.set()
-
-    def get(self, q: queue.SimpleQueue):
-        """``q.get()`` that gives up (raising Stop) as soon as any thread failed."""
-        while True:
-            try:
-                return q.get(timeout=POLL_S)
-            except queue.Empty:
-                if self.stop.is_set():
-                    raise Stop() from None
-
-
-@dataclass
-class MessageLog:
-    """Per-input timestamps of one message at one end: when it was posted, when it was done."""
-
-    id: int
-    peer: str
-    nbytes: int
-    start: list[float] = field(default_factory=list)
-    done: list[float] = field(default_factory=list)
-
-    def to_dict(self) -> dict:
-        return {"id": self.id, "peer": self.peer, "nbytes": self.nbytes, "start": self.start, "done": self.done}
 
 
 @dataclass(frozen=True)
@@ -130,30 +85,31 @@ class BufferPool:
 
     def __init__(self) -> None:
         self.free: dict[tuple, list[np.ndarray]] = {}
-        self.taken: list[np.ndarray] = []
-        self.retired: collections.deque[tuple[int, list[np.ndarray]]] = collections.deque()
+        self.taken: list[tuple[tuple, np.ndarray]] = []
+        self.retired: collections.deque[tuple[int, list[tuple[tuple, np.ndarray]]]] = collections.deque()
 
     def empty(self, spec: TensorSpec) -> np.ndarray:
         """A buffer for ``spec`` (only the compute thread takes them), recorded in the current frame."""
-        stack = self.free.get((spec.shape, spec.dtype))
+        key = (spec.shape, spec.dtype)
+        stack = self.free.get(key)
         a = stack.pop() if stack else spec.empty()
-        self.taken.append(a)
+        self.taken.append((key, a))
         return a
 
-    def frame(self) -> list[np.ndarray]:
+    def frame(self) -> list[tuple[tuple, np.ndarray]]:
         """Start recording the buffers taken from now on (one input's); the list they go into."""
         self.taken = []
         return self.taken
 
-    def retire(self, frame: list[np.ndarray], sends_submitted: int) -> None:
+    def retire(self, frame: list[tuple[tuple, np.ndarray]], sends_submitted: int) -> None:
         """``frame`` is computed on; it is free once the first ``sends_submitted`` sends are done."""
         self.retired.append((sends_submitted, frame))
 
     def recycle(self, sends_done: int) -> None:
         """Take back every retired frame whose sends are done (``sends_done`` completed so far)."""
         while self.retired and self.retired[0][0] <= sends_done:
-            for a in self.retired.popleft()[1]:
-                self.free.setdefault((a.shape, a.dtype.name), []).append(a)
+            for key, a in self.retired.popleft()[1]:
+                self.free.setdefault(key, []).append(a)
 
 
 class Transfers:
@@ -203,77 +159,6 @@ class Transfers:
         return max((cfg.delay(self.rank, self.m.message(x).dst_rank) for x in step.messages), default=0.0)
 
 
-class Receiver(threading.Thread):
-    """Waits for the receives the compute thread posted, in program order; records when each lands and
-    hands their tensors over (``take``)."""
-
-    def __init__(self, wire: Wire, shared: Shared):
-        super().__init__(daemon=True, name="receiver")
-        self.wire, self.shared = wire, shared
-        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
-        self.ready: queue.SimpleQueue = queue.SimpleQueue()
-
-    def submit(self, works: list, edge: Edge, got: dict[int, list], logs: list[MessageLog]) -> None:
-        self.inbox.put((works, edge, got, logs))
-
-    def finish(self) -> None:
-        self.inbox.put(None)
-
-    def take(self) -> dict[int, list]:
-        """The next receive's tensors by message id, once they have landed (Stop if any thread failed)."""
-        return self.shared.get(self.ready)
-
-    def run(self) -> None:
-        try:
-            while (item := self.shared.get(self.inbox)) is not None:
-                works, edge, got, logs = item
-                self.wire.wait(works, edge, sending=False)
-                now = time.time()
-                for log in logs:
-                    log.done.append(now)
-                self.ready.put(got)
-        except Stop:
-            pass
-        except BaseException as exc:  # noqa: BLE001 - handed to the compute thread
-            self.shared.fail(exc)
-
-
-class Sender(threading.Thread):
-    """Waits for posted sends in order and records when each is done (``done`` counts them); a send given
-    as a function with a delay is posted here after sleeping the delay (the emulated link is busy for it)."""
-
-    def __init__(self, wire: Wire, shared: Shared):
-        super().__init__(daemon=True, name="sender")
-        self.wire, self.shared = wire, shared
-        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
-        self.submitted = self.done = 0
-
-    def submit(self, posted: list | Callable[[], tuple[list, Any]], delay_s: float, edge: Edge,
-               logs: list[MessageLog], keep: Any) -> None:
-        self.submitted += 1
-        self.inbox.put((posted, delay_s, edge, logs, keep))
-
-    def finish(self) -> None:
-        self.inbox.put(None)
-
-    def run(self) -> None:
-        try:
-            while (item := self.shared.get(self.inbox)) is not None:
-                posted, delay, edge, logs, _ = item
-                if callable(posted):
-                    time.sleep(delay)
-                    posted, _ = posted()
-                self.wire.wait(posted, edge, sending=True)
-                now = time.time()
-                for log in logs:
-                    log.done.append(now)
-                self.done += 1
-        except Stop:
-            pass
-        except BaseException as exc:  # noqa: BLE001 - handed to the compute thread
-            self.shared.fail(exc)
-
-
 def load_executors(cfg: RunConfig, manifest: Manifest, rank: int, backend: str) -> list[Executor | None]:
     """An executor on ``backend`` per segment of rank ``rank`` (None: nothing to compute), each run once
     on zeros (first-run allocations are not measured)."""
@@ -319,9 +204,9 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path, hos
     rx_logs = {mid: MessageLog(mid, msgs[mid].src, msgs[mid].nbytes) for s in w.segments for mid in s.recv}
     tx_logs = {mid: MessageLog(mid, msgs[mid].dst, msgs[mid].nbytes) for s in w.segments for mid in s.send}
     shared = Shared()
-    rx, tx = Receiver(wire, shared), Sender(wire, shared)
+    flight = InFlight(wire, shared)
     n, depth = cfg.inputs, max(1, cfg.depth)
-    frames: dict[int, list[np.ndarray]] = {}
+    frames: dict[int, list] = {}
 
     def post_receives(i: int) -> None:
         frames[i] = io.pool.frame()
@@ -332,7 +217,7 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path, hos
                 logs = [rx_logs[x] for x in step.messages]
                 for log in logs:
                     log.start.append(now)
-                rx.submit(works, io.peer(step, True), got, logs)
+                flight.expect(works, io.peer(step, True), got, logs)
 
     def post_sends(seg_steps: list[Step], local: dict[str, Any]) -> None:
         for step in seg_steps:
@@ -343,15 +228,15 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path, hos
             delay = io.delay_s(cfg, step)
             if delay > 0:
                 view = dict(local)
-                tx.submit(lambda step=step, view=view: io.post_send(step, view), delay, io.peer(step, False), logs,
-                          None)
+                flight.send_later(lambda step=step, view=view: io.post_send(step, view), delay, io.peer(step, False),
+                                  logs)
             else:
                 works, keep = io.post_send(step, local)
-                tx.submit(works, 0.0, io.peer(step, False), logs, keep)
+                flight.sent(works, io.peer(step, False), logs, keep)
 
     meter = energy_meter("gpu" if on_gpu else "cpu")
     meter.start()
-    rx.start(), tx.start()
+    flight.start()
     compute: list[float] = []
     idle: list[float] = []
     per_segment: list[list[float]] = []
@@ -369,9 +254,11 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path, hos
             for seg, exe, seg_recvs, seg_sends in zip(w.segments, exes, recvs, sends):
                 t0 = time.time()
                 for step in seg_recvs:
-                    got = rx.take()
+                    got = flight.take(computing=exe is not None)
                     for mid, arrays in got.items():
                         local.update((t.spec.name, a) for t, a in zip(msgs[mid].tensors, arrays))
+                if exe is not None:
+                    flight.lend()     # what lands or leaves while the sub-model runs is timestamped when it does
                 t1, c1 = time.time(), time.thread_time()
                 if exe is not None:
                     local.update(exe.run({t.name: local[t.name] for t in seg.inputs}))
@@ -385,18 +272,17 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path, hos
             compute.append(busy)
             idle.append(wait)
             per_segment.append(segs)
-            io.pool.retire(frames.pop(i), tx.submitted)
-            io.pool.recycle(tx.done)
+            io.pool.retire(frames.pop(i), flight.posted_sends)
+            io.pool.recycle(flight.settle())
             if i + depth < n:
                 post_receives(i + depth)
+        flight.finish()
     except Stop:
         pass
     except BaseException as exc:  # noqa: BLE001
         shared.fail(exc)
-    rx.finish(), tx.finish()
-    for t in (rx, tx):
-        while t.is_alive() and shared.error is None:   # a failure is reported at once (the threads are daemons)
-            t.join(POLL_S)
+    flight.close()
+    flight.join()           # at once after a failure, which is reported at once
     if shared.error is not None:
         raise shared.error
     cpu = time.process_time() - cpu0

@@ -1,0 +1,262 @@
+"""The transfers in flight at one worker, and which thread waits for each (``InFlight``).
+
+A gloo ``Work`` can be waited for once, and only by blocking in its ``wait``: gloo's point-to-point works
+have no future and report completion only once waited for. So each posted transfer is a ``Pending`` that
+one thread owns and waits for, recording when it ended:
+
+- the compute thread itself, when it needs a receive and no helper holds an unfinished transfer: an idle
+  worker takes a message with one wake-up, as ``recv().wait()`` does; when no sub-model runs next it
+  first waits for the sends it posted before (the order of raw send/recv), so each end is timestamped
+  when it happens, else it leaves them to be lent with the sub-model;
+- a helper thread (one for receives, one for sends) that the compute thread lends transfers to: before
+  it runs a sub-model (what lands meanwhile is timestamped when it lands, and the sends overlap the
+  compute), and whenever a helper already holds one, so the compute thread never blocks in gloo while
+  another thread's transfer may fail: it waits for the hand-off instead and gives up (``Stop``) as soon
+  as any thread has failed;
+- a send delayed by an emulated link latency is lent at once: the sender sleeps the latency, then posts it.
+
+Each transfer is lent at most once and never taken back, so exactly one thread waits for it. Message
+logs are written by the compute thread alone, in program order (``take``, ``settle``).
+"""
+
+from __future__ import annotations
+
+import collections
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from hetsplit.runtime.manifest import Edge
+
+POLL_S = 0.05
+
+
+class Stop(Exception):
+    """Raised inside a loop when another thread has failed."""
+
+
+@dataclass
+class Shared:
+    """Failure state shared by the threads of one process."""
+
+    stop: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+
+    def fail(self, exc: BaseException) -> None:
+        if self.error is None:
+            self.error = exc
+        self.stop.set()
+
+    def get(self, q: queue.SimpleQueue):
+        """``q.get()`` that gives up (raising Stop) as soon as any thread failed."""
+        while True:
+            try:
+                return q.get(timeout=POLL_S)
+            except queue.Empty:
+                if self.stop.is_set():
+                    raise Stop() from None
+
+
+@dataclass
+class MessageLog:
+    """Per-input timestamps of one message at one end: when it was posted, when it was done."""
+
+    id: int
+    peer: str
+    nbytes: int
+    start: list[float] = field(default_factory=list)
+    done: list[float] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, "peer": self.peer, "nbytes": self.nbytes, "start": self.start, "done": self.done}
+
+
+class Pending:
+    """One posted transfer (a step's works), what it fills or reads, its logs, and its owner: None (the
+    compute thread) or the helper it was lent to, which signals ``event`` once it ended. ``post``: a send
+    posted by its waiter after ``delay_s``."""
+
+    __slots__ = ("works", "edge", "sending", "logs", "payload", "post", "delay_s", "helper", "event", "done", "at",
+                 "failed")
+
+    def __init__(self, works: list | None, edge: Edge, sending: bool, logs: list[MessageLog], payload: Any,
+                 post: Callable[[], tuple[list, Any]] | None = None, delay_s: float = 0.0):
+        self.works, self.edge, self.sending, self.logs, self.payload = works, edge, sending, logs, payload
+        self.post, self.delay_s = post, delay_s
+        self.helper: Helper | None = None
+        self.event: threading.Event | None = None   # made when lent (most transfers never are)
+        self.done = False          # it ended (failed or not)
+        self.at = 0.0              # when it ended
+        self.failed = False
+
+    def wait(self, wire) -> None:
+        """Wait for the transfer (its owner only, once) and record when it ended; a helper counts it
+        finished before it signals the hand-off."""
+        try:
+            if self.post is not None:
+                time.sleep(self.delay_s)
+                self.works, self.payload = self.post()
+            wire.wait(self.works, self.edge, sending=self.sending)
+            self.at = time.time()
+            if self.helper is not None:
+                self.helper.finished += 1
+        except BaseException:
+            self.failed = True
+            raise
+        finally:
+            self.done = True
+            if self.event is not None:
+                self.event.set()
+
+
+class Helper(threading.Thread):
+    """Waits for the transfers lent to it, in the order lent."""
+
+    def __init__(self, name: str, wire, shared: Shared):
+        super().__init__(daemon=True, name=name)
+        self.wire, self.shared = wire, shared
+        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.lent = 0              # transfers lent so far (the compute thread counts)
+        self.finished = 0          # of those, the ones done (this thread counts; a failed one never is)
+
+    def lend(self, p: Pending) -> None:
+        p.helper, p.event = self, threading.Event()
+        self.lent += 1
+        self.inbox.put(p)
+
+    def holding(self) -> bool:
+        """Whether a transfer lent to it is unfinished (this thread may still block, or fail)."""
+        return self.finished < self.lent
+
+    def close(self) -> None:
+        self.inbox.put(None)
+
+    def run(self) -> None:
+        try:
+            while (p := self.shared.get(self.inbox)) is not None:
+                p.wait(self.wire)
+        except Stop:
+            pass
+        except BaseException as exc:  # noqa: BLE001 - handed to the compute thread
+            self.shared.fail(exc)
+
+
+class InFlight:
+    """The compute thread's book of its posted transfers: receives until taken, sends until done; those
+    nobody waits for yet (its own, not yet waited for) are also queued in ``unwatched_*``, in order."""
+
+    def __init__(self, wire, shared: Shared):
+        self.wire, self.shared = wire, shared
+        self.receiver, self.sender = Helper("receiver", wire, shared), Helper("sender", wire, shared)
+        self.recvs: collections.deque[Pending] = collections.deque()   # posted, not taken (program order)
+        self.sends: collections.deque[Pending] = collections.deque()   # posted, not settled (program order)
+        self.unwatched_recvs: collections.deque[Pending] = collections.deque()   # a suffix of recvs
+        self.unwatched_sends: collections.deque[Pending] = collections.deque()
+        self.posted_sends = 0
+        self.settled = 0
+
+    def start(self) -> None:
+        self.receiver.start(), self.sender.start()
+
+    def expect(self, works: list, edge: Edge, got: dict[int, list], logs: list[MessageLog]) -> None:
+        """A posted receive (its works, the buffers they fill by message id)."""
+        p = Pending(works, edge, False, logs, got)
+        self.recvs.append(p)
+        self.unwatched_recvs.append(p)
+
+    def sent(self, works: list, edge: Edge, logs: list[MessageLog], keep: Any) -> None:
+        """A posted send (its works, the arrays they read: kept alive until it is done)."""
+        p = Pending(works, edge, True, logs, keep)
+        self.sends.append(p)
+        self.unwatched_sends.append(p)
+        self.posted_sends += 1
+
+    def send_later(self, post: Callable[[], tuple[list, Any]], delay_s: float, edge: Edge,
+                   logs: list[MessageLog]) -> None:
+        """A send the sender posts after sleeping ``delay_s`` (``post`` returns its works and arrays)."""
+        p = Pending(None, edge, True, logs, None, post, delay_s)
+        self.sends.append(p)
+        self.posted_sends += 1
+        self.sender.lend(p)
+
+    def busy(self) -> bool:
+        return self.receiver.holding() or self.sender.holding()
+
+    def lend(self) -> None:
+        """Before computing: lend every transfer nobody waits for yet to its helper."""
+        self.lend_sends()
+        while self.unwatched_recvs:
+            self.receiver.lend(self.unwatched_recvs.popleft())
+
+    def take(self, computing: bool) -> dict[int, list]:
+        """The next receive's tensors by message id, once landed. Unless ``computing`` (a sub-model runs
+        next, and the sends in flight are lent with it, to overlap it), the sends are waited for first."""
+        p = self.recvs.popleft()
+        if p.helper is None:
+            self.unwatched_recvs.popleft()    # it is their first
+        if not computing:
+            self.wait_sends()
+        if p.helper is None and self.busy():
+            self.receiver.lend(p)
+        self._finish(p)
+        for log in p.logs:
+            log.done.append(p.at)
+        return p.payload
+
+    def lend_sends(self) -> None:
+        while self.unwatched_sends:
+            self.sender.lend(self.unwatched_sends.popleft())
+
+    def wait_sends(self) -> None:
+        """Wait here for the sends nobody waits for yet (lent to the sender if a helper is busy)."""
+        while self.unwatched_sends:
+            p = self.unwatched_sends.popleft()
+            if self.busy():
+                self.sender.lend(p)
+            else:
+                self._finish(p)
+
+    def _finish(self, p: Pending) -> None:
+        """Wait for ``p``: itself if it owns it, else for its helper's hand-off (Stop once any thread failed)."""
+        if p.done:
+            if p.failed:
+                raise Stop()
+            return
+        if self.shared.stop.is_set():
+            raise Stop()
+        if p.helper is None:
+            p.wait(self.wire)
+            return
+        while not p.event.wait(POLL_S):
+            if self.shared.stop.is_set():
+                raise Stop()
+        if p.failed:
+            raise Stop()
+
+    def settle(self) -> int:
+        """Log the sends done, in program order; how many are (a prefix of those posted)."""
+        while self.sends and self.sends[0].done and not self.sends[0].failed:
+            p = self.sends.popleft()
+            for log in p.logs:
+                log.done.append(p.at)
+            self.settled += 1
+        return self.settled
+
+    def finish(self) -> None:
+        """Wait for every send posted (the end of the stream)."""
+        self.wait_sends()
+        for p in self.sends:
+            self._finish(p)
+        self.settle()
+
+    def close(self) -> None:
+        """Let the helpers end (once what was lent to them is done)."""
+        self.receiver.close(), self.sender.close()
+
+    def join(self) -> None:
+        """Wait for the helpers to end; at once if any thread failed (they are daemons)."""
+        for t in (self.receiver, self.sender):
+            while t.is_alive() and self.shared.error is None:
+                t.join(POLL_S)
