@@ -236,3 +236,23 @@ def test_a_terminated_emulated_run_removes_its_namespaces(tmp_path):
             proc.kill()
     assert not mine() and _wait_for(lambda: not processes_of(run_dir), 5)
 
+
+
+def test_an_experiment_that_overruns_its_share_starves_none_after_it(monkeypatch):
+    """A search may end one measurement past its budget; the experiments after it still get at least a
+    quarter of an equal share (before, a long overrun left them a negative budget and the run failed)."""
+    import time as _time
+    from types import SimpleNamespace
+
+    import hetsplit.experiments.hierdse as hierdse
+    shares = []
+
+    def overrunning(problem, measure, options, on_point):
+        shares.append(options.budget_s)
+        _time.sleep(options.budget_s + 0.4)
+        return SimpleNamespace(points=[], options=options)
+
+    monkeypatch.setattr(hierdse, "hierarchical_explore", overrunning)
+    opts = HierDseOptions(model="resnet8", budget_s=0.6, measured_pop=4, analytic_pop=10, analytic_gens=3)
+    run(opts, measurer=lambda problem: ModelMeasurer())
+    assert len(shares) == len(EXPERIMENTS) and min(shares) >= 0.6 / len(EXPERIMENTS) / 4 - 1e-12

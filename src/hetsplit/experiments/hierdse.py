@@ -256,7 +256,8 @@ def experiment_options(name: str, options: HierDseOptions, budget_s: float) -> H
 def run(options: HierDseOptions = HierDseOptions(), progress: Progress = _quiet,
         measurer: Callable[[SplitProblem], Callable[[Plan], Measurement]] | None = None) -> HierDseResults:
     """Run the experiments one after the other, each with its share of the budget (what is left when it
-    starts, over the experiments still to run); ``measurer`` builds the fitness (default: RunMeasurer)."""
+    starts, over the experiments still to run, and at least a quarter of an equal share: a search may
+    end one measurement past its budget); ``measurer`` builds the fitness (default: RunMeasurer)."""
     from hetsplit.workflow import load_problem
 
     t0 = time.perf_counter()
@@ -269,7 +270,8 @@ def run(options: HierDseOptions = HierDseOptions(), progress: Progress = _quiet,
             stack.callback(measure.close)       # a RunMeasurer's warm processes end with the runs
         for i, name in enumerate(options.experiments):
             left = options.budget_s - (time.perf_counter() - t0)
-            share = left / (len(options.experiments) - i)
+            n = len(options.experiments)   # what is left, but never less than a quarter of an equal share:
+            share = max(left / (n - i), options.budget_s / n / 4)   # an earlier overrun starves no search
             progress(f"{name}: {share:.0f} s")
 
             def on_point(p: MeasuredPoint, name=name) -> None:
