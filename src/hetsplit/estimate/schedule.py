@@ -244,14 +244,11 @@ def one_input(dev, dur, carrier, xfer, r0, r1, n_messages, e_dst, out_ptr, out_i
             remaining[x_before[x]] += 1
     total = t_count + n_x + n_messages
     n_touch, ev, any2, n_zero, n_e, n_t, n_r = 0, 0, False, 0, 0, 0, 0
-    for t in range(t_count):                   # the input arrives
+    for t in range(t_count):                   # the input arrives: what waits for nothing is reached once
         if remaining[t] == 0:
-            if dev[t] < 0:
-                zero[n_zero] = t
-                n_zero += 1
-            else:
-                rdy_r[n_r], rdy_j[n_r] = dev[t], t
-                n_r += 1
+            remaining[t] = 1
+            got_t[n_t] = t
+            n_t += 1
     for k in range(len(src_edges)):
         out_e[n_e] = src_edges[k]
         n_e += 1
