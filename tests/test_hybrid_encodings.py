@@ -220,3 +220,29 @@ def test_plans_in_one_batch_equal_plans_one_by_one(encoding):
         for key, value in slow.metrics.to_dict().items():
             got = fast.metrics.to_dict()[key]
             assert got == (value if isinstance(value, str) else pytest.approx(value, rel=1e-9)), key
+
+
+def _slots_by_broadcast(vals: np.ndarray, s: int) -> tuple[np.ndarray, np.ndarray]:
+    """The advanced decoding's slots computed the plain way (every layer against every value at once)."""
+    n_dev = vals.shape[2]
+    layer = np.arange(1, s + 1)
+    key = np.where(vals[..., None] >= layer, vals[..., None] * n_dev + np.arange(n_dev)[:, None], np.iinfo(np.int64).max)
+    slot = np.argmin(key, axis=2)
+    used = np.take_along_axis(vals, slot, axis=2) >= layer
+    return np.where(used, slot, slot[:, :1, :]).transpose(0, 2, 1), used.transpose(0, 2, 1)
+
+
+@pytest.mark.parametrize("model,cluster,splits", [("resnet18", "jetson-xavier-nx-4", 3), ("resnet8", "jetson-xavier-nx-4", 1),
+                                                  ("densenet121", "jetson-xavier-nx-8", 2)])
+def test_the_compiled_advanced_decoding_is_the_broadcast_one(model, cluster, splits):
+    from hetsplit.search.encodings import split_slots
+    enc = make_encoding(load_problem(model, cluster), "advanced", splits)
+    rng = np.random.default_rng(11)
+    x = rng.integers(0, enc.upper + 1, size=(300, enc.n_var))
+    x[::3] = np.where(rng.random(x[::3].shape) < 0.6, 0, x[::3])      # many ties and layers no value reaches
+    s = len(enc.template.split)
+    vals = x.reshape(len(x), splits, -1).copy()
+    vals[np.arange(len(x)), 0, np.argmax(vals[:, 0, :], axis=1)] = s
+    fast, plain = split_slots(vals, s), _slots_by_broadcast(vals, s)
+    assert np.array_equal(fast[0], plain[0]) and np.array_equal(fast[1], plain[1])
+    assert fast[1].all() if splits == 1 else (~fast[1]).any()     # row 0 covers every layer; others may not

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
+from numba import njit
 
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import HetsplitError
@@ -161,17 +162,33 @@ class AdvancedEncoding(_HybridEncoding):
 
     def decode(self, pop: np.ndarray) -> HybridAssignment:
         n_pop, n_dev, s = len(pop), self.template.problem.num_devices, len(self.template.split)
-        vals = pop.reshape(n_pop, self.splits, n_dev).copy()
+        vals = np.ascontiguousarray(pop.reshape(n_pop, self.splits, n_dev), dtype=np.int64).copy()
         row0 = vals[:, 0, :]
         top = np.argmax(row0, axis=1)
         row0[np.arange(n_pop), top] = s          # row 1 covers every splittable layer (all zero: device 0)
-        layer = np.arange(1, s + 1)
-        key = np.where(vals[..., None] >= layer, vals[..., None] * n_dev + np.arange(n_dev)[:, None], np.iinfo(np.int64).max)
-        slot_device = np.argmin(key, axis=2)      # N x p x S: lowest value >= s, ties to the lower device
-        used = np.take_along_axis(vals, slot_device, axis=2) >= layer
-        slot_device = np.where(used, slot_device, slot_device[:, :1, :]).transpose(0, 2, 1)
+        slot_device, used = split_slots(vals, s)   # N x S x p
         layer_device = slot_device[:, self.group, 0]
-        return HybridAssignment(layer_device, slot_device, used.transpose(0, 2, 1))
+        return HybridAssignment(layer_device, slot_device, used)
+
+
+@njit(cache=True)
+def split_slots(vals: np.ndarray, s: int) -> tuple[np.ndarray, np.ndarray]:
+    """Slot k of splittable layer l (1-based) of plan i: the device whose value in row k of ``vals``
+    (N x p x D) is the lowest >= l, ties to the lower device; unused (no value >= l): row 0's device
+    for that layer. Returns devices and used flags, N x S x p."""
+    n, p, d_count = vals.shape
+    slot = np.empty((n, s, p), dtype=np.int64)
+    used = np.empty((n, s, p), dtype=np.bool_)
+    for i in range(n):
+        for k in range(p):
+            order = np.argsort(vals[i, k] * d_count + np.arange(d_count))   # by value, then device
+            at = 0
+            for layer in range(1, s + 1):
+                while at < d_count and vals[i, k, order[at]] < layer:
+                    at += 1
+                used[i, layer - 1, k] = at < d_count
+                slot[i, layer - 1, k] = order[at] if at < d_count else slot[i, layer - 1, 0]
+    return slot, used
 
 
 @dataclass
