@@ -1,8 +1,9 @@
 """What the runtime itself costs on this machine, per message: measured on first use and cached.
 
 A message of the runtime costs CPU at both of its ends, beyond the gloo transfer itself: a worker's
-receiver and sender threads and gloo's loop thread wake, hand the tensors over and record times;
-the driver posts from its one thread. On a 2-core VM a worker's end costs ~0.2 ms and the driver's
+threads and gloo's loop thread wake, hand the tensors over and record times (an idle worker waits
+for its transfers itself, a busy one hands them to its receiver and sender threads,
+``runtime.inflight``); the driver posts from its one thread. On a 2-core VM a worker's end costs ~0.2 ms and the driver's
 ~0.08 ms (mostly gloo and the kernel, not the Python threads), more than a small CNN stage's share
 of the work, so a prediction that leaves them out (or takes them from the loopback link's latency)
 over-predicts the throughput of small models.
@@ -54,7 +55,7 @@ from hetsplit.costs import calibration_store, machine_probe
 from hetsplit.errors import HetsplitError
 from hetsplit.estimate.runtime_costs import RuntimeCosts
 
-VERSION = 6                    # bump when the recipe changes: old cache entries are ignored
+VERSION = 7                    # bump when the recipe or the worker changes: old cache entries are ignored
 FOLDER = "runtime-calibration"
 CUT = 2                        # the toy's stages: stem and b0_conv1 | b0_conv2, add, pool, fc
 LATENCY_INPUTS = 20            # the toy's inputs sent one at a time first (latency), then streamed
