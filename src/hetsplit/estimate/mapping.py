@@ -285,6 +285,26 @@ def plan_buffers(n_res, t_count, e_count, n_dev, x_max):
 
 
 @njit(cache=True, inline="always")
+def _send(busy, u, v, pair, x, top, top_res, shared_ports, up):
+    """Charge a message of ``x`` seconds from device u to v (unsigned; ``pair``: u * D + v) to its link, or
+    to both devices' ports; the busiest resource so far (``_charge``)."""
+    if shared_ports:
+        top, top_res = _charge(busy, up + u, x, top, top_res)
+        return _charge(busy, up + v, x, top, top_res)
+    return _charge(busy, pair, x, top, top_res)
+
+
+@njit(cache=True, inline="always")
+def _record(e, x, u, v, n_dev, shared_ports, xfer, r0, r1):
+    """What one input's schedule reads of edge e's message (``x`` seconds, u -> v): its time and resources."""
+    xfer[e] = x
+    if shared_ports:
+        r0[e], r1[e] = n_dev + n_dev * n_dev + u, n_dev + n_dev * n_dev + v
+    else:
+        r0[e] = n_dev + u * n_dev + v
+
+
+@njit(cache=True, inline="always")
 def _charge(busy, r, x, top, top_res):
     """Add ``x`` seconds to resource ``r`` (unsigned); the busiest so far (lowest index among equals; only
     one with a positive time counts)."""
@@ -303,7 +323,8 @@ def plan_figures(p0, rows, has_ov, ov_time, ov_energy, ov_mem, ov_bytes, tables,
     cluster's source, sink and ports; ``xj``: the extra jobs (CSR over plans); ``buf``: ``plan_buffers``.
     A device index out of range marks its plan invalid. (The tuples are unpacked once for all plans:
     unpacking them costs more than a plan's figures.)"""
-    e_src, e_dst, e_bytes, out_ptr, out_idx, src_edges, chain_ptr, chain_idx, indeg0, plain, g_ptr, g_edges, g_tasks = st
+    (e_src, e_dst, e_bytes, out_ptr, out_idx, src_edges, chain_ptr, chain_idx, indeg0, plain, g_ptr, g_edges,
+     g_tasks) = st
     lat, per_byte, joule, capacity, source, sink, shared_ports = net
     x_ptr, x_dur, x_res, x_after, x_before = xj
     (compute, energy_dev, mem_dev, participates, latency, comm_e, comm_t, task_e, max_busy, max_link, bottleneck,
@@ -358,11 +379,7 @@ def plan_figures(p0, rows, has_ov, ov_time, ov_energy, ov_mem, ov_bytes, tables,
                 acc[u3 * vu + u2] += nb
                 c_e += eb
                 c_t += x
-                if shared_ports:
-                    top, top_res = _charge(busy, up + uu, x, top, top_res)
-                    top, top_res = _charge(busy, up + vu, x, top, top_res)
-                else:
-                    top, top_res = _charge(busy, pu, x, top, top_res)
+                top, top_res = _send(busy, uu, vu, pu, x, top, top_res, shared_ports, up)
         for g in range(g_tasks):             # a payload read by several tasks: a message per other device
             lo, hi = g_ptr[g], g_ptr[g + 1]
             for j in range(lo, hi):
@@ -381,16 +398,8 @@ def plan_figures(p0, rows, has_ov, ov_time, ov_energy, ov_mem, ov_bytes, tables,
                     x = lat[pu] + nb * per_byte[pu]
                     eb = nb * joule[pu]
                     if with_latency:
-                        xfer[e] = x
-                        if shared_ports:
-                            r0[e], r1[e] = n_dev + ports + np.int64(uu), n_dev + ports + np.int64(vu)
-                        else:
-                            r0[e] = n_dev + np.int64(pu)
-                    if shared_ports:
-                        top, top_res = _charge(busy, up + uu, x, top, top_res)
-                        top, top_res = _charge(busy, up + vu, x, top, top_res)
-                    else:
-                        top, top_res = _charge(busy, pu, x, top, top_res)
+                        _record(e, x, np.int64(uu), np.int64(vu), n_dev, shared_ports, xfer, r0, r1)
+                    top, top_res = _send(busy, uu, vu, pu, x, top, top_res, shared_ports, up)
                     n_msg += 1
                     acc[u3 * uu + u1] += eb
                     acc[u3 * uu + u2] += nb
@@ -425,14 +434,9 @@ def plan_figures(p0, rows, has_ov, ov_time, ov_energy, ov_mem, ov_bytes, tables,
                     pair = u * n_dev + v
                     x = lat[pair] + nb * per_byte[pair]
                     eb = nb * joule[pair]
-                    xfer[e] = x
-                    if shared_ports:
-                        r0[e], r1[e] = n_dev + ports + u, n_dev + ports + v
-                        top, top_res = _charge(busy, np.uint64(ports + u), x, top, top_res)
-                        top, top_res = _charge(busy, np.uint64(ports + v), x, top, top_res)
-                    else:
-                        r0[e] = n_dev + pair
-                        top, top_res = _charge(busy, np.uint64(pair), x, top, top_res)
+                    _record(e, x, u, v, n_dev, shared_ports, xfer, r0, r1)
+                    top, top_res = _send(busy, np.uint64(u), np.uint64(v), np.uint64(pair), x, top, top_res,
+                                         shared_ports, up)
                     n_msg += 1
                     acc[3 * u + 1] += eb
                     c_e += eb
@@ -460,18 +464,13 @@ def plan_figures(p0, rows, has_ov, ov_time, ov_energy, ov_mem, ov_bytes, tables,
         if not with_latency:
             latency[p] = np.nan
             continue
+        # the plain edges' messages for the schedule, apart: a search without latency needs none of them
         for e in plain:
             u, v = rows[i, e_src[e]], rows[i, e_dst[e]]
-            carrier[e] = -1
             nb = ov_bytes[i, e] if has_ov else e_bytes[e]
-            if u != v and nb > 0:
-                pair = u * n_dev + v
-                carrier[e] = e
-                xfer[e] = lat[pair] + nb * per_byte[pair]
-                if shared_ports:
-                    r0[e], r1[e] = n_dev + ports + u, n_dev + ports + v
-                else:
-                    r0[e] = n_dev + pair
+            carrier[e] = e if u != v and nb > 0 else -1
+            if carrier[e] >= 0:
+                _record(e, lat[u * n_dev + v] + nb * per_byte[u * n_dev + v], u, v, n_dev, shared_ports, xfer, r0, r1)
                 n_msg += 1
         for t in range(rows.shape[1]):       # a task of no duration that sends nothing holds no device
             held[t] = rows[i, t]

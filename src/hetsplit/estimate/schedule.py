@@ -197,15 +197,19 @@ def _ipop(heap, r, stride, size):
 
 @njit(cache=True)
 def scratch(n_res: int, t_count: int, e_count: int, x_max: int):
-    """Work arrays for ``one_input`` (allocated once per batch)."""
-    jobs = t_count + e_count + x_max
-    return (np.empty(n_res * (jobs + 1), dtype=np.int64), n_res, np.zeros(n_res, dtype=np.int64), np.zeros(n_res, dtype=np.bool_), np.empty(jobs + 1),
-            np.empty(jobs + 1, dtype=np.int64), np.empty(max(t_count, 1), dtype=np.int64),
-            np.empty(4 * jobs + 4, dtype=np.int64), np.zeros(max(e_count, 1), dtype=np.bool_),
-            np.empty(max(e_count, 1), dtype=np.int64), np.empty(max(e_count, 1), dtype=np.int64),
-            np.empty(max(t_count, 1), dtype=np.int64), np.empty(x_max + 1, dtype=np.int64), np.empty(jobs + 2, dtype=np.int64),
-            np.empty(max(e_count, 1), dtype=np.int64), np.empty(2 * max(e_count, 1) + t_count + x_max + 1, dtype=np.int64),
-            np.empty(jobs + 1, dtype=np.int64), np.empty(jobs + 1, dtype=np.int64))
+    """Work arrays for ``one_input`` (allocated once per batch), in the order it unpacks them."""
+    jobs, edges, tasks = t_count + e_count + x_max, max(e_count, 1), max(t_count, 1)
+    i64 = np.int64
+    return (np.empty(n_res * (jobs + 1), dtype=i64), n_res,               # heap (interleaved), cap
+            np.zeros(n_res, dtype=i64), np.zeros(n_res, dtype=np.bool_),     # hsize, busy
+            np.empty(jobs + 1), np.empty(jobs + 1, dtype=i64),               # ev_t, ev_j
+            np.empty(tasks, dtype=i64), np.empty(4 * jobs + 4, dtype=i64),   # remaining, touched
+            np.zeros(edges, dtype=np.bool_),                                 # wait2
+            np.empty(edges, dtype=i64), np.empty(edges, dtype=i64),          # alias_head, alias_next
+            np.empty(tasks, dtype=i64), np.empty(x_max + 1, dtype=i64),      # ext_head, ext_next
+            np.empty(jobs + 2, dtype=i64),                                   # zero
+            np.empty(edges, dtype=i64), np.empty(2 * edges + t_count + x_max + 1, dtype=i64),  # out_e, got_t
+            np.empty(jobs + 1, dtype=i64), np.empty(jobs + 1, dtype=i64))    # rdy_r, rdy_j
 
 
 @njit(cache=True)

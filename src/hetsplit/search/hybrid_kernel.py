@@ -75,7 +75,8 @@ def evaluate_hybrid_range(lo, hi, layer_device, slot_device, slot_used, tpl, tab
                         distinct += 1
                         combo = combo_index[used, min(offset, n_slots - 1), held[d]]
                         ty = types[d]
-                        ct[t], ce[t], cm[t] = shard_time[s, combo, ty], shard_energy[s, combo, ty], shard_mem[s, combo, ty]
+                        ct[t], ce[t], cm[t] = (shard_time[s, combo, ty], shard_energy[s, combo, ty],
+                                               shard_mem[s, combo, ty])
                         nb[e] = (shard_hi[s, combo] - shard_lo[s, combo]) * byte_per_channel[s]
                         offset += held[d]
                     else:
