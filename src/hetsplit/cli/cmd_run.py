@@ -168,7 +168,12 @@ def _announce(ssh: bool, stack: contextlib.ExitStack):
 
 
 def _end(p: subprocess.Popen) -> None:
-    if p.poll() is None:
+    """An ssh client at the end of the run: its worker ends with the run and the client with it, so the
+    run returns once its workers are gone; terminated when that takes over 5 s (a bounded wait)."""
+    try:
+        p.wait(timeout=5)
+        return
+    except subprocess.TimeoutExpired:
         p.terminate()
     try:
         p.wait(timeout=5)
