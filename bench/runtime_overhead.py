@@ -99,7 +99,7 @@ def _pingpong_worker(wire, edge, buf: np.ndarray, rank: int, rounds: int, depth:
     from hetsplit.runtime.inflight import InFlight, MessageLog, Shared
     from hetsplit.runtime.worker import BufferPool
 
-    shared, pool = Shared(), BufferPool()
+    shared, pool = Shared(), BufferPool(wire.views)
     flight = InFlight(wire, shared)
     rx_log, tx_log = MessageLog(0, edge.peer, edge.nbytes), MessageLog(1, edge.peer, edge.nbytes)
     total = rounds + 2
@@ -124,18 +124,15 @@ def _pingpong_worker(wire, edge, buf: np.ndarray, rank: int, rounds: int, depth:
             t0 = time.perf_counter()
         if rank == 0:
             post_send([buf])
-            flight.take(computing)
-            if computing:
-                flight.lend()
-        else:
-            got = flight.take(computing)[0]
-            if computing:
-                flight.lend()
+        got = flight.take(computing)[0]
+        if i + depth < total:         # before this input's sends, as the worker does
+            post_recv(i + depth)
+        if computing:
+            flight.lend()
+        if rank == 1:
             post_send(got)
         pool.retire(frames.pop(i), flight.posted_sends)
         pool.recycle(flight.settle())
-        if i + depth < total:
-            post_recv(i + depth)
     flight.finish()
     elapsed = time.perf_counter() - t0
     flight.close()

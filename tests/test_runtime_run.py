@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -43,6 +45,13 @@ def test_three_stage_run_with_relays_is_verified_and_measured(toy, tmp_path):
     assert report.throughput > 0 and report.latency_s > 0 and len(report.latencies_s) == 6
     assert report.extra["driver_cpu_per_input_s"] > 0
     assert not processes_of(tmp_path / "run")
+    depth = 2   # RunOptions' default
+    for rank in (1, 2, 3):   # each worker posts input i + depth's receives before input i's sends
+        logs = json.loads((tmp_path / "run" / f"rank{rank}.json").read_text())
+        posted = [min(starts) for starts in zip(*(log["start"] for log in logs["recv"]))]
+        sent = [min(starts) for starts in zip(*(log["start"] for log in logs["send"]))]
+        assert len(posted) == len(sent) == 6
+        assert all(posted[i + depth] <= sent[i] for i in range(6 - depth))
 
 
 def test_one_stage_run(toy, tmp_path):
@@ -67,7 +76,6 @@ def test_resnet18_two_workers(tmp_path):
 
 
 def test_pinned_workers_run_on_their_own_cpus(toy, tmp_path):
-    import json
     import os
 
     graph, path = toy

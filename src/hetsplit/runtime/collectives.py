@@ -33,7 +33,7 @@ import torch.distributed as dist
 from hetsplit.errors import RuntimeFailure
 from hetsplit.runtime.config import RunConfig
 from hetsplit.runtime.manifest import GATHER, Collective, Edge, Manifest, TensorSpec
-from hetsplit.runtime.wire import Wire, host_tensor, open_group
+from hetsplit.runtime.wire import HostViews, Wire, open_group
 
 
 def open_groups(manifest: Manifest, rank: int, wire: Wire, cfg: RunConfig) -> dict[int, dist.ProcessGroup]:
@@ -56,8 +56,10 @@ def open_groups(manifest: Manifest, rank: int, wire: Wire, cfg: RunConfig) -> di
 class Collectives:
     """Posts the gathers and scatters of one rank (asynchronous ops on its subgroups)."""
 
-    def __init__(self, manifest: Manifest, rank: int, groups: dict[int, dist.ProcessGroup], timeout_s: float):
+    def __init__(self, manifest: Manifest, rank: int, groups: dict[int, dist.ProcessGroup], timeout_s: float,
+                 views: HostViews | None = None):
         self.m, self.rank, self.groups = manifest, rank, groups
+        self.views = views or HostViews()   # tensors of pooled buffers, made once (``Wire.views``)
         self.timeout = datetime.timedelta(seconds=timeout_s)
 
     def peers(self, c: Collective) -> Edge:
@@ -80,15 +82,16 @@ class Collectives:
             got: dict[int, list[np.ndarray]] = {m.id: [] for m in msgs}
             works = []
             for spec in (t.spec for t in msgs[0].tensors):
-                outs = [torch.from_numpy(empty(spec)) for _ in c.members]
+                bufs = [empty(spec) for _ in c.members]
+                outs = [self.views.tensor(b) for b in bufs]
                 works.append(pg.gather([outs], [torch.zeros(spec.shape, dtype=outs[0].dtype)], self._opts(
                     c, dist.GatherOptions)))
                 for m in msgs:
-                    got[m.id].append(outs[c.members.index(m.src)].numpy())
+                    got[m.id].append(bufs[c.members.index(m.src)])
             return works, got
         mine = next(m for m in msgs if m.dst_rank == self.rank)
         bufs = [empty(t.spec) for t in mine.tensors]
-        works = [pg.scatter([torch.from_numpy(b)], [], self._opts(c, dist.ScatterOptions)) for b in bufs]
+        works = [pg.scatter([self.views.tensor(b)], [], self._opts(c, dist.ScatterOptions)) for b in bufs]
         return works, {mine.id: bufs}
 
     def post_send(self, c: Collective, arrays: dict[int, list[Any]]) -> list:
@@ -99,10 +102,10 @@ class Collectives:
         if c.kind == GATHER:
             mine = next(m for m in msgs if m.src_rank == self.rank)
             for a in arrays[mine.id]:
-                works.append(pg.gather([], [host_tensor(a)], self._opts(c, dist.GatherOptions)))
+                works.append(pg.gather([], [self.views.tensor(a)], self._opts(c, dist.GatherOptions)))
             return works
         for slot, spec in enumerate(t.spec for t in msgs[0].tensors):
-            by_member = {m.dst: host_tensor(arrays[m.id][slot]) for m in msgs}
+            by_member = {m.dst: self.views.tensor(arrays[m.id][slot]) for m in msgs}
             dummy = torch.zeros(spec.shape, dtype=next(iter(by_member.values())).dtype)
             ins = [by_member.get(x, dummy) for x in c.members]
             works.append(pg.scatter([torch.zeros_like(dummy)], [ins], self._opts(c, dist.ScatterOptions)))
