@@ -289,6 +289,7 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path, hos
         shared.fail(exc)
     flight.close()
     flight.join()           # at once after a failure, which is reported at once
+    gc.unfreeze()           # a warm process collects what this run left before its next job
     if shared.error is not None:
         raise shared.error
     cpu = time.process_time() - cpu0
