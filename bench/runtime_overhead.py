@@ -268,7 +268,7 @@ def tensor_parallel_here(model: str, inputs: int) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=20, help="ping-pongs per block")
-    ap.add_argument("--blocks", type=int, default=5, help="alternating raw / hetsplit blocks per size")
+    ap.add_argument("--blocks", type=int, default=15, help="alternating raw / hetsplit blocks per size")
     ap.add_argument("--model", default="resnet50")
     ap.add_argument("--stages", type=int, default=2)
     ap.add_argument("--inputs", type=int, default=24)

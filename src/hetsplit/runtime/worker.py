@@ -124,12 +124,16 @@ class Transfers:
     def __init__(self, manifest: Manifest, rank: int, wire: Wire, coll: Collectives):
         self.m, self.rank, self.wire, self.coll = manifest, rank, wire, coll
         self.pool = BufferPool(wire.views)
+        self.edges: dict[tuple[Step, bool], Edge] = {}   # made once per step, not per message
 
     def peer(self, step: Step, receiving: bool) -> Edge:
-        """The edge a failure of ``step`` names (the peer, or the collective's other members)."""
-        if step.collective is not None:
-            return self.coll.peers(self.m.collectives[step.collective])
-        return self.m.message(step.messages[0]).edge(not receiving)
+        """``step``'s edge, which its failures name (the peer, or the collective's other members)."""
+        edge = self.edges.get((step, receiving))
+        if edge is None:
+            edge = self.edges[step, receiving] = (
+                self.coll.peers(self.m.collectives[step.collective]) if step.collective is not None
+                else self.m.message(step.messages[0]).edge(not receiving))
+        return edge
 
     def post_recv(self, step: Step) -> tuple[list, dict[int, list]]:
         """Post ``step``'s receives; its works and the buffers they fill, by message id."""
@@ -143,9 +147,8 @@ class Transfers:
     def post_send(self, step: Step, local: Mapping[str, Any]) -> tuple[list, Any]:
         """Post ``step``'s sends from the tensors in ``local``; its works and the arrays they read."""
         if step.collective is None:
-            m = self.m.message(step.messages[0])
-            edge = m.edge(True)
-            arrays = m.arrays(local if self.wire.on_gpu(edge) else self.host(local))
+            edge = self.peer(step, False)
+            arrays = self.m.message(step.messages[0]).arrays(local if self.wire.on_gpu(edge) else self.host(local))
             return self.wire.post(edge, arrays, sending=True), arrays
         arrays = {x: self.m.message(x).arrays(self.host(local)) for x in step.messages}
         return self._guard(lambda: self.coll.post_send(self.m.collectives[step.collective], arrays), step, True), arrays
