@@ -55,7 +55,7 @@ from hetsplit.costs import calibration_store, machine_probe
 from hetsplit.errors import HetsplitError
 from hetsplit.estimate.runtime_costs import RuntimeCosts
 
-VERSION = 7                    # bump when the recipe or the worker changes: old cache entries are ignored
+VERSION = 8                    # bump when the recipe or the worker changes: old cache entries are ignored
 FOLDER = "runtime-calibration"
 CUT = 2                        # the toy's stages: stem and b0_conv1 | b0_conv2, add, pool, fc
 LATENCY_INPUTS = 20            # the toy's inputs sent one at a time first (latency), then streamed
