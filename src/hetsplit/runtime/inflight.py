@@ -75,10 +75,10 @@ class MessageLog:
 
 class Pending:
     """One posted transfer (a step's works), what it fills or reads, its logs, and its owner: None (the
-    compute thread) or the helper it was lent to, which signals ``event`` once it ended. ``post``: a send
+    compute thread) or the helper it was lent to, which releases ``ended`` once it ended. ``post``: a send
     posted by its waiter after ``delay_s``."""
 
-    __slots__ = ("works", "edge", "sending", "logs", "payload", "post", "delay_s", "helper", "event", "done", "at",
+    __slots__ = ("works", "edge", "sending", "logs", "payload", "post", "delay_s", "helper", "ended", "done", "at",
                  "failed")
 
     def __init__(self, works: list | None, edge: Edge, sending: bool, logs: list[MessageLog], payload: Any,
@@ -86,7 +86,8 @@ class Pending:
         self.works, self.edge, self.sending, self.logs, self.payload = works, edge, sending, logs, payload
         self.post, self.delay_s = post, delay_s
         self.helper: Helper | None = None
-        self.event: threading.Event | None = None   # made when lent (most transfers never are)
+        self.ended: Any = None     # a lock held until it ended, made when lent (most transfers never are): a
+        #                            one-shot latch that wakes its waiter with one futex call, unlike an Event
         self.done = False          # it ended (failed or not)
         self.at = 0.0              # when it ended
         self.failed = False
@@ -107,8 +108,8 @@ class Pending:
             raise
         finally:
             self.done = True
-            if self.event is not None:
-                self.event.set()
+            if self.ended is not None:
+                self.ended.release()
 
 
 class Helper(threading.Thread):
@@ -122,7 +123,8 @@ class Helper(threading.Thread):
         self.finished = 0          # of those, the ones done (this thread counts; a failed one never is)
 
     def lend(self, p: Pending) -> None:
-        p.helper, p.event = self, threading.Event()
+        p.helper, p.ended = self, threading.Lock()
+        p.ended.acquire()
         self.lent += 1
         self.inbox.put(p)
 
@@ -229,7 +231,7 @@ class InFlight:
         if p.helper is None:
             p.wait(self.wire)
             return
-        while not p.event.wait(POLL_S):
+        while not p.ended.acquire(timeout=POLL_S):
             if self.shared.stop.is_set():
                 raise Stop()
         if p.failed:
