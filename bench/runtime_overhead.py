@@ -49,6 +49,7 @@ def _peer(rank: int, port_q, result_q, sizes: list[int], rounds: int, blocks: in
 
     from hetsplit.runtime.manifest import Edge, TensorSpec
     from hetsplit.runtime.wire import Wire, open_group, open_store
+    from hetsplit.runtime.worker import BufferPool
 
     torch.set_num_threads(1)
     if rank == 0:
@@ -66,13 +67,17 @@ def _peer(rank: int, port_q, result_q, sizes: list[int], rounds: int, blocks: in
         buf = np.ones(spec.shape, dtype=np.float32)
         t = torch.from_numpy(buf)
         runs = {  # each returns seconds per hop; the worker's make 2 more round trips first (warm-up)
-            "raw": lambda: _pingpong_raw(pg, t, rank, other, rounds),
-            "ahead": lambda: _pingpong_raw(pg, t, rank, other, rounds, ahead=DEPTH),
-            "ours": lambda: _pingpong_worker(wire, edge, buf, rank, rounds, DEPTH),
-            "lending": lambda: _pingpong_worker(wire, edge, buf, rank, rounds, DEPTH, computing=True)}
+            "raw": lambda: _pingpong_raw(pg, t, rank, other, rounds, raw_bufs),
+            "ahead": lambda: _pingpong_raw(pg, t, rank, other, rounds, raw_bufs, ahead=DEPTH),
+            "ours": lambda: _pingpong_worker(wire, edge, buf, rank, rounds, pool, DEPTH),
+            "lending": lambda: _pingpong_worker(wire, edge, buf, rank, rounds, pool, DEPTH, computing=True)}
         hop: dict[str, list[float]] = {k: [] for k in runs}
         cpu: dict[str, list[float]] = {k: [] for k in runs}
-        _pingpong_raw(pg, t, rank, other, 2)  # warm-up
+        # each side's receive buffers live for the whole size, as a worker's pool lives for its run (fresh
+        # ones per block would charge page faults and zeroing to whichever side allocates more of them)
+        raw_bufs = [t.new_empty(t.shape) for _ in range(DEPTH + 1)]
+        pool = BufferPool(wire.views)
+        _pingpong_raw(pg, t, rank, other, 2, raw_bufs)  # warm-up
         for b in range(blocks):
             for name in (list(runs) if b % 2 == 0 else list(runs)[::-1]):   # each goes first as often
                 c0 = time.process_time()
@@ -88,18 +93,18 @@ def _peer(rank: int, port_q, result_q, sizes: list[int], rounds: int, blocks: in
     time.sleep(0.5)
 
 
-def _pingpong_worker(wire, edge, buf: np.ndarray, rank: int, rounds: int, depth: int = 2,
+def _pingpong_worker(wire, edge, buf: np.ndarray, rank: int, rounds: int, pool, depth: int = 2,
                      computing: bool = False) -> float:
     """Seconds per hop of ``rounds`` round trips as a worker moves messages (``runtime.worker``'s loop):
     receives posted ``depth`` inputs ahead into pooled buffers, each message's ends timestamped into logs,
     every transfer waited for through ``InFlight``, buffers reused once their sends are done. With nothing
     to compute between a receive and a send the compute thread waits for each transfer itself;
     ``computing``: it lends them to its receiver and sender threads as before a sub-model (here an empty
-    one), so the hand-offs a computing worker makes are all on the critical path."""
+    one), so the hand-offs a computing worker makes are all on the critical path. ``pool``: the worker's
+    ``BufferPool``, kept from block to block as a worker keeps it from input to input."""
     from hetsplit.runtime.inflight import InFlight, MessageLog, Shared
-    from hetsplit.runtime.worker import BufferPool
 
-    shared, pool = Shared(), BufferPool(wire.views)
+    shared = Shared()
     flight = InFlight(wire, shared)
     rx_log, tx_log = MessageLog(0, edge.peer, edge.nbytes), MessageLog(1, edge.peer, edge.nbytes)
     total = rounds + 2
@@ -135,6 +140,7 @@ def _pingpong_worker(wire, edge, buf: np.ndarray, rank: int, rounds: int, depth:
         pool.recycle(flight.settle())
     flight.finish()
     elapsed = time.perf_counter() - t0
+    pool.recycle(flight.settle())     # every send is done: the next block starts with all buffers free
     flight.close()
     flight.join()
     if shared.error:
@@ -143,11 +149,11 @@ def _pingpong_worker(wire, edge, buf: np.ndarray, rank: int, rounds: int, depth:
     return elapsed / rounds / 2
 
 
-def _pingpong_raw(pg, t, rank: int, other: int, rounds: int, ahead: int = 1) -> float:
+def _pingpong_raw(pg, t, rank: int, other: int, rounds: int, bufs: list, ahead: int = 1) -> float:
     """Seconds per hop of ``rounds`` round trips over raw ``send``/``recv``: rank 0 sends ``t``, rank 1 sends
     back the buffer it received into (as a worker relays what it received), receives posted ``ahead``
-    messages early into ``ahead + 1`` reused buffers (1 is raw gloo's best case; the worker posts ``depth``)."""
-    bufs = [t.new_empty(t.shape) for _ in range(ahead + 1)]
+    messages early into ``ahead + 1`` of ``bufs`` (1 is raw gloo's best case; the worker posts ``depth``)."""
+    bufs = bufs[:ahead + 1]
     t0 = time.perf_counter()
     posted = [pg.recv([bufs[k]], other, 0) for k in range(min(ahead, rounds))]
     for k in range(rounds):

@@ -184,7 +184,9 @@ class InFlight:
         self.sender.lend(p)
 
     def busy(self) -> bool:
-        return self.receiver.holding() or self.sender.holding()
+        """Whether a helper holds an unfinished transfer (``Helper.holding``, inlined: asked twice a message)."""
+        r, s = self.receiver, self.sender
+        return r.finished < r.lent or s.finished < s.lent
 
     def lend(self) -> None:
         """Before computing: lend every transfer nobody waits for yet to its helper."""

@@ -125,11 +125,13 @@ class Wire:
         except RuntimeError as exc:
             raise self.failure(edge.peer, sending, exc) from None
 
+    def __post_init__(self) -> None:
+        self._timeout = _td(self.timeout_s)   # made once: a wait per message end
+
     def wait(self, works: list, edge: Edge, sending: bool) -> None:
-        timeout = _td(self.timeout_s) if works else None
         try:
             for w in works:
-                w.wait(timeout)
+                w.wait(self._timeout)
         except RuntimeError as exc:
             raise self.failure(edge.peer, sending, exc) from None
 
