@@ -128,10 +128,6 @@ class Helper(threading.Thread):
         self.lent += 1
         self.inbox.put(p)
 
-    def holding(self) -> bool:
-        """Whether a transfer lent to it is unfinished (this thread may still block, or fail)."""
-        return self.finished < self.lent
-
     def close(self) -> None:
         self.inbox.put(None)
 
@@ -184,7 +180,7 @@ class InFlight:
         self.sender.lend(p)
 
     def busy(self) -> bool:
-        """Whether a helper holds an unfinished transfer (``Helper.holding``, inlined: asked twice a message)."""
+        """Whether a helper holds an unfinished transfer (it may still block, or fail)."""
         r, s = self.receiver, self.sender
         return r.finished < r.lent or s.finished < s.lent
 
