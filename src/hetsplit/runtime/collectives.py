@@ -57,9 +57,9 @@ class Collectives:
     """Posts the gathers and scatters of one rank (asynchronous ops on its subgroups)."""
 
     def __init__(self, manifest: Manifest, rank: int, groups: dict[int, dist.ProcessGroup], timeout_s: float,
-                 views: HostViews | None = None):
+                 views: HostViews):
         self.m, self.rank, self.groups = manifest, rank, groups
-        self.views = views or HostViews()   # tensors of pooled buffers, made once (``Wire.views``)
+        self.views = views                  # tensors of pooled buffers, made once (``Wire.views``)
         self.timeout = datetime.timedelta(seconds=timeout_s)
 
     def peers(self, c: Collective) -> Edge:

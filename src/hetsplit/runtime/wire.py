@@ -96,6 +96,9 @@ class Wire:
     base: Any = None               # the store itself (its server lives in the driver, or in the launcher)
     views: HostViews = field(default_factory=HostViews)   # tensors of the buffers reused across messages
 
+    def __post_init__(self) -> None:
+        self._timeout = _td(self.timeout_s)   # made once: a wait per message end
+
     def on_gpu(self, edge: Edge) -> bool:
         """True when the edge moves CUDA tensors over NCCL (both ends are GPU devices)."""
         return self.nccl is not None and self.nccl.carries(edge.rank)
@@ -124,9 +127,6 @@ class Wire:
             return self.post_send(edge, arrays) if sending else self.post_recv(edge, arrays)
         except RuntimeError as exc:
             raise self.failure(edge.peer, sending, exc) from None
-
-    def __post_init__(self) -> None:
-        self._timeout = _td(self.timeout_s)   # made once: a wait per message end
 
     def wait(self, works: list, edge: Edge, sending: bool) -> None:
         try:

@@ -87,8 +87,8 @@ class BufferPool:
     received into); a frame comes back for reuse once the sender has finished every send submitted up to
     then (``recycle``), since a send may relay a received buffer."""
 
-    def __init__(self, views: HostViews | None = None) -> None:
-        self.views = views or HostViews()   # each buffer's tensor for the transport, made once
+    def __init__(self, views: HostViews) -> None:
+        self.views = views                  # each buffer's tensor for the transport, made once
         self.free: dict[tuple, list[np.ndarray]] = {}
         self.taken: list[tuple[tuple, np.ndarray]] = []
         self.retired: collections.deque[tuple[int, list[tuple[tuple, np.ndarray]]]] = collections.deque()
@@ -244,7 +244,8 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path, hos
 
     meter = energy_meter("gpu" if on_gpu else "cpu")
     meter.start()
-    gc.freeze()   # the stream's garbage is young: a full collection would walk torch's and onnxruntime's ~180k start-up objects (~40 ms)
+    gc.freeze()   # the stream's garbage is young: a full collection would walk the ~180k start-up objects
+    #               of torch and onnxruntime (~40 ms)
     flight.start()
     compute: list[float] = []
     idle: list[float] = []
