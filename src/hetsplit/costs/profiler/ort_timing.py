@@ -61,17 +61,28 @@ def make_session(onnx_path: str | Path, threads: int, providers: list[str], prof
 
 
 def example_inputs(session: Any, seed: int = 0) -> dict[str, np.ndarray]:
-    """Random inputs matching the session's inputs (dynamic dimensions as 1; token ids in [0, 100))."""
+    """Random inputs matching the session's inputs (``random_feeds``)."""
+    types = {**_FLOAT_TYPES, **_INT_TYPES}
+    for inp in session.get_inputs():
+        if inp.type not in types:
+            raise ProfileError(f"model input {inp.name!r} has type {inp.type}, which the profiler cannot fill")
+    return random_feeds([(i.name, types[i.type], i.shape) for i in session.get_inputs()], seed)
+
+
+def random_feeds(inputs: list[tuple[str, Any, list]], seed: int = 0) -> dict[str, np.ndarray]:
+    """Random arrays for (name, numpy dtype, shape) inputs: dynamic dimensions as 1, floats standard
+    normal, integers (token ids) in [0, 100)."""
     rng = np.random.default_rng(seed)
     feeds = {}
-    for inp in session.get_inputs():
-        shape = [d if isinstance(d, int) and d > 0 else 1 for d in inp.shape]
-        if inp.type in _FLOAT_TYPES:
-            feeds[inp.name] = rng.standard_normal(shape).astype(_FLOAT_TYPES[inp.type])
-        elif inp.type in _INT_TYPES:
-            feeds[inp.name] = rng.integers(0, 100, size=shape).astype(_INT_TYPES[inp.type])
+    for name, dtype, dims in inputs:
+        shape = [d if isinstance(d, int) and d > 0 else 1 for d in dims]
+        dtype = np.dtype(dtype)
+        if dtype.kind == "f":
+            feeds[name] = rng.standard_normal(shape).astype(dtype)
+        elif dtype.kind in "iub":
+            feeds[name] = rng.integers(0, 100, size=shape).astype(dtype)
         else:
-            raise ProfileError(f"model input {inp.name!r} has type {inp.type}, which the profiler cannot fill")
+            raise ProfileError(f"model input {name!r} has type {dtype}, which the profiler cannot fill")
     return feeds
 
 

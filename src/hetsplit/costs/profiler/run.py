@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import tempfile
 from dataclasses import replace
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from hetsplit.costs.meters import meter_for
 from hetsplit.costs.profile import Profile
@@ -66,25 +67,7 @@ def _profile(graph: Graph, onnx_file: Path | None, zoo_name: str | None, device:
         dev = resolve_device(device, threads)
         n = threads or default_threads()
         watts = power_w if power_w is not None else float(dev.params["power_active"]) * n / dev.params["threads"]
-        with tempfile.TemporaryDirectory(prefix="hetsplit-prepared-") as tmp:
-            if onnx_file is None:
-                from hetsplit.graph import zoo
-
-                run_file = zoo.onnx_path(zoo_name)
-            else:     # layer nodes name the canonical (prepared) model's nodes: run that one
-                import onnx
-
-                from hetsplit.graph.onnx_prepare import prepare_model
-
-                from onnx.external_data_helper import load_external_data_for_model, uses_external_data
-
-                run_file = Path(tmp) / onnx_file.name
-                prepared = prepare_model(onnx_file, input_shapes=graph.meta.get("input_shapes"))
-                external = any(uses_external_data(t) for t in prepared.graph.initializer)
-                if external:   # weights beside the graph: read them from there, write them beside the copy
-                    load_external_data_for_model(prepared, str(onnx_file.parent))
-                onnx.save(prepared, run_file, save_as_external_data=external, all_tensors_to_one_file=True,
-                          location=f"{onnx_file.name}.data")
+        with runnable_onnx(graph, onnx_file, zoo_name) as run_file:
             prof = profile_cpu(graph, run_file, device_type=LOCAL_CPU, threads=n, warmup=warmup, repeats=repeats,
                                meter=meter_for("cpu"), power_w=watts, statistic=statistic, clock=clock,
                                co_load=co_load)
@@ -95,14 +78,7 @@ def _profile(graph: Graph, onnx_file: Path | None, zoo_name: str | None, device:
         return prof
     if device == LOCAL_GPU:
         resolve_device(device)                      # fails clearly without CUDA
-        if zoo_name is None:
-            raise ProfileError("--device local-gpu measures through PyTorch and needs the model's torch module: "
-                               "for your own model use hetsplit.workflow.profile_module(module, example_inputs, "
-                               "path, 'local-gpu'), or give a zoo name")
-        from hetsplit.graph.zoo.registry import MODELS
-
-        module, shape = MODELS[zoo_name].build()
-        return profile_module_on(graph, module, shape, LOCAL_GPU, warmup, repeats)
+        return profile_on_torch(graph, onnx_file, zoo_name, "cuda", LOCAL_GPU, warmup, repeats)
     dev = resolve_device(device)
     if params:
         from hetsplit.units import parse_param
@@ -110,6 +86,45 @@ def _profile(graph: Graph, onnx_file: Path | None, zoo_name: str | None, device:
         parsed = {k: parse_param(k, v, f"--param {k}") for k, v in params.items()}
         dev = replace(dev, params={**dev.params, **parsed})
     return modelled_profile(graph, dev)
+
+
+@contextmanager
+def runnable_onnx(graph: Graph, onnx_file: Path | None, zoo_name: str | None) -> Iterator[Path]:
+    """The ONNX file whose node names ``graph``'s layers name: the zoo's own, or a user's file prepared
+    (canonical names, symbolic dims fixed) into a temporary copy, weights beside it when external."""
+    if onnx_file is None:
+        from hetsplit.graph import zoo
+
+        yield zoo.onnx_path(zoo_name)
+        return
+    import onnx
+    from onnx.external_data_helper import load_external_data_for_model, uses_external_data
+
+    from hetsplit.graph.onnx_prepare import prepare_model
+
+    with tempfile.TemporaryDirectory(prefix="hetsplit-prepared-") as tmp:
+        run_file = Path(tmp) / onnx_file.name
+        prepared = prepare_model(onnx_file, input_shapes=graph.meta.get("input_shapes"))
+        external = any(uses_external_data(t) for t in prepared.graph.initializer)
+        if external:   # weights beside the graph: read them from there, write them beside the copy
+            load_external_data_for_model(prepared, str(onnx_file.parent))
+        onnx.save(prepared, run_file, save_as_external_data=external, all_tensors_to_one_file=True,
+                  location=f"{onnx_file.name}.data")
+        yield run_file
+
+
+def profile_on_torch(graph: Graph, onnx_file: Path | None, zoo_name: str | None, device: str, device_type: str,
+                     warmup: int, repeats: int) -> Profile:
+    """Per-layer times of the model run by hetsplit's PyTorch interpreter (what a GPU device's segments
+    run with) on ``device`` ("cuda" for ``local-gpu``; "cpu" is how the path is tested without a GPU)."""
+    from hetsplit.costs.profiler.torch_onnx import profile_onnx_torch
+
+    with runnable_onnx(graph, onnx_file, zoo_name) as run_file:
+        prof = profile_onnx_torch(graph, run_file, device=device, device_type=device_type, warmup=warmup,
+                                  repeats=repeats, meter=meter_for("gpu") if device == "cuda" else None)
+    if onnx_file is not None:
+        prof.meta["onnx"] = str(onnx_file)
+    return prof
 
 
 def profile_module_on(graph: Graph, module: Any, input_shape: tuple[int, ...], device: str = LOCAL_GPU,

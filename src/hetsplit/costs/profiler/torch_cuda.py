@@ -48,7 +48,7 @@ def layer_of_modules(graph: Graph) -> dict[str, int]:
     return out
 
 
-class _Marks:
+class DeviceClock:
     """Timestamps on the device's own clock: CUDA events on a GPU, perf_counter on the CPU."""
 
     def __init__(self, torch: Any, device: str) -> None:
@@ -79,7 +79,7 @@ def profile_torch(graph: Graph, module: Any, input_shape: tuple[int, ...], *, de
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ProfileError("the GPU profiler needs a CUDA GPU; none is visible")
     mapping = layer_of_modules(graph)
-    marks = _Marks(torch, device)
+    marks = DeviceClock(torch, device)
     module = module.to(device).eval()
     x = torch.randn(*input_shape, device=device)
     starts: dict[str, Any] = {}

@@ -1,0 +1,176 @@
+"""A CPU+GPU host, for real: plans made from costs measured on this host, run, verified, measured
+beside predicted.
+
+On a host with a CUDA GPU (issue 22, item 6) this
+1. times the runtime's per-message overhead against raw torch.distributed here (``runtime_overhead.py
+   --skip-pipeline --skip-plans``); raw gloo's 10 MB bandwidth and 1 KB hop become the cluster's link;
+2. profiles each model on ``local-gpu`` (hetsplit's ONNX interpreter on PyTorch CUDA, what the GPU
+   device's segments run with) and on ``local-cpu`` (onnxruntime, ``--threads`` threads);
+3. writes a cluster of those two devices (``cpu0``, ``gpu0``) and plans: ResNet-50 with map-opt and
+   HEFT (a node mapping; the best one that uses both devices is run), MobileBERT tensor-parallel over
+   both (one shard on the GPU), and each model on the GPU alone;
+4. runs each plan with ``hetsplit run --compare`` and prints predicted beside measured.
+
+    python bench/gpu_host.py --out gpu-host     # a few minutes; everything it wrote is under --out
+
+Without CUDA the GPU device runs on onnxruntime's CPU (the run says so in its executor column), so the
+script can be rehearsed anywhere with ``--gpu-profile PRESET`` standing in for the GPU's profile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+
+
+def hetsplit(*args: str, log: Path) -> None:
+    """Run one ``hetsplit`` command with this interpreter, its output appended to ``log``; fail loudly."""
+    cmd = [sys.executable, "-m", "hetsplit.cli.main", *args]
+    t0 = time.perf_counter()
+    with log.open("a") as f:
+        f.write(f"\n$ hetsplit {' '.join(args)}\n")
+        f.flush()
+        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
+    print(f"  {time.perf_counter() - t0:6.1f} s  hetsplit {' '.join(args)}" + ("" if rc == 0 else f"  -> exit {rc}"),
+          flush=True)
+    if rc != 0:
+        raise SystemExit(f"hetsplit {args[0]} failed (exit {rc}); see {log}")
+
+
+def host_facts() -> dict:
+    import onnxruntime as ort
+    import torch
+
+    cuda = torch.cuda.is_available()
+    return {"torch": torch.__version__, "cuda": cuda, "gpu": torch.cuda.get_device_name(0) if cuda else None,
+            "onnxruntime": ort.__version__, "ort_providers": ort.get_available_providers(),
+            "cores": len(os.sched_getaffinity(0))}
+
+
+def measure_link(out: Path, log: Path) -> dict:
+    """Raw gloo's hop here (1 KB: latency; 10 MB: bandwidth) and the runtime's overhead over it."""
+    path = out / "hops.json"
+    t0 = time.perf_counter()
+    with log.open("a") as f:
+        rc = subprocess.run([sys.executable, str(BENCH / "runtime_overhead.py"), "--skip-pipeline", "--skip-plans",
+                             "--json", str(path)], stdout=f, stderr=subprocess.STDOUT).returncode
+    print(f"  {time.perf_counter() - t0:6.1f} s  runtime_overhead.py (hops)", flush=True)
+    if rc != 0:
+        raise SystemExit(f"runtime_overhead.py failed (exit {rc}); see {log}")
+    hops = {r["bytes"]: r for r in json.loads(path.read_text())["hops"]}
+    return {"bandwidth": hops[max(hops)]["raw_bandwidth"], "latency": hops[min(hops)]["raw_hop_s"], "hops": hops}
+
+
+def write_cluster(path: Path, model: str, link: dict) -> None:
+    path.write_text(
+        "format: hetsplit.cluster/1\n"
+        f"name: gpu-host-{model}\n"
+        "description: this host's CPU and GPU, costs measured here (bench/gpu_host.py); the link is raw gloo over\n"
+        "  loopback measured here (a GPU tensor also crosses host memory, inside its device's compute time)\n"
+        "devices:\n"
+        f"  - {{name: cpu0, kind: cpu, type: local-cpu, memory: 32GiB, profile: cpu.{model}.json}}\n"
+        f"  - {{name: gpu0, kind: gpu, type: local-gpu, memory: 32GiB, profile: gpu.{model}.json}}\n"
+        "links:\n"
+        f"  default: {{name: loopback, bandwidth: {link['bandwidth']:.4g}B/s, latency: {link['latency'] * 1e6:.1f}us}}\n")
+
+
+def plan_index(plans_file: Path, prefer: tuple[str, ...], devices: set[str]) -> tuple[int, str]:
+    """The first plan found by one of ``prefer`` (in that order) that uses exactly ``devices``."""
+    plans = json.loads(plans_file.read_text())["plans"]
+
+    def used(p: dict) -> set[str]:
+        out = set()
+        for v in p["assign"].values():
+            out |= {v} if isinstance(v, str) else {s["device"] for s in v}
+        return out
+
+    for algo in prefer:
+        for i, p in enumerate(plans):
+            if p["algorithm"].startswith(algo) and used(p) == devices:
+                return i, p["algorithm"]
+    raise SystemExit(f"{plans_file}: no plan by {prefer} uses {sorted(devices)}")
+
+
+def summary_row(label: str, run_json: Path) -> dict:
+    doc = json.loads(run_json.read_text())
+    m, p = doc["measured"], doc.get("predicted", {})
+    return {"run": label, "verified": m["verify"]["ok"], "outputs": m["verify"]["outputs_checked"],
+            "max_abs_err": m["verify"]["max_abs_err"],
+            "executors": {d["device"]: d["executor"] for d in m["devices"]},
+            "compute_s": {d["device"]: d["compute_s"] for d in m["devices"]},
+            "predicted_compute_s": p.get("compute_s_per_device"),
+            "throughput": m["throughput"], "predicted_throughput": p.get("throughput"),
+            "latency_s": m["latency_s"], "predicted_latency_s": p.get("latency_s")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=Path("gpu-host"))
+    ap.add_argument("--threads", type=int, default=4, help="onnxruntime threads of the CPU device")
+    ap.add_argument("--inputs", type=int, default=100, help="inputs of each ResNet-50 run")
+    ap.add_argument("--tp-inputs", type=int, default=20, help="inputs of each MobileBERT run")
+    ap.add_argument("--gpu-profile", default="local-gpu",
+                    help="the GPU's profile device (a preset, such as rtx3070ti, to rehearse without a GPU)")
+    ap.add_argument("--skip-hops", action="store_true", help="link figures of the local cluster instead")
+    args = ap.parse_args(argv)
+    out = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    log = out / "log.txt"
+    facts = host_facts()
+    print(json.dumps(facts), flush=True)
+    link = ({"bandwidth": 1e9, "latency": 150e-6, "hops": {}} if args.skip_hops else measure_link(out, log))
+    rows, whole, t = [], {}, str(args.threads)
+    for model, algos, prefer, n in (("resnet50", ["map-opt", "heft"], ("map-opt", "heft"), args.inputs),
+                                    ("mobilebert", ["tensor-parallel"], ("tensor-parallel",), args.tp_inputs)):
+        hetsplit("profile", model, "--device", args.gpu_profile, "--out", str(out / f"gpu.{model}.json"), log=log)
+        hetsplit("profile", model, "--device", "local-cpu", "--threads", t, "--out", str(out / f"cpu.{model}.json"),
+                 log=log)
+        whole[model] = {dev: json.loads((out / f"{dev}.{model}.json").read_text()).get("whole_model", {}).get("time_s")
+                        for dev in ("gpu", "cpu")}
+        cluster = out / f"cluster.{model}.yaml"
+        write_cluster(cluster, model, link)
+        plans = out / f"plans.{model}"
+        hetsplit("plan", model, "--cluster", str(cluster), "--algo", *algos, "--time-budget", "10", "--out", str(plans),
+                 log=log)
+        index, algo = plan_index(plans / "plans.json", prefer, {"cpu0", "gpu0"})
+        alone, _ = plan_index(plans / "plans.json", ("single",), {"gpu0"})
+        for label, i in ((f"{model} {algo} cpu0+gpu0", index), (f"{model} gpu0 alone", alone)):
+            run_json = out / f"run.{model}.{i}.json"
+            hetsplit("run", str(plans / "plans.json"), model, "--index", str(i), "--inputs", str(n), "--threads", t,
+                     "--compare", "--out", str(run_json), "--run-dir", str(out / f"rundir.{model}.{i}"), log=log)
+            rows.append(summary_row(label, run_json))
+    doc = {"host": facts, "link": {k: v for k, v in link.items() if k != "hops"},
+           "hops": [{k: r[k] for k in ("bytes", "raw_hop_s", "hetsplit_hop_s", "overhead", "overhead_paired")}
+                    for r in link["hops"].values()], "whole_model_s": whole, "runs": rows}
+    (out / "summary.json").write_text(json.dumps(doc, indent=1))
+    print(f"\nhost: {facts['gpu'] or 'no CUDA GPU'}, {facts['cores']} cores, torch {facts['torch']}, "
+          f"onnxruntime {facts['onnxruntime']} {facts['ort_providers']}")
+    print(f"link (raw gloo here): {link['bandwidth'] / 1e9:.2f} GB/s, {link['latency'] * 1e6:.0f} us")
+    for h in doc["hops"]:
+        print(f"  hop {h['bytes']:>9} B: raw {h['raw_hop_s'] * 1e3:.3f} ms, ours {h['hetsplit_hop_s'] * 1e3:.3f} ms, "
+              f"overhead {h['overhead']:+.1%} (paired {h['overhead_paired']:+.1%})")
+    for model, w in whole.items():
+        if None in w.values():
+            continue
+        print(f"{model} whole model: GPU device's executor {w['gpu'] * 1e3:.2f} ms, onnxruntime CPU ({t} threads) "
+              f"{w['cpu'] * 1e3:.2f} ms (x{w['cpu'] / w['gpu']:.1f})")
+    for r in rows:
+        comp = ", ".join(f"{d} {r['executors'][d]} {r['compute_s'][d] * 1e3:.2f} ms"
+                         + (f" (pred {r['predicted_compute_s'][d] * 1e3:.2f})" if r["predicted_compute_s"] and d in
+                            r["predicted_compute_s"] else "") for d in r["executors"])
+        print(f"{r['run']}: {r['throughput']:.1f}/s (pred {r['predicted_throughput']:.1f}/s, x"
+              f"{r['throughput'] / r['predicted_throughput']:.2f}), latency {r['latency_s'] * 1e3:.2f} ms (pred "
+              f"{r['predicted_latency_s'] * 1e3:.2f}), verified {r['verified']} ({r['outputs']} outputs, max abs err "
+              f"{r['max_abs_err']:.2g}); compute/input: {comp}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
