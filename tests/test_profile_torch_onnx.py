@@ -3,6 +3,8 @@ layer; here it runs on the CPU through the same code (this machine has no GPU)."
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -29,3 +31,51 @@ def test_every_layer_is_timed_and_the_layers_add_up_to_the_model(model):
     # every node is inside some layer's span: the layers' sum is the whole run's time, give or take noise
     assert abs(prof.meta["gap"]) < 0.35, prof.meta["gap"]
     assert prof.meta["executor"] == "torch-interpreter" and "interpreter" in prof.costs.sources["torch-cpu"]
+
+
+class FakeMeter:
+    """An energy counter that reads ``joules`` over any window (0: it did not tick)."""
+
+    name, reason, available = "fake", "", True
+
+    def __init__(self, joules: float) -> None:
+        self.joules = joules
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> float:
+        return self.joules
+
+
+def test_a_meter_is_read_over_a_long_enough_window_and_zero_joules_is_no_reading(monkeypatch):
+    import torch
+
+    from hetsplit.costs.profiler import torch_cuda
+    from hetsplit.costs.profiler.torch_cuda import DeviceClock, whole_model_runs
+
+    monkeypatch.setattr(torch_cuda, "ENERGY_WINDOW_S", 0.05)
+    clock = DeviceClock(torch, "cpu")
+    whole, joules = whole_model_runs(lambda: time.sleep(0.002), clock, 3, FakeMeter(2.0))
+    assert sum(whole) >= 0.05 and len(whole) > 3           # ran on until the window was long enough
+    assert joules == pytest.approx(2.0 / len(whole))         # joules per run
+    assert len(whole_model_runs(lambda: None, clock, 3)[0]) == 3        # no meter: just the repeats
+    _, none = whole_model_runs(lambda: None, clock, 3, FakeMeter(0.0))
+    assert none is None                                      # a counter that did not tick is not "0 J"
+
+
+def test_a_meter_that_read_nothing_leaves_the_energy_unavailable_not_zero(monkeypatch):
+    from hetsplit.costs.profiler import torch_onnx
+
+    monkeypatch.setattr("hetsplit.costs.profiler.torch_cuda.ENERGY_WINDOW_S", 0.01)
+    graph, onnx_file, zoo_name = load_for_profiling("resnet8")
+    from hetsplit.costs.profiler.run import runnable_onnx
+
+    with runnable_onnx(graph, onnx_file, zoo_name) as path:
+        silent = torch_onnx.profile_onnx_torch(graph, path, device="cpu", device_type="torch-cpu", warmup=0,
+                                               repeats=2, meter=FakeMeter(0.0))
+        metered = torch_onnx.profile_onnx_torch(graph, path, device="cpu", device_type="torch-cpu", warmup=0,
+                                                repeats=2, meter=FakeMeter(1.0))
+    assert silent.meta["energy"]["status"] == "unavailable" and "read no energy" in silent.meta["energy"]["meter"]
+    assert metered.meta["energy"]["status"] == "measured"
+    assert metered.costs.energy_j[:, 0].sum() > 0

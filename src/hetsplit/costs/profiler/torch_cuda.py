@@ -68,6 +68,9 @@ class DeviceClock:
     def seconds(self, a: Any, b: Any) -> float:
         return a.elapsed_time(b) * 1e-3 if self.cuda else b - a
 
+    def where(self) -> str:
+        return self.torch.cuda.get_device_name(0) if self.cuda else "CPU"
+
 
 def profile_torch(graph: Graph, module: Any, input_shape: tuple[int, ...], *, device: str = "cuda",
                   device_type: str = "local-gpu", warmup: int = 5, repeats: int = 20, meter: Any = None) -> Profile:
@@ -111,28 +114,53 @@ def profile_torch(graph: Graph, module: Any, input_shape: tuple[int, ...], *, de
                 per_run[r, layer] += marks.seconds(a, b)
         for h in handles:
             h.remove()
-        whole = []
-        if meter is not None:
-            meter.start()
-        for _ in range(repeats):
-            a = marks.mark()
-            module(x)
-            b = marks.mark()
-            marks.sync()
-            whole.append(marks.seconds(a, b))
-        joules = meter.stop() if meter is not None else None
+        whole, joules = whole_model_runs(lambda: module(x), marks, repeats, meter)
+    source = f"measured: PyTorch {torch.__version__} eager on {marks.where()}, median of {repeats} runs after {warmup} warm-up"
+    prof = torch_profile(graph, device_type, per_run, whole, joules, meter, source, marks)
+    prof.meta["warmup"] = warmup
+    prof.meta["layers_without_module"] = [graph.names[i] for i in range(graph.num_layers)
+                                          if i not in set(mapping.values())]
+    return prof
+
+
+ENERGY_WINDOW_S = 1.0   # an energy counter ticks every few tens of ms (NVML): a shorter window can read 0 J
+
+
+def whole_model_runs(run: Any, marks: DeviceClock, repeats: int, meter: Any = None) -> tuple[list[float], float | None]:
+    """Whole-model times of ``run()`` (at least ``repeats`` runs) and, with a meter, joules per run over a
+    window of at least ``ENERGY_WINDOW_S`` (None when the meter cannot read, or read nothing)."""
+    whole: list[float] = []
+    if meter is not None:
+        meter.start()
+    t0 = time.perf_counter()
+    while len(whole) < repeats or (meter is not None and time.perf_counter() - t0 < ENERGY_WINDOW_S):
+        a = marks.mark()
+        run()
+        b = marks.mark()
+        marks.sync()
+        whole.append(marks.seconds(a, b))
+    joules = meter.stop() if meter is not None else None
+    return whole, (joules / len(whole) if joules is not None and joules > 0 else None)
+
+
+def torch_profile(graph: Graph, device_type: str, per_run: np.ndarray, whole: list[float], joules: float | None,
+                  meter: Any, source: str, marks: DeviceClock) -> Profile:
+    """A one-column Profile from per-run layer times (runs x layers), whole-model times and joules per run
+    (shared out over the layers by their time; zeros, status unavailable, without)."""
+    import torch
+
     med = np.median(per_run, axis=0)
     stats = summary(whole)
-    energy = (joules / repeats) * med / med.sum() if joules is not None and med.sum() > 0 else np.zeros_like(med)
-    where = torch.cuda.get_device_name(0) if marks.cuda else "CPU"
-    source = f"measured: PyTorch {torch.__version__} eager on {where}, median of {repeats} runs after {warmup} warm-up"
+    energy = joules * med / med.sum() if joules is not None and med.sum() > 0 else np.zeros_like(med)
     table = CostTable(graph.names, [device_type], med[:, None], energy[:, None],
                       live_bytes_per_layer(graph)[:, None], {device_type: source})
-    meta = {"source": source, "device": device_type, "warmup": warmup, "repeats": repeats, "statistic": "median",
+    reason = getattr(meter, "reason", "") or getattr(meter, "name", "none")
+    if meter is not None and getattr(meter, "available", False) and joules is None:
+        reason = f"{meter.name}: read no energy over {len(whole)} runs ({sum(whole):.2f} s)"
+    meta = {"source": source, "device": device_type, "repeats": len(per_run), "statistic": "median",
             "whole_model": {**stats, "time_s": stats["median_s"], "statistic": "median", "clock": "wall"},
             "layer_sum_s": float(med.sum()), "gap": float(med.sum()) / stats["median_s"] - 1,
-            "energy": {"status": "measured" if joules is not None else "unavailable",
-                       "meter": getattr(meter, "reason", "") or getattr(meter, "name", "none")},
-            "memory": {"peak_cuda_bytes": int(torch.cuda.max_memory_allocated()) if marks.cuda else None},
-            "layers_without_module": [graph.names[i] for i in range(graph.num_layers) if i not in set(mapping.values())]}
+            "energy": {"status": "measured" if joules is not None else "unavailable", "meter": reason},
+            "memory": {"peak_cuda_bytes": int(torch.cuda.max_memory_allocated()) if marks.cuda else None}}
     return Profile(graph, table, meta)
+

@@ -15,10 +15,8 @@ from typing import Any
 import numpy as np
 
 from hetsplit.costs.profile import Profile
-from hetsplit.costs.profiler.memory import live_bytes_per_layer
-from hetsplit.costs.profiler.ort_timing import random_feeds, summary
-from hetsplit.costs.profiler.torch_cuda import DeviceClock
-from hetsplit.costs.table import CostTable
+from hetsplit.costs.profiler.ort_timing import random_feeds
+from hetsplit.costs.profiler.torch_cuda import DeviceClock, torch_profile, whole_model_runs
 from hetsplit.errors import ProfileError
 from hetsplit.graph.types import Graph
 
@@ -72,29 +70,9 @@ def profile_onnx_torch(graph: Graph, onnx_path: str | Path, *, device: str = "cu
             marks.sync()
             for j, layer in enumerate(layers[starts]):
                 per_run[r, layer] += marks.seconds(stamps[j], stamps[j + 1])
-        whole = []
-        if meter is not None:
-            meter.start()
-        for _ in range(repeats):
-            a = marks.mark()
-            interp.run(feeds)
-            b = marks.mark()
-            marks.sync()
-            whole.append(marks.seconds(a, b))
-        joules = meter.stop() if meter is not None else None
-    med = np.median(per_run, axis=0)
-    stats = summary(whole)
-    energy = (joules / repeats) * med / med.sum() if joules is not None and med.sum() > 0 else np.zeros_like(med)
-    where = torch.cuda.get_device_name(0) if marks.cuda else "CPU"
-    source = (f"measured: hetsplit's ONNX interpreter on PyTorch {torch.__version__} ({where}), median of "
+        whole, joules = whole_model_runs(lambda: interp.run(feeds), marks, repeats, meter)
+    source = (f"measured: hetsplit's ONNX interpreter on PyTorch {torch.__version__} ({marks.where()}), median of "
               f"{repeats} runs after {warmup} warm-up")
-    table = CostTable(graph.names, [device_type], med[:, None], energy[:, None],
-                      live_bytes_per_layer(graph)[:, None], {device_type: source})
-    meta = {"source": source, "device": device_type, "warmup": warmup, "repeats": repeats, "statistic": "median",
-            "executor": "torch-interpreter",
-            "whole_model": {**stats, "time_s": stats["median_s"], "statistic": "median", "clock": "wall"},
-            "layer_sum_s": float(med.sum()), "gap": float(med.sum()) / stats["median_s"] - 1,
-            "energy": {"status": "measured" if joules is not None else "unavailable",
-                       "meter": getattr(meter, "reason", "") or getattr(meter, "name", "none")},
-            "memory": {"peak_cuda_bytes": int(torch.cuda.max_memory_allocated()) if marks.cuda else None}}
-    return Profile(graph, table, meta)
+    prof = torch_profile(graph, device_type, per_run, whole, joules, meter, source, marks)
+    prof.meta.update(warmup=warmup, executor="torch-interpreter")
+    return prof
