@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import tempfile
-from dataclasses import replace
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator
 

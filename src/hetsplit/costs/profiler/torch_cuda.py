@@ -115,7 +115,8 @@ def profile_torch(graph: Graph, module: Any, input_shape: tuple[int, ...], *, de
         for h in handles:
             h.remove()
         whole, joules = whole_model_runs(lambda: module(x), marks, repeats, meter)
-    source = f"measured: PyTorch {torch.__version__} eager on {marks.where()}, median of {repeats} runs after {warmup} warm-up"
+    source = (f"measured: PyTorch {torch.__version__} eager on {marks.where()}, median of {repeats} runs after "
+              f"{warmup} warm-up")
     prof = torch_profile(graph, device_type, per_run, whole, joules, meter, source, marks)
     prof.meta["warmup"] = warmup
     prof.meta["layers_without_module"] = [graph.names[i] for i in range(graph.num_layers)
@@ -163,4 +164,3 @@ def torch_profile(graph: Graph, device_type: str, per_run: np.ndarray, whole: li
             "energy": {"status": "measured" if joules is not None else "unavailable", "meter": reason},
             "memory": {"peak_cuda_bytes": int(torch.cuda.max_memory_allocated()) if marks.cuda else None}}
     return Profile(graph, table, meta)
-
