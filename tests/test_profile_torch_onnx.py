@@ -3,8 +3,6 @@ layer; here it runs on the CPU through the same code (this machine has no GPU)."
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 
@@ -22,14 +20,35 @@ def test_nodes_of_no_layer_join_the_layer_before():
 
 
 @pytest.mark.parametrize("model", ["resnet18", "mobilebert"])
-def test_every_layer_is_timed_and_the_layers_add_up_to_the_model(model):
+def test_every_node_is_timed_in_its_layer_and_the_layers_add_up_to_the_model(model, monkeypatch):
+    """On a clock that ticks once per node run, each layer's time is its node count and the layers add
+    up to the whole model exactly (deterministic: no wall clock)."""
+    from hetsplit.costs.profiler import torch_cuda
+    from hetsplit.graph.torch_interpreter import TorchInterpreter
+
+    ticks = [0.0]
+    step = TorchInterpreter.step
+
+    def counted(env, node):
+        ticks[0] += 1.0
+        step(env, node)
+
+    monkeypatch.setattr(TorchInterpreter, "step", staticmethod(counted))
+    monkeypatch.setattr(torch_cuda.time, "perf_counter", lambda: ticks[0])
     graph, onnx_file, zoo_name = load_for_profiling(model)
-    prof = profile_on_torch(graph, onnx_file, zoo_name, "cpu", "torch-cpu", warmup=1, repeats=5)
+    prof = profile_on_torch(graph, onnx_file, zoo_name, "cpu", "torch-cpu", warmup=0, repeats=2)
     t = prof.costs.time_s[:, 0]
     assert prof.costs.types == ["torch-cpu"] and t.shape == (graph.num_layers,)
-    assert np.all(t > 0), [graph.names[i] for i in np.flatnonzero(t <= 0)][:5]
-    # every node is inside some layer's span: the layers' sum is the whole run's time, give or take noise
-    assert abs(prof.meta["gap"]) < 0.35, prof.meta["gap"]
+    import onnx
+
+    from hetsplit.costs.profiler.run import runnable_onnx
+
+    with runnable_onnx(graph, onnx_file, zoo_name) as path:
+        nodes = [n.name for n in onnx.load(str(path), load_external_data=False).graph.node]
+    expected = np.bincount(layer_of_nodes(graph, nodes), minlength=graph.num_layers)
+    assert np.all(expected > 0)
+    np.testing.assert_array_equal(t, expected)
+    assert prof.meta["whole_model"]["time_s"] == len(nodes) and prof.meta["gap"] == 0.0
     assert prof.meta["executor"] == "torch-interpreter" and "interpreter" in prof.costs.sources["torch-cpu"]
 
 
@@ -55,12 +74,18 @@ def test_a_meter_is_read_over_a_long_enough_window_and_zero_joules_is_no_reading
     from hetsplit.costs.profiler.torch_cuda import DeviceClock, whole_model_runs
 
     monkeypatch.setattr(torch_cuda, "ENERGY_WINDOW_S", 0.05)
+    now = [0.0]
+    monkeypatch.setattr(torch_cuda.time, "perf_counter", lambda: now[0])
+
+    def run():                                               # each run takes 10 ms on the fake clock
+        now[0] += 0.01
+
     clock = DeviceClock(torch, "cpu")
-    whole, joules = whole_model_runs(lambda: time.sleep(0.002), clock, 3, FakeMeter(2.0))
-    assert sum(whole) >= 0.05 and len(whole) > 3           # ran on until the window was long enough
-    assert joules == pytest.approx(2.0 / len(whole))         # joules per run
-    assert len(whole_model_runs(lambda: None, clock, 3)[0]) == 3        # no meter: just the repeats
-    _, none = whole_model_runs(lambda: None, clock, 3, FakeMeter(0.0))
+    whole, joules = whole_model_runs(run, clock, 3, FakeMeter(2.0))
+    assert len(whole) == 5                                   # ran on until the window was 50 ms long
+    assert joules == pytest.approx(2.0 / 5)                  # joules per run
+    assert len(whole_model_runs(run, clock, 3)[0]) == 3      # no meter: just the repeats
+    _, none = whole_model_runs(run, clock, 3, FakeMeter(0.0))
     assert none is None                                      # a counter that did not tick is not "0 J"
 
 
