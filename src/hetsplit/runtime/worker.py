@@ -1,12 +1,14 @@
 """The one worker program (rank >= 1) of every plan: ``run_worker(cfg, manifest, rank, run_dir)``.
 
-Per input the worker runs its segments in order (``runtime.manifest``): wait for the segment's incoming
-messages, run its sub-model on the device's executor (``runtime.executor``), post its outgoing
-messages. A pipeline stage is one segment; a mapping's device has as many as its place in the
-TaskGraph needs. The compute thread (the caller's) posts the receives of input ``i + depth`` once it
-has taken input ``i``'s first segment's (so ``depth`` inputs of receives are posted ahead while input
-``i`` runs), runs the segments and posts the sends as soon as their tensors exist (gloo sends are
-asynchronous). Receives go before the input's sends: gloo writes a posted send from the posting thread
+The worker runs its (input, segment) steps round by round (``runtime.rounds``: the first inputs one
+round each, then each segment on an input as many rounds behind as it lies device crossings behind,
+so devices that hand an input back and forth work on different inputs at once). A step waits for
+the segment's incoming messages, runs its sub-model on the device's executor (``runtime.executor``)
+and posts its outgoing messages. A pipeline stage is one segment; a mapping's device has as many as
+its place in the TaskGraph needs. The compute thread (the caller's) posts the receives of round
+``r + ahead`` once it has taken round ``r``'s first step's (``rounds.lookahead``: ``depth`` rounds,
+plus how far a message's consumer lags its producer), runs the steps and posts the sends as soon as
+their tensors exist (gloo sends are asynchronous). Receives go before the input's sends: gloo writes a posted send from the posting thread
 and finishes it on its own loop under the peer pair's lock, which a receive posted just after waits for
 (a relay's hop, +15% at 1 MB). Who waits for each posted transfer and
 timestamps it is ``runtime.inflight``'s: the compute thread itself when it is idle and nothing else
@@ -15,8 +17,8 @@ lends them to, so transfers overlap the sub-models and each end is timestamped w
 an emulated link latency and no netem (``cfg.delays_s``) the sender sleeps the latency and posts the
 send itself.
 
-Segments follow one global topological order and each thread keeps program order, so this never
-deadlocks. Point-to-point messages go over the run's gloo group (``Wire``; NCCL between two GPU ends),
+Steps follow one global order (round, then the segments' topological order) and each thread keeps
+it, so this never deadlocks (``runtime.rounds``). Point-to-point messages go over the run's gloo group (``Wire``; NCCL between two GPU ends),
 the messages of a sum combine in gathers and scatters (``runtime.collectives``).
 """
 
@@ -37,6 +39,7 @@ from hetsplit.runtime.config import RunConfig
 from hetsplit.runtime.executor import ORT_CPU, Executor, Host, SegmentSpec, as_numpy, choose_backend, make_executor
 from hetsplit.runtime.inflight import InFlight, MessageLog, Shared, Stop
 from hetsplit.runtime.manifest import P2P, Edge, Manifest, TensorSpec
+from hetsplit.runtime.rounds import frees_after, lookahead, rounds, segment_lags
 from hetsplit.runtime.wire import HostViews, Wire, connect
 
 
@@ -213,13 +216,17 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path, hos
     tx_logs = {mid: MessageLog(mid, msgs[mid].dst, msgs[mid].nbytes) for s in w.segments for mid in s.send}
     shared = Shared()
     flight = InFlight(wire, shared)
-    n, depth = cfg.inputs, max(1, cfg.depth)
+    n = cfg.inputs
+    lags = segment_lags(manifest)
+    plan = rounds([lags[rank, s.index] for s in w.segments], n, cfg.latency_inputs)
+    frees = frees_after(plan)
+    ahead = lookahead(manifest, lags, max(1, cfg.depth))
     frames: dict[int, list] = {}
 
-    def post_receives(i: int) -> None:
-        frames[i] = io.pool.frame()
-        for seg_steps in recvs:
-            for step in seg_steps:
+    def post_receives(r: int) -> None:
+        frames[r] = io.pool.frame()
+        for _, j in plan[r]:
+            for step in recvs[j]:
                 now = time.time()
                 works, got = io.post_recv(step)
                 logs = [rx_logs[x] for x in step.messages]
@@ -247,28 +254,29 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path, hos
     gc.freeze()   # the stream's garbage is young: a full collection would walk the ~180k start-up objects
     #               of torch and onnxruntime (~40 ms)
     flight.start()
-    compute: list[float] = []
-    idle: list[float] = []
-    per_segment: list[list[float]] = []
+    compute, idle = [0.0] * n, [0.0] * n
+    per_segment: list[list[float]] = [[] for _ in range(n)]
+    locals_: dict[int, dict[str, Any]] = {}   # each input's tensors here, until its last segment ran
     compute_cpu = 0.0             # this thread's CPU inside the sub-models (all of it with one compute thread)
     cpu0 = time.process_time()
+    last_segment, next_free = len(w.segments) - 1, 0
     try:
         fault = cfg.faults.get(str(rank))
-        for i in range(min(n, depth)):
-            post_receives(i)
-        for i in range(n):
-            if fault and i == int(fault.get("after", 0)):
+        for r in range(min(len(plan), ahead)):
+            post_receives(r)
+        for r, round_steps in enumerate(plan):
+            if fault and r == int(fault.get("after", 0)):
                 inject(fault["kind"])
-            local: dict[str, Any] = {}
-            busy, wait, segs = 0.0, 0.0, []
-            for s, (seg, exe, seg_recvs, seg_sends) in enumerate(zip(w.segments, exes, recvs, sends)):
+            for k, (i, s) in enumerate(round_steps):
+                seg, exe = w.segments[s], exes[s]
+                local = locals_.setdefault(i, {})
                 t0 = time.time()
-                for step in seg_recvs:
+                for step in recvs[s]:
                     got = flight.take(computing=exe is not None)
                     for mid, arrays in got.items():
                         local.update((t.spec.name, a) for t, a in zip(msgs[mid].tensors, arrays))
-                if s == 0 and i + depth < n:
-                    post_receives(i + depth)
+                if k == 0 and r + ahead < len(plan):
+                    post_receives(r + ahead)
                 if exe is not None:
                     flight.lend()     # what lands or leaves while the sub-model runs is timestamped when it does
                 t1, c1 = time.time(), time.thread_time()
@@ -276,15 +284,17 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path, hos
                     local.update(exe.run({t.name: local[t.name] for t in seg.inputs}))
                 t2 = time.time()
                 compute_cpu += time.thread_time() - c1
-                post_sends(seg_sends, local)
+                post_sends(sends[s], local)
                 if shared.stop.is_set():
                     raise Stop()
-                wait, busy = wait + t1 - t0, busy + t2 - t1
-                segs.append(t2 - t1)
-            compute.append(busy)
-            idle.append(wait)
-            per_segment.append(segs)
-            io.pool.retire(frames.pop(i), flight.posted_sends)
+                idle[i] += t1 - t0
+                compute[i] += t2 - t1
+                per_segment[i].append(t2 - t1)
+                if s == last_segment:
+                    del locals_[i]
+            while next_free <= r and frees[next_free] <= r:     # its inputs are done here: free once sent
+                io.pool.retire(frames.pop(next_free), flight.posted_sends)
+                next_free += 1
             io.pool.recycle(flight.settle())
         flight.finish()
     except Stop:

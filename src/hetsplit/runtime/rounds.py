@@ -1,0 +1,78 @@
+"""The order a worker runs its (input, segment) steps in: rounds, software-pipelined across inputs.
+
+Run input by input, a worker whose input crosses to another device and back k times waits for each
+crossing in turn, so the devices take turns on one input (a ResNet-50 mapping crossing 21 times
+between an H100 and a CPU ran 8x below its predicted rate). Instead each segment gets a lag: how many
+device crossings lie before it on the longest path from the driver (``segment_lags``). After the
+first ``latency`` inputs (sent one at a time by the driver, so run input by input), round ``t`` runs
+every segment ``s`` of this rank on input ``t - lag(s)``, in program order: a segment one crossing
+behind works on an older input, whose data has been on its way for a round, and the devices work on
+different inputs at once, as the simulator and the closed form assume.
+
+Deadlock-free: order every step by (round, global topological position of its segment). Each message
+goes from a lower key to a higher one (a crossing adds one to the lag; the driver's inputs arrive at
+lag 0), every rank runs its steps by increasing key, and a rank posts its receives
+``lookahead(...)`` rounds ahead, at least as far as any message's consumer lags its producer, so the
+step with the least key not yet done can always proceed. Plans with collectives keep lag 0
+everywhere (every member must call a collective in the same order): input by input, as before.
+"""
+
+from __future__ import annotations
+
+from hetsplit.runtime.manifest import P2P, Manifest
+
+Step = tuple[int, int]          # (input, segment index)
+
+
+def segment_lags(manifest: Manifest) -> dict[tuple[int, int], int]:
+    """Per (rank, segment index): the most device crossings on a path from the driver to it (0 for
+    every segment of a plan with collectives)."""
+    segs = [(w.rank, s.index) for w in manifest.stages for s in w.segments]
+    lag = {key: 0 for key in segs}
+    if any(m.via != P2P for m in manifest.messages):
+        return lag
+    producer = {mid: (w.rank, s.index) for w in manifest.stages for s in w.segments for mid in s.send}
+    changed = True
+    while changed:                 # longest path by relaxation: the segment graph is a DAG, so this ends
+        changed = False
+        for w in manifest.stages:
+            prev = 0
+            for s in w.segments:
+                need = max([prev] + [lag[producer[mid]] + 1 for mid in s.recv if mid in producer])
+                if need > lag[w.rank, s.index]:
+                    lag[w.rank, s.index], changed = need, True
+                prev = lag[w.rank, s.index]
+    return lag
+
+
+def rounds(lags: list[int], inputs: int, latency: int) -> list[list[Step]]:
+    """A rank's steps, round by round: inputs ``0..latency-1`` one round each (all its segments), then
+    round ``t`` runs segment ``j`` on input ``t - lags[j]`` for the inputs left. ``lags`` is per
+    segment of the rank, in program order (non-decreasing)."""
+    segments = range(len(lags))
+    latency = min(latency, inputs)
+    out = [[(i, j) for j in segments] for i in range(latency)] if lags else []
+    top = max(lags, default=0)
+    for t in range(latency, inputs + top):
+        step = [(t - lags[j], j) for j in segments if latency <= t - lags[j] < inputs]
+        if step:
+            out.append(step)
+    return out
+
+
+def frees_after(plan: list[list[Step]]) -> list[int]:
+    """Per round, the round after which its inputs are done at this rank (its receive buffers free)."""
+    last: dict[int, int] = {}
+    for r, steps in enumerate(plan):
+        for i, _ in steps:
+            last[i] = r
+    return [max(last[i] for i, _ in steps) for steps in plan]
+
+
+def lookahead(manifest: Manifest, lags: dict[tuple[int, int], int], depth: int) -> int:
+    """How many rounds ahead every rank posts its receives: ``depth``, plus the most a message's
+    consumer lags behind its producer (so no rank waits on a send whose receive is not yet posted)."""
+    producer = {mid: lags[w.rank, s.index] for w in manifest.stages for s in w.segments for mid in s.send}
+    spread = [lags[w.rank, s.index] - producer[mid] for w in manifest.stages for s in w.segments
+              for mid in s.recv if mid in producer]
+    return depth + max(spread, default=0)
