@@ -33,7 +33,7 @@ class RunConfig:
     rtol: float = 1e-3
     verify: bool = True
     cpus: dict[str, list[int]] = field(default_factory=dict)  # rank -> CPUs it is pinned to (none: not pinned)
-    faults: dict[str, dict] = field(default_factory=dict)   # rank -> {"kind": die|stall, "after": k}: rehearsals
+    faults: dict[str, dict] = field(default_factory=dict)   # rank -> {"kind": die|stall, "after": k rounds}: rehearsals
     cgroups: dict[str, str] = field(default_factory=dict)   # rank -> cgroup.procs it joins once connected (throttling)
 
     def addr(self, rank: int) -> str:

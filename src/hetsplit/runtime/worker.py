@@ -8,9 +8,9 @@ and posts its outgoing messages. A pipeline stage is one segment; a mapping's de
 its place in the TaskGraph needs. The compute thread (the caller's) posts the receives of round
 ``r + ahead`` once it has taken round ``r``'s first step's (``rounds.lookahead``: ``depth`` rounds,
 plus how far a message's consumer lags its producer), runs the steps and posts the sends as soon as
-their tensors exist (gloo sends are asynchronous). Receives go before the input's sends: gloo writes a posted send from the posting thread
-and finishes it on its own loop under the peer pair's lock, which a receive posted just after waits for
-(a relay's hop, +15% at 1 MB). Who waits for each posted transfer and
+their tensors exist (gloo sends are asynchronous). Receives go before the round's sends: gloo writes a
+posted send from the posting thread and finishes it on its own loop under the peer pair's lock, which
+a receive posted just after waits for (a relay's hop, +15% at 1 MB). Who waits for each posted transfer and
 timestamps it is ``runtime.inflight``'s: the compute thread itself when it is idle and nothing else
 is in flight (one wake-up per message, as raw send/recv), else a receiver and a sender thread it
 lends them to, so transfers overlap the sub-models and each end is timestamped when it happens; with
@@ -18,8 +18,9 @@ an emulated link latency and no netem (``cfg.delays_s``) the sender sleeps the l
 send itself.
 
 Steps follow one global order (round, then the segments' topological order) and each thread keeps
-it, so this never deadlocks (``runtime.rounds``). Point-to-point messages go over the run's gloo group (``Wire``; NCCL between two GPU ends),
-the messages of a sum combine in gathers and scatters (``runtime.collectives``).
+it, so this never deadlocks (``runtime.rounds``). Point-to-point messages go over the run's gloo group
+(``Wire``; NCCL between two GPU ends), the messages of a sum combine in gathers and scatters
+(``runtime.collectives``).
 """
 
 from __future__ import annotations
