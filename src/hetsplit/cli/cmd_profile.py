@@ -24,8 +24,9 @@ def register(sub) -> None:
                      "hetsplit profile resnet8 --device imce-imc --out resnet8.imc.json"])
     p.add_argument("model", help="zoo name or .onnx file")
     p.add_argument("--device", default="local-cpu",
-                   help="local-cpu (measure here), local-gpu (measure on a CUDA GPU), or a device preset / preset "
-                        "file (write its modelled costs); default local-cpu")
+                   help="local-cpu (measure here), local-gpu (measure on a CUDA GPU, through the interpreter a "
+                        "GPU device runs with), or a device preset / preset file (write its modelled costs); "
+                        "default local-cpu")
     p.add_argument("--repeats", type=int, default=20, help="measured runs (default 20)")
     p.add_argument("--warmup", type=int, default=5, help="warm-up runs before measuring (default 5)")
     p.add_argument("--statistic", choices=("median", "p10", "min"), default="median",
