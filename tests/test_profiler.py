@@ -248,8 +248,10 @@ def test_co_load_refuses_more_helpers_than_cores_and_a_helper_that_cannot_start(
     from hetsplit.costs.profiler.coload import CoLoad, cpu_sets
 
     assert cpu_sets(1, 2, [0, 1, 2, 3]) == [[0, 1], [2, 3]]
-    with pytest.raises(ProfileError, match="needs 3 cores"):
+    with pytest.raises(ProfileError, match="needs 3 cores.*lower --co-load to at most 1$"):
         cpu_sets(2, 1, [0, 1])
+    with pytest.raises(ProfileError, match="needs 4 cores.*lower --threads to at most 2$"):   # no helper fits
+        cpu_sets(0, 4, [0, 1])
     if len(os.sched_getaffinity(0)) >= 2:
         bad = tmp_path / "bad.onnx"
         bad.write_text("not a model")

@@ -42,9 +42,12 @@ def cpu_sets(k: int, threads: int, cpus: list[int] | None = None) -> list[list[i
     if k < 0 or threads < 1:
         raise ProfileError(f"--co-load must be >= 0 and --threads >= 1, got {k} and {threads}")
     if need > len(cpus):
+        helpers, per_set = len(cpus) // threads - 1, len(cpus) // (k + 1)   # what would fit, one or the other
+        fixes = ([f"--co-load to at most {helpers}"] if helpers >= 0 else []) + \
+            ([f"--threads to at most {per_set}"] if per_set >= 1 else [])
         raise ProfileError(f"--co-load {k} with --threads {threads} needs {need} cores (the measurement's and "
-                           f"{k} helper(s)' own), but this process may use {len(cpus)} ({cpus}); lower --co-load "
-                           f"to at most {len(cpus) // threads - 1}, or --threads")
+                           f"{k} helper(s)' own), but this process may use {len(cpus)} ({cpus}); "
+                           f"lower {', or '.join(fixes) if fixes else '--co-load and --threads'}")
     return [cpus[i * threads:(i + 1) * threads] for i in range(k + 1)]
 
 
