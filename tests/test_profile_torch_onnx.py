@@ -89,7 +89,7 @@ def test_a_meter_is_read_over_a_long_enough_window_and_zero_joules_is_no_reading
     assert none is None                                      # a counter that did not tick is not "0 J"
 
 
-def test_a_meter_that_read_nothing_leaves_the_energy_unavailable_not_zero(monkeypatch):
+def test_a_meter_that_read_nothing_is_no_reading_and_a_power_figure_estimates_instead(monkeypatch):
     from hetsplit.costs.profiler import torch_onnx
 
     monkeypatch.setattr("hetsplit.costs.profiler.torch_cuda.ENERGY_WINDOW_S", 0.01)
@@ -101,6 +101,11 @@ def test_a_meter_that_read_nothing_leaves_the_energy_unavailable_not_zero(monkey
                                                repeats=2, meter=FakeMeter(0.0))
         metered = torch_onnx.profile_onnx_torch(graph, path, device="cpu", device_type="torch-cpu", warmup=0,
                                                 repeats=2, meter=FakeMeter(1.0))
+        powered = torch_onnx.profile_onnx_torch(graph, path, device="cpu", device_type="torch-cpu", warmup=0,
+                                                repeats=2, meter=FakeMeter(0.0), power_w=50.0)
     assert silent.meta["energy"]["status"] == "unavailable" and "read no energy" in silent.meta["energy"]["meter"]
+    assert not silent.costs.energy_j.any()
     assert metered.meta["energy"]["status"] == "measured"
     assert metered.costs.energy_j[:, 0].sum() > 0
+    assert powered.meta["energy"]["status"] == "estimated"            # no reading: power x time, said so
+    np.testing.assert_allclose(powered.costs.energy_j[:, 0], 50.0 * powered.costs.time_s[:, 0])

@@ -77,8 +77,12 @@ def _profile(graph: Graph, onnx_file: Path | None, zoo_name: str | None, device:
             prof.meta["energy"]["estimated_power_source"] = "assumption: 10 W per busy core (no --power given)"
         return prof
     if device == LOCAL_GPU:
-        resolve_device(device)                      # fails clearly without CUDA
-        return profile_on_torch(graph, onnx_file, zoo_name, "cuda", LOCAL_GPU, warmup, repeats)
+        dev = resolve_device(device)                # fails clearly without CUDA
+        watts = power_w if power_w is not None else float(dev.params["power_active"])
+        prof = profile_on_torch(graph, onnx_file, zoo_name, "cuda", LOCAL_GPU, warmup, repeats, watts)
+        if power_w is None and prof.meta["energy"]["status"] == "estimated":
+            prof.meta["energy"]["estimated_power_source"] = f"assumption: {watts:g} W (no meter reading, no --power)"
+        return prof
     dev = resolve_device(device)
     if params:
         from hetsplit.units import parse_param
@@ -114,14 +118,16 @@ def runnable_onnx(graph: Graph, onnx_file: Path | None, zoo_name: str | None) ->
 
 
 def profile_on_torch(graph: Graph, onnx_file: Path | None, zoo_name: str | None, device: str, device_type: str,
-                     warmup: int, repeats: int) -> Profile:
+                     warmup: int, repeats: int, power_w: float | None = None) -> Profile:
     """Per-layer times of the model run by hetsplit's PyTorch interpreter (what a GPU device's segments
-    run with) on ``device`` ("cuda" for ``local-gpu``; "cpu" is how the path is tested without a GPU)."""
+    run with) on ``device`` ("cuda" for ``local-gpu``; "cpu" is how the path is tested without a GPU);
+    energy from the GPU's meter, else estimated from ``power_w``."""
     from hetsplit.costs.profiler.torch_onnx import profile_onnx_torch
 
     with runnable_onnx(graph, onnx_file, zoo_name) as run_file:
         prof = profile_onnx_torch(graph, run_file, device=device, device_type=device_type, warmup=warmup,
-                                  repeats=repeats, meter=meter_for("gpu") if device == "cuda" else None)
+                                  repeats=repeats, meter=meter_for("gpu") if device == "cuda" else None,
+                                  power_w=power_w)
     if onnx_file is not None:
         prof.meta["onnx"] = str(onnx_file)
     return prof
@@ -135,9 +141,9 @@ def profile_module_on(graph: Graph, module: Any, input_shape: tuple[int, ...], d
     from hetsplit.costs.profiler.torch_cuda import profile_torch
 
     if device == LOCAL_GPU:
-        resolve_device(LOCAL_GPU)                   # fails clearly without CUDA
+        gpu = resolve_device(LOCAL_GPU)             # fails clearly without CUDA
         return profile_torch(graph, module, input_shape, device="cuda", warmup=warmup, repeats=repeats,
-                             meter=meter_for("gpu"))
+                             meter=meter_for("gpu"), power_w=float(gpu.params["power_active"]))
     if device == TORCH_CPU:
         return profile_torch(graph, module, input_shape, device="cpu", device_type=TORCH_CPU, warmup=warmup,
                              repeats=repeats)

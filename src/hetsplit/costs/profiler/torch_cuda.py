@@ -73,7 +73,8 @@ class DeviceClock:
 
 
 def profile_torch(graph: Graph, module: Any, input_shape: tuple[int, ...], *, device: str = "cuda",
-                  device_type: str = "local-gpu", warmup: int = 5, repeats: int = 20, meter: Any = None) -> Profile:
+                  device_type: str = "local-gpu", warmup: int = 5, repeats: int = 20, meter: Any = None,
+                  power_w: float | None = None) -> Profile:
     """Per-layer latency of a PyTorch module (a zoo model's builder) on ``device`` ("cuda" or "cpu")."""
     try:
         import torch
@@ -117,7 +118,7 @@ def profile_torch(graph: Graph, module: Any, input_shape: tuple[int, ...], *, de
         whole, joules = whole_model_runs(lambda: module(x), marks, repeats, meter)
     source = (f"measured: PyTorch {torch.__version__} eager on {marks.where()}, median of {repeats} runs after "
               f"{warmup} warm-up")
-    prof = torch_profile(graph, device_type, per_run, whole, joules, meter, source, marks)
+    prof = torch_profile(graph, device_type, per_run, whole, joules, meter, source, marks, power_w)
     prof.meta["warmup"] = warmup
     prof.meta["layers_without_module"] = [graph.names[i] for i in range(graph.num_layers)
                                           if i not in set(mapping.values())]
@@ -145,22 +146,33 @@ def whole_model_runs(run: Any, marks: DeviceClock, repeats: int, meter: Any = No
 
 
 def torch_profile(graph: Graph, device_type: str, per_run: np.ndarray, whole: list[float], joules: float | None,
-                  meter: Any, source: str, marks: DeviceClock) -> Profile:
-    """A one-column Profile from per-run layer times (runs x layers), whole-model times and joules per run
-    (shared out over the layers by their time; zeros, status unavailable, without)."""
+                  meter: Any, source: str, marks: DeviceClock, power_w: float | None = None) -> Profile:
+    """A one-column Profile from per-run layer times (runs x layers), whole-model times and joules per run,
+    shared out over the layers by their time; without a reading, ``power_w`` x layer time (status
+    estimated), else zeros (status unavailable)."""
     import torch
 
     med = np.median(per_run, axis=0)
     stats = summary(whole)
-    energy = joules * med / med.sum() if joules is not None and med.sum() > 0 else np.zeros_like(med)
-    table = CostTable(graph.names, [device_type], med[:, None], energy[:, None],
-                      live_bytes_per_layer(graph)[:, None], {device_type: source})
     reason = getattr(meter, "reason", "") or getattr(meter, "name", "none")
     if meter is not None and getattr(meter, "available", False) and joules is None:
         reason = f"{meter.name}: read no energy over {len(whole)} runs ({sum(whole):.2f} s)"
+    if joules is not None:
+        energy = joules * med / med.sum() if med.sum() > 0 else np.zeros_like(med)
+        energy_meta = {"status": "measured", "meter": reason, "per_inference_j": joules}
+    elif power_w is not None:
+        energy = med * float(power_w)
+        energy_meta = {"status": "estimated", "meter": reason, "estimated_power_w": float(power_w),
+                       "note": "energy_j = estimated_power_w x layer time"}
+    else:
+        energy = np.zeros_like(med)
+        energy_meta = {"status": "unavailable", "meter": reason,
+                       "note": "no meter reading and no power figure: energy_j is 0"}
+    table = CostTable(graph.names, [device_type], med[:, None], energy[:, None],
+                      live_bytes_per_layer(graph)[:, None], {device_type: source})
     meta = {"source": source, "device": device_type, "repeats": len(per_run), "statistic": "median",
             "whole_model": {**stats, "time_s": stats["median_s"], "statistic": "median", "clock": "wall"},
             "layer_sum_s": float(med.sum()), "gap": float(med.sum()) / stats["median_s"] - 1,
-            "energy": {"status": "measured" if joules is not None else "unavailable", "meter": reason},
+            "energy": energy_meta,
             "memory": {"peak_cuda_bytes": int(torch.cuda.max_memory_allocated()) if marks.cuda else None}}
     return Profile(graph, table, meta)

@@ -32,9 +32,11 @@ def layer_of_nodes(graph: Graph, node_names: list[str]) -> np.ndarray:
 
 
 def profile_onnx_torch(graph: Graph, onnx_path: str | Path, *, device: str = "cuda", device_type: str = "local-gpu",
-                       warmup: int = 5, repeats: int = 20, meter: Any = None) -> Profile:
+                       warmup: int = 5, repeats: int = 20, meter: Any = None, power_w: float | None = None
+                       ) -> Profile:
     """Per-layer latency of the ONNX model at ``onnx_path`` (``graph``'s canonical model) run by the
-    PyTorch interpreter on ``device`` ("cuda" or "cpu"), median of ``repeats`` runs."""
+    PyTorch interpreter on ``device`` ("cuda" or "cpu"), median of ``repeats`` runs; energy from
+    ``meter``, else estimated from ``power_w``."""
     import onnx
     import torch
 
@@ -73,6 +75,6 @@ def profile_onnx_torch(graph: Graph, onnx_path: str | Path, *, device: str = "cu
         whole, joules = whole_model_runs(lambda: interp.run(feeds), marks, repeats, meter)
     source = (f"measured: hetsplit's ONNX interpreter on PyTorch {torch.__version__} ({marks.where()}), median of "
               f"{repeats} runs after {warmup} warm-up")
-    prof = torch_profile(graph, device_type, per_run, whole, joules, meter, source, marks)
+    prof = torch_profile(graph, device_type, per_run, whole, joules, meter, source, marks, power_w)
     prof.meta.update(warmup=warmup, executor="torch-interpreter")
     return prof
