@@ -51,3 +51,28 @@ def test_gpu_device_without_cuda_is_a_clear_failure(tmp_path):
     m = sub_models(tmp_path, graph, path, [0, graph.num_layers])
     with pytest.raises(RuntimeFailure, match="gpu0 is a GPU but this host has no CUDA"):
         TorchCudaExecutor(m.submodel_path(1, 0), SegmentSpec.of("gpu0", m.stages[0].segments[0]))
+
+
+def test_a_gpu_ranks_receive_buffers_come_from_its_allocator():
+    """A GPU rank's pool allocates page-locked buffers where CUDA is (``host_allocator``), plain ones
+    without; each buffer is allocated once and reused."""
+    from hetsplit.runtime.gpu import host_allocator, pinned_empty
+    from hetsplit.runtime.manifest import TensorSpec
+    from hetsplit.runtime.wire import HostViews
+    from hetsplit.runtime.worker import BufferPool
+
+    assert host_allocator() is (pinned_empty if torch.cuda.is_available() else TensorSpec.empty)
+    made = []
+
+    def allocate(spec):
+        made.append(spec)
+        return spec.empty()
+
+    pool = BufferPool(HostViews(), allocate)
+    spec = TensorSpec("x", (4, 8), "float32")
+    frame = pool.frame()
+    a = pool.empty(spec)
+    pool.retire(frame, 0)
+    pool.recycle(0)
+    pool.frame()
+    assert pool.empty(spec) is a and made == [spec]

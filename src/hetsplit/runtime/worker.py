@@ -91,8 +91,9 @@ class BufferPool:
     received into); a frame comes back for reuse once the sender has finished every send submitted up to
     then (``recycle``), since a send may relay a received buffer."""
 
-    def __init__(self, views: HostViews) -> None:
+    def __init__(self, views: HostViews, allocate: Callable[[TensorSpec], np.ndarray] = TensorSpec.empty) -> None:
         self.views = views                  # each buffer's tensor for the transport, made once
+        self.allocate = allocate            # a GPU rank's are page-locked (``runtime.gpu.pinned_empty``)
         self.free: dict[tuple, list[np.ndarray]] = {}
         self.taken: list[tuple[tuple, np.ndarray]] = []
         self.retired: collections.deque[tuple[int, list[tuple[tuple, np.ndarray]]]] = collections.deque()
@@ -101,7 +102,7 @@ class BufferPool:
         """A buffer for ``spec`` (only the compute thread takes them), recorded in the current frame."""
         key = (spec.shape, spec.dtype)
         stack = self.free.get(key)
-        a = stack.pop() if stack else self.views.add(spec.empty())
+        a = stack.pop() if stack else self.views.add(self.allocate(spec))
         self.taken.append((key, a))
         return a
 
@@ -125,9 +126,9 @@ class Transfers:
     """Posting one rank's transfers: point-to-point messages on the Wire, collective sides on subgroups;
     a transport error becomes a LinkFailure naming the peer."""
 
-    def __init__(self, manifest: Manifest, rank: int, wire: Wire, coll: Collectives):
+    def __init__(self, manifest: Manifest, rank: int, wire: Wire, coll: Collectives, pool: BufferPool):
         self.m, self.rank, self.wire, self.coll = manifest, rank, wire, coll
-        self.pool = BufferPool(wire.views)
+        self.pool = pool
         self.edges: dict[tuple[Step, bool], Edge] = {}   # made once per step, not per message
 
     def peer(self, step: Step, receiving: bool) -> Edge:
@@ -204,8 +205,13 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path, hos
         wire.nccl = NcclLinks.open(wire.store, rank, gpus, cfg.timeout_s, w.device)
     wire.handshake(w.recv, w.send)
     join_group(cfg.cgroups.get(str(rank)))
+    allocate = TensorSpec.empty
+    if on_gpu:   # page-locked receive buffers where CUDA is: their copies to the GPU run at the bus's speed
+        from hetsplit.runtime.gpu import host_allocator
+        allocate = host_allocator()
+    pool = BufferPool(wire.views, allocate)
     io = Transfers(manifest, rank, wire, Collectives(manifest, rank, open_groups(manifest, rank, wire, cfg),
-                                                    cfg.timeout_s, wire.views))
+                                                    cfg.timeout_s, wire.views), pool)
     for exe in exes:   # outputs bound for another GPU stay on the device
         if exe is not None:
             exe.keep = {t.source for m in manifest.sent_by(rank) if m.via == P2P and wire.on_gpu(m.edge(True))
