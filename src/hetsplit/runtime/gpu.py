@@ -40,7 +40,7 @@ class TorchExecutor:
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, Any]:
         try:
             env = self.interpreter.run(feeds)
-            if self.device.type != "cuda":
+            if self.device.type != "cuda":   # (not ``on_gpu``: a stand-in on the CPU may claim it)
                 return {name: env[name] if name in self.keep else env[name].numpy() for name in self.outputs}
             # outputs leave through page-locked memory: the copies run at the link's speed, and one sync ends them
             host = {name: torch.empty(env[name].shape, dtype=env[name].dtype, pin_memory=True).copy_(

@@ -24,6 +24,11 @@ from hetsplit.runtime.manifest import P2P, Manifest
 Step = tuple[int, int]          # (input, segment index)
 
 
+def producers(manifest: Manifest) -> dict[int, tuple[int, int]]:
+    """Per message a worker sends: the (rank, segment index) that sends it (the driver's have none)."""
+    return {mid: (w.rank, s.index) for w in manifest.stages for s in w.segments for mid in s.send}
+
+
 def segment_lags(manifest: Manifest) -> dict[tuple[int, int], int]:
     """Per (rank, segment index): the most device crossings on a path from the driver to it (0 for
     every segment of a plan with collectives)."""
@@ -31,7 +36,7 @@ def segment_lags(manifest: Manifest) -> dict[tuple[int, int], int]:
     lag = {key: 0 for key in segs}
     if any(m.via != P2P for m in manifest.messages):
         return lag
-    producer = {mid: (w.rank, s.index) for w in manifest.stages for s in w.segments for mid in s.send}
+    producer = producers(manifest)
     changed = True
     while changed:                 # longest path by relaxation: the segment graph is a DAG, so this ends
         changed = False
@@ -72,7 +77,7 @@ def frees_after(plan: list[list[Step]]) -> list[int]:
 def lookahead(manifest: Manifest, lags: dict[tuple[int, int], int], depth: int) -> int:
     """How many rounds ahead every rank posts its receives: ``depth``, plus the most a message's
     consumer lags behind its producer (so no rank waits on a send whose receive is not yet posted)."""
-    producer = {mid: lags[w.rank, s.index] for w in manifest.stages for s in w.segments for mid in s.send}
-    spread = [lags[w.rank, s.index] - producer[mid] for w in manifest.stages for s in w.segments
+    producer = producers(manifest)
+    spread = [lags[w.rank, s.index] - lags[producer[mid]] for w in manifest.stages for s in w.segments
               for mid in s.recv if mid in producer]
     return depth + max(spread, default=0)
