@@ -106,6 +106,7 @@ def _pingpong_worker(wire, edge, buf: np.ndarray, rank: int, rounds: int, pool, 
 
     shared = Shared()
     flight = InFlight(wire, shared)
+    pool.sends_done = flight.settle
     rx_log, tx_log = MessageLog(0, edge.peer, edge.nbytes), MessageLog(1, edge.peer, edge.nbytes)
     total = rounds + 2
     frames = {}
@@ -124,19 +125,27 @@ def _pingpong_worker(wire, edge, buf: np.ndarray, rank: int, rounds: int, pool, 
     for i in range(min(depth, total)):
         post_recv(i)
     t0 = time.perf_counter()
-    for i in range(total):
-        if i == 2:
+    # each rank runs the worker's round: take the round's message, post the receives ``depth`` ahead, [compute],
+    # post the sends, retire the round's buffers; rank 0's round r takes the reply to input r - 1 and sends input r
+    first = int(rank == 0)
+    for r in range(total + first):
+        i = r - first             # the input whose message this round takes (none in rank 0's first round)
+        got = [buf]
+        if i >= 0:
+            got = flight.take(computing)[0]
+            if i + depth < total:
+                post_recv(i + depth)
+            if computing:
+                flight.lend()
+        if r == 2:                # rank 0: about to send input 2 (rounds round trips follow)
             t0 = time.perf_counter()
-        if rank == 0:
-            post_send([buf])
-        got = flight.take(computing)[0]
-        if i + depth < total:         # before this input's sends, as the worker does
-            post_recv(i + depth)
-        if computing:
-            flight.lend()
         if rank == 1:
             post_send(got)
-        pool.retire(frames.pop(i), flight.posted_sends)
+        elif r < total:
+            post_send([buf])
+        if i >= 0:
+            frame = frames.pop(i)
+            pool.retire(frame, flight.readers_of(pool.buffers(frame)))
         pool.recycle(flight.settle())
     flight.finish()
     elapsed = time.perf_counter() - t0

@@ -128,3 +128,32 @@ def test_receives_posted_after_a_sub_model_started_are_the_compute_threads_again
     assert flight.take(computing=False) == {0: [1]} and flight.take(computing=False) == {0: [2]}
     assert first.waiters == ["receiver"] and second.waiters == ["MainThread"]
     assert not flight.unwatched_recvs and not flight.recvs
+
+
+def test_only_the_sends_that_may_read_a_buffer_hold_it():
+    """``readers_of``: a buffer may be written again once every unsettled send that may read it is done;
+    a view or slice of it counts, unrelated arrays do not, and sends whose arrays are unknown (posted
+    later) or not host arrays may read anything."""
+    import numpy as np
+    import torch
+
+    flight = InFlight(FakeWire(), Shared())
+    a, b, other = np.zeros(64, np.float32), np.zeros(64, np.float32), np.zeros(8, np.float32)
+    assert flight.readers_of([a]) == 0                     # nothing in flight
+    flight.sent([FakeWork()], EDGE, [], [other])           # send 1 reads an unrelated array
+    flight.sent([FakeWork()], EDGE, [], [a.reshape(8, 8)[2:4]])   # send 2 relays a slice of a
+    flight.sent([FakeWork()], EDGE, [], {7: [other]})      # send 3: a collective's side, unrelated
+    assert flight.readers_of([a]) == 2 and flight.readers_of([b]) == 0 and flight.readers_of([b, a]) == 2
+    flight.wait_sends()
+    assert flight.settle() == 3 and flight.readers_of([a]) == 0
+    flight.sent([FakeWork()], EDGE, [], [torch.zeros(4)])  # not a numpy array: may read anything
+    assert flight.readers_of([b]) == 4
+    flight.wait_sends()
+    flight.settle()
+    flight.send_later(lambda: ([FakeWork()], [other]), 0.0, EDGE, [])   # its arrays are not known yet
+    assert flight.readers_of([b]) == 5
+    flight.sender.start()
+    flight.finish()
+    flight.close()
+    flight.join()
+    assert flight.readers_of([b]) == 0

@@ -28,9 +28,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import numpy as np
+
 from hetsplit.runtime.manifest import Edge
 
 POLL_S = 0.05
+MAX_OVERLAP_CHECKS = 256    # buffers x unsettled sends that ``readers_of`` compares before it assumes all read
 
 
 class Stop(Exception):
@@ -110,6 +113,16 @@ class Pending:
             self.done = True
             if self.ended is not None:
                 self.ended.release()
+
+
+    def may_read(self, buffers: list) -> bool:
+        """Whether this send may read memory of any of ``buffers`` (numpy arrays)."""
+        arrays = self.payload.values() if isinstance(self.payload, dict) else [self.payload]
+        for group in arrays:
+            for a in (group if isinstance(group, list) else [group]):
+                if not isinstance(a, np.ndarray) or any(np.may_share_memory(a, b) for b in buffers):
+                    return True
+        return False
 
 
 class Helper(threading.Thread):
@@ -234,6 +247,18 @@ class InFlight:
                 raise Stop()
         if p.failed:
             raise Stop()
+
+    def readers_of(self, buffers: list) -> int:
+        """How many sends must be done before ``buffers`` may be written again: the posted sends up to the
+        last one not yet settled that may read any of them (0: none may). A send whose arrays are not all
+        host arrays (device tensors, or one posted later whose arrays are not known yet) may read any."""
+        if len(self.sends) * len(buffers) > MAX_OVERLAP_CHECKS:    # many of both: wait for them all
+            return self.posted_sends
+        last = 0
+        for j, p in enumerate(self.sends):
+            if p.may_read(buffers):
+                last = j + 1
+        return self.settled + last if last else 0
 
     def settle(self) -> int:
         """Log the sends done, in program order; how many are (a prefix of those posted)."""
