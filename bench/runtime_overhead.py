@@ -44,7 +44,10 @@ TARGETS = (1 << 20, 10 << 20)
 DEPTH = 2   # receives the worker posts ahead (RunConfig.depth)
 
 
-def _peer(rank: int, port_q, result_q, sizes: list[int], rounds: int, blocks: int) -> None:
+def _peer(rank: int, port_q, result_q, sizes: list[int], plan: dict[int, tuple[int, int]]) -> None:
+    """One side of the hop blocks: for each size, ``plan[size]`` = (blocks, round trips per block) of
+    each way of moving messages, alternating; rank 0 reports each block's seconds per hop and CPU per
+    round trip, by way."""
     import torch
 
     from hetsplit.runtime.manifest import Edge, TensorSpec
@@ -62,6 +65,7 @@ def _peer(rank: int, port_q, result_q, sizes: list[int], rounds: int, blocks: in
     out = {}
     wire = Wire(pg, f"rank{rank}", 60)
     for size in sizes:
+        blocks, rounds = plan[size]
         spec = TensorSpec("x", (size // 4,), "float32")
         edge = Edge("peer", other, (spec,))
         buf = np.ones(spec.shape, dtype=np.float32)
@@ -83,14 +87,25 @@ def _peer(rank: int, port_q, result_q, sizes: list[int], rounds: int, blocks: in
                 c0 = time.process_time()
                 hop[name].append(runs[name]())
                 cpu[name].append((time.process_time() - c0) / (rounds + 2 * (name in ("ours", "lending"))))
-        med = {k: float(np.median(v)) for k, v in hop.items()}
-        out[size] = (med["raw"], med["ours"], float(np.min(hop["raw"])), float(np.min(hop["ours"])),
-                     float(np.median(cpu["raw"])), float(np.median(cpu["ours"])), med["ahead"],
-                     float(np.median(cpu["ahead"])), med["lending"], float(np.median(cpu["lending"])),
-                     float(np.median(np.array(hop["ours"]) / np.array(hop["raw"]))))
+        out[size] = {"hop": hop, "cpu": cpu}
     if rank == 0:
         result_q.put(out)
     time.sleep(0.5)
+
+
+def paired_overhead(ours: list[float], raw: list[float], resamples: int = 2000) -> tuple[float, float, float]:
+    """The median over blocks of each block's own ratio ours / raw, minus 1, and a 95% bootstrap interval
+    of that median (blocks resampled; a fixed seed, so a run's figures can be reproduced from its data)."""
+    ratios = np.asarray(ours) / np.asarray(raw)
+    rng = np.random.default_rng(0)
+    boot = np.median(rng.choice(ratios, size=(resamples, len(ratios))), axis=1)
+    lo, hi = np.percentile(boot, [2.5, 97.5])
+    return float(np.median(ratios) - 1), float(lo - 1), float(hi - 1)
+
+
+def verdict(lo: float, hi: float, target: float = 0.10) -> str:
+    """Whether the interval shows the overhead within ``target``, beyond it, or cannot tell."""
+    return "met" if hi <= target else "not met" if lo > target else "inconclusive (the interval spans the target)"
 
 
 def _pingpong_worker(wire, edge, buf: np.ndarray, rank: int, rounds: int, pool, depth: int = 2,
@@ -105,8 +120,7 @@ def _pingpong_worker(wire, edge, buf: np.ndarray, rank: int, rounds: int, pool, 
     from hetsplit.runtime.inflight import InFlight, MessageLog, Shared
 
     shared = Shared()
-    flight = InFlight(wire, shared)
-    pool.sends_done = flight.settle
+    flight = InFlight(wire, shared, idle=lambda: pool.recycle(flight.settle()))
     rx_log, tx_log = MessageLog(0, edge.peer, edge.nbytes), MessageLog(1, edge.peer, edge.nbytes)
     total = rounds + 2
     frames = {}
@@ -144,8 +158,7 @@ def _pingpong_worker(wire, edge, buf: np.ndarray, rank: int, rounds: int, pool, 
         elif r < total:
             post_send([buf])
         if i >= 0:
-            frame = frames.pop(i)
-            pool.retire(frame, flight.readers_of(pool.buffers(frame)))
+            pool.retire(frames.pop(i), flight.posted_sends)
         pool.recycle(flight.settle())
     flight.finish()
     elapsed = time.perf_counter() - t0
@@ -179,14 +192,15 @@ def _pingpong_raw(pg, t, rank: int, other: int, rounds: int, bufs: list, ahead: 
     return (time.perf_counter() - t0) / rounds / 2
 
 
-def hop_overhead(sizes: list[int], rounds: int, blocks: int) -> list[dict]:
+def hop_overhead(sizes: list[int], rounds: int, blocks: int, target_rounds: int, target_blocks: int) -> list[dict]:
     ctx = mp.get_context("spawn")
     port_q, result_q = ctx.Queue(), ctx.Queue()
-    procs = [ctx.Process(target=_peer, args=(r, port_q, result_q, sizes, rounds, blocks)) for r in (0, 1)]
+    plan = {s: (target_blocks, target_rounds) if s in TARGETS else (blocks, rounds) for s in sizes}
+    procs = [ctx.Process(target=_peer, args=(r, port_q, result_q, sizes, plan)) for r in (0, 1)]
     for p in procs:
         p.start()
     try:
-        res = result_q.get(timeout=600)
+        res = result_q.get(timeout=900)
     finally:
         for p in procs:
             p.join(timeout=30)
@@ -194,14 +208,20 @@ def hop_overhead(sizes: list[int], rounds: int, blocks: int) -> list[dict]:
                 p.kill()
     rows = []
     for size in sizes:
-        raw, ours, raw_min, ours_min, raw_cpu, ours_cpu, ahead, ahead_cpu, lending, lending_cpu, paired = res[size]
-        rows.append({"bytes": size, "raw_hop_s": raw, "hetsplit_hop_s": ours, "overhead": ours / raw - 1,
-                     "raw_hop_min_s": raw_min, "hetsplit_hop_min_s": ours_min, "overhead_min": ours_min / raw_min - 1,
-                     "raw_bandwidth": size / raw, "raw_cpu_per_round_trip_s": raw_cpu,
-                     "hetsplit_cpu_per_round_trip_s": ours_cpu, "raw_ahead_hop_s": ahead,
-                     "raw_ahead_cpu_per_round_trip_s": ahead_cpu, "lending_hop_s": lending,
-                     "lending_overhead": lending / raw - 1, "lending_cpu_per_round_trip_s": lending_cpu,
-                     "overhead_paired": paired - 1})
+        hop, cpu = res[size]["hop"], res[size]["cpu"]
+        med = {k: float(np.median(v)) for k, v in hop.items()}
+        cpu_med = {k: float(np.median(v)) for k, v in cpu.items()}
+        paired, lo, hi = paired_overhead(hop["ours"], hop["raw"])
+        rows.append({"bytes": size, "blocks": plan[size][0], "round_trips_per_block": plan[size][1],
+                     "raw_hop_s": med["raw"], "hetsplit_hop_s": med["ours"], "overhead": med["ours"] / med["raw"] - 1,
+                     "raw_hop_min_s": min(hop["raw"]), "hetsplit_hop_min_s": min(hop["ours"]),
+                     "overhead_min": min(hop["ours"]) / min(hop["raw"]) - 1,
+                     "raw_bandwidth": size / med["raw"], "raw_cpu_per_round_trip_s": cpu_med["raw"],
+                     "hetsplit_cpu_per_round_trip_s": cpu_med["ours"], "raw_ahead_hop_s": med["ahead"],
+                     "raw_ahead_cpu_per_round_trip_s": cpu_med["ahead"], "lending_hop_s": med["lending"],
+                     "lending_overhead": med["lending"] / med["raw"] - 1,
+                     "lending_cpu_per_round_trip_s": cpu_med["lending"], "overhead_paired": paired,
+                     "overhead_paired_ci95": [lo, hi], "verdict": verdict(lo, hi)})
     return rows
 
 
@@ -284,6 +304,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=20, help="ping-pongs per block")
     ap.add_argument("--blocks", type=int, default=15, help="alternating raw / hetsplit blocks per size")
+    ap.add_argument("--target-rounds", type=int, default=30, help="ping-pongs per block at the target sizes")
+    ap.add_argument("--target-blocks", type=int, default=41,
+                    help="blocks at the target sizes (1 MB, 10 MB): enough for a 95%% interval narrower than the noise")
     ap.add_argument("--model", default="resnet50")
     ap.add_argument("--stages", type=int, default=2)
     ap.add_argument("--inputs", type=int, default=24)
@@ -297,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     doc: dict = {}
     if not args.skip_hops:
-        doc["hops"] = hop_overhead(SIZES, args.rounds, args.blocks)
+        doc["hops"] = hop_overhead(SIZES, args.rounds, args.blocks, args.target_rounds, args.target_blocks)
         print("hop = half a round trip; median and min over blocks (min: least disturbed by other load); CPU: "
               "one process's CPU time per round trip (its threads and gloo's), median")
         print(f"{'bytes':>10} {'raw med':>10} {'ours med':>10} {'overhead':>9} {'raw min':>10} {'ours min':>10} "
@@ -308,13 +331,14 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r['overhead_min']:>+8.1%} {r['raw_bandwidth'] / 1e6:>9.0f} "
                   f"{r['raw_cpu_per_round_trip_s'] * 1e6:>7.0f}us {r['hetsplit_cpu_per_round_trip_s'] * 1e6:>7.0f}us")
         for r in (r for r in doc["hops"] if r["bytes"] in TARGETS):
-            print(f"{r['bytes'] >> 20} MB: overhead median {r['overhead']:+.1%}, min {r['overhead_min']:+.1%} "
-                  f"(target <= +10%), median of the blocks' own ratios {r['overhead_paired']:+.1%}; CPU per round trip {r['hetsplit_cpu_per_round_trip_s'] * 1e6:.0f} us vs raw "
-                  f"{r['raw_cpu_per_round_trip_s'] * 1e6:.0f} us; raw with receives posted {DEPTH} ahead as the worker "
-                  f"does: hop {r['raw_ahead_hop_s'] * 1e3:.3f} ms ({r['raw_ahead_hop_s'] / r['raw_hop_s'] - 1:+.1%}), "
-                  f"CPU {r['raw_ahead_cpu_per_round_trip_s'] * 1e6:.0f} us; handing off as a computing worker does: "
-                  f"hop {r['lending_hop_s'] * 1e3:.3f} ms ({r['lending_overhead']:+.1%}), CPU "
-                  f"{r['lending_cpu_per_round_trip_s'] * 1e6:.0f} us")
+            lo, hi = r["overhead_paired_ci95"]
+            print(f"{r['bytes'] >> 20} MB: overhead {r['overhead_paired']:+.1%} (median of {r['blocks']} blocks' own "
+                  f"ratios, 95% interval {lo:+.1%} .. {hi:+.1%}; target <= +10%: {r['verdict']}); medians "
+                  f"{r['overhead']:+.1%}, mins {r['overhead_min']:+.1%}; CPU per round trip "
+                  f"{r['hetsplit_cpu_per_round_trip_s'] * 1e6:.0f} us vs raw {r['raw_cpu_per_round_trip_s'] * 1e6:.0f} us; "
+                  f"raw with receives posted {DEPTH} ahead as the worker does: hop {r['raw_ahead_hop_s'] * 1e3:.3f} ms "
+                  f"({r['raw_ahead_hop_s'] / r['raw_hop_s'] - 1:+.1%}); handing off as a computing worker does: hop "
+                  f"{r['lending_hop_s'] * 1e3:.3f} ms ({r['lending_overhead']:+.1%})")
     if not args.skip_pipeline:
         doc["pipeline"] = p = pipeline_efficiency(args.model, args.stages, args.inputs, args.pin)
         print(f"pipeline {p['model']} x{p['stages']}{' pinned' if p['pinned'] else ''}: measured {p['throughput']:.2f}/s, stage-bound "

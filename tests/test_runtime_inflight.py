@@ -130,30 +130,33 @@ def test_receives_posted_after_a_sub_model_started_are_the_compute_threads_again
     assert not flight.unwatched_recvs and not flight.recvs
 
 
-def test_only_the_sends_that_may_read_a_buffer_hold_it():
-    """``readers_of``: a buffer may be written again once every unsettled send that may read it is done;
-    a view or slice of it counts, unrelated arrays do not, and sends whose arrays are unknown (posted
-    later) or not host arrays may read anything."""
-    import numpy as np
-    import torch
 
-    flight = InFlight(FakeWire(), Shared())
-    a, b, other = np.zeros(64, np.float32), np.zeros(64, np.float32), np.zeros(8, np.float32)
-    assert flight.readers_of([a]) == 0                     # nothing in flight
-    flight.sent([FakeWork()], EDGE, [], [other])           # send 1 reads an unrelated array
-    flight.sent([FakeWork()], EDGE, [], [a.reshape(8, 8)[2:4]])   # send 2 relays a slice of a
-    flight.sent([FakeWork()], EDGE, [], {7: [other]})      # send 3: a collective's side, unrelated
-    assert flight.readers_of([a]) == 2 and flight.readers_of([b]) == 0 and flight.readers_of([b, a]) == 2
-    flight.wait_sends()
-    assert flight.settle() == 3 and flight.readers_of([a]) == 0
-    flight.sent([FakeWork()], EDGE, [], [torch.zeros(4)])  # not a numpy array: may read anything
-    assert flight.readers_of([b]) == 4
-    flight.wait_sends()
-    flight.settle()
-    flight.send_later(lambda: ([FakeWork()], [other]), 0.0, EDGE, [])   # its arrays are not known yet
-    assert flight.readers_of([b]) == 5
-    flight.sender.start()
+def test_an_idle_take_runs_its_idle_work_once_the_sends_are_done_and_before_the_receive():
+    """The worker's buffers come back while it waits for a message: after its sends (which may read
+    them) are done, before it blocks on the receive; a computing take leaves its sends to the sender."""
+    order: list[str] = []
+
+    class Logged(FakeWork):
+        def __init__(self, name: str):
+            super().__init__()
+            self.name = name
+
+        def wait(self) -> None:
+            super().wait()
+            order.append(self.name)
+
+    shared = Shared()
+    flight = InFlight(FakeWire(), shared, idle=lambda: order.append("idle"))
+    flight.start()
+    flight.sent([Logged("send")], EDGE, [], None)
+    flight.expect([Logged("recv")], EDGE, {0: [1]}, [])
+    assert flight.take(computing=False) == {0: [1]}
+    assert order == ["send", "idle", "recv"]
+    flight.sent([Logged("send2")], EDGE, [], None)
+    flight.expect([Logged("recv2")], EDGE, {0: [2]}, [])
+    flight.lend()
+    assert flight.take(computing=True) == {0: [2]}
     flight.finish()
     flight.close()
     flight.join()
-    assert flight.readers_of([b]) == 0
+    assert "idle" not in order[3:]

@@ -28,12 +28,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import numpy as np
-
 from hetsplit.runtime.manifest import Edge
 
 POLL_S = 0.05
-MAX_OVERLAP_CHECKS = 256    # buffers x unsettled sends that ``readers_of`` compares before it assumes all read
 
 
 class Stop(Exception):
@@ -115,16 +112,6 @@ class Pending:
                 self.ended.release()
 
 
-    def may_read(self, buffers: list) -> bool:
-        """Whether this send may read memory of any of ``buffers`` (numpy arrays)."""
-        arrays = self.payload.values() if isinstance(self.payload, dict) else [self.payload]
-        for group in arrays:
-            for a in (group if isinstance(group, list) else [group]):
-                if not isinstance(a, np.ndarray) or any(np.may_share_memory(a, b) for b in buffers):
-                    return True
-        return False
-
-
 class Helper(threading.Thread):
     """Waits for the transfers lent to it, in the order lent."""
 
@@ -158,8 +145,9 @@ class InFlight:
     """The compute thread's book of its posted transfers: receives until taken, sends until done; those
     nobody waits for yet (its own, not yet waited for) are also queued in ``unwatched_*``, in order."""
 
-    def __init__(self, wire, shared: Shared):
+    def __init__(self, wire, shared: Shared, idle: Callable[[], None] | None = None):
         self.wire, self.shared = wire, shared
+        self.idle = idle           # run by an idle take once its sends are done, before it waits to receive
         self.receiver, self.sender = Helper("receiver", wire, shared), Helper("sender", wire, shared)
         self.recvs: collections.deque[Pending] = collections.deque()   # posted, not taken (program order)
         self.sends: collections.deque[Pending] = collections.deque()   # posted, not settled (program order)
@@ -205,12 +193,16 @@ class InFlight:
 
     def take(self, computing: bool) -> dict[int, list]:
         """The next receive's tensors by message id, once landed. Unless ``computing`` (a sub-model runs
-        next, and the sends in flight are lent with it, to overlap it), the sends are waited for first."""
+        next, and the sends in flight are lent with it, to overlap it), the sends are waited for first and
+        then ``idle`` runs (the worker takes back the buffers they read, while the message may still be on
+        its way, so the receives it posts next reuse them)."""
         p = self.recvs.popleft()
         if p.helper is None:
             self.unwatched_recvs.popleft()    # it is their first
         if not computing:
             self.wait_sends()
+            if self.idle is not None:
+                self.idle()
         if p.helper is None and self.busy():
             self.receiver.lend(p)
         self._finish(p)
@@ -247,18 +239,6 @@ class InFlight:
                 raise Stop()
         if p.failed:
             raise Stop()
-
-    def readers_of(self, buffers: list) -> int:
-        """How many sends must be done before ``buffers`` may be written again: the posted sends up to the
-        last one not yet settled that may read any of them (0: none may). A send whose arrays are not all
-        host arrays (device tensors, or one posted later whose arrays are not known yet) may read any."""
-        if len(self.sends) * len(buffers) > MAX_OVERLAP_CHECKS:    # many of both: wait for them all
-            return self.posted_sends
-        last = 0
-        for j, p in enumerate(self.sends):
-            if p.may_read(buffers):
-                last = j + 1
-        return self.settled + last if last else 0
 
     def settle(self) -> int:
         """Log the sends done, in program order; how many are (a prefix of those posted)."""

@@ -87,11 +87,11 @@ class HostView(Mapping):
 
 class BufferPool:
     """Host receive buffers reused across inputs (fresh ones cost page faults on every message), the
-    most recently freed first (the fewer distinct buffers a stream cycles through, the more of them the
-    caches hold: raw gloo cycling 5 buffers instead of 2 is ~9% slower per 1 MB hop). The compute thread
-    takes them and, once a frame's inputs are computed, ``retire``s it (the buffers they were received
-    into); it comes back for reuse once the sends that may read its buffers are done (``recycle``; a send
-    may relay a received buffer, ``InFlight.readers_of``), at once where none may."""
+    most recently freed first: the fewer distinct buffers a stream cycles through, the warmer the caches
+    its copies land in (raw gloo cycling 5 buffers instead of 2 is ~9% slower per 1 MB hop here). The
+    compute thread takes them and, once an input is computed, ``retire``s its frame (the buffers it
+    received into); a frame comes back for reuse once the sender has finished every send submitted up to
+    then (``recycle``), since a send may relay a received buffer."""
 
     def __init__(self, views: HostViews, allocate: Callable[[TensorSpec], np.ndarray] = TensorSpec.empty) -> None:
         self.views = views                  # each buffer's tensor for the transport, made once
@@ -99,15 +99,11 @@ class BufferPool:
         self.free: dict[tuple, list[np.ndarray]] = {}
         self.taken: list[tuple[tuple, np.ndarray]] = []
         self.retired: collections.deque[tuple[int, list[tuple[tuple, np.ndarray]]]] = collections.deque()
-        self.sends_done: Callable[[], int] | None = None   # ``InFlight.settle``: asked before allocating anew
 
     def empty(self, spec: TensorSpec) -> np.ndarray:
         """A buffer for ``spec`` (only the compute thread takes them), recorded in the current frame."""
         key = (spec.shape, spec.dtype)
         stack = self.free.get(key)
-        if not stack and self.retired and self.sends_done is not None:   # one may have come free since
-            self.recycle(self.sends_done())
-            stack = self.free.get(key)
         a = stack.pop() if stack else self.views.add(self.allocate(spec))
         self.taken.append((key, a))
         return a
@@ -117,25 +113,15 @@ class BufferPool:
         self.taken = []
         return self.taken
 
-    def retire(self, frame: list[tuple[tuple, np.ndarray]], after_sends: int) -> None:
-        """``frame`` is computed on; it is free once the first ``after_sends`` sends are done (0: now)."""
-        if after_sends == 0:
-            self._free(frame)
-        else:
-            self.retired.append((after_sends, frame))
-
-    @staticmethod
-    def buffers(frame: list[tuple[tuple, np.ndarray]]) -> list[np.ndarray]:
-        return [a for _, a in frame]
-
-    def _free(self, frame: list[tuple[tuple, np.ndarray]]) -> None:
-        for key, a in frame:
-            self.free.setdefault(key, []).append(a)
+    def retire(self, frame: list[tuple[tuple, np.ndarray]], sends_submitted: int) -> None:
+        """``frame`` is computed on; it is free once the first ``sends_submitted`` sends are done."""
+        self.retired.append((sends_submitted, frame))
 
     def recycle(self, sends_done: int) -> None:
         """Take back every retired frame whose sends are done (``sends_done`` completed so far)."""
         while self.retired and self.retired[0][0] <= sends_done:
-            self._free(self.retired.popleft()[1])
+            for key, a in self.retired.popleft()[1]:
+                self.free.setdefault(key, []).append(a)
 
 
 class Transfers:
@@ -238,8 +224,7 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path, hos
     rx_logs = {mid: MessageLog(mid, msgs[mid].src, msgs[mid].nbytes) for s in w.segments for mid in s.recv}
     tx_logs = {mid: MessageLog(mid, msgs[mid].dst, msgs[mid].nbytes) for s in w.segments for mid in s.send}
     shared = Shared()
-    flight = InFlight(wire, shared)
-    pool.sends_done = flight.settle
+    flight = InFlight(wire, shared, idle=lambda: pool.recycle(flight.settle()))
     n = cfg.inputs
     lags = segment_lags(manifest)
     plan = rounds([lags[rank, s.index] for s in w.segments], n, cfg.latency_inputs)
@@ -317,8 +302,7 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path, hos
                 if s == last_segment:
                     del locals_[i]
             while next_free <= r and frees[next_free] <= r:     # its inputs are done here: free once sent
-                frame = frames.pop(next_free)
-                io.pool.retire(frame, flight.readers_of(io.pool.buffers(frame)))
+                io.pool.retire(frames.pop(next_free), flight.posted_sends)
                 next_free += 1
             io.pool.recycle(flight.settle())
         flight.finish()
