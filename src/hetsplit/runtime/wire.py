@@ -40,7 +40,7 @@ def host_tensor(a) -> torch.Tensor:
     """A CPU tensor sharing memory with a numpy array (or a GPU tensor copied to the host)."""
     if isinstance(a, torch.Tensor):
         return a.detach().contiguous().cpu()
-    return torch.from_numpy(np.ascontiguousarray(a))
+    return torch.from_numpy(a if isinstance(a, np.ndarray) and a.flags.c_contiguous else np.ascontiguousarray(a))
 
 
 class HostViews:
@@ -122,9 +122,13 @@ class Wire:
         return [self.pg.recv([self.views.tensor(a)], edge.rank, edge.tag + slot) for slot, a in enumerate(arrays)]
 
     def post(self, edge: Edge, arrays: list, sending: bool) -> list:
-        """Post the edge's sends (or receives); a transport error becomes a LinkFailure naming the peer."""
+        """Post the edge's sends (or receives); a transport error becomes a LinkFailure naming the peer.
+        (Each message's critical path runs through here: the gloo case is inlined.)"""
         try:
-            return self.post_send(edge, arrays) if sending else self.post_recv(edge, arrays)
+            if self.nccl is not None and self.nccl.carries(edge.rank):
+                return self.nccl.send(arrays, edge.rank) if sending else self.nccl.recv(arrays, edge.rank)
+            post, tensor = (self.pg.send if sending else self.pg.recv), self.views.tensor
+            return [post([tensor(a)], edge.rank, edge.tag + slot) for slot, a in enumerate(arrays)]
         except RuntimeError as exc:
             raise self.failure(edge.peer, sending, exc) from None
 
