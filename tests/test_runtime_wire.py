@@ -59,11 +59,11 @@ def test_tensors_arrive_intact_and_a_silent_peer_times_out():
     a, b = two_wires(timeout_s=1.0)
     x = TensorSpec("x", (4, 5), "float32")
     sent, got = np.arange(20, dtype=np.float32).reshape(4, 5), x.empty()
-    errors = run_both(lambda: a.wait(a.post_send(Edge("b", 1, (x,)), [sent]), Edge("b", 1, (x,)), True),
-                      lambda: b.wait(b.post_recv(Edge("a", 0, (x,)), [got]), Edge("a", 0, (x,)), False))
+    errors = run_both(lambda: a.wait(a.post(Edge("b", 1, (x,)), [sent], sending=True), Edge("b", 1, (x,)), True),
+                      lambda: b.wait(b.post(Edge("a", 0, (x,)), [got], sending=False), Edge("a", 0, (x,)), False))
     assert errors == {} and np.array_equal(sent, got)
     with pytest.raises(LinkFailure, match="device b: nothing arrived from a within 1 s") as info:
-        b.wait(b.post_recv(Edge("a", 0, (x,)), [got]), Edge("a", 0, (x,)), False)
+        b.wait(b.post(Edge("a", 0, (x,)), [got], sending=False), Edge("a", 0, (x,)), False)
     assert info.value.kind == "stall" and info.value.peer == "a"
 
 
@@ -76,8 +76,8 @@ def test_pooled_buffers_keep_one_tensor_and_every_message_lands_in_them():
     assert b.views.tensor(buf) is view and view.data_ptr() == buf.ctypes.data
     for k in range(3):   # the same buffer, and its one tensor, take message after message
         sent = np.full((4, 5), k, dtype=np.float32)
-        errors = run_both(lambda: a.wait(a.post_send(to_b, [sent]), to_b, True),
-                          lambda: b.wait(b.post_recv(from_a, [buf]), from_a, False))
+        errors = run_both(lambda: a.wait(a.post(to_b, [sent], sending=True), to_b, True),
+                          lambda: b.wait(b.post(from_a, [buf], sending=False), from_a, False))
         assert errors == {} and np.array_equal(buf, sent)
     other = x.empty()   # not registered: a view of its own each time, still sharing its memory
     assert b.views.tensor(other) is not b.views.tensor(other)

@@ -111,16 +111,6 @@ class Wire:
             return [cuda_empty(t) for t in edge.tensors]
         return [t.empty() for t in edge.tensors]
 
-    def post_send(self, edge: Edge, arrays: list) -> list:
-        if self.on_gpu(edge):
-            return self.nccl.send(arrays, edge.rank)
-        return [self.pg.send([self.views.tensor(a)], edge.rank, edge.tag + slot) for slot, a in enumerate(arrays)]
-
-    def post_recv(self, edge: Edge, arrays: list) -> list:
-        if self.on_gpu(edge):
-            return self.nccl.recv(arrays, edge.rank)
-        return [self.pg.recv([self.views.tensor(a)], edge.rank, edge.tag + slot) for slot, a in enumerate(arrays)]
-
     def post(self, edge: Edge, arrays: list, sending: bool) -> list:
         """Post the edge's sends (or receives); a transport error becomes a LinkFailure naming the peer.
         (Each message's critical path runs through here: the gloo case is inlined.)"""
