@@ -81,3 +81,13 @@ def lookahead(manifest: Manifest, lags: dict[tuple[int, int], int], depth: int) 
     spread = [lags[w.rank, s.index] - lags[producer[mid]] for w in manifest.stages for s in w.segments
               for mid in s.recv if mid in producer]
     return depth + max(spread, default=0)
+
+
+def p2p_order(manifest: Manifest, rank: int, plan: list[list[Step]], sending: bool) -> list[tuple[int, int]]:
+    """(input, message id) of every point-to-point message rank ``rank`` sends (or receives), in the order
+    it posts them: its steps in round order, each segment's messages in manifest order (a worker posts a
+    round's receives together, ahead of the round, in that same order)."""
+    segs = manifest.worker(rank).segments
+    return [(i, mid) for round_steps in plan for i, s in round_steps
+            for mid in (segs[s].send if sending else segs[s].recv) if manifest.message(mid).via == P2P]
+

@@ -192,7 +192,7 @@ def load_executors(cfg: RunConfig, manifest: Manifest, rank: int, backend: str) 
 def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path, host: Host | None = None) -> dict:
     """Run device ``rank``'s segments for every input; its measurements for ``rank<R>.json``."""
     from hetsplit.runtime.cpu_throttle import join_group
-    from hetsplit.runtime.nccl import NcclLinks, gpu_ranks, use_gpu_of
+    from hetsplit.runtime.nccl import NcclLinks, gpu_ranks, nccl_pairs, use_gpu_of
     from hetsplit.runtime.process import energy_meter, inject
 
     w = manifest.worker(rank)
@@ -203,8 +203,9 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path, hos
     exes = load_executors(cfg, manifest, rank, backend)
     wire = connect(cfg, manifest.world_size, w.device, rank, run_dir)
     gpus = gpu_ranks(wire.store, rank, manifest.world_size, on_gpu)
-    if rank in gpus and any(e.rank in gpus for x in manifest.stages if x.rank in gpus for e in x.send):
-        wire.nccl = NcclLinks.open(wire.store, rank, gpus, cfg.timeout_s, w.device)
+    pairs = nccl_pairs(manifest, gpus, cfg.inputs, cfg.latency_inputs)
+    if rank in gpus and pairs:
+        wire.nccl = NcclLinks.open(wire.store, rank, gpus, cfg.timeout_s, w.device, pairs)
     wire.handshake(w.recv, w.send)
     join_group(cfg.cgroups.get(str(rank)))
     allocate = TensorSpec.empty
