@@ -15,7 +15,7 @@ mapping and a tensor-parallel plan measured beside their predictions.
    the critical path; in a run they overlap the sub-models). Blocks of each alternate in the same run,
    in turn going first, so all see the same machine load; a hop is half a round trip (median and min
    over blocks). At 1 MB and 10 MB the overhead is the median of each block's own ratio (its figures
-   taken moments apart) over 41 blocks of 30 round trips, with a 95% bootstrap interval: the target
+   taken moments apart) over 41 blocks of 30 round trips (by default), with a 95% bootstrap interval: the target
    is met when the whole interval lies at or below +10%, not met when it lies above, else inconclusive;
    the CPU time per round trip of each is printed beside it (the wall time of a loaded machine mostly
    says how long threads wait for a core).

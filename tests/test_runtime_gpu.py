@@ -76,4 +76,3 @@ def test_a_gpu_ranks_receive_buffers_come_from_its_allocator():
     pool.recycle(0)
     pool.frame()
     assert pool.empty(spec) is a and made == [spec]
-

@@ -10,13 +10,14 @@ memory (collectives included).
 NCCL point-to-point has no tags: a pair's messages match in the order the two ends post them, and both
 directions of a pair share one stream (PyTorch makes one communicator per pair, keyed by the two ranks,
 when the group is made without a device, as here), where a receive posted ahead would hold up the sends
-behind it.
-So a GPU pair moves its messages over NCCL only where that is safe by construction (``nccl_pairs``, a
-pure function of the manifest and the run's rounds that every rank computes alike): its messages go
-one way, and the receiver posts them in exactly the order the sender sends them. Rounds can reorder a
-pair's messages (a consumer that also waits on a longer path through a third device lags more than
-one fed directly); such a pair, and any pair with traffic both ways, moves over gloo instead. ``TORCH_NCCL_BLOCKING_WAIT`` makes ``Work.wait(timeout)`` block the
-host with the same timeout semantics as gloo. Without a GPU this module is never engaged (no GPU
+behind it. So a GPU pair moves its messages over NCCL only where that is safe by construction
+(``nccl_pairs``, a pure function of the manifest and the run's rounds that every rank computes alike):
+its messages go one way, and the receiver posts them in exactly the order the sender sends them. Rounds
+can reorder a pair's messages (a consumer that also waits on a longer path through a third device lags
+more than one fed directly); such a pair, and any pair with traffic both ways, moves over gloo instead.
+
+``TORCH_NCCL_BLOCKING_WAIT`` makes ``Work.wait(timeout)`` block the host with the same timeout
+semantics as gloo. Without a GPU this module is never engaged (no GPU
 ranks), so the CPU path does not depend on it.
 """
 

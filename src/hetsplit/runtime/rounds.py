@@ -90,4 +90,3 @@ def p2p_order(manifest: Manifest, rank: int, plan: list[list[Step]], sending: bo
     segs = manifest.worker(rank).segments
     return [(i, mid) for round_steps in plan for i, s in round_steps
             for mid in (segs[s].send if sending else segs[s].recv) if manifest.message(mid).via == P2P]
-
