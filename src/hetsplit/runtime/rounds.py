@@ -19,6 +19,8 @@ everywhere (every member must call a collective in the same order): input by inp
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from hetsplit.runtime.manifest import P2P, Manifest
 
 Step = tuple[int, int]          # (input, segment index)
@@ -83,10 +85,10 @@ def lookahead(manifest: Manifest, lags: dict[tuple[int, int], int], depth: int) 
     return depth + max(spread, default=0)
 
 
-def p2p_order(manifest: Manifest, rank: int, plan: list[list[Step]], sending: bool) -> list[tuple[int, int]]:
+def p2p_order(manifest: Manifest, rank: int, plan: list[list[Step]], sending: bool) -> Iterator[tuple[int, int]]:
     """(input, message id) of every point-to-point message rank ``rank`` sends (or receives), in the order
     it posts them: its steps in round order, each segment's messages in manifest order (a worker posts a
     round's receives together, ahead of the round, in that same order)."""
     segs = manifest.worker(rank).segments
-    return [(i, mid) for round_steps in plan for i, s in round_steps
-            for mid in (segs[s].send if sending else segs[s].recv) if manifest.message(mid).via == P2P]
+    return ((i, mid) for round_steps in plan for i, s in round_steps
+            for mid in (segs[s].send if sending else segs[s].recv) if manifest.message(mid).via == P2P)
