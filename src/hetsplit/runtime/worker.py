@@ -203,8 +203,8 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path, hos
     exes = load_executors(cfg, manifest, rank, backend)
     wire = connect(cfg, manifest.world_size, w.device, rank, run_dir)
     gpus = gpu_ranks(wire.store, rank, manifest.world_size, on_gpu)
-    pairs = nccl_pairs(manifest, gpus, cfg.inputs, cfg.latency_inputs)
-    if rank in gpus and pairs:
+    # every GPU rank works out the same pairs, so all of them open the NCCL group or none does
+    if rank in gpus and (pairs := nccl_pairs(manifest, gpus, cfg.inputs, cfg.latency_inputs)):
         wire.nccl = NcclLinks.open(wire.store, rank, gpus, cfg.timeout_s, w.device, pairs)
     wire.handshake(w.recv, w.send)
     join_group(cfg.cgroups.get(str(rank)))
