@@ -1,24 +1,26 @@
 """Runtime overhead: hetsplit's transfer path against raw torch.distributed, pipeline efficiency, and a
 mapping and a tensor-parallel plan measured beside their predictions.
 
-1. Per-hop overhead. Two processes ping-pong a tensor of each size (1 KB .. 16 MB; the targets are
-   at 1 MB and 10 MB) over gloo: rank 0 sends, rank 1 sends back the buffer it received into (as a
-   worker relays what it received). Once with raw ``ProcessGroup.send/recv`` with receives posted one
-   message ahead (raw gloo's best case, the baseline of the target), once as blocking ``dist.send`` /
-   ``dist.recv`` do (each receive posted when needed: gloo moves a message only once its receive is
-   posted, so this waits a notification per message), once posted ``depth`` ahead as the worker does,
-   and once through hetsplit's own path (``Wire`` and ``runtime.inflight`` as
-   ``runtime.worker`` uses them, with nothing to compute between a receive and a send: receives posted
-   ``depth`` ahead into pooled buffers, every end timestamped, each transfer waited for by the compute
-   thread itself). Also printed: the hand-offs of a worker that computes between messages (every
-   transfer lent to its receiver and sender threads, here around an empty sub-model, so they are all on
-   the critical path; in a run they overlap the sub-models). Blocks of each alternate in the same run,
-   in turn going first, so all see the same machine load; a hop is half a round trip (median and min
-   over blocks). At 1 MB and 10 MB the overhead is the median of each block's own ratio (its figures
-   taken moments apart) over 41 blocks of 30 round trips (by default), with a 95% bootstrap interval: the target
-   is met when the whole interval lies at or below +10%, not met when it lies above, else inconclusive;
-   the CPU time per round trip of each is printed beside it (the wall time of a loaded machine mostly
-   says how long threads wait for a core).
+1. Per-hop overhead. Two processes ping-pong a tensor of each size (1 KB .. 16 MB; the targets are at 1 MB and
+   10 MB) over gloo: rank 0 sends, rank 1 sends back the buffer it received into (as a worker relays what it
+   received). Once with raw ``ProcessGroup.send/recv`` with receives posted one message ahead (raw gloo's best
+   case, the baseline of the target), once as blocking ``dist.send`` / ``dist.recv`` do (each receive posted
+   when needed: gloo moves a message only once its receive is posted, so this waits a notification per
+   message), once posted ``depth`` ahead as the worker does, and once through hetsplit's own path (``Wire``
+   and ``runtime.inflight`` as ``runtime.worker`` uses them, with nothing to compute between a receive and a
+   send: receives posted ``depth`` ahead into pooled buffers, every end timestamped, each transfer waited for
+   by the compute thread itself; its receiver and sender threads started once, as a worker starts them once
+   per run). Also printed: the hand-offs of a worker that computes between messages (every transfer lent to
+   its receiver and sender threads, here around an empty sub-model, so they are all on the critical path; in a
+   run they overlap the sub-models). Blocks of each alternate in the same run, in turn going first, so all see
+   the same machine load; a hop is half a round trip (median and min over blocks). At 1 MB and 10 MB the
+   overhead is the median of each block's own ratio (its figures taken moments apart) over 41 blocks (of 100
+   round trips at 1 MB, 30 at 10 MB, by default), with a 95% bootstrap interval: the target is met when the
+   whole interval lies at or below +10%, not met when it lies above, else inconclusive; the CPU time per round
+   trip of each is printed beside it (the wall time of a loaded machine mostly says how long threads wait for
+   a core). ``--pin`` puts each of the two processes on a core of its own: on a small machine where the
+   threads land moves a 1 MB hop by ~15% (one thread started and ended before the loop did, once, on this
+   2-core VM), whichever way the messages move.
 2. Pipeline efficiency. A real plan runs with ``run_plan``; efficiency = measured throughput /
    the throughput its own measured stage and hop times allow (1 / the largest of them).
 3. Plans beside predictions, through the same runtime: a sharded mapping of the toy CNN bounded by an
@@ -45,15 +47,23 @@ import numpy as np
 
 SIZES = [1 << 10, 16 << 10, 256 << 10, 1 << 20, 4 << 20, 10 << 20, 16 << 20]
 TARGETS = (1 << 20, 10 << 20)
+TARGET_ROUNDS = {1 << 20: 100, 10 << 20: 30}   # round trips per block: ~60 ms and ~180 ms blocks here, long
+#                                                enough that a block's ratio is not one scheduler hiccup
 DEPTH = 2   # receives the worker posts ahead (RunConfig.depth)
 
 
-def _peer(rank: int, port_q, result_q, sizes: list[int], plan: dict[int, tuple[int, int]]) -> None:
+def _peer(rank: int, port_q, result_q, sizes: list[int], plan: dict[int, tuple[int, int]], pin: bool) -> None:
     """One side of the hop blocks: for each size, ``plan[size]`` = (blocks, round trips per block) of
     each way of moving messages, alternating; rank 0 reports each block's seconds per hop and CPU per
-    round trip, by way."""
+    round trip, by way. ``pin``: this process (and the threads it starts) on a core of its own."""
+    import os
+
+    if pin:
+        cores = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cores[rank % len(cores)]})
     import torch
 
+    from hetsplit.runtime.inflight import InFlight, Shared
     from hetsplit.runtime.manifest import Edge, TensorSpec
     from hetsplit.runtime.wire import Wire, open_group, open_store
     from hetsplit.runtime.worker import BufferPool
@@ -78,20 +88,26 @@ def _peer(rank: int, port_q, result_q, sizes: list[int], plan: dict[int, tuple[i
             "raw": lambda: _pingpong_raw(pg, t, rank, other, rounds, raw_bufs),
             "ahead": lambda: _pingpong_raw(pg, t, rank, other, rounds, raw_bufs, ahead=DEPTH),
             "blocking": lambda: _pingpong_raw(pg, t, rank, other, rounds, raw_bufs, ahead=0),
-            "ours": lambda: _pingpong_worker(wire, edge, buf, rank, rounds, pool, DEPTH),
-            "lending": lambda: _pingpong_worker(wire, edge, buf, rank, rounds, pool, DEPTH, computing=True)}
+            "ours": lambda: _pingpong_worker(flight, edge, buf, rank, rounds, pool, DEPTH),
+            "lending": lambda: _pingpong_worker(flight, edge, buf, rank, rounds, pool, DEPTH, computing=True)}
         hop: dict[str, list[float]] = {k: [] for k in runs}
         cpu: dict[str, list[float]] = {k: [] for k in runs}
         # each side's receive buffers live for the whole size, as a worker's pool lives for its run (fresh
         # ones per block would charge page faults and zeroing to whichever side allocates more of them)
         raw_bufs = [t.new_empty(t.shape) for _ in range(DEPTH + 1)]
         pool = BufferPool(wire.views)
+        # one book of transfers and its helper threads for the whole size, as a worker has one for its run:
+        # starting two threads per block cost ~30 us per 1 MB hop of the block's first round trips
+        flight = InFlight(wire, Shared(), idle=lambda: pool.recycle(flight.settle()))
+        flight.start()
         _pingpong_raw(pg, t, rank, other, 2, raw_bufs)  # warm-up
         for b in range(blocks):
             for name in (list(runs) if b % 2 == 0 else list(runs)[::-1]):   # each goes first as often
                 c0 = time.process_time()
                 hop[name].append(runs[name]())
                 cpu[name].append((time.process_time() - c0) / (rounds + 2 * (name in ("ours", "lending"))))
+        flight.close()
+        flight.join()
         out[size] = {"hop": hop, "cpu": cpu}
     if rank == 0:
         result_q.put(out)
@@ -113,19 +129,19 @@ def verdict(lo: float, hi: float, target: float = 0.10) -> str:
     return "met" if hi <= target else "not met" if lo > target else "inconclusive (the interval spans the target)"
 
 
-def _pingpong_worker(wire, edge, buf: np.ndarray, rank: int, rounds: int, pool, depth: int = 2,
+def _pingpong_worker(flight, edge, buf: np.ndarray, rank: int, rounds: int, pool, depth: int = 2,
                      computing: bool = False) -> float:
     """Seconds per hop of ``rounds`` round trips as a worker moves messages (``runtime.worker``'s loop):
     receives posted ``depth`` inputs ahead into pooled buffers, each message's ends timestamped into logs,
     every transfer waited for through ``InFlight``, buffers reused once their sends are done. With nothing
     to compute between a receive and a send the compute thread waits for each transfer itself;
     ``computing``: it lends them to its receiver and sender threads as before a sub-model (here an empty
-    one), so the hand-offs a computing worker makes are all on the critical path. ``pool``: the worker's
-    ``BufferPool``, kept from block to block as a worker keeps it from input to input."""
-    from hetsplit.runtime.inflight import InFlight, MessageLog, Shared
+    one), so the hand-offs a computing worker makes are all on the critical path. ``flight`` (the worker's
+    ``InFlight``, its helpers started) and ``pool`` (its ``BufferPool``) are kept from block to block, as a
+    worker keeps them from input to input."""
+    from hetsplit.runtime.inflight import MessageLog
 
-    shared = Shared()
-    flight = InFlight(wire, shared, idle=lambda: pool.recycle(flight.settle()))
+    wire = flight.wire
     rx_log, tx_log = MessageLog(0, edge.peer, edge.nbytes), MessageLog(1, edge.peer, edge.nbytes)
     total = rounds + 2
     frames = {}
@@ -140,7 +156,6 @@ def _pingpong_worker(wire, edge, buf: np.ndarray, rank: int, rounds: int, pool, 
         tx_log.start.append(time.time())
         flight.sent(wire.post(edge, arrays, sending=True), edge, [tx_log], arrays)
 
-    flight.start()
     for i in range(min(depth, total)):
         post_recv(i)
     t0 = time.perf_counter()
@@ -168,10 +183,8 @@ def _pingpong_worker(wire, edge, buf: np.ndarray, rank: int, rounds: int, pool, 
     flight.finish()
     elapsed = time.perf_counter() - t0
     pool.recycle(flight.settle())     # every send is done: the next block starts with all buffers free
-    flight.close()
-    flight.join()
-    if shared.error:
-        raise shared.error
+    if flight.shared.error:
+        raise flight.shared.error
     assert len(rx_log.done) == len(tx_log.done) == total
     return elapsed / rounds / 2
 
@@ -200,11 +213,12 @@ def _pingpong_raw(pg, t, rank: int, other: int, rounds: int, bufs: list, ahead: 
     return (time.perf_counter() - t0) / rounds / 2
 
 
-def hop_overhead(sizes: list[int], rounds: int, blocks: int, target_rounds: int, target_blocks: int) -> list[dict]:
+def hop_overhead(sizes: list[int], rounds: int, blocks: int, target_rounds: int | None, target_blocks: int,
+                 pin: bool = False) -> list[dict]:
     ctx = mp.get_context("spawn")
     port_q, result_q = ctx.Queue(), ctx.Queue()
-    plan = {s: (target_blocks, target_rounds) if s in TARGETS else (blocks, rounds) for s in sizes}
-    procs = [ctx.Process(target=_peer, args=(r, port_q, result_q, sizes, plan)) for r in (0, 1)]
+    plan = {s: (target_blocks, target_rounds or TARGET_ROUNDS[s]) if s in TARGETS else (blocks, rounds) for s in sizes}
+    procs = [ctx.Process(target=_peer, args=(r, port_q, result_q, sizes, plan, pin)) for r in (0, 1)]
     for p in procs:
         p.start()
     try:
@@ -315,13 +329,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=20, help="ping-pongs per block")
     ap.add_argument("--blocks", type=int, default=15, help="alternating raw / hetsplit blocks per size")
-    ap.add_argument("--target-rounds", type=int, default=30, help="ping-pongs per block at the target sizes")
+    ap.add_argument("--target-rounds", type=int, default=None,
+                    help="ping-pongs per block at the target sizes (default: 100 at 1 MB, 30 at 10 MB)")
     ap.add_argument("--target-blocks", type=int, default=41,
                     help="blocks at the target sizes (1 MB, 10 MB): enough for a 95%% interval narrower than the noise")
     ap.add_argument("--model", default="resnet50")
     ap.add_argument("--stages", type=int, default=2)
     ap.add_argument("--inputs", type=int, default=24)
-    ap.add_argument("--pin", action="store_true", help="pin each stage's worker to its own core (as run --pin)")
+    ap.add_argument("--pin", action="store_true",
+                    help="pin each hop process and each stage's worker to its own core (as run --pin)")
     ap.add_argument("--skip-hops", action="store_true")
     ap.add_argument("--skip-pipeline", action="store_true")
     ap.add_argument("--skip-plans", action="store_true", help="skip the mapping and tensor-parallel runs")
@@ -331,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     doc: dict = {}
     if not args.skip_hops:
-        doc["hops"] = hop_overhead(SIZES, args.rounds, args.blocks, args.target_rounds, args.target_blocks)
+        doc["hops"] = hop_overhead(SIZES, args.rounds, args.blocks, args.target_rounds, args.target_blocks, args.pin)
         print("hop = half a round trip; median and min over blocks (min: least disturbed by other load); CPU: "
               "one process's CPU time per round trip (its threads and gloo's), median")
         print(f"{'bytes':>10} {'raw med':>10} {'ours med':>10} {'overhead':>9} {'raw min':>10} {'ours min':>10} "
