@@ -54,3 +54,26 @@ def test_stage_bound_names_the_slowest_stage_or_link_and_skips_the_driver():
     assert stage_bound(devices, {("a", "b"): 4e-3, ("driver", "a"): 9e-3}) == (pytest.approx(250.0), "link a->b")
     assert stage_bound(devices, {("a", "b"): 1e-3}) == (pytest.approx(500.0), "stage a")
     assert stage_bound([], {}) == (0.0, "")
+
+
+def test_a_burst_of_outputs_is_named_with_the_whole_streams_rate():
+    """Few inputs of a deep mapping reach the driver together: their spacing beats the bound while the
+    stream as a whole, first input sent to last output, stays within it; the note says so and gives
+    that rate. A stream that beat the bound overall keeps the overlapping-spans explanation."""
+    burst = _report(106.0, bound=19.2)
+    burst.extra["stream_throughput"] = 17.5
+    note = burst.efficiency_note()
+    assert note is not None and "burst" in note and "17.5/s" in note and "10 inputs are too few" in note
+    assert "spans that overlap" not in note
+    steady = _report(106.0, bound=19.2)
+    steady.extra["stream_throughput"] = 60.0
+    note = steady.efficiency_note()
+    assert note is not None and "spans that overlap" in note and "burst" not in note
+
+
+def test_stream_rate_is_the_streamed_inputs_over_first_sent_to_last_output():
+    from hetsplit.runtime.measure import stream_rate
+
+    doc = {"t_in": [0.0, 1.0, 1.0, 1.0, 1.0], "t_out": [0.5, 2.9, 3.0, 3.0, 3.0], "latency_inputs": 1}
+    assert stream_rate(doc) == pytest.approx(4 / 2.0)
+    assert stream_rate({**doc, "t_out": [0.5]}) is None

@@ -69,15 +69,23 @@ class RunReport:
         return min(1.0, self.over_stage_bound)
 
     def efficiency_note(self) -> str | None:
-        """Why the pipeline efficiency is capped, when measured throughput exceeds the stage bound."""
+        """Why the pipeline efficiency is capped, when measured throughput exceeds the stage bound: outputs
+        that came in a burst (the whole stream, first input sent to last output, kept within the bound), or
+        spans that overlap."""
         if self.over_stage_bound <= 1.0:
             return None
         by = self.extra.get("stage_bound_by", "the slowest stage or hop")
-        return (f"measured throughput {self.throughput:.4g}/s is {self.over_stage_bound:.2f}x the stage bound "
+        head = (f"measured throughput {self.throughput:.4g}/s is {self.over_stage_bound:.2f}x the stage bound "
                 f"{self.stage_bound_throughput:.4g}/s (1 / mean time per input of {by}), so pipeline efficiency "
-                "shows 100%: the bound averages each input's span, and spans that overlap (several transfers in "
-                "flight on one link, or a wire time that includes waiting for its peer) add up to more than the "
-                "time the resource was busy")
+                "shows 100%: ")
+        stream = self.extra.get("stream_throughput")
+        if stream is not None and stream <= self.stage_bound_throughput:
+            return head + (f"the outputs reached the driver in a burst, so their spacing overstates the rate. Over "
+                           f"the whole stream (first streamed input sent to last output) it ran at {stream:.4g}/s: "
+                           f"{self.inputs} inputs are too few for a steady state of this plan; stream more (-n)")
+        return head + ("the bound averages each input's span, and spans that overlap (several transfers in "
+                       "flight on one link, or a wire time that includes waiting for its peer) add up to more than "
+                       "the time the resource was busy")
 
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "inputs": self.inputs, "throughput": self.throughput,
@@ -192,6 +200,8 @@ def summarize(manifest: Manifest, docs: dict[int, dict]) -> RunReport:
                              "links": list(links.values()), "stage_bound_by": by}
     if drv.get("process_cpu_s") is not None and n:
         extra["driver_cpu_per_input_s"] = drv["process_cpu_s"] / n
+    if (stream := stream_rate(drv)) is not None:
+        extra["stream_throughput"] = stream
     return RunReport(manifest.model, devices, hops, n, thr, _med(lat[:k]) if k else _med(lat), _med(lat[steady]),
                      lat, drv.get("verify", {}), bound, extra)
 
@@ -311,14 +321,19 @@ def stream_throughput(report: RunReport, latency_inputs: int, driver_doc: dict |
     it does not grow when outputs reach the driver in bursts, as they do when the driver waits for a
     core. Exact with the driver's record (``rank0.json`` of the run directory); without it the streamed
     inputs, all posted at once, are taken to leave together: the time is their longest latency."""
-    if driver_doc is not None:
-        t_in, t_out, k = driver_doc["t_in"], driver_doc["t_out"], int(driver_doc["latency_inputs"])
-        if len(t_out) > k and t_out[-1] > t_in[k]:
-            return (len(t_out) - k) / (t_out[-1] - t_in[k])
+    if driver_doc is not None and (rate := stream_rate(driver_doc)) is not None:
+        return rate
     lat = list(report.latencies_s)
     streamed = lat[latency_inputs:] if len(lat) > latency_inputs else lat
     span = max(streamed) if streamed else 0.0
     return len(streamed) / span if span > 0 else 0.0
+
+
+def stream_rate(driver_doc: dict) -> float | None:
+    """The streamed inputs' count / (last output - first streamed input sent), from the driver's record;
+    None when no streamed input came back."""
+    t_in, t_out, k = driver_doc["t_in"], driver_doc["t_out"], int(driver_doc["latency_inputs"])
+    return (len(t_out) - k) / (t_out[-1] - t_in[k]) if len(t_out) > k and t_out[-1] > t_in[k] else None
 
 
 def read_driver_doc(run_dir: str | Path | None) -> dict | None:
