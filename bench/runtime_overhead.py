@@ -19,8 +19,8 @@ mapping and a tensor-parallel plan measured beside their predictions.
    whole interval lies at or below +10%, not met when it lies above, else inconclusive; the CPU time per round
    trip of each is printed beside it (the wall time of a loaded machine mostly says how long threads wait for
    a core). ``--pin`` puts each of the two processes on a core of its own: on a small machine where the
-   threads land moves a 1 MB hop by ~15% (one thread started and ended before the loop did, once, on this
-   2-core VM), whichever way the messages move.
+   threads land moves a hop (on this 2-core VM one thread started and ended before a raw loop made its 1 MB
+   hops ~15% slower, run after run; pinned, it made no difference).
 2. Pipeline efficiency. A real plan runs with ``run_plan``; efficiency = measured throughput /
    the throughput its own measured stage and hop times allow (1 / the largest of them).
 3. Plans beside predictions, through the same runtime: a sharded mapping of the toy CNN bounded by an
@@ -97,7 +97,8 @@ def _peer(rank: int, port_q, result_q, sizes: list[int], plan: dict[int, tuple[i
         raw_bufs = [t.new_empty(t.shape) for _ in range(DEPTH + 1)]
         pool = BufferPool(wire.views)
         # one book of transfers and its helper threads for the whole size, as a worker has one for its run:
-        # starting two threads per block cost ~30 us per 1 MB hop of the block's first round trips
+        # starting two threads per block cost ~30 us per 1 MB hop over blocks of 30 round trips (pinned; none
+        # over blocks of 300)
         flight = InFlight(wire, Shared(), idle=lambda: pool.recycle(flight.settle()))
         flight.start()
         _pingpong_raw(pg, t, rank, other, 2, raw_bufs)  # warm-up
