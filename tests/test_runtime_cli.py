@@ -51,6 +51,8 @@ def test_run_command_compares_with_the_plan_and_writes_json(files, tmp_path, cap
     metrics = [r["metric"] for r in doc["rows"]]
     assert "throughput (1/s)" in metrics and any(m.startswith("transfer local-cpu0->local-cpu1") for m in metrics)
     assert any("`--here` compares" in n for n in doc["notes"])          # the local cluster: this machine's cores
+    stream = doc["measured"]["stream_throughput"]     # beside the outputs' spacing: first input sent to last output
+    assert 0 < stream and f"(whole stream {stream:.2f}/s)" in capsys.readouterr().out
     assert not processes_of(tmp_path / "run")
 
 

@@ -300,7 +300,9 @@ def print_report(report, console: Console) -> None:
             lt.add_row(link["from"], link["to"], str(link["messages"]), format_quantity(link["nbytes"], "B"),
                        format_quantity(link["wire_mean_s"], "s"))
         console.print(lt)
-    console.print(f"throughput {report.throughput:.2f}/s   latency {format_quantity(report.latency_s, 's')} "
+    stream = report.extra.get("stream_throughput")
+    whole = f" (whole stream {stream:.2f}/s)" if stream is not None else ""
+    console.print(f"throughput {report.throughput:.2f}/s{whole}   latency {format_quantity(report.latency_s, 's')} "
                   f"(under load {format_quantity(report.latency_loaded_s, 's')})   pipeline efficiency "
                   f"{report.pipeline_efficiency:.0%}")
     if report.efficiency_note():
