@@ -110,3 +110,16 @@ def test_attrs_survive_a_round_trip_so_device_models_can_cost_a_profile(tmp_path
 
     recosted = device_model(cl.device("cim0")).layer_costs(again.graph)
     np.testing.assert_allclose(recosted.time_s, direct.costs.time_s[:, direct.costs.type_index("neurosim-rram")])
+
+
+def test_a_profile_without_energy_says_its_zeros_are_not_a_measurement(tmp_path):
+    """A profile whose energy status is 'unavailable' (no meter, no power figure) has zeros for energy:
+    every column's source says so (it reaches `plan`'s cost notes), once, across a save and a load; a
+    profile with measured energy says nothing of the kind."""
+    silent = profile_from_dict({**DOC, "energy": {"status": "unavailable", "meter": "none"}})
+    for source in silent.costs.sources.values():
+        assert "energy: none measured or estimated" in source and "count 0 J" in source
+    again = load_profile(save_profile(silent, tmp_path / "p.json"))
+    assert again.costs.sources["gpu"].count("energy: none measured") == 1
+    measured = profile_from_dict({**DOC, "energy": {"status": "measured", "per_inference_j": 0.3}})
+    assert "energy: none" not in measured.costs.sources["gpu"]

@@ -21,6 +21,8 @@ from hetsplit.graph.types import INPUT, LAYER_KINDS, OTHER, Graph, Layer, Tensor
 from hetsplit.jsonfile import json_safe, read_json
 
 FORMAT = "hetsplit.profile/1"
+NO_ENERGY = ("; energy: none measured or estimated (energy status 'unavailable'), so its layers count 0 J: plans' "
+             "energy figures leave this device type out, and energy-aware choices favour it")
 INPUT_NAME = "input"
 
 
@@ -149,7 +151,7 @@ def profile_from_dict(data: dict, where: str = "<profile>") -> Profile:
             raise _fail(where, f"device_types.{tname}.mem_bytes must list {n} numbers (one per layer) or be left out")
         mems.append(default_mem if mem is None else
                     np.array(_column(mem, f"{at}.mem_bytes", "bytes", graph.names, null_ok=False)))
-        sources[tname] = str(col.get("source", data.get("source", where)))
+        sources[tname] = with_energy_caveat(str(col.get("source", data.get("source", where))), data.get("energy"))
     table = CostTable(graph.names, types, np.array(times).T, np.array(energies).T, np.array(mems).T, sources)
     meta = {k: v for k, v in data.items() if k not in ("layers", "device_types", "format")}
     shapes = meta.get("input_shapes")
@@ -158,6 +160,12 @@ def profile_from_dict(data: dict, where: str = "<profile>") -> Profile:
             and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in v) for k, v in shapes.items())):
         raise _fail(where, f"'input_shapes' must map each model input to its dims (positive integers), got {shapes!r}")
     return Profile(graph, table, meta)
+
+
+def with_energy_caveat(source: str, energy: Any) -> str:
+    """A column's source, saying so when the profile has no energy (its zeros are not a measurement)."""
+    unavailable = isinstance(energy, dict) and energy.get("status") == "unavailable"
+    return source + NO_ENERGY if unavailable and NO_ENERGY not in source else source
 
 
 def load_profile(path: str | Path) -> Profile:
