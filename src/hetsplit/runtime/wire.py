@@ -115,7 +115,7 @@ class Wire:
         """Post the edge's sends (or receives); a transport error becomes a LinkFailure naming the peer.
         (Each message's critical path runs through here: the gloo case is inlined.)"""
         try:
-            if self.nccl is not None and self.nccl.carries(edge.rank):
+            if self.on_gpu(edge):
                 return self.nccl.send(arrays, edge.rank) if sending else self.nccl.recv(arrays, edge.rank)
             post, tensor = (self.pg.send if sending else self.pg.recv), self.views.tensor
             return [post([tensor(a)], edge.rank, edge.tag + slot) for slot, a in enumerate(arrays)]
