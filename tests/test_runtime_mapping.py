@@ -23,6 +23,7 @@ from hetsplit.plan.types import Combine, Plan, Shard
 from hetsplit.runtime import RunOptions, load_manifest, run_manifest, run_plan, split_model
 from hetsplit.runtime.launch import processes_of
 from hetsplit.runtime.compile import plan_cluster
+from hetsplit.runtime.rounds import segment_lags
 
 torch = pytest.importorskip("torch")
 nn, F = torch.nn, torch.nn.functional
@@ -218,6 +219,29 @@ def test_cnn_with_conv_and_fc_split_by_lop_and_lip(models, tmp_path, make_plan, 
     if make_plan is cnn_plan_lip_lop:
         assert any(msg.src == "driver" and msg.tensors[0].take is not None for msg in m.messages)
     assert_run(report, m, g, plan, cl, 4)
+    assert not processes_of(tmp_path / "run")
+
+
+def test_a_manifest_whose_sum_combine_moved_in_gloo_collectives_still_runs(models, tmp_path):
+    """A manifest written when gathers and scatters had gloo subgroups of their own (their messages
+    ``via`` gather or scatter, all under tag 0) loads with a tag of its own for every message's tensors,
+    and runs point to point; a plan with a sum combine runs input by input (every lag 0)."""
+    g, path = models["block"]
+    m = split_model(block_plan(g, ["a", "b"], ln1="b", ln2="a"), g, path, tmp_path / "split")
+    assert set(segment_lags(m).values()) == {0}
+    doc = json.loads((tmp_path / "split" / "manifest.json").read_text())
+    for d in doc["messages"]:
+        d["via"] = "p2p" if d["collective"] is None else doc["collectives"][d["collective"]]["kind"]
+        d["tag"] = d["tag"] if d["collective"] is None else 0
+    assert {d["via"] for d in doc["messages"]} == {"p2p", "gather", "scatter"}
+    (tmp_path / "split" / "manifest.json").write_text(json.dumps(doc))
+    old = load_manifest(tmp_path / "split")
+    tags = [t for msg in old.messages for t in range(msg.tag, msg.tag + len(msg.tensors))]
+    assert len(tags) == len(set(tags))
+    assert [msg.tag for msg in old.messages if msg.collective is None] == \
+        [d["tag"] for d in doc["messages"] if d["collective"] is None]
+    report = run_manifest(old, RunOptions(inputs=3, timeout_s=30, run_dir=tmp_path / "run"))
+    assert report.verify["ok"] and report.verify["outputs_checked"] == 3 and report.verify["max_abs_err"] < 1e-4
     assert not processes_of(tmp_path / "run")
 
 

@@ -49,7 +49,7 @@ def ping_pong(graph) -> Plan:
     return Plan(graph.name, "", "hand", assign={name: f"d{k % 2}" for k, name in enumerate(graph.names)})
 
 
-def test_lags_count_the_crossings_and_collectives_keep_every_lag_zero(toy, tmp_path):
+def test_lags_count_the_crossings(toy, tmp_path):
     from hetsplit.runtime import split_model
 
     graph, path = toy

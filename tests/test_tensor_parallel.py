@@ -220,7 +220,8 @@ def test_an_exported_encoder_runs_tensor_parallel_in_processes(tmp_path, n, tree
     assert_messages_match_the_taskgraph(manifest, g, plan, cl)
     assert assert_run(report, manifest, g, plan, cl, 3) < 1e-4
     if tree == 2:
-        assert any(m.via == "scatter" and m.src == "d2" for m in manifest.messages)   # a leader relays
+        assert any(m.collective is not None and manifest.collectives[m.collective].kind == "scatter"
+                   and m.src == "d2" for m in manifest.messages)   # a leader relays
 
 
 @pytest.mark.timeout(180)
@@ -251,7 +252,7 @@ def test_plan_and_run_commands_run_a_tensor_parallel_plan(tmp_path, capsys):
     report = json.loads((tmp_path / "run.json").read_text())
     assert report["verify"]["ok"] and report["verify"]["outputs_checked"] == 3
     assert report["plan_kind"] == "mapping" and [d["device"] for d in report["devices"]] == ["c0", "c1", "c2", "c3"]
-    assert {h["via"] for h in report["hops"]} == {"p2p", "gather", "scatter"}
+    assert {h["collective"] for h in report["hops"]} == {None, "gather", "scatter"}
     assert not processes_of(tmp_path / "run")
 
 

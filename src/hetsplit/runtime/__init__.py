@@ -1,7 +1,7 @@
 """Runtime: compile a plan into one program per rank, run it as processes (or on hosts), measure, verify.
 
 - ``split_model(plan, graph, model_path, out_dir) -> Manifest`` (``hetsplit split``): every plan's
-  ``hetsplit.manifest/2``: per device its segments (sub-models), the messages and collectives between
+  ``hetsplit.manifest/2``: per device its segments (sub-models), the messages (point to point) between
   them (see ``runtime.manifest``; ``/1`` files still read)
 - ``run_plan(plan, graph, model_path, RunOptions) -> RunReport`` and ``run_manifest`` (``hetsplit run``):
   one driver (``runtime.driver``) and one worker program (``runtime.worker``) for every plan kind

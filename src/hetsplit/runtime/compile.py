@@ -3,8 +3,8 @@ TaskGraph (``check_plan``; no ONNX here).
 
 ``layout(graph, plan, taskgraph)`` gives, per task, the *local names* of the tensors it reads and
 makes on its device, every message (a TaskGraph message, or the driver's: model inputs out, model
-outputs back) with the tensors it carries, how it moves (point to point, or the gather / scatter
-of a sum combine), and each device's segments. A pipeline's TaskGraph has one ``stage`` task per
+outputs back) with the tensors it carries and the gather or scatter of a sum combine it belongs to, if
+any (every message moves point to point), and each device's segments. A pipeline's TaskGraph has one ``stage`` task per
 device and one payload per cut: its message carries every tensor live across the cut (``live_tensors``,
 exactly what ``Graph.cut_bytes`` counts), so a skip connection is relayed by every stage it crosses.
 
@@ -32,7 +32,7 @@ from hetsplit.errors import RuntimeFailure
 from hetsplit.graph.types import INPUT, Graph, Tensor
 from hetsplit.plan.tasks import SINK, SOURCE, Task, TaskGraph
 from hetsplit.plan.types import Plan
-from hetsplit.runtime.manifest import GATHER, P2P, SCATTER
+from hetsplit.runtime.manifest import GATHER, SCATTER
 
 DRIVER_DEV = -1   # the driver, as a device index of the layout
 
@@ -59,7 +59,6 @@ class LaidMessage:
     consumers: list[int]        # task indices (SINK for model outputs)
     tensors: list[Carried]
     plan_nbytes: float          # the TaskGraph's bytes for it
-    via: str = P2P
     collective: int | None = None
 
 
@@ -250,7 +249,7 @@ def _collectives(tasks: list[Task], kinds: list[str], sums: dict[int, list[int]]
         if len(set(c.members)) != len(c.members):
             raise RuntimeFailure(f"collective {c.kind} of task {tasks[c.task].name!r} lists a device twice")
         for mid in c.messages:
-            messages[mid].via, messages[mid].collective = c.kind, cid
+            messages[mid].collective = cid
     return colls
 
 

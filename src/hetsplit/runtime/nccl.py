@@ -5,7 +5,7 @@ under ``hetsplit/gpu/<rank>`` in the rendezvous store; every worker reads the ot
 so all agree which ranks are GPUs even across hosts. Point-to-point messages whose both ends are GPU
 ranks move CUDA tensors over a second process group, NCCL, made of the GPU ranks only (sub-ranks in
 rank order, rendezvous under a prefix of the same store). Everything else stays on gloo through host
-memory (collectives included).
+memory.
 
 NCCL point-to-point has no tags: a pair's messages match in the order the two ends post them, and both
 directions of a pair share one stream (PyTorch makes one communicator per pair, keyed by the two ranks,
@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 
 from hetsplit.errors import RuntimeFailure
-from hetsplit.runtime.manifest import P2P, Manifest, TensorSpec
+from hetsplit.runtime.manifest import Manifest, TensorSpec
 from hetsplit.runtime.rounds import p2p_order, rounds, segment_lags
 
 BLOCKING_WAIT_ENV = {"TORCH_NCCL_BLOCKING_WAIT": "1"}
@@ -48,7 +48,7 @@ def gpu_ranks(store: dist.Store, rank: int, world: int, on_gpu: bool) -> list[in
 def nccl_pairs(manifest: Manifest, gpus: list[int], inputs: int, latency_inputs: int) -> set[tuple[int, int]]:
     """The (sender, receiver) GPU rank pairs whose messages may move over NCCL (see the module doc): one
     way only, received in the order sent, over the run's ``inputs`` in its rounds."""
-    p2p = [m for m in manifest.messages if m.via == P2P and m.src_rank in gpus and m.dst_rank in gpus]
+    p2p = [m for m in manifest.messages if m.src_rank in gpus and m.dst_rank in gpus]
     pairs = {(m.src_rank, m.dst_rank) for m in p2p}
     one_way = {(a, b) for a, b in pairs if (b, a) not in pairs}
     if not one_way:

@@ -21,7 +21,7 @@ from hetsplit.graph.types import Graph
 from hetsplit.plan.check import check_plan
 from hetsplit.plan.types import Plan
 from hetsplit.runtime.compile import DRIVER_DEV, Layout, layout, plan_cluster
-from hetsplit.runtime.manifest import (DRIVER, P2P, Collective, Manifest, Message, Segment, TensorSpec, WireTensor,
+from hetsplit.runtime.manifest import (DRIVER, Collective, Manifest, Message, Segment, TensorSpec, WireTensor,
                                        Worker)
 from hetsplit.runtime.shard_onnx import Fragment, ShardSurgeon, np_dtype, probe
 
@@ -63,9 +63,8 @@ def split_model(plan: Plan, graph: Graph, model_path: str | Path, out_dir: str |
                                    c.source, takes[c.name][0] if c.slice_of >= 0 else None) for c in m.tensors)
         plan_bytes = None if DRIVER_DEV in (m.src, m.dst) else m.plan_nbytes
         messages.append(Message(mid, m.payload, names[m.src], rank[m.src], names[m.dst], rank[m.dst], tensors,
-                                tag if m.via == P2P else 0, m.via, m.collective, plan_bytes))
-        if m.via == P2P:
-            tag += len(tensors)
+                                tag, m.collective, plan_bytes))
+        tag += len(tensors)
     colls = [Collective(cid, c.kind, graph.layers[c.layer].name, lay.tasks[c.task].name, names[c.root],
                         tuple(names[d] for d in c.members), tuple(rank[d] for d in c.members), tuple(c.messages))
              for cid, c in enumerate(lay.collectives)]

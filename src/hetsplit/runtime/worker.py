@@ -18,9 +18,9 @@ an emulated link latency and no netem (``cfg.delays_s``) the sender sleeps the l
 send itself.
 
 Steps follow one global order (round, then the segments' topological order) and each thread keeps
-it, so this never deadlocks (``runtime.rounds``). Point-to-point messages go over the run's gloo group
-(``Wire``; NCCL between two GPU ends), the messages of a sum combine in gathers and scatters
-(``runtime.collectives``).
+it, so this never deadlocks (``runtime.rounds``). Every message, those of a sum combine's gathers and
+scatters included, is a point-to-point send over the run's gloo group (``Wire``; NCCL between two GPU
+ends).
 """
 
 from __future__ import annotations
@@ -29,44 +29,17 @@ import collections
 import gc
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from hetsplit.runtime.collectives import Collectives, open_groups
 from hetsplit.runtime.config import RunConfig
 from hetsplit.runtime.executor import ORT_CPU, Executor, Host, SegmentSpec, as_numpy, choose_backend, make_executor
 from hetsplit.runtime.inflight import InFlight, MessageLog, Shared, Stop
-from hetsplit.runtime.manifest import P2P, Edge, Manifest, TensorSpec
+from hetsplit.runtime.manifest import Edge, Manifest, TensorSpec
 from hetsplit.runtime.rounds import frees_after, lookahead, rounds, segment_lags
 from hetsplit.runtime.wire import HostViews, Wire, connect
-
-
-@dataclass(frozen=True)
-class Step:
-    """One transfer of a segment at this rank: a point-to-point message, or this rank's side of a
-    collective (the messages it receives or sends in it)."""
-
-    messages: tuple[int, ...]
-    collective: int | None = None
-
-
-def steps(manifest: Manifest, rank: int, mids: list[int], receiving: bool) -> list[Step]:
-    """The transfers of a segment's messages ``mids``, each collective once."""
-    out, seen = [], set()
-    for mid in mids:
-        m = manifest.message(mid)
-        if m.via == P2P:
-            out.append(Step((mid,)))
-        elif m.collective not in seen:
-            seen.add(m.collective)
-            c = manifest.collectives[m.collective]
-            mine = tuple(x for x in c.messages if
-                         (manifest.message(x).dst_rank if receiving else manifest.message(x).src_rank) == rank)
-            out.append(Step(mine, c.id))
-    return out
 
 
 class HostView(Mapping):
@@ -125,53 +98,38 @@ class BufferPool:
 
 
 class Transfers:
-    """Posting one rank's transfers: point-to-point messages on the Wire, collective sides on subgroups;
-    a transport error becomes a LinkFailure naming the peer."""
+    """Posting one rank's messages on the Wire, each by its id; a transport error becomes a LinkFailure
+    naming the peer."""
 
-    def __init__(self, manifest: Manifest, rank: int, wire: Wire, coll: Collectives, pool: BufferPool):
-        self.m, self.rank, self.wire, self.coll = manifest, rank, wire, coll
-        self.pool = pool
-        self.edges: dict[tuple[Step, bool], Edge] = {}   # made once per step, not per message
+    def __init__(self, manifest: Manifest, rank: int, wire: Wire, pool: BufferPool):
+        self.m, self.rank, self.wire, self.pool = manifest, rank, wire, pool
+        self.edges: dict[tuple[int, bool], Edge] = {}   # made once per message, not per input
 
-    def peer(self, step: Step, receiving: bool) -> Edge:
-        """``step``'s edge, which its failures name (the peer, or the collective's other members)."""
-        edge = self.edges.get((step, receiving))
+    def peer(self, mid: int, receiving: bool) -> Edge:
+        """Message ``mid``'s edge as this end sees it (its failures name the peer)."""
+        edge = self.edges.get((mid, receiving))
         if edge is None:
-            edge = self.edges[step, receiving] = (
-                self.coll.peers(self.m.collectives[step.collective]) if step.collective is not None
-                else self.m.message(step.messages[0]).edge(not receiving))
+            edge = self.edges[mid, receiving] = self.m.message(mid).edge(not receiving)
         return edge
 
-    def post_recv(self, step: Step) -> tuple[list, dict[int, list]]:
-        """Post ``step``'s receives; its works and the buffers they fill, by message id."""
-        if step.collective is None:
-            edge = self.peer(step, True)
-            bufs = self.wire.empty(edge) if self.wire.on_gpu(edge) else [self.pool.empty(t) for t in edge.tensors]
-            return self.wire.post(edge, bufs, sending=False), {step.messages[0]: bufs}
-        c = self.m.collectives[step.collective]
-        return self._guard(lambda: self.coll.post_recv(c, self.pool.empty), step, False)
+    def post_recv(self, mid: int) -> tuple[list, dict[int, list]]:
+        """Post message ``mid``'s receive; its works and the buffers they fill, by message id."""
+        edge = self.peer(mid, True)
+        bufs = self.wire.empty(edge) if self.wire.on_gpu(edge) else [self.pool.empty(t) for t in edge.tensors]
+        return self.wire.post(edge, bufs, sending=False), {mid: bufs}
 
-    def post_send(self, step: Step, local: Mapping[str, Any]) -> tuple[list, Any]:
-        """Post ``step``'s sends from the tensors in ``local``; its works and the arrays they read."""
-        if step.collective is None:
-            edge = self.peer(step, False)
-            arrays = self.m.message(step.messages[0]).arrays(local if self.wire.on_gpu(edge) else self.host(local))
-            return self.wire.post(edge, arrays, sending=True), arrays
-        arrays = {x: self.m.message(x).arrays(self.host(local)) for x in step.messages}
-        return self._guard(lambda: self.coll.post_send(self.m.collectives[step.collective], arrays), step, True), arrays
+    def post_send(self, mid: int, local: Mapping[str, Any]) -> tuple[list, Any]:
+        """Post message ``mid`` from the tensors in ``local``; its works and the arrays they read."""
+        edge = self.peer(mid, False)
+        arrays = self.m.message(mid).arrays(local if self.wire.on_gpu(edge) else self.host(local))
+        return self.wire.post(edge, arrays, sending=True), arrays
 
     def host(self, local: Mapping[str, Any]) -> Mapping[str, Any]:
         return local if self.wire.nccl is None else HostView(local)
 
-    def _guard(self, post: Callable[[], Any], step: Step, sending: bool):
-        try:
-            return post()
-        except RuntimeError as exc:
-            raise self.wire.failure(self.peer(step, not sending).peer, sending, exc) from None
-
-    def delay_s(self, cfg: RunConfig, step: Step) -> float:
-        """The link latency this rank's sender sleeps before posting ``step`` (emulation without netem)."""
-        return max((cfg.delay(self.rank, self.m.message(x).dst_rank) for x in step.messages), default=0.0)
+    def delay_s(self, cfg: RunConfig, mid: int) -> float:
+        """The link latency this rank's sender sleeps before posting ``mid`` (emulation without netem)."""
+        return cfg.delay(self.rank, self.m.message(mid).dst_rank)
 
 
 def load_executors(cfg: RunConfig, manifest: Manifest, rank: int, backend: str) -> list[Executor | None]:
@@ -213,14 +171,13 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path, hos
         from hetsplit.runtime.gpu import host_allocator
         allocate = host_allocator()
     pool = BufferPool(wire.views, allocate)
-    io = Transfers(manifest, rank, wire, Collectives(manifest, rank, open_groups(manifest, rank, wire, cfg),
-                                                    cfg.timeout_s, wire.views), pool)
+    io = Transfers(manifest, rank, wire, pool)
     for exe in exes:   # outputs bound for another GPU stay on the device
         if exe is not None:
-            exe.keep = {t.source for m in manifest.sent_by(rank) if m.via == P2P and wire.on_gpu(m.edge(True))
+            exe.keep = {t.source for m in manifest.sent_by(rank) if wire.on_gpu(m.edge(True))
                         for t in m.tensors if t.take is None}
-    recvs = [steps(manifest, rank, s.recv, True) for s in w.segments]
-    sends = [steps(manifest, rank, s.send, False) for s in w.segments]
+    recvs = [s.recv for s in w.segments]      # message ids, in the order they are posted and taken
+    sends = [s.send for s in w.segments]
     msgs = manifest.messages
     rx_logs = {mid: MessageLog(mid, msgs[mid].src, msgs[mid].nbytes) for s in w.segments for mid in s.recv}
     tx_logs = {mid: MessageLog(mid, msgs[mid].dst, msgs[mid].nbytes) for s in w.segments for mid in s.send}
@@ -236,28 +193,24 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path, hos
     def post_receives(r: int) -> None:
         frames[r] = io.pool.frame()
         for _, j in plan[r]:
-            for step in recvs[j]:
+            for mid in recvs[j]:
                 now = time.time()
-                works, got = io.post_recv(step)
-                logs = [rx_logs[x] for x in step.messages]
-                for log in logs:
-                    log.start.append(now)
-                flight.expect(works, io.peer(step, True), got, logs)
+                works, got = io.post_recv(mid)
+                rx_logs[mid].start.append(now)
+                flight.expect(works, io.peer(mid, True), got, [rx_logs[mid]])
 
-    def post_sends(seg_steps: list[Step], local: dict[str, Any]) -> None:
-        for step in seg_steps:
-            logs = [tx_logs[x] for x in step.messages]
-            now = time.time()
-            for log in logs:
-                log.start.append(now)
-            delay = io.delay_s(cfg, step)
+    def post_sends(mids: list[int], local: dict[str, Any]) -> None:
+        for mid in mids:
+            log = tx_logs[mid]
+            log.start.append(time.time())
+            delay = io.delay_s(cfg, mid)
             if delay > 0:
                 view = dict(local)
-                flight.send_later(lambda step=step, view=view: io.post_send(step, view), delay, io.peer(step, False),
-                                  logs)
+                flight.send_later(lambda mid=mid, view=view: io.post_send(mid, view), delay, io.peer(mid, False),
+                                  [log])
             else:
-                works, keep = io.post_send(step, local)
-                flight.sent(works, io.peer(step, False), logs, keep)
+                works, keep = io.post_send(mid, local)
+                flight.sent(works, io.peer(mid, False), [log], keep)
 
     meter = energy_meter("gpu" if on_gpu else "cpu")
     meter.start()
@@ -281,7 +234,7 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path, hos
                 seg, exe = w.segments[s], exes[s]
                 local = locals_.setdefault(i, {})
                 t0 = time.time()
-                for step in recvs[s]:
+                for _ in recvs[s]:
                     got = flight.take(computing=exe is not None)
                     for mid, arrays in got.items():
                         local.update((t.spec.name, a) for t, a in zip(msgs[mid].tensors, arrays))
