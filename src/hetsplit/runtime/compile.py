@@ -3,10 +3,11 @@ TaskGraph (``check_plan``; no ONNX here).
 
 ``layout(graph, plan, taskgraph)`` gives, per task, the *local names* of the tensors it reads and
 makes on its device, every message (a TaskGraph message, or the driver's: model inputs out, model
-outputs back) with the tensors it carries and the gather or scatter of a sum combine it belongs to, if
-any (every message moves point to point), and each device's segments. A pipeline's TaskGraph has one ``stage`` task per
-device and one payload per cut: its message carries every tensor live across the cut (``live_tensors``,
-exactly what ``Graph.cut_bytes`` counts), so a skip connection is relayed by every stage it crosses.
+outputs back) with the tensors it carries and the gather or scatter of a sum combine it belongs to,
+if any (every message moves point to point), and each device's segments. A pipeline's TaskGraph has
+one ``stage`` task per device and one payload per cut: its message carries every tensor live across
+the cut (``live_tensors``, exactly what ``Graph.cut_bytes`` counts), so a skip connection is relayed
+by every stage it crosses.
 
 Local names (one name means one tensor content wherever it is held):
 

@@ -361,7 +361,7 @@ def point_to_point(messages: list[dict[str, Any]]) -> list[Message]:
     so every rank reading the file gives each the same."""
     out = [Message.from_dict(m) for m in messages]
     lowered = [k for k, m in enumerate(messages) if m.get("via", P2P) != P2P]
-    tag = max((m.tag + len(m.tensors) for k, m in enumerate(out) if k not in set(lowered)), default=0)
+    tag = max((m.tag + len(m.tensors) for k, m in enumerate(out) if k not in lowered), default=0)
     for k in lowered:
         out[k] = replace(out[k], tag=tag)
         tag += len(out[k].tensors)

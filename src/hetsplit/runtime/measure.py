@@ -182,7 +182,8 @@ def summarize(manifest: Manifest, docs: dict[int, dict]) -> RunReport:
         if m.id not in wires:
             continue
         wire = wires[m.id]
-        hops.append({"from": m.src, "to": m.dst, "payload": m.payload, "collective": None if m.collective is None else manifest.collectives[m.collective].kind, "nbytes": m.nbytes,
+        kind = None if m.collective is None else manifest.collectives[m.collective].kind   # gather, scatter
+        hops.append({"from": m.src, "to": m.dst, "payload": m.payload, "collective": kind, "nbytes": m.nbytes,
                      "plan_nbytes": m.plan_nbytes, "tensors": [t.spec.name for t in m.tensors],
                      "wire_s": _med(wire[steady]), "wire_all_s": wire})
     links: dict[tuple[str, str], dict] = {}
