@@ -98,7 +98,7 @@ def test_a_tensor_parallel_plan_runs_over_emulated_links_and_devices(tmp_path):
     report = run_manifest(manifest, RunOptions(inputs=8, latency_inputs=1, timeout_s=60, links=links,
                                                devices=devices, run_dir=tmp_path / "run"))
     assert report.verify["ok"] and report.extra["plan_kind"] == "mapping"
-    assert "gather" in {h["via"] for h in report.hops}          # the sums of the sharded layers
+    assert "gather" in {h["collective"] for h in report.hops}   # the sums of the sharded layers
     emu = report.extra["emulation"]
     assert emu["namespaces"] == manifest.world_size == 4
     shaped = {(s["from_rank"], s["to_rank"]): s["bandwidth"] for s in emu["shaped"]}
