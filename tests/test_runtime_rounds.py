@@ -62,6 +62,27 @@ def test_lags_count_the_crossings(toy, tmp_path):
     assert lookahead(m, lags, 2) == 3                               # a message crosses one round ahead
 
 
+def test_a_worker_keeps_only_what_its_later_segments_read(toy, tmp_path):
+    """Replaying each worker's program on names: every segment finds its inputs and the sources of its
+    sends, though after each segment the worker drops what no later segment of its own reads or sends
+    (with lags it holds many inputs at once); a ping-pong worker then holds at most two tensors."""
+    from hetsplit.runtime import split_model
+    from hetsplit.runtime.worker import still_read
+
+    graph, path = toy
+    m = split_model(ping_pong(graph), graph, path, tmp_path / "split")
+    for w in m.stages:
+        keep, local, held = still_read(m, w.rank), set(), []
+        for seg in w.segments:
+            local |= {t.spec.name for mid in seg.recv for t in m.message(mid).tensors}
+            assert {t.name for t in seg.inputs} <= local
+            local |= {t.name for t in seg.outputs}
+            assert {t.source for mid in seg.send for t in m.message(mid).tensors} <= local
+            local &= keep[seg.index]
+            held.append(len(local))
+        assert held[-1] == 0 and max(held) <= 2 < len(graph.names)
+
+
 def test_a_ping_pong_mapping_runs_its_devices_on_different_inputs_at_once(toy, tmp_path):
     graph, path = toy
     n = 8

@@ -18,11 +18,12 @@ step with the least key not yet done can always proceed.
 Plans with a sum combine (its gathers and scatters are the manifest's ``collectives``: tensor-parallel
 plans, mappings with ``in`` shards) run input by input (lag 0 everywhere). Lags would let them work
 on many inputs at once, but a tensor-parallel plan crosses between its devices at every layer
-(MobileBERT's: lags up to ~120), and each worker keeps an input's tensors until its last segment:
-with lags, its two workers peaked at 8.2 and 6.0 GB over 150 inputs, against 0.56 and 0.52 GB. And
-an input's output would come ~120 rounds (each about one input's compute) after it went in: the
-outputs of a stream shorter than that all arrive at its end, where input by input the plan gives
-its single-input latency (222-233 ms) and 5.1-5.3 inputs/s.
+(MobileBERT's: lags up to ~120), so ~120 inputs would be in flight at each worker, each holding the
+tensors and receive buffers it still needs there: over 150 inputs its two workers peaked at 2.9 and
+4.2 GB with lags (6.7 inputs/s), against 0.57 and 0.52 GB input by input (5.2/s). And an input's
+output would come ~120 rounds (each about one input's compute) after it went in: the outputs of a
+stream shorter than that all arrive at its end, where input by input the plan gives its
+single-input latency (222-233 ms).
 """
 
 from __future__ import annotations

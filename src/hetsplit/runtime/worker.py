@@ -132,6 +132,19 @@ class Transfers:
         return cfg.delay(self.rank, self.m.message(mid).dst_rank)
 
 
+def still_read(manifest: Manifest, rank: int) -> list[frozenset[str]]:
+    """Per segment of rank ``rank``: the tensors a later segment of it reads or sends, all an input must
+    still hold here once that segment has run (the rest is dropped: a worker that lags works on many
+    inputs at once, and each would otherwise keep every tensor it made until its last segment)."""
+    later: set[str] = set()
+    out = []
+    for seg in reversed(manifest.worker(rank).segments):
+        out.append(frozenset(later))
+        later |= {t.name for t in seg.inputs}
+        later |= {t.source for mid in seg.send for t in manifest.message(mid).tensors}
+    return out[::-1]
+
+
 def load_executors(cfg: RunConfig, manifest: Manifest, rank: int, backend: str) -> list[Executor | None]:
     """An executor on ``backend`` per segment of rank ``rank`` (None: nothing to compute), each run once
     on zeros (first-run allocations are not measured)."""
@@ -219,7 +232,8 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path, hos
     flight.start()
     compute, idle = [0.0] * n, [0.0] * n
     per_segment: list[list[float]] = [[] for _ in range(n)]
-    locals_: dict[int, dict[str, Any]] = {}   # each input's tensors here, until its last segment ran
+    locals_: dict[int, dict[str, Any]] = {}   # each input's tensors here that a later segment still reads
+    keep = still_read(manifest, rank)
     compute_cpu = 0.0             # this thread's CPU inside the sub-models (all of it with one compute thread)
     cpu0 = time.process_time()
     last_segment, next_free = len(w.segments) - 1, 0
@@ -255,6 +269,9 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path, hos
                 per_segment[i].append(t2 - t1)
                 if s == last_segment:
                     del locals_[i]
+                else:
+                    for name in [x for x in local if x not in keep[s]]:
+                        del local[name]
             while next_free <= r and frees[next_free] <= r:     # its inputs are done here: free once sent
                 io.pool.retire(frames.pop(next_free), flight.posted_sends)
                 next_free += 1
