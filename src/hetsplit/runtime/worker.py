@@ -233,7 +233,7 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path, hos
     compute, idle = [0.0] * n, [0.0] * n
     per_segment: list[list[float]] = [[] for _ in range(n)]
     locals_: dict[int, dict[str, Any]] = {}   # each input's tensors here that a later segment still reads
-    keep = still_read(manifest, rank)
+    needed_after = still_read(manifest, rank)   # per segment: what this input must still hold here
     compute_cpu = 0.0             # this thread's CPU inside the sub-models (all of it with one compute thread)
     cpu0 = time.process_time()
     last_segment, next_free = len(w.segments) - 1, 0
@@ -270,7 +270,7 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path, hos
                 if s == last_segment:
                     del locals_[i]
                 else:
-                    for name in [x for x in local if x not in keep[s]]:
+                    for name in [x for x in local if x not in needed_after[s]]:
                         del local[name]
             while next_free <= r and frees[next_free] <= r:     # its inputs are done here: free once sent
                 io.pool.retire(frames.pop(next_free), flight.posted_sends)
