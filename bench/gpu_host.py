@@ -68,6 +68,10 @@ def measure_link(out: Path, log: Path) -> dict:
     return {"bandwidth": hops[max(hops)]["raw_bandwidth"], "latency": hops[min(hops)]["raw_hop_s"], "hops": hops}
 
 
+HOP_FIGURES = ("bytes", "hetsplit_hop_s", "raw_blocking_hop_s", "overhead_vs_blocking", "overhead_vs_blocking_ci95",
+               "verdict_vs_blocking", "raw_hop_s", "overhead", "overhead_paired", "overhead_paired_ci95", "verdict")
+
+
 def write_cluster(path: Path, model: str, link: dict) -> None:
     path.write_text(
         "format: hetsplit.cluster/1\n"
@@ -147,15 +151,19 @@ def main(argv: list[str] | None = None) -> int:
                      "--compare", "--out", str(run_json), "--run-dir", str(out / f"rundir.{model}.{i}"), log=log)
             rows.append(summary_row(label, run_json))
     doc = {"host": facts, "link": {k: v for k, v in link.items() if k != "hops"},
-           "hops": [{k: r[k] for k in ("bytes", "raw_hop_s", "hetsplit_hop_s", "overhead", "overhead_paired")}
-                    for r in link["hops"].values()], "whole_model_s": whole, "runs": rows}
+           "hops": [{k: r[k] for k in HOP_FIGURES} for r in link["hops"].values()], "whole_model_s": whole,
+           "runs": rows}
     (out / "summary.json").write_text(json.dumps(doc, indent=1))
     print(f"\nhost: {facts['gpu'] or 'no CUDA GPU'}, {facts['cores']} cores, torch {facts['torch']}, "
           f"onnxruntime {facts['onnxruntime']} {facts['ort_providers']}")
     print(f"link (raw gloo here): {link['bandwidth'] / 1e9:.2f} GB/s, {link['latency'] * 1e6:.0f} us")
     for h in doc["hops"]:
-        print(f"  hop {h['bytes']:>9} B: raw {h['raw_hop_s'] * 1e3:.3f} ms, ours {h['hetsplit_hop_s'] * 1e3:.3f} ms, "
-              f"overhead {h['overhead']:+.1%} (paired {h['overhead_paired']:+.1%})")
+        b_lo, b_hi = h["overhead_vs_blocking_ci95"]
+        lo, hi = h["overhead_paired_ci95"]
+        print(f"  hop {h['bytes']:>9} B: ours {h['hetsplit_hop_s'] * 1e3:.3f} ms; against blocking send/recv "
+              f"({h['raw_blocking_hop_s'] * 1e3:.3f} ms) {h['overhead_vs_blocking']:+.1%} [{b_lo:+.1%}, {b_hi:+.1%}] "
+              f"{h['verdict_vs_blocking']}; against raw's best ({h['raw_hop_s'] * 1e3:.3f} ms) "
+              f"{h['overhead_paired']:+.1%} [{lo:+.1%}, {hi:+.1%}] {h['verdict']}")
     for model, w in whole.items():
         if None in w.values():
             continue

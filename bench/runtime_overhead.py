@@ -19,7 +19,10 @@ mapping and a tensor-parallel plan measured beside their predictions.
    over 121 blocks (of 100 round trips at 1 MB, 30 at 10 MB, by default), with a 95% bootstrap interval: the
    target is met when the whole interval lies at or below +10%, not met when it lies above, else
    inconclusive; the CPU time per round trip of each is printed beside it (the wall time of a loaded machine
-   mostly says how long threads wait for a core). ``--pin`` puts each of the two processes on a core of its
+   mostly says how long threads wait for a core). The overhead against blocking send/recv is also given in
+   two paired factors: raw gloo posting receives ahead as the worker does against blocking (gloo's own gain
+   or loss from the posting a worker needs to overlap transfers with compute), and hetsplit against raw
+   gloo posting them the same way (what the runtime itself adds). ``--pin`` puts each of the two processes on a core of its
    own: on a small machine where the threads land moves a hop (on this 2-core VM one thread started and ended
    before a raw loop made its 1 MB hops ~15% slower, run after run; pinned, it made no difference).
 2. Pipeline efficiency. A real plan runs with ``run_plan``; efficiency = measured throughput /
@@ -191,17 +194,19 @@ def _pingpong_worker(flight, edge, buf: np.ndarray, rank: int, rounds: int, pool
     return elapsed / rounds / 2
 
 
-def _pingpong_raw(pg, t, rank: int, other: int, rounds: int, bufs: list, ahead: int = 1) -> float:
+def _pingpong_raw(pg, t, rank: int, other: int, rounds: int, bufs: list, ahead: int = 1,
+                  cycle: int | None = None) -> float:
     """Seconds per hop of ``rounds`` round trips over raw ``send``/``recv``: rank 0 sends ``t``, rank 1 sends
     back the buffer it received into (as a worker relays what it received), receives posted ``ahead``
-    messages early into ``ahead + 1`` of ``bufs`` (1 is raw gloo's best case; the worker posts ``depth``;
-    0: each receive posted when it is needed, as blocking ``dist.send``/``dist.recv`` do)."""
-    bufs = bufs[:ahead + 1]
+    messages early (1 is raw gloo's best case; the worker posts ``depth``; 0: each receive posted when it is
+    needed, as blocking ``dist.send``/``dist.recv`` do) into ``cycle`` of ``bufs`` in turn (by default
+    ``ahead + 1``, the fewest that posting ``ahead`` allows)."""
+    bufs = bufs[:cycle or ahead + 1]
     t0 = time.perf_counter()
     posted = [pg.recv([bufs[k]], other, 0) for k in range(min(ahead, rounds))]
 
     def receive(k: int) -> None:
-        (posted.pop(0) if ahead else pg.recv([bufs[0]], other, 0)).wait()
+        (posted.pop(0) if ahead else pg.recv([bufs[k % len(bufs)]], other, 0)).wait()
         if ahead and k + ahead < rounds:
             posted.append(pg.recv([bufs[(k + ahead) % len(bufs)]], other, 0))
 
@@ -237,6 +242,10 @@ def hop_overhead(sizes: list[int], rounds: int, blocks: int, target_rounds: int 
         cpu_med = {k: float(np.median(v)) for k, v in cpu.items()}
         paired, lo, hi = paired_overhead(hop["ours"], hop["raw"])
         vs_blocking, b_lo, b_hi = paired_overhead(hop["ours"], hop["blocking"])
+        # the overhead against blocking send/recv, in two factors: what raw gloo itself gains or loses by posting
+        # receives ``DEPTH`` ahead as the worker does, and what hetsplit adds over raw gloo posting them so
+        posting, p_lo, p_hi = paired_overhead(hop["ahead"], hop["blocking"])
+        own, o_lo, o_hi = paired_overhead(hop["ours"], hop["ahead"])
         rows.append({"bytes": size, "blocks": plan[size][0], "round_trips_per_block": plan[size][1],
                      "raw_hop_s": med["raw"], "hetsplit_hop_s": med["ours"], "overhead": med["ours"] / med["raw"] - 1,
                      "raw_hop_min_s": min(hop["raw"]), "hetsplit_hop_min_s": min(hop["ours"]),
@@ -248,7 +257,9 @@ def hop_overhead(sizes: list[int], rounds: int, blocks: int, target_rounds: int 
                      "lending_cpu_per_round_trip_s": cpu_med["lending"], "overhead_paired": paired,
                      "overhead_paired_ci95": [lo, hi], "verdict": verdict(lo, hi),
                      "raw_blocking_hop_s": med["blocking"], "overhead_vs_blocking": vs_blocking,
-                     "overhead_vs_blocking_ci95": [b_lo, b_hi], "verdict_vs_blocking": verdict(b_lo, b_hi)})
+                     "overhead_vs_blocking_ci95": [b_lo, b_hi], "verdict_vs_blocking": verdict(b_lo, b_hi),
+                     "ahead_vs_blocking": posting, "ahead_vs_blocking_ci95": [p_lo, p_hi],
+                     "overhead_vs_same_posting": own, "overhead_vs_same_posting_ci95": [o_lo, o_hi]})
     return rows
 
 
@@ -373,6 +384,12 @@ def main(argv: list[str] | None = None) -> int:
                   f"raw with receives posted {DEPTH} ahead as the worker does: hop {r['raw_ahead_hop_s'] * 1e3:.3f} ms "
                   f"({r['raw_ahead_hop_s'] / r['raw_hop_s'] - 1:+.1%}); handing off as a computing worker does: hop "
                   f"{r['lending_hop_s'] * 1e3:.3f} ms ({r['lending_overhead']:+.1%})")
+            p_lo, p_hi = r["ahead_vs_blocking_ci95"]
+            o_lo, o_hi = r["overhead_vs_same_posting_ci95"]
+            print(f"  {r['bytes'] >> 20} MB, the overhead against blocking send/recv in two factors (paired, 95% "
+                  f"intervals): raw gloo posting receives {DEPTH} ahead (as the worker does) against blocking "
+                  f"{r['ahead_vs_blocking']:+.1%} ({p_lo:+.1%} .. {p_hi:+.1%}); hetsplit against raw gloo posting them "
+                  f"so {r['overhead_vs_same_posting']:+.1%} ({o_lo:+.1%} .. {o_hi:+.1%})")
     if not args.skip_pipeline:
         doc["pipeline"] = p = pipeline_efficiency(args.model, args.stages, args.inputs, args.pin)
         print(f"pipeline {p['model']} x{p['stages']}{' pinned' if p['pinned'] else ''}: measured {p['throughput']:.2f}/s, stage-bound "
