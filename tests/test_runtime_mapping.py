@@ -167,6 +167,8 @@ def assert_messages_match_the_taskgraph(manifest, g, plan, cl):
     got = sorted((m.payload, m.src, m.dst, float(m.nbytes)) for m in manifest.messages
                  if "driver" not in (m.src, m.dst))
     assert got == want
+    # the estimate's word for the plans the runtime runs input by input (estimate.here) is the runtime's own
+    assert check_plan(g, plan_cluster(plan, cl), plan).sums_across_devices() == bool(manifest.collectives)
 
 
 def assert_run(report, manifest, g, plan, cl, n):

@@ -144,6 +144,35 @@ def test_a_sharded_dag_worked_by_hand():
     assert r.events == 2 + 2 * (7 + 8)                       # arrivals + every task and message
 
 
+def test_inputs_in_order_keep_each_device_on_one_input_worked_by_hand():
+    """The hand DAG's two inputs with ``inputs_in_order`` (as the runtime runs a plan whose sum crosses
+    devices): d0 starts a(1) only once its sum of input 0 ends at 11.65, so input 1 runs alone after it
+    (done at 2 x 11.65), where by default a(1) ran at 1-2 and input 1 was done at 14.65."""
+    pr, tg, costs = hand_problem()
+    assert tg.sums_across_devices()
+    r = simulate(pr, tg, SimOptions(inputs=2, inputs_in_order=True), costs)
+    np.testing.assert_allclose(r.done_s, [11.65, 23.3])
+    assert [(s.label, s.start) for s in r.timeline if s.resource == "d0" and s.input == 1][0] == \
+        ("a", pytest.approx(11.65))
+    free = simulate(pr, tg, SimOptions(inputs=2), costs)
+    np.testing.assert_allclose(free.done_s, [11.65, 14.65])
+    assert r.unloaded_latency_s == free.unloaded_latency_s and r.energy_j == free.energy_j
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_sharded_mappings_in_input_order_keep_the_invariants(alexnet_nx, seed):
+    """Every device ends each input's tasks before it starts the next input's; dependencies hold; every
+    task and message runs once per input."""
+    pr, n = alexnet_nx, 12
+    tg = check_plan(pr.graph, pr.cluster, random_sharded_plan(pr, np.random.default_rng(seed)))
+    r = simulate(pr, tg, SimOptions(inputs=n, inputs_in_order=True))
+    assert r.events == n * (1 + tg.num_tasks + len(tg.messages()))
+    dependencies_hold(tg, r.timeline)
+    for d in pr.cluster.names:
+        spans = sorted((s for s in r.timeline if s.resource == d), key=lambda s: s.start)
+        assert [s.input for s in spans] == sorted(s.input for s in spans)
+
+
 def test_a_device_starts_the_lowest_input_first():
     """l0 (1 s) -> l1 (2 s) on one device, three inputs at t = 0: at t = 1 both l0 of input 1 and l1
     of input 0 are ready, and input 0 goes first."""

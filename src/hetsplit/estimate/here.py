@@ -10,7 +10,9 @@ The runtime runs a plan as one worker process per device and a driver (``estimat
   and the driver spend per message end (fixed + per byte), and the wall time a message adds to an
   input alone, which becomes the loopback link's latency;
 - the discrete-event simulator streams inputs through the re-costed plan, each worker on a core of
-  its own: ``simulated_throughput``;
+  its own: ``simulated_throughput``; a plan whose sum combines cross devices (tensor-parallel, ``in``
+  shards) runs input by input (``runtime.rounds``), so each worker there ends an input before it starts
+  the next (``SimOptions.inputs_in_order``);
 - the workers and the driver share this machine's ``C`` cores, which the simulator does not know.
   An input needs ``total work`` of CPU: its layers plus every process's CPU for its message ends, so
   no schedule beats ``C / total work`` (the core bound). When the processes outnumber the cores a
@@ -176,9 +178,10 @@ def _costed(plan: Plan, graph: Graph, profile: Profile, cores: int, runtime: Run
     cl = problem.cluster
     batch = estimate(problem, [plan], "closed")
     closed = metrics_at(problem, batch, 0)
-    sim = metrics_at(problem, estimate(problem, [plan], "simulated",
-                                       SimOptions(inputs=max(2, sim_inputs), keep_timeline=False)), 0)
     tg = check_plan(graph, cl, plan)
+    sim = metrics_at(problem, estimate(problem, [plan], "simulated",
+                                       SimOptions(inputs=max(2, sim_inputs), keep_timeline=False,
+                                                  inputs_in_order=tg.sums_across_devices())), 0)
     layers = {d: 0 for d in cl.names}
     for where in plan.placements().values():
         for dev in [where] if isinstance(where, str) else [s.device for s in where]:  # whole, or shards

@@ -79,7 +79,10 @@ class SimOptions:
     """How to simulate: ``inputs`` streamed, one every ``interval_s`` (0: all at t = 0, a
     saturated stream); ``keep_timeline`` records every job (off: only the statistics);
     ``link_order``: "input" (the default: lowest input first, as the runtime's workers post their
-    sends in input order) or "fifo" (by ready time).
+    sends in input order) or "fifo" (by ready time); ``inputs_in_order``: a device starts no task
+    of input i+1 until every one of its tasks of input i is done (the runtime runs plans with a sum
+    combine across devices so, input by input: ``runtime.rounds``), where by default a device waiting
+    on another may run a later input's ready tasks meanwhile.
 
     With every input waiting at t = 0, a FIFO link that carries the model input of every input
     (ready at once) makes the other payloads it carries wait for all of them; "input" order keeps
@@ -89,6 +92,7 @@ class SimOptions:
     interval_s: float = 0.0
     keep_timeline: bool = True
     link_order: str = "input"
+    inputs_in_order: bool = False     # each device ends input i's tasks before it starts input i+1's
 
     def __post_init__(self) -> None:
         if int(self.inputs) != self.inputs or self.inputs < 1:
@@ -322,8 +326,10 @@ class _Run:
     trace: dict[int, tuple[float, float, int]]          # job of input 0 -> (start, end, the job that let it start)
 
 
-def _run(jobs: _Jobs, n: int, interval_s: float, keep: bool, fifo: bool, trace: bool = False) -> _Run:
+def _run(jobs: _Jobs, n: int, interval_s: float, keep: bool, fifo: bool, trace: bool = False,
+         in_order: bool = False) -> _Run:
     """Simulate ``n`` inputs arriving every ``interval_s``; see the module docstring for the rules.
+    ``in_order``: a device runs input i+1's tasks only once all its tasks of input i are done.
 
     Event: ``(time, -1, input, job)``, job -1 for an arrival. Ready heaps hold ``(key, input, job)``
     with key 0 on devices and memory channels (lowest input, then job) and on links the ready time
@@ -350,6 +356,11 @@ def _run(jobs: _Jobs, n: int, interval_s: float, keep: bool, fifo: bool, trace: 
     made_ready: dict[int, tuple[float, int]] = {}        # trace: job -> (when it became ready, by which job)
     held: list[tuple[float, int]] = [(0.0, -1)] * n_res  # trace: resource -> (end, job) of its last job
     traced: dict[int, tuple[float, float, int]] = {}
+    tasks_on = [0] * n_res                 # in_order: per device, its tasks per input
+    for j in range(jobs.tasks):
+        tasks_on[resource[j][0]] += 1
+    front = [0] * n_res                    # in_order: per device, the input it works on
+    front_left = tasks_on.copy()           # ... and how many of its tasks of that input are not done
 
     def make_ready(key: float, i: int, j: int, touched: list[int], by: int = -1) -> None:
         if trace:
@@ -395,6 +406,11 @@ def _run(jobs: _Jobs, n: int, interval_s: float, keep: bool, fifo: bool, trace: 
             for r in resource[j]:
                 running[r] = False
                 touched.append(r)
+            if in_order and j < jobs.tasks:
+                r = resource[j][0]
+                front_left[r] -= 1
+                if not front_left[r]:
+                    front[r], front_left[r] = front[r] + 1, tasks_on[r]
             cnt = pending[i]
             for t in unlocks[j]:
                 c = cnt[t] - 1
@@ -408,7 +424,7 @@ def _run(jobs: _Jobs, n: int, interval_s: float, keep: bool, fifo: bool, trace: 
                 done[i] = now
                 pending[i] = None
         for r in touched:
-            if not running[r] and ready[r]:
+            if not running[r] and ready[r] and not (in_order and tasks_on[r] and ready[r][0][1] > front[r]):
                 _, i, j = heappop(ready[r])
                 start(now, i, j)
         if pairs:
@@ -475,7 +491,7 @@ def simulate(problem: SplitProblem, tg: TaskGraph, options: SimOptions | None = 
                  f"inputs of {jobs.num_jobs:,} jobs each", lower)
     fifo = opts.link_order == "fifo"
     t0 = time.perf_counter()
-    run = _run(jobs, opts.inputs, opts.interval_s, opts.keep_timeline, fifo)
+    run = _run(jobs, opts.inputs, opts.interval_s, opts.keep_timeline, fifo, in_order=opts.inputs_in_order)
     wall = time.perf_counter() - t0
     one = _run(jobs, 1, 0.0, False, fifo, trace=True)
     unloaded = one.done[0]

@@ -127,6 +127,19 @@ class TaskGraph:
             consumers[found[key]].append(int(self.edge_dst[e]))
         return [Message(m.payload, m.nbytes, m.src, m.dst, m.producer, tuple(c)) for m, c in zip(out, consumers)]
 
+    def sums_across_devices(self) -> bool:
+        """Whether a sum combine gathers partial sums from another device or sends its result (or a
+        ``copy`` of it) to one: tensor-parallel plans and mappings with ``in`` shards. The runtime
+        moves these messages as its gathers and scatters and runs such a plan input by input
+        (``runtime.rounds``); ``estimate.here`` simulates it so."""
+        kinds = [t.kind for t in self.tasks]
+        for m in self.messages():
+            if m.producer < 0 or any(c < 0 for c in m.consumers):
+                continue      # the model's inputs and outputs go to and from the driver
+            if (len(m.consumers) == 1 and kinds[m.consumers[0]] == "sum") or kinds[m.producer] in ("sum", "copy"):
+                return True
+        return False
+
     def describe(self) -> list[str]:
         """One line per task: ``name on device``."""
         names = self.cluster.names

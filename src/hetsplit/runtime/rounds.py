@@ -16,7 +16,8 @@ lag 0), every rank runs its steps by increasing key, and a rank posts its receiv
 step with the least key not yet done can always proceed.
 
 Plans with a sum combine (its gathers and scatters are the manifest's ``collectives``: tensor-parallel
-plans, mappings with ``in`` shards) run input by input (lag 0 everywhere). Lags would let them work
+plans, mappings with ``in`` shards) run input by input (lag 0 everywhere; ``estimate.here`` simulates
+them so, ``TaskGraph.sums_across_devices``, and a test checks that it names the same plans). Lags would let them work
 on many inputs at once, but a tensor-parallel plan crosses between its devices at every layer
 (MobileBERT's: lags up to ~120), so ~120 inputs would be in flight at each worker, each holding the
 tensors and receive buffers it still needs there: over 150 inputs its two workers peaked at 2.9 and
