@@ -69,7 +69,9 @@ def measure_link(out: Path, log: Path) -> dict:
 
 
 HOP_FIGURES = ("bytes", "hetsplit_hop_s", "raw_blocking_hop_s", "overhead_vs_blocking", "overhead_vs_blocking_ci95",
-               "verdict_vs_blocking", "raw_hop_s", "overhead", "overhead_paired", "overhead_paired_ci95", "verdict")
+               "verdict_vs_blocking", "raw_hop_s", "overhead", "overhead_paired", "overhead_paired_ci95", "verdict",
+               "ahead_vs_blocking", "ahead_vs_blocking_ci95", "overhead_vs_same_posting",
+               "overhead_vs_same_posting_ci95")
 
 
 def write_cluster(path: Path, model: str, link: dict) -> None:

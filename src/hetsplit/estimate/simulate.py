@@ -33,6 +33,8 @@ Rules (compute-and-forward units):
   two ports starts, in the same order, when both are free;
 - all events at one instant are applied before any idle resource picks its next job, so the choice
   does not depend on the order of simultaneous events;
+- with ``SimOptions.inputs_in_order`` a device starts no task of input i+1 until all its tasks of
+  input i are done (as the runtime runs a plan whose sum combines cross devices);
 - input i arrives at ``i * interval_s`` (``interval_s = 0``: all at t = 0, a saturated stream) and
   is *done* when all its tasks are done and all its messages delivered.
 
