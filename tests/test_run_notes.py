@@ -77,3 +77,19 @@ def test_stream_rate_is_the_streamed_inputs_over_first_sent_to_last_output():
     doc = {"t_in": [0.0, 1.0, 1.0, 1.0, 1.0], "t_out": [0.5, 2.9, 3.0, 3.0, 3.0], "latency_inputs": 1}
     assert stream_rate(doc) == pytest.approx(4 / 2.0)
     assert stream_rate({**doc, "t_out": [0.5]}) is None
+
+
+def test_compare_gives_a_many_segment_devices_compute_beyond_the_prediction_per_segment():
+    """The H200 mapping's figures: cpu0 computed 4.47 ms per input in 10 segments against 2.07 ms predicted,
+    0.24 ms per segment beyond its layers, set against the 0 the estimate charges; a one-segment device
+    gets no such row."""
+    from hetsplit.runtime.measure import compare
+
+    devices = [{"device": "cpu0", "segments": 10, "compute_s": 4.47e-3},
+               {"device": "gpu0", "segments": 1, "compute_s": 2.84e-3}]
+    report = RunReport("m", devices, [], 10, 120.0, 0.02, 0.02, [], {}, 0.0)
+    rows = compare(report, {"throughput": 380.0, "compute_s_per_device": {"cpu0": 2.07e-3, "gpu0": 3.41e-3}})["rows"]
+    per_segment = [r for r in rows if "per segment" in r["metric"]]
+    assert [r["metric"] for r in per_segment] == ["compute cpu0 beyond the prediction, per segment (10 per input) (s)"]
+    assert per_segment[0]["measured"] == pytest.approx(0.24e-3) and per_segment[0]["predicted"] == 0.0
+    assert per_segment[0]["ratio"] is None
