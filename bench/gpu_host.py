@@ -111,6 +111,7 @@ def summary_row(label: str, run_json: Path) -> dict:
             "max_abs_err": m["verify"]["max_abs_err"],
             "executors": {d["device"]: d["executor"] for d in m["devices"]},
             "compute_s": {d["device"]: d["compute_s"] for d in m["devices"]},
+            "segments": {d["device"]: d.get("segments", 1) for d in m["devices"]},
             "predicted_compute_s": p.get("compute_s_per_device"),
             "throughput": m["throughput"], "predicted_throughput": p.get("throughput"),
             "latency_s": m["latency_s"], "predicted_latency_s": p.get("latency_s")}
@@ -174,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         comp = ", ".join(f"{d} {r['executors'][d]} {r['compute_s'][d] * 1e3:.2f} ms"
                          + (f" (pred {r['predicted_compute_s'][d] * 1e3:.2f})" if r["predicted_compute_s"] and d in
-                            r["predicted_compute_s"] else "") for d in r["executors"])
+                            r["predicted_compute_s"] else "") + f" in {r['segments'][d]} segment(s)"
+                         for d in r["executors"])
         print(f"{r['run']}: {r['throughput']:.1f}/s (pred {r['predicted_throughput']:.1f}/s, x"
               f"{r['throughput'] / r['predicted_throughput']:.2f}), latency {r['latency_s'] * 1e3:.2f} ms (pred "
               f"{r['predicted_latency_s'] * 1e3:.2f}), verified {r['verified']} ({r['outputs']} outputs, max abs err "
