@@ -216,8 +216,8 @@ def compare(report: RunReport, predicted: Any, cluster: Any = None, cut_bytes: d
     prediction spread over its segments, against 0: the estimate charges a segment nothing beyond its
     layers, while each is one executor call (inputs handed in, threads woken; on a GPU, copies and a
     sync). The figure holds the whole excess, whatever else slowed the device too (other processes on
-    its cores); on an H200 host, where nothing else did, ~0.24 ms per segment on a 4-thread onnxruntime
-    CPU and ~0.3-0.4 ms on the GPU (``bench/data/h200-16c``)."""
+    its cores); on a 16-core H200 host ~0.24 ms per segment on a 4-thread onnxruntime CPU and ~0.3-0.4
+    ms on the GPU (``bench/data/h200-16c``)."""
     p = predicted.to_dict() if hasattr(predicted, "to_dict") else dict(predicted)
     rows = [{"metric": "throughput (1/s)", "predicted": p.get("throughput"), "measured": report.throughput}]
     if simulated:
