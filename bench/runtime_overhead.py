@@ -23,8 +23,9 @@ mapping and a tensor-parallel plan measured beside their predictions.
    two paired factors: raw gloo posting receives ahead as the worker does against blocking (gloo's own gain
    or loss from the posting a worker needs to overlap transfers with compute), and hetsplit against raw
    gloo posting them the same way (what the runtime itself adds). ``--pin`` puts each of the two
-   processes on a core of its own: on a small machine where the threads land moves a hop (on this 2-core VM one thread started and ended
-   before a raw loop made its 1 MB hops ~15% slower, run after run; pinned, it made no difference).
+   processes on a core of its own: on a small machine where the threads land moves a hop (on this 2-core
+   VM one thread started and ended before a raw loop made its 1 MB hops ~15% slower, run after run;
+   pinned, it made no difference).
 2. Pipeline efficiency. A real plan runs with ``run_plan``; efficiency = measured throughput /
    the throughput its own measured stage and hop times allow (1 / the largest of them).
 3. Plans beside predictions, through the same runtime: a sharded mapping of the toy CNN bounded by an
