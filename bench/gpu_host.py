@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from runtime_overhead import interval
+
 BENCH = Path(__file__).resolve().parent
 
 
@@ -161,12 +163,10 @@ def main(argv: list[str] | None = None) -> int:
           f"onnxruntime {facts['onnxruntime']} {facts['ort_providers']}")
     print(f"link (raw gloo here): {link['bandwidth'] / 1e9:.2f} GB/s, {link['latency'] * 1e6:.0f} us")
     for h in doc["hops"]:
-        b_lo, b_hi = h["overhead_vs_blocking_ci95"]
-        lo, hi = h["overhead_paired_ci95"]
         print(f"  hop {h['bytes']:>9} B: ours {h['hetsplit_hop_s'] * 1e3:.3f} ms; against blocking send/recv "
-              f"({h['raw_blocking_hop_s'] * 1e3:.3f} ms) {h['overhead_vs_blocking']:+.1%} [{b_lo:+.1%}, {b_hi:+.1%}] "
+              f"({h['raw_blocking_hop_s'] * 1e3:.3f} ms) {interval(h, 'overhead_vs_blocking')} "
               f"{h['verdict_vs_blocking']}; against raw's best ({h['raw_hop_s'] * 1e3:.3f} ms) "
-              f"{h['overhead_paired']:+.1%} [{lo:+.1%}, {hi:+.1%}] {h['verdict']}")
+              f"{interval(h, 'overhead_paired')} {h['verdict']}")
     for model, w in whole.items():
         if None in w.values():
             continue

@@ -130,6 +130,12 @@ def paired_overhead(ours: list[float], raw: list[float], resamples: int = 2000) 
     return float(np.median(ratios) - 1), float(lo - 1), float(hi - 1)
 
 
+def interval(row: dict, key: str) -> str:
+    """``row[key]`` with its 95% interval (``row[key + "_ci95"]``), as percentages."""
+    lo, hi = row[f"{key}_ci95"]
+    return f"{row[key]:+.1%} ({lo:+.1%} .. {hi:+.1%})"
+
+
 def verdict(lo: float, hi: float, target: float = 0.10) -> str:
     """Whether the interval shows the overhead within ``target``, beyond it, or cannot tell."""
     return "met" if hi <= target else "not met" if lo > target else "inconclusive (the interval spans the target)"
@@ -385,12 +391,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"raw with receives posted {DEPTH} ahead as the worker does: hop {r['raw_ahead_hop_s'] * 1e3:.3f} ms "
                   f"({r['raw_ahead_hop_s'] / r['raw_hop_s'] - 1:+.1%}); handing off as a computing worker does: hop "
                   f"{r['lending_hop_s'] * 1e3:.3f} ms ({r['lending_overhead']:+.1%})")
-            p_lo, p_hi = r["ahead_vs_blocking_ci95"]
-            o_lo, o_hi = r["overhead_vs_same_posting_ci95"]
             print(f"  {r['bytes'] >> 20} MB, the overhead against blocking send/recv in two factors (paired, 95% "
                   f"intervals): raw gloo posting receives {DEPTH} ahead (as the worker does) against blocking "
-                  f"{r['ahead_vs_blocking']:+.1%} ({p_lo:+.1%} .. {p_hi:+.1%}); hetsplit against raw gloo posting them "
-                  f"so {r['overhead_vs_same_posting']:+.1%} ({o_lo:+.1%} .. {o_hi:+.1%})")
+                  f"{interval(r, 'ahead_vs_blocking')}; hetsplit against raw gloo posting them so "
+                  f"{interval(r, 'overhead_vs_same_posting')}")
     if not args.skip_pipeline:
         doc["pipeline"] = p = pipeline_efficiency(args.model, args.stages, args.inputs, args.pin)
         print(f"pipeline {p['model']} x{p['stages']}{' pinned' if p['pinned'] else ''}: measured {p['throughput']:.2f}/s, stage-bound "

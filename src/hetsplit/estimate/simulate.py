@@ -359,7 +359,7 @@ def _run(jobs: _Jobs, n: int, interval_s: float, keep: bool, fifo: bool, trace: 
     held: list[tuple[float, int]] = [(0.0, -1)] * n_res  # trace: resource -> (end, job) of its last job
     traced: dict[int, tuple[float, float, int]] = {}
     tasks_on = [0] * n_res                 # in_order: per device, its tasks per input
-    for j in range(jobs.tasks):
+    for j in range(jobs.tasks if in_order else 0):
         tasks_on[resource[j][0]] += 1
     front = [0] * n_res                    # in_order: per device, the input it works on
     front_left = tasks_on.copy()           # ... and how many of its tasks of that input are not done
