@@ -140,6 +140,45 @@ class TaskGraph:
                 return True
         return False
 
+    @cached_property
+    def segments(self) -> dict[int, list[list[int]]]:
+        """Each device's tasks, in task (topological) order, cut wherever a task reads a tensor made on
+        another device by a task at or after the current segment's first task: the runtime's units (one
+        sub-model, one executor call per input each). A segment thus waits only for tasks earlier in one
+        global order, which makes a run deadlock-free whatever each device does."""
+        remote: list[list[int]] = [[] for _ in self.tasks]
+        for e in range(len(self.edge_src)):
+            p, q = int(self.edge_src[e]), int(self.edge_dst[e])
+            if p >= 0 and q >= 0 and self.tasks[p].device != self.tasks[q].device:
+                remote[q].append(p)
+        out: dict[int, list[list[int]]] = {}
+        for n, t in enumerate(self.tasks):
+            segs = out.setdefault(t.device, [])
+            if not segs or any(p >= segs[-1][0] for p in remote[n]):
+                segs.append([n])
+            else:
+                segs[-1].append(n)
+        return out
+
+    def segment_boundary_bytes(self) -> list[tuple[int, float]]:
+        """Per segment (device by device, in ``segments`` order): its device and the bytes that cross its
+        boundary per input, each tensor once: what it reads from outside it (the model input, another
+        device, an earlier segment) and what it makes that is read outside it (another device, a later
+        segment, the model output)."""
+        seg_of = {n: (d, k) for d, segs in self.segments.items() for k, seg in enumerate(segs) for n in seg}
+        crossing: dict[tuple[int, int], dict[tuple[str, int, int], float]] = {}
+        for e in range(len(self.edge_src)):
+            p, q = int(self.edge_src[e]), int(self.edge_dst[e])
+            if self.edge_bytes[e] <= 0 or (p >= 0 and q >= 0 and seg_of[p] == seg_of[q]):
+                continue
+            key = (int(self.edge_payload[e]), p)
+            if q >= 0:
+                crossing.setdefault(seg_of[q], {})[("in", *key)] = float(self.edge_bytes[e])
+            if p >= 0:
+                crossing.setdefault(seg_of[p], {})[("out", *key)] = float(self.edge_bytes[e])
+        return [(d, sum(crossing.get((d, k), {}).values())) for d, segs in self.segments.items()
+                for k in range(len(segs))]
+
     def describe(self) -> list[str]:
         """One line per task: ``name on device``."""
         names = self.cluster.names

@@ -16,9 +16,9 @@ Local names (one name means one tensor content wherever it is held):
 - ``T[in a:b/size]``: an ``in`` shard's slice of its input ``T`` (the payload name of check.py);
 - ``L.partial[k]`` / ``L.group[g]``: partial sums of layer ``L`` (the payload names of check.py).
 
-Segments: a device's tasks, in TaskGraph (topological) order, split wherever a task reads a remote
-tensor made by a task at or after the current segment's first task. A segment thus waits only for
-tasks earlier in one global order, which makes the run deadlock-free whatever each device does.
+Segments: a device's tasks cut where the TaskGraph says (``TaskGraph.segments``: wherever a task reads a
+remote tensor made by a task at or after the current segment's first task), which makes the run
+deadlock-free whatever each device does; the estimate charges each segment's call by the same rule.
 """
 
 from __future__ import annotations
@@ -213,7 +213,7 @@ def layout(graph: Graph, plan: Plan, tg: TaskGraph) -> Layout:
         else:
             makes[n] = outputs_of(graph, i)
     collectives = _collectives(tasks, kinds, sums, messages)
-    segments = _segments(tg)
+    segments = tg.segments
     lay = Layout(tasks, reads, makes, shard_index, messages, collectives, segments)
     seg_of = {n: (d, s) for d, segs in segments.items() for s, seg in enumerate(segs) for n in seg}
     for mid, m in enumerate(messages):
@@ -252,20 +252,3 @@ def _collectives(tasks: list[Task], kinds: list[str], sums: dict[int, list[int]]
         for mid in c.messages:
             messages[mid].collective = cid
     return colls
-
-
-def _segments(tg: TaskGraph) -> dict[int, list[list[int]]]:
-    """Each device's tasks cut into segments (see the module docstring)."""
-    remote: list[list[int]] = [[] for _ in tg.tasks]
-    for e in range(len(tg.edge_src)):
-        p, q = int(tg.edge_src[e]), int(tg.edge_dst[e])
-        if p >= 0 and q >= 0 and tg.tasks[p].device != tg.tasks[q].device:
-            remote[q].append(p)
-    out: dict[int, list[list[int]]] = {}
-    for n, t in enumerate(tg.tasks):
-        segs = out.setdefault(t.device, [])
-        if not segs or any(p >= segs[-1][0] for p in remote[n]):
-            segs.append([n])
-        else:
-            segs[-1].append(n)
-    return out
