@@ -7,8 +7,10 @@ The runtime runs a plan as one worker process per device and a driver (``estimat
   or, for a plan made on the ``local`` cluster, from the costs it was planned with
   (``processes.planned_profile``);
 - the runtime's own costs (``RuntimeCosts``, measured by ``runtime.calibration``): the CPU a worker
-  and the driver spend per message end (fixed + per byte), and the wall time a message adds to an
-  input alone, which becomes the loopback link's latency;
+  and the driver spend per message end (fixed + per byte), the wall time a message adds to an
+  input alone, which becomes the loopback link's latency, and what each segment's executor call costs
+  beyond its layers (``estimate.segments``: fixed + per byte crossing its boundary), added to the
+  segment's first task and to its unit's compute;
 - the discrete-event simulator streams inputs through the re-costed plan, each worker on a core of
   its own: ``simulated_throughput``; a plan whose sum combines cross devices (tensor-parallel, ``in``
   shards) runs input by input (``runtime.rounds``), so each worker there ends an input before it starts
@@ -42,7 +44,8 @@ from hetsplit.estimate.fidelity import estimate, register_fidelity
 from hetsplit.estimate.processes import (driver_message_sizes, ends_cpu, message_ends, planned_profile,
                                          workers_problem)
 from hetsplit.estimate.runtime_costs import RuntimeCosts
-from hetsplit.estimate.simulate import SimOptions
+from hetsplit.estimate.simulate import SimOptions, simulate
+from hetsplit.estimate.task_costs import task_costs
 from hetsplit.graph.types import Graph
 from hetsplit.plan.check import check_plan
 from hetsplit.plan.types import Plan
@@ -58,7 +61,9 @@ class LocalPrediction:
     units: list[str]                  # the worker processes, one per unit with layers
     cores: int                        # cores the workers and the driver share
     layers_per_unit: dict[str, int]
-    compute_s: dict[str, float]       # per unit: the sum of its layers' profiled times
+    compute_s: dict[str, float]       # per unit: its layers' profiled times + its segments' calls
+    segments: dict[str, int]          # per unit: its segments (executor calls) per input
+    segment_call_s: dict[str, float]  # per unit: what those calls cost beyond its layers (in compute_s)
     simulated_throughput: float       # discrete-event simulator, each unit on a core of its own
     simulated_latency_s: float        # one input alone
     closed_form_throughput: float     # the closed form's bound on the same costs
@@ -128,7 +133,8 @@ class LocalPrediction:
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "algorithm": self.algorithm, "plan_cluster": self.plan_cluster,
                 "units": list(self.units), "cores": self.cores, "layers_per_unit": dict(self.layers_per_unit),
-                "compute_s": dict(self.compute_s), "simulated_throughput": self.simulated_throughput,
+                "compute_s": dict(self.compute_s), "segments": dict(self.segments),
+                "segment_call_s": dict(self.segment_call_s), "simulated_throughput": self.simulated_throughput,
                 "simulated_latency_s": self.simulated_latency_s, "unloaded_factor": self.unloaded_factor,
                 "predicted_latency_s": self.predicted_latency_s,
                 "closed_form_throughput": self.closed_form_throughput, "messages": self.messages,
@@ -179,9 +185,10 @@ def _costed(plan: Plan, graph: Graph, profile: Profile, cores: int, runtime: Run
     batch = estimate(problem, [plan], "closed")
     closed = metrics_at(problem, batch, 0)
     tg = check_plan(graph, cl, plan)
-    sim = metrics_at(problem, estimate(problem, [plan], "simulated",
-                                       SimOptions(inputs=max(2, sim_inputs), keep_timeline=False,
-                                                  inputs_in_order=tg.sums_across_devices())), 0)
+    segment_s = {cl.names[d]: seconds for d, seconds in runtime.segment.seconds(tg).items()}
+    sim = simulate(problem, tg, SimOptions(inputs=max(2, sim_inputs), keep_timeline=False,
+                                           inputs_in_order=tg.sums_across_devices()),
+                   costs=runtime.segment.charged(task_costs(problem, tg), tg))
     layers = {d: 0 for d in cl.names}
     for where in plan.placements().values():
         for dev in [where] if isinstance(where, str) else [s.device for s in where]:  # whole, or shards
@@ -192,13 +199,16 @@ def _costed(plan: Plan, graph: Graph, profile: Profile, cores: int, runtime: Run
     prediction = LocalPrediction(
         model=graph.name, algorithm=plan.algorithm, plan_cluster=plan.cluster, units=list(cl.names),
         cores=cores, layers_per_unit=layers,
-        compute_s={d: float(closed.compute_s_per_device.get(d, 0.0)) for d in cl.names},
-        simulated_throughput=sim.throughput, simulated_latency_s=sim.latency_s,
+        compute_s={d: float(closed.compute_s_per_device.get(d, 0.0)) + sum(segment_s.get(d, ())) for d in cl.names},
+        segments={d: len(segment_s.get(d, ())) for d in cl.names},
+        segment_call_s={d: sum(segment_s.get(d, ())) for d in cl.names},
+        simulated_throughput=sim.throughput, simulated_latency_s=sim.unloaded_latency_s,
         closed_form_throughput=closed.throughput, messages=len(tg.messages()) + driver,
         driver_messages=driver, message_cpu_s=ends_cpu(ends, runtime),
         message_end_count={proc: len(nbytes) for proc, nbytes in ends.items()},
         message_latency_s=runtime.message_latency_s, end_wait_s=runtime.end_wait_s,
-        compute_work_s=float(sum(closed.compute_s_per_device.values())), profile_source=str(meta.get("source", "")),
+        compute_work_s=float(sum(closed.compute_s_per_device.values())) + sum(map(sum, segment_s.values())),
+        profile_source=str(meta.get("source", "")),
         profile_co_load=None if meta.get("co_load") is None else int(meta["co_load"]),
         profile_threads=None if meta.get("threads") is None else int(meta["threads"]),
         unloaded_factor=float(meta.get("unloaded_factor") or 1.0), runtime_source=runtime.source)

@@ -4,13 +4,16 @@ A message of the runtime costs CPU at both of its ends beyond the transfer itsel
 receiver and sender threads and gloo's loop thread wake and hand the tensors over; the driver posts
 from its one thread), and wall time on the path of an input sent alone. ``runtime.calibration``
 measures them with toy runs through the runtime and caches them (``costs.calibration_store``);
-this module holds the figures, so that ``estimate`` can use them without importing the runtime.
+this module holds the figures, so that ``estimate`` can use them without importing the runtime. The
+same calibration measures what each segment's executor call costs beyond its layers (``segment``).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from hetsplit.estimate.segments import SegmentCost
 
 
 @dataclass
@@ -24,13 +27,21 @@ class RuntimeCosts:
     message_latency_s: float       # wall time a message adds to an input alone
     source: str
     end_wait_s: float = 0.0        # oversubscribed: a stage's wait per message end beyond its CPU
+    segment_s: float = 0.0         # a segment's executor call beyond its layers, fixed part (``estimate.segments``)
+    segment_byte_s: float = 0.0    # ... and per byte crossing its boundary
     measured: list[dict[str, Any]] = field(default_factory=list)   # per toy run: what the fit used
+    measured_segments: list[dict[str, Any]] = field(default_factory=list)   # per toy segment: the segment fit's
 
     def end_cpu_s(self, at_driver: bool, nbytes: float) -> float:
         """CPU one end of a message of ``nbytes`` costs its process."""
         if at_driver:
             return self.driver_end_s + self.driver_byte_s * float(nbytes)
         return self.worker_end_s + self.worker_byte_s * float(nbytes)
+
+    @property
+    def segment(self) -> SegmentCost:
+        """What each segment costs a worker beyond its layers."""
+        return SegmentCost(self.segment_s, self.segment_byte_s)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -41,7 +52,8 @@ class RuntimeCosts:
 
     @classmethod
     def fallback(cls, reason: str) -> "RuntimeCosts":
-        """Every end costs half the built-in loopback link's latency, no per-byte CPU (not measured)."""
+        """Every end costs half the built-in loopback link's latency, no per-byte CPU, segments nothing
+        beyond their layers (not measured)."""
         from hetsplit.cluster.local import loopback_latency_s
 
         latency = loopback_latency_s()
