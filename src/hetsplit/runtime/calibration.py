@@ -55,7 +55,7 @@ from hetsplit.costs import calibration_store, machine_probe
 from hetsplit.errors import HetsplitError
 from hetsplit.estimate.runtime_costs import RuntimeCosts
 
-VERSION = 8                    # bump when the recipe or the worker changes: old cache entries are ignored
+VERSION = 9                    # bump when the recipe or the worker changes: old cache entries are ignored
 FOLDER = "runtime-calibration"
 CUT = 2                        # the toy's stages: stem and b0_conv1 | b0_conv2, add, pool, fc
 LATENCY_INPUTS = 20            # the toy's inputs sent one at a time first (latency), then streamed
@@ -73,6 +73,8 @@ class CalibrationRun:
 
 # stages of ~1 ms each (see above); cut 2 x 64 KB / 2 x 1 MB, input 0.8 / 196 KB
 RUNS = (CalibrationRun(256, 8, 400), CalibrationRun(16, 128, 300))
+# the toy mapped layer by layer (``runtime.segment_calibration``): 64 KB, 1 MB and 4 MB tensors, ~1-8 ms an input
+SEGMENT_RUNS = (CalibrationRun(256, 8, 200), CalibrationRun(16, 128, 150), CalibrationRun(16, 256, 60))
 
 
 def runtime_key() -> dict[str, Any]:
@@ -186,9 +188,13 @@ def confined_to(cores: int) -> Iterator[None]:
         os.sched_setaffinity(0, mine)
 
 
-def calibrate(runs: tuple[CalibrationRun, ...] = RUNS, rounds: int = 2) -> tuple[RuntimeCosts, float]:
+def calibrate(runs: tuple[CalibrationRun, ...] = RUNS, rounds: int = 2,
+              segment_runs: tuple[CalibrationRun, ...] = SEGMENT_RUNS) -> tuple[RuntimeCosts, float]:
     """Run the toy runs here, on two cores (``rounds`` each, the least CPU kept), and fit the
-    runtime's costs; with the rounds' spread (the largest relative difference of one run's CPU)."""
+    runtime's costs; with the rounds' spread (the largest relative difference of one run's CPU). The
+    ``segment_runs`` (once each) measure what a segment's call costs beyond its layers."""
+    from hetsplit.runtime import segment_calibration
+
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="hetsplit-runtime-calibration-") as tmp, confined_to(TOY_CORES):
         measured, spreads = [], []
@@ -197,14 +203,19 @@ def calibrate(runs: tuple[CalibrationRun, ...] = RUNS, rounds: int = 2) -> tuple
             cpu = [m["worker_cpu_beyond_compute_s"] + m["driver_cpu_s"] for m in tries]
             measured.append(tries[cpu.index(min(cpu))])
             spreads.append(max(cpu) / max(min(cpu), 1e-30) - 1.0)
+        segments = [row for run in segment_runs for row in segment_calibration.measure_segments(
+            run.channels, run.size, run.inputs, min(LATENCY_INPUTS, run.inputs // 4), Path(tmp))]
     worker_end, driver_end, worker_byte, driver_byte, latency, wait = fit(measured)
+    segment_s, segment_byte_s = segment_calibration.fit_segments(segments)
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     source = (f"runtime measured on this machine {when} (toy runs, {time.monotonic() - t0:.0f} s): a worker's "
               f"message end {worker_end * 1e3:.3f} ms CPU + {worker_byte * 1e9:.2f} ns/B, the driver's "
               f"{driver_end * 1e3:.3f} ms + {driver_byte * 1e9:.2f} ns/B; {latency * 1e3:.3f} ms per message to an "
-              f"input alone; a stage on a shared core waits {wait * 1e3:.3f} ms per end")
+              f"input alone; a stage on a shared core waits {wait * 1e3:.3f} ms per end; "
+              f"{segment_calibration.describe(segment_s, segment_byte_s, segments)}")
     return RuntimeCosts(worker_end, driver_end, worker_byte, driver_byte, latency, source, end_wait_s=wait,
-                        measured=measured), max(spreads)
+                        segment_s=segment_s, segment_byte_s=segment_byte_s,
+                        measured=measured, measured_segments=segments), max(spreads)
 
 
 def runtime_costs(recalibrate: bool = False) -> RuntimeCosts:
