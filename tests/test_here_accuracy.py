@@ -28,6 +28,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 LOW, HIGH = 0.6, 1.5           # measured / predicted, throughput and latency
 TOO_BUSY = 0.25                # other processes' share of the CPU beyond which nothing can be judged
 QUICK_TOY_RUNS = (rc.CalibrationRun(256, 8, 150), rc.CalibrationRun(16, 128, 100))
+QUICK_SEGMENT_RUNS = (rc.CalibrationRun(256, 8, 100), rc.CalibrationRun(16, 128, 80))
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +36,7 @@ def measured_here():
     graph, _ = resolve_model(MODEL)
     with LoadWatch(read_clock) as watch:            # the real counters (the suite fakes the default)
         profile = profile_here(MODEL, 2, repeats=5, warmup=2)
-        runtime, _ = rc.calibrate(QUICK_TOY_RUNS, rounds=1)
+        runtime, _ = rc.calibrate(QUICK_TOY_RUNS, rounds=1, segment_runs=QUICK_SEGMENT_RUNS)
     problem = workers_problem(graph, profile, ["local-cpu0", "local-cpu1"])
     return problem, profile, runtime, watch.share
 

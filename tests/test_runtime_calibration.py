@@ -15,6 +15,7 @@ from hetsplit.estimate.processes import DRIVER, ends_cpu, message_ends, workers_
 from hetsplit.experiments.mapping_run import profile_here
 from hetsplit.plan.check import check_plan
 from hetsplit.runtime import calibration as rc
+from hetsplit.runtime import segment_calibration
 from hetsplit.plan.types import Plan, Stage
 from hetsplit.runtime import resolve_model
 
@@ -120,7 +121,8 @@ def test_real_toy_runs_measure_positive_costs():
     import os
 
     before = os.sched_getaffinity(0)
-    costs, spread = rc.calibrate((rc.CalibrationRun(8, 16, 60), rc.CalibrationRun(8, 64, 40)), rounds=1)
+    small = (rc.CalibrationRun(8, 16, 60), rc.CalibrationRun(8, 64, 40))
+    costs, spread = rc.calibrate(small, rounds=1, segment_runs=small)
     assert os.sched_getaffinity(0) == before and spread == 0.0           # one round: nothing to disagree
     assert 0 < costs.worker_end_s < 0.05 and 0 < costs.driver_end_s < 0.05
     assert 0 < costs.message_latency_s < 0.05 and 0 <= costs.end_wait_s < 0.05
@@ -129,6 +131,10 @@ def test_real_toy_runs_measure_positive_costs():
     assert [m["worker_ends"] for m in costs.measured] == [6, 6]
     assert [m["worker_bytes"] for m in costs.measured] == [4 * 8 * s * s * 4 + 3 * s * s * 4 + 40 for s in (16, 64)]
     assert "runtime measured on this machine" in costs.source
+    # the toy mapped layer by layer: each of its 9 layers a segment of its own, in both segment runs
+    rows = costs.measured_segments
+    assert len(rows) == 18 and all(r["measured_s"] > 0 and r["layers_s"] >= 0 for r in rows)
+    assert 0 <= costs.segment_s < 0.05 and 0 <= costs.segment_byte_s < 1e-8 and "a segment's call" in costs.source
 
 
 def test_the_prediction_charges_each_process_its_message_ends():
@@ -172,6 +178,8 @@ def test_the_toy_runs_share_two_cores_and_keep_the_least_cpu(monkeypatch):
         return {**doc, "worker_cpu_beyond_compute_s": doc["worker_cpu_beyond_compute_s"] * scale}
 
     monkeypatch.setattr(rc, "measure_run", fake)
+    monkeypatch.setattr(segment_calibration, "measure_segments", lambda *a: [
+        {"boundary_bytes": 1e6, "measured_s": 2e-3, "layers_s": 1.9e-3}])
     before = os.sched_getaffinity(0)
     costs, spread = rc.calibrate(rounds=2)
     assert seen == [min(2, len(before))] * 4 and os.sched_getaffinity(0) == before
