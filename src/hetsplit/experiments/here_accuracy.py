@@ -16,7 +16,7 @@ machine says so, and its ratios say more about the neighbours than about the pre
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hetsplit.costs.machine_load import LoadWatch
 from hetsplit.costs.problem import SplitProblem
@@ -71,6 +71,7 @@ class HereRun:
     measured_latency_s: float
     max_abs_err: float
     others_share: float | None          # the CPU other processes used during the run (None: unknown)
+    measured_compute_s: dict[str, float] = field(default_factory=dict)   # per unit: its compute per input
 
     @property
     def throughput_ratio(self) -> float:
@@ -93,4 +94,4 @@ def run_here(case: str, plan: Plan, profile: Profile, runtime: RuntimeCosts, inp
         res = run_mapping(plan.model, plan, MappingRunOptions(inputs=inputs, latency_inputs=latency_inputs,
                                                               profile=profile, runtime=runtime, timeout_s=120))
     return HereRun(case, plan, res.prediction, res.measured_throughput, res.measured_latency_s, res.max_abs_err,
-                   watch.share)
+                   watch.share, {u.device: u.measured_s for u in res.units})
