@@ -213,11 +213,13 @@ def compare(report: RunReport, predicted: Any, cluster: Any = None, cut_bytes: d
     (the second value of ``predict``) adds the discrete-event simulator's throughput and latency.
 
     A device that runs its layers in several segments per input also gets its compute beyond the
-    prediction spread over its segments, against 0: the estimate charges a segment nothing beyond its
-    layers, while each is one executor call (inputs handed in, threads woken; on a GPU, copies and a
-    sync). The figure holds the whole excess, whatever else slowed the device too (other processes on
-    its cores); on a 16-core H200 host ~0.24 ms per segment on a 4-thread onnxruntime CPU and ~0.3-0.4
-    ms on the GPU (``bench/data/h200-16c``)."""
+    prediction spread over its segments, against 0: the ``closed`` and ``simulated`` estimates charge a
+    segment nothing beyond its layers, while each is one executor call (inputs handed in, outputs handed
+    back; on a GPU, copies and a sync). Only ``here`` charges them (``estimate.segments``, measured on
+    this machine's CPU by the runtime calibration; ``run --here`` compares through
+    ``experiments.mapping_run``). The figure holds the whole excess, whatever else slowed the device too
+    (other processes on its cores); on a 16-core H200 host ~0.24 ms per segment on a 4-thread onnxruntime
+    CPU and ~0.3-0.4 ms on the GPU (``bench/data/h200-16c``)."""
     p = predicted.to_dict() if hasattr(predicted, "to_dict") else dict(predicted)
     rows = [{"metric": "throughput (1/s)", "predicted": p.get("throughput"), "measured": report.throughput}]
     if simulated:
