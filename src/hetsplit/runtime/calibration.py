@@ -20,7 +20,9 @@ every process's CPU time per input beyond its compute:
   its period (1 / the streamed throughput) less its process's CPU per input, over its ends (from the
   run with the small tensors, as the latency). With no spare core, the wake-ups that hand a tensor
   between a stage's threads wait for its compute to yield. The toy runs are confined to two cores
-  (three processes) so that they measure this.
+  (three processes) so that they measure this;
+- ``segment_s + segment_byte_s x`` boundary bytes: what a segment's executor call costs beyond its
+  layers, from the toy mapped layer by layer (``SEGMENT_RUNS``, ``runtime.segment_calibration``).
 
 The toy's stages compute ~1 ms each, as a small CNN's do: a message end costs more CPU when its
 threads sleep longer between inputs (measured on a 2-core VM: 0.15 ms per end with 0.06 ms stages,

@@ -1,18 +1,19 @@
 """What a segment's executor call costs beyond its layers on this machine (``estimate.segments``).
 
-The toy CNN (``runtime.toy``) is mapped layer by layer onto two workers in turn, so that every layer is
-a segment of its own, and run for real at three tensor sizes (``runtime.calibration.SEGMENT_RUNS``).
-Its layers are also profiled here as the ``local`` cluster's are (onnxruntime's kernel times inside
-the whole model, one thread, one co-loaded core). Each segment's median compute in the run less its
-layers' profiled time is what the call added; over the segments of every run, ``fixed_s + byte_s x``
-the bytes crossing the segment's boundary (``TaskGraph.segment_boundary_bytes``) is fitted to it with
-the least relative error, neither below 0. Only the toy is fitted: the models and plans it is used
-for are held out.
+The toy CNN (``runtime.toy``) is mapped layer by layer onto two workers in turn, so that every layer is a
+segment of its own, and run for real at three tensor sizes (``runtime.calibration.SEGMENT_RUNS``). Its
+layers are also profiled here as the ``local`` cluster's are (onnxruntime's kernel times inside the whole
+model, one thread, co-loaded by the other worker's core). Each segment's median compute in the run less
+its layers' profiled time is what the call added; over the segments of every run, ``fixed_s + byte_s x``
+the bytes crossing the segment's boundary (``TaskGraph.segment_boundary_bytes``) is fitted to it with the
+least relative error, neither below 0. Only the toy is fitted: the models and plans it is used for are
+held out.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import statistics
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,9 @@ def measure_segments(channels: int, size: int, inputs: int, latency_inputs: int,
     graph = toy_model(here / "toy.onnx", channels=channels, size=size, blocks=2)
     plan = Plan(graph.name, "local", "segment calibration",
                 assign={name: WORKERS[k % 2] for k, name in enumerate(graph.names)})
-    profile = profile_cpu(graph, here / "toy.onnx", threads=1, co_load=1)
+    # co-loaded as the two workers load each other (none on a one-core machine)
+    co_load = max(0, min(len(WORKERS), len(os.sched_getaffinity(0))) - 1)
+    profile = profile_cpu(graph, here / "toy.onnx", threads=1, co_load=co_load)
     layer_s = dict(zip(graph.names, profile.costs.time_s[:, 0]))
     manifest = split_model(plan, graph, here / "toy.onnx", here / "split")
     run_manifest(manifest, RunOptions(inputs=inputs, latency_inputs=latency_inputs, timeout_s=60,
