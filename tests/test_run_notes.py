@@ -81,7 +81,7 @@ def test_stream_rate_is_the_streamed_inputs_over_first_sent_to_last_output():
 
 def test_compare_gives_a_many_segment_devices_compute_beyond_the_prediction_per_segment():
     """The H200 mapping's figures: cpu0 computed 4.47 ms per input in 10 segments against 2.07 ms predicted,
-    0.24 ms per segment beyond its layers, set against the 0 the estimate charges; a one-segment device
+    0.24 ms per segment beyond its layers, set against the 0 the closed form charges; a one-segment device
     gets no such row."""
     from hetsplit.runtime.measure import compare
 
