@@ -1,7 +1,7 @@
 """Plans run on this machine against the `here` fidelity's prediction: ResNet-18 as a two-stage
 pipeline and as a mapping with residual branches across devices (a branching DAG).
 
-  .venv/bin/python bench/local_prediction.py [--runs 3] [--cached] [--more] [--segments]
+  .venv/bin/python bench/local_prediction.py [--runs 3] [--cached] [--more] [--skip-segments]
 
 Both plans are made on the built-in `local` cluster with its costs (this machine's calibration,
 `costs.local_calibration`) and run three times for real (`experiments.here_accuracy`: one worker per
@@ -17,11 +17,11 @@ makes the ratios say more about the neighbours than about the prediction). Both 
 measured anew at the start, in this run; `--cached` uses this machine's cached ones (checked by their
 probes). `--more` adds ResNet-50 and DenseNet-121 two-stage pipelines. Also printed: how long the
 probes that check a cached calibration at use take, against the calibrations they stand in for
-(target: well under a second). `--segments` adds plans whose devices run many segments (sub-models)
-per input: ResNet-50's map-opt mapping and MobileBERT's tensor-parallel plan. Each run also prints
-measured over the prediction that charges segments nothing beyond their layers (the `here` fidelity
-before `estimate.segments`), from the same calibration: the segment cost is fitted on the toy alone
-(`runtime.segment_calibration`), so every case here is held out from it.
+(target: well under a second). Also run, unless `--skip-segments`: plans whose devices run many segments
+(sub-models) per input: ResNet-50's map-opt mapping and MobileBERT's tensor-parallel plan. Each run also
+prints measured over the prediction that charges segments nothing beyond their layers (the `here`
+fidelity before `estimate.segments`), from the same calibration: the segment cost is fitted on the toy
+alone (`runtime.segment_calibration`), so every case here is held out from it.
 """
 
 from __future__ import annotations
@@ -75,8 +75,8 @@ def main() -> None:
     ap.add_argument("--cached", action="store_true",
                     help="use this machine's cached calibrations (default: measure both anew, in this run)")
     ap.add_argument("--more", action="store_true", help="also ResNet-50 and DenseNet-121 two-stage pipelines")
-    ap.add_argument("--segments", action="store_true",
-                    help="also ResNet-50's map-opt mapping and MobileBERT's tensor-parallel plan (many segments)")
+    ap.add_argument("--skip-segments", action="store_true",
+                    help="leave out ResNet-50's map-opt mapping and MobileBERT's tensor-parallel plan (many segments)")
     args = ap.parse_args()
     t0 = time.monotonic()
     print(local_costs(recalibrate=not args.cached).source, flush=True)
@@ -91,7 +91,7 @@ def main() -> None:
     print(f"probes at use: compute {(t2 - t1) * 1e3:.0f} ms, message {(t3 - t2) * 1e3:.0f} ms; both "
           f"{(t3 - t1) / calibrations_s:.3f}x the {calibrations_s:.1f} s the calibrations took here"
           + (" (read from the cache: run without --cached for the ratio to measuring them)" if args.cached else ""))
-    todo = cases(args.more, args.segments)
+    todo = cases(args.more, not args.skip_segments)
     print(f"\n{'case':26} {'run':>3} {'pred/s':>8} {'meas/s':>8} {'thr m/p':>7} {'pred lat':>9} {'meas lat':>9} "
           f"{'lat m/p':>7} {'others':>6}  max abs err   m/p with segments free: thr, lat; compute m/p per unit")
     ratios: dict[str, list[tuple[float, ...]]] = {label: [] for label in todo}
