@@ -75,15 +75,16 @@ def fit_segments(rows: list[dict[str, Any]]) -> tuple[float, float]:
     x = np.array([r["boundary_bytes"] for r in rows], dtype=float)
     y = np.array([r["measured_s"] - r["layers_s"] for r in rows], dtype=float)
     w = 1.0 / np.maximum(np.abs(y), FLOOR_S)
+    ones = np.ones_like(x)
 
-    def line(columns: np.ndarray) -> np.ndarray:
-        return np.linalg.lstsq(columns * w[:, None], y * w, rcond=None)[0]
+    def line(*columns: np.ndarray) -> np.ndarray:
+        return np.linalg.lstsq(np.column_stack(columns) * w[:, None], y * w, rcond=None)[0]
 
-    fixed_s, byte_s = line(np.c_[np.ones_like(x), x]) if np.ptp(x) > 0 else (line(np.ones((len(x), 1)))[0], 0.0)
-    if byte_s < 0:
-        fixed_s, byte_s = line(np.ones((len(x), 1)))[0], 0.0
-    if fixed_s < 0:
-        fixed_s, byte_s = 0.0, line(x[:, None])[0]
+    fixed_s, byte_s = line(ones, x) if np.ptp(x) > 0 else (0.0, -1.0)
+    if byte_s < 0:                         # a falling line, or no spread in bytes to fit one: a level
+        fixed_s, byte_s = line(ones)[0], 0.0
+    if fixed_s < 0:                        # a line through below 0: through 0 instead
+        fixed_s, byte_s = 0.0, line(x)[0]
     return max(0.0, float(fixed_s)), max(0.0, float(byte_s))
 
 
