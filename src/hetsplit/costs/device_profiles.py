@@ -56,4 +56,6 @@ def profile_column(graph: Graph, path: str | Path, type_name: str) -> CostTable:
                            f"(type: ...), or give a profile with one column")
     t = prof.costs.select([column])
     source = f"measured: {path} ({prof.costs.sources.get(column, column)})"
-    return CostTable(graph.names, [type_name], t.time_s, t.energy_j, t.mem_bytes, {type_name: source})
+    segment = {type_name: t.segment[column]} if column in t.segment else {}
+    return CostTable(graph.names, [type_name], t.time_s, t.energy_j, t.mem_bytes, {type_name: source},
+                     segment, t.unfused_s)

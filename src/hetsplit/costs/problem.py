@@ -75,8 +75,28 @@ class SplitProblem:
 
     # ---- stage costs (vectorized: i, j, d broadcast) --------------------------------------------
     def stage_time(self, i, j, d):
-        """Compute seconds of layers i..j-1 on device d."""
+        """Compute seconds of layers i..j-1 on device d as one segment: the layers' times plus what the
+        segment costs beyond them (``segment_time``)."""
+        return self.costs.range_time(i, j, self.device_type[d]) + self.segment_time(i, j, d)
+
+    def layers_time(self, i, j, d):
+        """Seconds of layers i..j-1 on device d as the whole model's run times them (no cut charged)."""
         return self.costs.range_time(i, j, self.device_type[d])
+
+    def segment_time(self, i, j, d):
+        """What a stage of layers i..j-1 on device d costs beyond its layers (``costs.segment``): one
+        executor call, the bytes crossing its boundary (``cut_bytes[i] + cut_bytes[j]``: what it receives
+        and sends, the model input and outputs included) and, unless it starts the model, its first
+        layer's unfused extra. 0 for an empty stage (i == j)."""
+        t = self.device_type[d]
+        c = self.costs
+        assert c.unfused_s is not None
+        i_arr, j_arr = np.asarray(i), np.asarray(j)
+        boundary = self.cut_bytes[i_arr] + self.cut_bytes[j_arr]
+        first = np.minimum(i_arr, self.num_layers - 1)
+        unfused = np.where((i_arr > 0) & (i_arr < self.num_layers), c.unfused_s[first, t], 0.0)
+        seconds = np.where(j_arr > i_arr, c.segment_call_s[t] + c.segment_byte_s[t] * boundary + unfused, 0.0)
+        return seconds if np.ndim(seconds) else float(seconds)
 
     def stage_energy(self, i, j, d):
         return self.costs.range_energy(i, j, self.device_type[d])

@@ -1,8 +1,10 @@
 """The ``hetsplit.profile/1`` format: per-layer measurements, enough to plan without the model.
 
 Import and export. A profile carries a graph-lite (layer names, output and parameter bytes, which
-layers read which) and a cost column per device type (time, energy, optional memory). Optional
-per-layer keys: ``op``, ``macs``, ``in_bytes`` and ``attrs`` (the shapes device models read), so
+layers read which) and a cost column per device type (time, energy, optional memory; optional
+``segment``: what a segment costs on the type beyond its layers, ``{"call_s", "byte_s", "host_byte_s",
+"source"}``, and ``unfused_s``: per layer, the extra seconds it pays when cut off from the layer before it;
+``costs.segment``). Optional per-layer keys: ``op``, ``macs``, ``in_bytes`` and ``attrs`` (the shapes device models read), so
 that a profile written by hetsplit can be re-costed or calibrated without its model.
 """
 
@@ -15,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from hetsplit.costs.segment import SegmentCost, segment_cost_from_dict
 from hetsplit.costs.table import CostTable
 from hetsplit.errors import ProfileError
 from hetsplit.graph.types import INPUT, LAYER_KINDS, OTHER, Graph, Layer, Tensor
@@ -128,7 +131,8 @@ def profile_from_dict(data: dict, where: str = "<profile>") -> Profile:
     if not isinstance(device_types, dict) or not device_types:
         raise _fail(where, "'device_types' must map a device type to its per-layer time_s and energy_j")
     n = len(layers)
-    types, times, energies, mems, sources = [], [], [], [], {}
+    types, times, energies, mems, unfused, sources = [], [], [], [], [], {}
+    segment: dict[str, SegmentCost] = {}
     default_mem = np.array([_number(layer.get("mem_bytes", built.param_bytes + built.out_bytes),
                                     f"{where}: layer {graph.names[i]!r} mem_bytes", "bytes")
                             for i, (layer, built) in enumerate(zip(layers, graph.layers))])
@@ -151,8 +155,16 @@ def profile_from_dict(data: dict, where: str = "<profile>") -> Profile:
             raise _fail(where, f"device_types.{tname}.mem_bytes must list {n} numbers (one per layer) or be left out")
         mems.append(default_mem if mem is None else
                     np.array(_column(mem, f"{at}.mem_bytes", "bytes", graph.names, null_ok=False)))
+        if isinstance(col, dict) and col.get("segment") is not None:
+            segment[tname] = segment_cost_from_dict(col["segment"], f"{at}.segment")
+        extra = col.get("unfused_s") if isinstance(col, dict) else None
+        if extra is not None and (not isinstance(extra, list) or len(extra) != n):
+            raise _fail(where, f"device_types.{tname}.unfused_s must list {n} numbers (one per layer) or be left out")
+        unfused.append(np.zeros(n) if extra is None else
+                       np.array(_column(extra, f"{at}.unfused_s", "seconds", graph.names, null_ok=False)))
         sources[tname] = with_energy_caveat(str(col.get("source", data.get("source", where))), data.get("energy"))
-    table = CostTable(graph.names, types, np.array(times).T, np.array(energies).T, np.array(mems).T, sources)
+    table = CostTable(graph.names, types, np.array(times).T, np.array(energies).T, np.array(mems).T, sources,
+                      segment, np.array(unfused).T)
     meta = {k: v for k, v in data.items() if k not in ("layers", "device_types", "format")}
     shapes = meta.get("input_shapes")
     if shapes is not None and not (isinstance(shapes, dict) and all(
@@ -194,6 +206,10 @@ def profile_to_dict(profile: Profile) -> dict:
     for t, name in enumerate(c.types):
         types[name] = {"time_s": col(c.time_s[:, t]), "energy_j": col(c.energy_j[:, t]),
                        "mem_bytes": [float(v) for v in c.mem_bytes[:, t]], "source": c.sources.get(name, "")}
+        if name in c.segment:
+            types[name]["segment"] = c.segment[name].to_dict()
+        if c.unfused_s is not None and c.unfused_s[:, t].any():
+            types[name]["unfused_s"] = [float(v) for v in c.unfused_s[:, t]]
     doc = {"format": FORMAT, "model": g.name, "input_bytes": g.input_bytes, "layers": layers, "device_types": types}
     doc.update({k: v for k, v in profile.meta.items() if k not in doc})
     return doc

@@ -7,6 +7,7 @@ from functools import cached_property
 
 import numpy as np
 
+from hetsplit.costs.segment import NO_SEGMENT_COST, SegmentCost
 from hetsplit.errors import ProfileError
 
 
@@ -18,6 +19,11 @@ class CostTable:
     a layer the type cannot run. ``mem_bytes[l, t]`` is what the layer keeps resident on a device of
     that type (weights plus its output buffer by default). Prefix sums give any contiguous range in
     O(1); infeasible layers are counted separately so a range containing one is ``inf``, never nan.
+
+    What cutting the model costs on each type (``costs.segment``): ``segment[type]``, per executor call
+    and boundary byte (types not named there are charged nothing), and ``unfused_s[l, t]``, the seconds
+    layer l pays beyond ``time_s`` when a cut separates it from layer l-1 that the whole model's executor
+    fused it with (0 by default; row 0 is never charged).
     """
 
     layer_names: list[str]
@@ -26,6 +32,8 @@ class CostTable:
     energy_j: np.ndarray
     mem_bytes: np.ndarray
     sources: dict[str, str] = field(default_factory=dict)  # type -> where its numbers come from
+    segment: dict[str, SegmentCost] = field(default_factory=dict)  # type -> what a segment costs beyond its layers
+    unfused_s: np.ndarray | None = None    # L x T extra seconds of a layer cut off from the layer before it
 
     def __post_init__(self) -> None:
         n, t = len(self.layer_names), len(self.types)
@@ -41,6 +49,15 @@ class CostTable:
                     f"is {arr[tuple(bad)]}; costs must be >= 0 (inf marks a layer the type cannot run)")
         if np.isinf(self.mem_bytes).any():
             raise ProfileError("mem_bytes must be finite")
+        unknown = sorted(set(self.segment) - set(self.types))
+        if unknown:
+            raise ProfileError(f"segment costs for device types {unknown} the table does not have ({self.types})")
+        unfused = np.zeros((n, t)) if self.unfused_s is None else np.asarray(self.unfused_s, dtype=np.float64)
+        self.unfused_s = unfused.reshape(n, t)
+        if not np.isfinite(self.unfused_s).all() or (self.unfused_s < 0).any():
+            bad = np.argwhere(~np.isfinite(self.unfused_s) | (self.unfused_s < 0))[0]
+            raise ProfileError(f"unfused extra time of layer {self.layer_names[bad[0]]!r} on type "
+                               f"{self.types[bad[1]]!r} is {self.unfused_s[tuple(bad)]}; give a finite number >= 0")
 
     @property
     def num_layers(self) -> int:
@@ -51,6 +68,27 @@ class CostTable:
             return self.types.index(type_name)
         except ValueError:
             raise ProfileError(f"no costs for device type {type_name!r}; the table has {self.types}") from None
+
+    # ---- cutting costs --------------------------------------------------------------------------
+    def segment_cost(self, type_name: str) -> SegmentCost:
+        """What a segment on ``type_name`` costs beyond its layers (nothing where the table has no figure)."""
+        return self.segment.get(type_name, NO_SEGMENT_COST)
+
+    @cached_property
+    def segment_call_s(self) -> np.ndarray:
+        """T: seconds per segment (executor call) on each type."""
+        return np.array([self.segment_cost(t).call_s for t in self.types], dtype=np.float64)
+
+    @cached_property
+    def segment_byte_s(self) -> np.ndarray:
+        """T: seconds per byte crossing a segment's boundary on each type (host copies included)."""
+        return np.array([self.segment_cost(t).per_byte_s for t in self.types], dtype=np.float64)
+
+    @property
+    def charges_cuts(self) -> bool:
+        """Whether cutting the model costs anything on any type."""
+        assert self.unfused_s is not None
+        return bool(self.segment_call_s.any() or self.segment_byte_s.any() or self.unfused_s[1:].any())
 
     # ---- prefix sums ----------------------------------------------------------------------------
     @staticmethod
@@ -98,8 +136,10 @@ class CostTable:
     def select(self, types: list[str]) -> "CostTable":
         """A table with only (and in the order of) ``types``."""
         idx = [self.type_index(t) for t in types]
+        assert self.unfused_s is not None
         return CostTable(self.layer_names, list(types), self.time_s[:, idx], self.energy_j[:, idx],
-                         self.mem_bytes[:, idx], {t: self.sources.get(t, "") for t in types})
+                         self.mem_bytes[:, idx], {t: self.sources.get(t, "") for t in types},
+                         {t: self.segment[t] for t in types if t in self.segment}, self.unfused_s[:, idx])
 
     @staticmethod
     def concat(tables: list["CostTable"]) -> "CostTable":
@@ -112,9 +152,12 @@ class CostTable:
         if len(set(types)) != len(types):
             raise ProfileError(f"device types appear twice when joining cost tables: {types}")
         sources: dict[str, str] = {}
+        segment: dict[str, SegmentCost] = {}
         for tab in tables:
             sources.update(tab.sources)
+            segment.update(tab.segment)
         return CostTable(first.layer_names, types,
                          np.concatenate([t.time_s for t in tables], axis=1),
                          np.concatenate([t.energy_j for t in tables], axis=1),
-                         np.concatenate([t.mem_bytes for t in tables], axis=1), sources)
+                         np.concatenate([t.mem_bytes for t in tables], axis=1), sources, segment,
+                         np.concatenate([t.unfused_s for t in tables if t.unfused_s is not None], axis=1))
