@@ -3,8 +3,8 @@
 From ``hetsplit.experiments.mcu`` results it writes fig4_speedup_breakdown.png (speed-up lines over
 latency bars split into compute / chip-to-chip / L2 / L3, per model), fig5_energy_latency.png
 (energy vs latency per point), fig6_scaled_speedup.png (the 64-head variant on 1 .. 64 chips),
-fig_tp_vs_pipeline.png, claims.md (the labelled claims, their counts first), claims.json (each claim:
-label, verdict, paper, ours, ratio, evidence, reason) and results.json (every point with its
+fig_tp_vs_pipeline.png, claims.md (the labelled claims, their counts first), claims.json
+(``hetsplit.claims/1``, docs/claims.md) and results.json (every point with its
 breakdown and per-chip costs, and the claims).
 """
 
