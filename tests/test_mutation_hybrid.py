@@ -17,7 +17,7 @@ G = 10
 
 
 def record(setting: str, label: str, first: tuple[float, float, float], final: tuple[float, float, float]) -> RunRecord:
-    best = np.vstack([np.array(first)] * (G - 1) + [np.array(final)])
+    best = np.vstack([np.array(first, float)] * (G - 1) + [np.array(final, float)])
     return RunRecord("alexnet", setting, label, THESIS_OBJECTIVES, best, best[-1:], [], 1.0, 10, 10.0, 12,
                      hypervolume=np.ones(G))
 
