@@ -98,6 +98,7 @@ MUTATIONS = {
     "edge-keeps-layers": [lambda d: setattr(d[2][0].donna.stages[1], "device", "gpu0")],
     "edge-always-less-energy": [lambda d: setattr(d[2][5].donna.metrics, "energy_j", 30.0)],
     "edge-energy-200x": [lambda d: setattr(d[2][0].offload.metrics, "energy_j", 100.0)],
+    "edge-larger-gains": [lambda d: setattr(d[2][4].offload.metrics, "energy_j", 300.0)],
 }
 
 
