@@ -48,7 +48,7 @@ def claim_alpha0_one_device(scen: list[Scenario]) -> Claim:
     split = [s for s in scen if s not in one]
     forced = [s for s in split if not s.fits_one_device]
     ev = (f"alpha = 0 plan on one device in {len(one)}/{len(scen)} scenarios"
-          + (f"; split: " + "; ".join(f"{s.name} ({_kinds(s.by_alpha(0.0))}"
+          + ("; split: " + "; ".join(f"{s.name} ({_kinds(s.by_alpha(0.0))}"
                                        + (", no device holds the model" if not s.fits_one_device else "") + ")"
                                        for s in split[:6]) if split else ""))
     return held_out(key, text, grade(len(one), len(scen)), ev, where=where,
