@@ -41,8 +41,12 @@ def test_reproduce_cli_on_a_slice(tmp_path, capsys):
     claims = data["claims"]
     assert out.startswith(claims["summary"]) and md.index(claims["summary"]) < md.index("| claim | label |")
     labels = {c["key"]: c["label"] for c in claims["claims"]}
-    assert labels["alpha0-least-energy"] == "held-out" and labels["diverse-sets-spread"] == "direction"
-    assert "fitted" not in labels.values() and claims["band"] is None   # no DONNA figure set a parameter
+    assert labels["alpha0-one-device"] == "held-out" and labels["diverse-sets-spread"] == "direction"
+    assert "fitted" not in labels.values() and claims["band"] == 0.25   # no DONNA figure set a parameter
+    assert claims["summary"].startswith("held-out results: ")
+    assert json.loads((tmp_path / "claims.json").read_text()) == claims   # claims.json beside claims.md
+    # the slice has no ResNet-152: its numbers are inconclusive, never dropped
+    assert labels["fig3-speedup"] == labels["resnet152-alpha08-energy"] == "inconclusive"
     # DONNA's alpha = 1 plans never beat the exact front's fastest plan
     for s in data["scenarios"]:
         assert min(p["bottleneck_s"] for p in s["donna"]) >= s["front"][0]["bottleneck_s"] * (1 - 1e-9)

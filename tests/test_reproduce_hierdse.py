@@ -56,11 +56,12 @@ def test_reproduction_with_a_fake_measurer_writes_curves_claims_and_results(tmp_
     ne = claims.get("spe-beats-ne")       # a verdict only on as many measured plans each, and enough of them
     assert (ne.label, ne.evaluations) == (("inconclusive", k) if k < MIN_MEASURED else ("direction", 2 * k))
     paths = write_report(tmp_path, results, claims)
-    assert [p.name for p in paths] == ["search_time.png", "claims.md", "results.json"]
+    assert [p.name for p in paths] == ["search_time.png", "claims.md", "claims.json", "results.json"]
     assert all(p.stat().st_size > 0 for p in paths)
     md = (tmp_path / "claims.md").read_text()
     assert "| 3s-2l-SPE | " in md and "| 1s-non-NE | " in md and "70 h" in md
     assert md.index(f"**{claims.summary()}**") < md.index("## Setup")
+    assert json.loads((tmp_path / "claims.json").read_text())["claims"] == claims.to_dict()["claims"]
     doc = json.loads((tmp_path / "results.json").read_text())
     assert doc["format"] == "hetsplit.hierdse-repro/1" and set(doc["runs"]) == set(EXPERIMENTS)
     assert len(doc["runs"]["1s-non-SPE"]["points"]) == len(results.runs["1s-non-SPE"].points)

@@ -54,6 +54,8 @@ def test_reproduce_hybrid_writes_claims_with_numbers(tmp_path):
     assert memory["ours"] == 100 * (1 - runs[1]["measured_bytes"] / runs[0]["measured_bytes"])
     assert any(g["exact_points"] > 0 for g in doc["exact_gaps"])
     assert (out / "convergence-alexnet-cpu.png").stat().st_size > 0
+    assert json.loads((out / "claims.json").read_text()) == claims and claims["format"] == "hetsplit.claims/1"
+    assert {c["key"]: c["label"] for c in claims["claims"]}["t2-alexnet-params"] == "sanity"
 
 
 def test_explore_command_writes_the_pareto_set_and_its_history(tmp_path, capsys):

@@ -76,8 +76,11 @@ def test_cli_quick_slice(tmp_path, capsys):
                "--out", str(tmp_path)])
     assert rc == 0
     out = capsys.readouterr().out
-    assert re.search(r"^held-out: \d+ of \d+ hold", out) and re.search(r"- \[held-out: (holds|partly|does not hold)\] ", out)
+    assert re.search(r"^held-out results: \d+ of \d+ hold; derived: ", out) \
+        and re.search(r"- \[held-out: (holds|partly|does not hold)\] ", out)
     assert (tmp_path / "fig2_resnet8.png").exists() and (tmp_path / "claims.md").exists()
+    doc = json.loads((tmp_path / "claims.json").read_text())
+    assert doc["format"] == "hetsplit.claims/1" and out.startswith(doc["summary"])
     assert not (tmp_path / "table1.md").exists()   # Table I needs resnet18
 
 

@@ -10,7 +10,7 @@ from hetsplit.cli.main import main
 from hetsplit.experiments.mcu import McuConfig, compare_pipelines, cost, run, tp_pipeline_plan, whole_model_problem
 from hetsplit.experiments.mcu_claims import check_claims
 from hetsplit.experiments.mcu_fit import GRIDS, fit_figures, is_local_optimum, preset_params
-from hetsplit.experiments.mcu_paper import FIGURE, FIGURES, FIT_FIGURES, fitted_from
+from hetsplit.experiments.mcu_paper import DERIVED_FROM, FIGURE, FIGURES, FIT_FIGURES, fitted_from
 from hetsplit.plan.check import check_plan
 
 
@@ -26,13 +26,20 @@ def test_reproduce_mcu_quick_writes_every_claim_labelled(tmp_path, capsys):
         assert c["ratio"] == c["ours"] / c["paper"]
         if f.key in FIT_FIGURES:                                  # a figure a parameter was set from proves nothing
             assert c["label"] == "fitted" and c["fitted_params"] == list(fitted_from(f.key))
+        elif f.key in DERIVED_FROM:                               # computed from fitted figures: counted apart
+            assert c["label"] == "derived" and c["derived_from"] == list(DERIVED_FROM[f.key])
+            assert (c["verdict"] == "holds") == (0.75 <= c["ratio"] <= 1.25)
         else:
             assert c["label"] == "held-out"
             assert (c["verdict"] == "holds") == (0.75 <= c["ratio"] <= 1.25)
             assert c["verdict"] == "holds" or c["reason"]          # out of band says why
     trends = [c for c in doc["claims"] if c["label"] == "direction"]
-    assert len(trends) >= 8 and all(c["verdict"] == "holds" or c["reason"] for c in trends)
-    assert doc["summary"].startswith(f"held-out: {doc['hold']['held-out']} of 5 hold; direction: ")
+    assert len(trends) >= 17 and all(c["verdict"] == "holds" or c["reason"] for c in trends)
+    assert doc["format"] == "hetsplit.claims/1"
+    assert doc["summary"].startswith(f"held-out results: {doc['hold']['held-out']} of 4 hold; derived: "
+                                     f"{doc['hold']['derived']} of 1 hold; sanity: 0 of 0 hold; fitted: 4; direction: ")
+    fig4 = [c for c in trends if c["key"].startswith("fig4-tinyllama")]
+    assert len(fig4) == 8 and all(c["evidence"].count(" ms") == 4 for c in fig4)   # one per mode and chip count
     assert doc["counts"]["fitted"] == 4 and doc["band"] == 0.25
     md = (out / "claims.md").read_text()
     assert md.index(doc["summary"]) < md.index("| claim | label |") and md.count("±25%") == 1

@@ -75,6 +75,7 @@ def _run_donna(args) -> int:
     from pathlib import Path
 
     from hetsplit.experiments import donna as dr
+    from hetsplit.experiments.donna_claims import check_claims
     from hetsplit.report import donna_repro as rep
     from hetsplit.report.claims import console_lines
 
@@ -90,7 +91,7 @@ def _run_donna(args) -> int:
         say("single-GPU baseline")
         gpu = dr.single_gpu(models)
         edge = [] if args.no_edge else dr.run_edge(models)
-    claims = dr.check_claims(scen, gpu, edge)
+    claims = check_claims(scen, gpu, edge)
     paths = rep.write_report(Path(args.out or "out/donna"), scen, gpu, edge, claims)
     print("\n".join(console_lines(claims)))
     print("wrote " + ", ".join(str(p) for p in paths))

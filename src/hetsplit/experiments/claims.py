@@ -1,15 +1,22 @@
 """What a reproduction says about each claim of its paper: one labelled type for every ``reproduce``.
 
-Every claim carries one label (DESIGN.md, "A reproduction says what each claim is"):
+Every claim carries one label (DESIGN.md, "A reproduction says what each claim is"; docs/claims.md):
 
-- ``held-out``: ours compared with a paper figure (or finding) no parameter was set from;
+- ``held-out``: ours compared with a paper result (a number, or a finding about a plan) no parameter
+  was set from;
+- ``derived``: a paper number ours computes from fitted figures (an EDP from a fitted latency and a
+  fitted energy); it names them, and is counted apart from the held-out results;
+- ``sanity``: a check of the model's definition (parameter counts, weight bytes), not a result;
 - ``fitted``: a parameter was set from this figure; it names the parameters and proves nothing;
-- ``direction``: a trend with no number (more chips, less energy; LBLP ahead of WB);
-- ``inconclusive``: too few evaluations or runs to decide; it says how many it had (and wanted).
+- ``direction``: a trend the paper states with no number (more chips, less energy; LBLP ahead of WB);
+- ``inconclusive``: too few evaluations or runs to decide, or a quantity the set-up cannot produce;
+  it says how many it had (and wanted) and why.
 
-Held-out and direction claims get a verdict (holds, partly, does not hold). A paper states its
-``Band`` once: a number holds when ours is within it of the paper's. ``ClaimSet`` holds a paper's
-claims and counts them ("held-out: 5 of 8 hold; fitted: 4; inconclusive: 1").
+Held-out, derived, sanity and direction claims get a verdict (holds, partly, does not hold). A paper
+states its ``Band`` once: a number holds when ours is within it of the paper's. ``ClaimSet`` holds a
+paper's claims and counts them, held-out results first ("held-out results: 5 of 8 hold; derived: 1 of
+1 hold; sanity: 0 of 0 hold; fitted: 4; direction: 2 of 3 hold; inconclusive: 1"); ``to_dict`` is the
+``claims.json`` every ``reproduce`` writes (``FORMAT``).
 """
 
 from __future__ import annotations
@@ -17,8 +24,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-HELD_OUT, FITTED, DIRECTION, INCONCLUSIVE = "held-out", "fitted", "direction", "inconclusive"
-LABELS = (HELD_OUT, FITTED, DIRECTION, INCONCLUSIVE)
+FORMAT = "hetsplit.claims/1"
+HELD_OUT, DERIVED, SANITY = "held-out", "derived", "sanity"
+FITTED, DIRECTION, INCONCLUSIVE = "fitted", "direction", "inconclusive"
+LABELS = (HELD_OUT, DERIVED, SANITY, FITTED, DIRECTION, INCONCLUSIVE)   # the order the counts are given in
+JUDGED = (HELD_OUT, DERIVED, SANITY, DIRECTION)                          # the labels that carry a verdict
 HOLDS, PARTLY, FAILS = "holds", "partly", "does not hold"
 VERDICTS = (HOLDS, PARTLY, FAILS)
 
@@ -72,11 +82,12 @@ class Claim:
     evaluations: int | None = None     # evaluations or runs behind it (inconclusive: how many it had)
     needed: int | None = None          # how many a verdict needs (inconclusive)
     reason: str = ""                   # why it does not hold: which assumption of the model
+    derived_from: tuple[str, ...] = ()  # derived: the fitted figures (claim keys) it is computed from
 
     def __post_init__(self) -> None:
         if self.label not in LABELS:
             raise ValueError(f"claim {self.key!r}: label {self.label!r} is not one of {LABELS}")
-        judged = self.label in (HELD_OUT, DIRECTION)
+        judged = self.label in JUDGED
         if judged and self.verdict not in VERDICTS:
             raise ValueError(f"claim {self.key!r}: a {self.label} claim needs a verdict in {VERDICTS}")
         if not judged and self.verdict != self.label:
@@ -85,6 +96,8 @@ class Claim:
             raise ValueError(f"claim {self.key!r}: a fitted claim names the parameters set from it")
         if self.label == INCONCLUSIVE and self.evaluations is None:
             raise ValueError(f"claim {self.key!r}: an inconclusive claim says how many evaluations it had")
+        if self.label == DERIVED and not self.derived_from:
+            raise ValueError(f"claim {self.key!r}: a derived claim names the fitted figures it is computed from")
 
     @property
     def holds(self) -> bool:
@@ -98,7 +111,8 @@ class Claim:
         return {"key": self.key, "claim": self.claim, "label": self.label, "verdict": self.verdict,
                 "evidence": self.evidence, "where": self.where, "paper": self.paper, "ours": self.ours,
                 "unit": self.unit, "ratio": self.ratio, "fitted_params": list(self.fitted_params),
-                "evaluations": self.evaluations, "needed": self.needed, "reason": self.reason}
+                "evaluations": self.evaluations, "needed": self.needed, "reason": self.reason,
+                "derived_from": list(self.derived_from)}
 
 
 def held_out(key: str, claim: str, ok: bool | str, evidence: str, **kw: Any) -> Claim:
@@ -106,19 +120,42 @@ def held_out(key: str, claim: str, ok: bool | str, evidence: str, **kw: Any) -> 
     return Claim(key, claim, HELD_OUT, _verdict(ok), evidence, **kw)
 
 
+def number(label: str, key: str, claim: str, paper: float, ours: float, band: Band, evidence: str,
+           reason: str = "", **kw: Any) -> Claim:
+    """A paper figure against ours under ``label``: holds within ``band``; ``reason`` is kept only when it misses."""
+    ok = band.within(ours, paper)
+    return Claim(key, claim, label, _verdict(ok), evidence, paper=paper, ours=ours, reason="" if ok else reason, **kw)
+
+
+def bound(label: str, key: str, claim: str, limit: float, ours: float, band: Band, evidence: str,
+          at_most: bool = False, reason: str = "", **kw: Any) -> Claim:
+    """A paper's "more than ``limit``" (or, ``at_most``, "at most ``limit``") against ours, with ``band``."""
+    ok = band.at_most(ours, limit) if at_most else band.at_least(ours, limit)
+    return Claim(key, claim, label, _verdict(ok), evidence, paper=limit, ours=ours, reason="" if ok else reason, **kw)
+
+
 def held_out_number(key: str, claim: str, paper: float, ours: float, band: Band, evidence: str,
                     reason: str = "", **kw: Any) -> Claim:
-    """A paper figure against ours: holds within ``band``; ``reason`` is kept only when it misses."""
-    ok = band.within(ours, paper)
-    return Claim(key, claim, HELD_OUT, _verdict(ok), evidence, paper=paper, ours=ours,
-                 reason="" if ok else reason, **kw)
+    """A held-out paper figure against ours (``number``)."""
+    return number(HELD_OUT, key, claim, paper, ours, band, evidence, reason, **kw)
 
 
-def held_out_bound(key: str, claim: str, bound: float, ours: float, band: Band, evidence: str, at_most: bool = False,
+def held_out_bound(key: str, claim: str, limit: float, ours: float, band: Band, evidence: str, at_most: bool = False,
                    reason: str = "", **kw: Any) -> Claim:
-    """A paper's "more than ``bound``" (or, ``at_most``, "at most ``bound``") against ours, with ``band``."""
-    ok = band.at_most(ours, bound) if at_most else band.at_least(ours, bound)
-    return Claim(key, claim, HELD_OUT, _verdict(ok), evidence, paper=bound, ours=ours, reason="" if ok else reason, **kw)
+    """A held-out "more than" / "at most" figure against ours (``bound``)."""
+    return bound(HELD_OUT, key, claim, limit, ours, band, evidence, at_most, reason, **kw)
+
+
+def derived_number(key: str, claim: str, paper: float, ours: float, band: Band, evidence: str,
+                   derived_from: Iterable[str], reason: str = "", **kw: Any) -> Claim:
+    """A paper figure ours computes from fitted figures (``derived_from``), graded like a number, counted apart."""
+    return number(DERIVED, key, claim, paper, ours, band, evidence, reason, derived_from=tuple(derived_from), **kw)
+
+
+def sanity_number(key: str, claim: str, paper: float, ours: float, band: Band, evidence: str, reason: str = "",
+                  **kw: Any) -> Claim:
+    """A model-definition figure (parameters, weight bytes) against the paper's: a check of the set-up, not a result."""
+    return number(SANITY, key, claim, paper, ours, band, evidence, reason, **kw)
 
 
 def direction(key: str, claim: str, ok: bool | str, evidence: str, reason: str = "", **kw: Any) -> Claim:
@@ -165,20 +202,20 @@ class ClaimSet:
         return next(c for c in self.claims if c.key == key)
 
     def summary(self) -> str:
-        """"held-out: 5 of 8 hold; direction: 2 of 3 hold; fitted: 4; inconclusive: 1" (empty parts left out)."""
+        """Every label's count in ``LABELS`` order, held-out results first, zeros included: "held-out results: 5
+        of 8 hold; derived: 1 of 1 hold; sanity: 0 of 0 hold; fitted: 4; direction: 2 of 3 hold; inconclusive: 1"."""
         parts = []
-        for label in (HELD_OUT, DIRECTION):
+        for label in LABELS:
             cs = self.of(label)
-            if cs:
-                parts.append(f"{label}: {sum(c.holds for c in cs)} of {len(cs)} hold")
-        for label in (FITTED, INCONCLUSIVE):
-            if self.of(label):
-                parts.append(f"{label}: {len(self.of(label))}")
-        return "; ".join(parts) or "no claims"
+            name = "held-out results" if label == HELD_OUT else label
+            parts.append(f"{name}: {sum(c.holds for c in cs)} of {len(cs)} hold" if label in JUDGED
+                         else f"{name}: {len(cs)}")
+        return "; ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
+        """The ``claims.json`` document (``FORMAT``; docs/claims.md)."""
         counts = {label: len(self.of(label)) for label in LABELS}
-        holding = {label: sum(c.holds for c in self.of(label)) for label in (HELD_OUT, DIRECTION)}
-        return {"paper": self.paper, "summary": self.summary(), "band": None if self.band is None else self.band.rel,
-                "counts": counts, "hold": holding, "notes": list(self.notes),
-                "claims": [c.to_dict() for c in self.claims]}
+        holding = {label: sum(c.holds for c in self.of(label)) for label in JUDGED}
+        return {"format": FORMAT, "paper": self.paper, "summary": self.summary(),
+                "band": None if self.band is None else self.band.rel, "counts": counts, "hold": holding,
+                "notes": list(self.notes), "claims": [c.to_dict() for c in self.claims]}

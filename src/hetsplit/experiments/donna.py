@@ -6,11 +6,9 @@ Pareto front of (bottleneck, energy) from ``pareto``. Baselines: one GPU (``donn
 Fig. 3; the edge-CIM + cloud set-up of its Fig. 4 (first stage forced onto an edge CIM device,
 baseline = every layer offloaded to the cloud device). Metrics all come from the one evaluator.
 
-``check_claims`` turns the paper's findings into labelled claims (``experiments.claims``): statements
-of what the algorithm finds are held out, trends are directions; no device parameter was set from a
-DONNA figure, and the costs are hetsplit's device models, not DONNA's measured profiles, so its
-numbers (4.26x, 7.6%) are compared by direction only and no band is stated;
-``report.donna_repro.write_report`` draws them (fig2_*.png, fig3.png, fig4.png, claims.md, results.json).
+``experiments.donna_claims.check_claims`` turns the paper's findings into labelled claims, every number
+in the paper's band; ``report.donna_repro.write_report`` draws them (fig2_*.png, fig3.png, fig4.png,
+claims.md, claims.json, results.json).
 """
 
 from __future__ import annotations
@@ -23,7 +21,6 @@ import numpy as np
 from hetsplit.cluster.examples import DONNA_MEDIA, DONNA_SETS
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.estimate.evaluate import make_plan
-from hetsplit.experiments.claims import HOLDS, PARTLY, Claim, ClaimSet, direction, held_out
 from hetsplit.plan.types import Plan
 from hetsplit.search import PipelineConstraints, make_partitioner
 from hetsplit.search.pareto_exact import Domination, compare_to_front
@@ -127,124 +124,5 @@ def run_edge(models=MODELS, clouds=CLOUDS, loader: Loader = _default_loader) -> 
     return out
 
 
-# ---- claims --------------------------------------------------------------------------------------
-
-PAPER = "AlShams et al., DONNA (seed 000)"
-
-
 def pct(x: float) -> str:
     return f"{100 * x:.1f}%"
-
-
-def check_claims(scen: list[Scenario], gpu: dict[str, Plan], edge: list[EdgeResult]) -> ClaimSet:
-    claims: list[Claim] = []
-
-    # alpha = 0 puts every layer on the most energy-efficient device
-    bad, split = [], []
-    for s in scen:
-        p = s.by_alpha(0.0)
-        e_min = min(f.metrics.energy_j for f in s.front)
-        if p.metrics.energy_j > e_min * (1 + 1e-6):
-            bad.append(f"{s.name}: {p.metrics.energy_j:.4g} J vs least {e_min:.4g} J")
-        elif len(p.stages) > 1:
-            split.append(s)
-    forced = [s for s in split if not s.fits_one_device]
-    note = (f"; {len(split)} of them split the model ({len(forced)} because no single device holds it, the rest "
-            "across devices of the same type, tied with one device within 1e-6 of the energy)") if split else ""
-    claims.append(held_out("alpha0-least-energy", "alpha = 0 assigns all layers to the most energy-efficient device",
-                           HOLDS if not bad else (PARTLY if len(bad) < len(scen) else "does not hold"),
-                           f"DONNA's alpha = 0 plan has the least energy of any plan in {len(scen) - len(bad)}/{len(scen)} "
-                           f"scenarios{note}" + ("; exceptions: " + "; ".join(bad[:6]) if bad else "")))
-
-    # alpha = 1 maximizes throughput
-    gaps = [(s.by_alpha(1.0).metrics.bottleneck_s / s.front[0].metrics.bottleneck_s - 1, s.name) for s in scen]
-    worse = [(g, n) for g, n in gaps if g > 1e-9]
-    claims.append(held_out("alpha1-fastest", "alpha = 1 maximizes throughput", HOLDS if not worse else PARTLY,
-                           f"DONNA's alpha = 1 plan reaches the exact minimum bottleneck in {len(scen) - len(worse)}/{len(scen)} "
-                           "scenarios" + (f"; largest gap {pct(max(worse)[0])} ({max(worse)[1]})" if worse else "")))
-
-    # PCIe-5: lowering alpha barely saves energy on homogeneous devices
-    rows = []
-    for s in scen:
-        if s.devices != "4cpu":
-            continue
-        e1 = s.by_alpha(1.0).metrics.energy_j
-        e_best = min(p.metrics.energy_j for p in s.donna)
-        rows.append((s.medium, s.model, (e1 - e_best) / e1))
-    pcie = [r for r in rows if r[0] == "pcie5"]
-    other = [r for r in rows if r[0] != "pcie5"]
-    claims.append(held_out("pcie5-barely-saves", "on PCIe-5, lowering alpha barely saves energy ({4 CPU})",
-                           bool(pcie) and max(r[2] for r in pcie) < 0.05,
-                           "largest saving from alpha = 1 to the best alpha: PCIe-5 "
-                           + ", ".join(f"{m} {pct(x)}" for _, m, x in pcie)
-                           + "; HB/LB-WCC " + ", ".join(f"{m} {md} {pct(x)}" for md, m, x in other)))
-
-    # the 7.6% example: ResNet-152, HB-WCC, {4 CPU}, alpha 1 -> 0.8
-    s = next((s for s in scen if (s.model, s.devices, s.medium) == ("resnet152", "4cpu", "hb-wcc")), None)
-    if s is not None:
-        a, b = s.by_alpha(1.0).metrics, s.by_alpha(0.8).metrics
-        saved, lost = 1 - b.energy_j / a.energy_j, 1 - b.throughput / a.throughput
-        claims.append(direction("resnet152-alpha08", "ResNet-152, HB-WCC, {4 CPU}: alpha 1 -> 0.8 saves 7.6% energy "
-                                "for < 0.5% throughput (direction: alpha 0.8 saves more energy than it costs "
-                                "throughput)", 0 < lost < saved or (lost <= 0 < saved),
-                                f"here: energy {pct(saved)} lower, throughput {pct(lost)} lower (device models differ "
-                                "from the paper's measured profiles, so only the direction is compared)"))
-
-    # more diverse device sets spread the points (smoother fronts)
-    spread = {}
-    for label in dict.fromkeys(s.devices for s in scen):
-        ss = [s for s in scen if s.devices == label]
-        distinct = [len({(round(p.metrics.bottleneck_s, 12), round(p.metrics.energy_j, 12)) for p in s.donna}) for s in ss]
-        spread[label] = (float(np.mean(distinct)), float(np.mean([len(s.front) for s in ss])))
-    best = max(spread, key=lambda k: spread[k][0])
-    claims.append(direction("diverse-sets-spread", "more diverse device sets give more spread (smoother) sets of "
-                            "solutions", HOLDS if best == "2cpu-1gpu-1cim" else PARTLY,
-                            "mean distinct DONNA points / exact front points per scenario: "
-                            + ", ".join(f"{{{k}}} {v[0]:.1f} / {v[1]:.1f}" for k, v in spread.items())))
-
-    # fewer layers limit the spread
-    per_model = {m: float(np.mean([len(s.front) for s in scen if s.model == m])) for m in dict.fromkeys(s.model for s in scen)}
-    if len(per_model) >= 2 and "vgg8" in per_model:
-        claims.append(direction("fewer-layers-spread", "a model with fewer layers (VGG-8) limits the spread of "
-                                "solutions", per_model["vgg8"] == min(per_model.values()),
-                                "mean exact front size: " + ", ".join(f"{m} {v:.1f}" for m, v in per_model.items())))
-
-    # Fig. 3: distributing beats one GPU ({2 CPU, 2 GPU} on HB-WCC: 4.26x speed-up, 3.6x per-device energy)
-    if "resnet152" in gpu:
-        g = gpu["resnet152"].metrics
-        cand = [(p.metrics.throughput / g.throughput, g.energy_per_participating_device_j
-                 / p.metrics.energy_per_participating_device_j, s.medium, p.params["alpha"])
-                for s in scen if s.model == "resnet152" and s.devices == "2cpu-2gpu" for p in s.donna]
-        hb = [c for c in cand if c[2] == "hb-wcc"]
-        if hb:
-            sp, best_any = max(hb), max(cand)
-            claims.append(direction("fig3-beats-one-gpu", "ResNet-152 on {2 CPU, 2 GPU} over HB-WCC beats one GPU "
-                                    "(paper: 4.26x throughput, 3.6x less energy per participating device; compared "
-                                    "by direction)", sp[0] > 1,
-                                    f"best DONNA speed-up on HB-WCC {sp[0]:.2f}x (alpha {sp[3]}) with {sp[1]:.2f}x less "
-                                    f"energy per participating device; over any medium {best_any[0]:.2f}x ({best_any[2]})"))
-
-    # Fig. 4: the edge keeps its layers at alpha = 1
-    if edge:
-        kept = [e for e in edge if all(st.device.startswith("cim") for st in e.donna.stages)]
-        red = ", ".join(f"{e.model}/{e.cloud}: energy / offload {e.donna.metrics.energy_j / e.offload.metrics.energy_j:.3g}, "
-                        f"throughput / offload {e.donna.metrics.throughput / e.offload.metrics.throughput:.2f} "
-                        f"({'+'.join(st.device for st in e.donna.stages)})" for e in edge)
-        claims.append(held_out("edge-keeps-layers", "edge CIM + cloud: at alpha = 1 the edge keeps all layers (no "
-                               "offloading)", HOLDS if len(kept) == len(edge) else PARTLY,
-                               f"{len(kept)}/{len(edge)} (model, cloud) pairs keep every layer on the edge; vs offloading "
-                               f"everything: {red}"))
-
-    # where the exact front finds plans DONNA misses
-    dom = [(d, s) for s in scen for d in s.dominations if d.dominated]
-    n_donna = sum(len(s.donna) for s in scen)
-    unsup = sum(len(s.unsupported()) for s in scen)
-    top = sorted(dom, key=lambda x: -x[0].energy_saving_frac)[:5]
-    claims.append(held_out("sweep-finds-tradeoffs", "DONNA's alpha sweep finds the trade-offs worth having",
-                           PARTLY if dom or unsup else HOLDS,
-                           f"{len(dom)}/{n_donna} DONNA plans are dominated by the exact front; {unsup} front points "
-                           f"over all scenarios lie off the convex hull, so no alpha can reach them; largest energy "
-                           f"savings at equal-or-better throughput: "
-                           + "; ".join(f"{s.name} alpha {d.plan.params['alpha']}: {pct(d.energy_saving_frac)}"
-                                    for d, s in top)))
-    return ClaimSet(PAPER, tuple(claims))

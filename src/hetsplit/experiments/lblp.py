@@ -10,10 +10,10 @@
 Metrics, all from the estimator (``hetsplit.estimate``):
 - processing rate: steady-state throughput of a saturated stream of ``inputs`` inputs (its
   discrete-event simulator);
-- latency: one input alone, the closed form's latency (``estimate_plan(..., "closed")``: what the
-  planners report, and the paper's measure, ``experiments.lblp_claims`` says why); beside it the
-  median latency of ``inputs`` inputs fed at the mapping's own rate, one every ``max(bottleneck_s,
-  1 / rate)`` (the simulator; feeding faster grows the queue without bound);
+- latency: the median latency of ``inputs`` inputs fed at the mapping's own rate, one every
+  ``max(bottleneck_s, 1 / rate)`` (the simulator; feeding faster grows the queue without bound): the
+  paper's measure, ``experiments.lblp_claims`` says why; beside it one input alone, the closed form's
+  latency (``estimate_plan(..., "closed")``, what the planners report);
 - utilization of a unit: its busy time per input x the sustained rate (the lesser of the simulated
   and the closed-form rate, so the busiest unit shows 100% and none more): its steady-state busy share.
 
@@ -150,11 +150,11 @@ class Case:
         return statistics.fmean(r.rate for r in self.runs_of(algorithm))
 
     def latency(self, algorithm: str) -> float:
-        """One input's latency (mean over seeds): the paper's measure and the planners'."""
+        """One input's latency alone (mean over seeds): the planners' figure."""
         return statistics.fmean(r.unloaded_latency_s for r in self.runs_of(algorithm))
 
     def loaded(self, algorithm: str) -> float:
-        """Median latency of inputs fed at the mapping's own rate (mean over seeds)."""
+        """Median latency of inputs fed at the mapping's own rate (mean over seeds): the paper's measure."""
         return statistics.fmean(r.latency_s for r in self.runs_of(algorithm))
 
 

@@ -5,11 +5,13 @@ assumptions), so every claim is held out, or a direction where the paper states 
 ``BAND``, for every number: the paper publishes normalized curves, so the numbers compared are its
 factors (rate, latency), Table I's mean utilizations and the YOLOv8n latency gap.
 
-Latency: the paper does not define it. Its one explicit argument about it (YOLOv8n: "parallelism may
-affect at most 10% of the total latency") is about one input's critical path, which only parallel
-branches can shorten; that is also the project's main measure, what ``estimate`` and every planner
-report. So latency here is one input alone (``Case.latency``); the median latency of inputs fed at the
-mapping's own rate (``Case.loaded``) is given beside it, never instead.
+Latency: the paper measures it on the emulator with the processing rate, on the same stream of inputs
+("Normalized Latency is calculated by dividing the measured latencies by their minimum value"), and
+explains its 1.4x by LBLP's "better and more uniform utilization of all PUs", which shortens an input's
+wait only when inputs queue. So the latency compared is the streamed one, every claim naming it: the
+median latency of inputs fed at the mapping's own rate (``Case.loaded``). One input alone
+(``Case.latency``, the planners' figure) barely moves with the mapping on these mostly sequential
+networks; it is given beside, never instead.
 """
 
 from __future__ import annotations
@@ -87,14 +89,14 @@ def _lblp_best(case: Case) -> tuple[bool, bool, str]:
     """Is LBLP's rate highest and its latency lowest among the paper's algorithms? The closest rival."""
     rivals = _rivals(case)
     best_rate = max(rivals, key=case.rate)
-    best_lat = min(rivals, key=case.latency)
+    best_lat = min(rivals, key=case.loaded)
     rate_ok = case.rate("lblp") >= case.rate(best_rate) * (1 - TIE)
-    lat_ok = case.latency("lblp") <= case.latency(best_lat) * (1 + TIE)
+    lat_ok = case.loaded("lblp") <= case.loaded(best_lat) * (1 + TIE)
     note = ""
     if not rate_ok:
         note += f" N={case.units}: {best_rate} rate +{pct(case.rate(best_rate) / case.rate('lblp') - 1)}"
     if not lat_ok:
-        note += f" N={case.units}: {best_lat} latency -{pct(1 - case.latency(best_lat) / case.latency('lblp'))}"
+        note += f" N={case.units}: {best_lat} latency -{pct(1 - case.loaded(best_lat) / case.loaded('lblp'))}"
     return rate_ok, lat_ok, note
 
 
@@ -122,8 +124,8 @@ def claim_lblp_best(results: LblpResults) -> Claim | None:
         checks = _checked(s)
         extra.append(f"{s.model} (not claimed): rate {sum(c[0] for c in checks)}/{len(checks)}, "
                      f"latency {sum(c[1] for c in checks)}/{len(checks)}")
-    return held_out("lblp-best", "LBLP gives the highest processing rate and the lowest latency at every unit count "
-                    "(against WB, RR and RD)", grade(passed, total),
+    return held_out("lblp-best", "LBLP gives the highest processing rate and the lowest latency (streamed) at every "
+                    "unit count (against WB, RR and RD)", grade(passed, total),
                     "; ".join(parts) + f" (ties within {pct(TIE)} count as best; RD: mean of its seeds); "
                     + "; ".join(extra), where="Fig. 2, 3")
 
@@ -140,19 +142,20 @@ def claims_resnet18_12(results: LblpResults) -> list[Claim]:
         return []
     where, setup = "Sec. V-B", f"ResNet-18, 12 units ({c.imc} IMC + {c.dpus} DPU)"
     rate_x = c.rate("lblp") / c.rate("wb")
-    lat_x = c.latency("wb") / c.latency("lblp")
-    loaded_x = c.loaded("wb") / c.loaded("lblp")
+    lat_x = c.loaded("wb") / c.loaded("lblp")
+    alone_x = c.latency("wb") / c.latency("lblp")
     return [
         held_out_bound("resnet18-12-rate", f"{setup}: LBLP has more than {PAPER_RATE_X:g}x the processing rate of WB",
                        PAPER_RATE_X, rate_x, BAND, f"rate {c.rate('lblp'):.0f} vs {c.rate('wb'):.0f} inferences/s",
                        where=where, unit="x"),
-        held_out_number("resnet18-12-latency", f"{setup}: LBLP has {PAPER_LATENCY_X:g}x lower latency than WB",
-                        PAPER_LATENCY_X, lat_x, BAND,
-                        f"one input: {1e3 * c.latency('lblp'):.3f} vs {1e3 * c.latency('wb'):.3f} ms; fed at each "
-                        f"mapping's own rate (not the paper's measure): {1e3 * c.loaded('lblp'):.3f} vs "
-                        f"{1e3 * c.loaded('wb'):.3f} ms = {loaded_x:.2f}x",
-                        "one input crosses this mostly sequential network in layer order whatever the mapping: only "
-                        "the skip branches and the messages between units can differ", where=where, unit="x"),
+        held_out_number("resnet18-12-latency", f"{setup}: LBLP has {PAPER_LATENCY_X:g}x lower latency than WB "
+                        "(streamed: inputs fed at each mapping's own rate)", PAPER_LATENCY_X, lat_x, BAND,
+                        f"median latency of inputs fed at each mapping's rate: {1e3 * c.loaded('lblp'):.3f} vs "
+                        f"{1e3 * c.loaded('wb'):.3f} ms; one input alone (not the paper's measure): "
+                        f"{1e3 * c.latency('lblp'):.3f} vs {1e3 * c.latency('wb'):.3f} ms = {alone_x:.2f}x",
+                        "fed at its own rate, an input waits behind the busiest unit; our unit costs (imce presets, "
+                        "assumed) make WB's busiest unit less far behind LBLP's than the emulator's measured node "
+                        "times", where=where, unit="x"),
     ]
 
 
@@ -191,21 +194,21 @@ def claim_yolo(results: LblpResults) -> Claim | None:
     def gap(c: Case, measure) -> float:
         return abs(measure(c, "wb") / measure(c, "lblp") - 1)
 
-    worst = max(cases, key=lambda c: gap(c, Case.latency))
-    loaded = max(cases, key=lambda c: gap(c, Case.loaded))
-    per_n = ", ".join(f"N={c.units} {c.latency('wb') / c.latency('lblp'):.3f}x" for c in cases)
-    return held_out_bound("yolo-latency-gap", "YOLOv8n: LBLP and WB latencies differ by at most 6%",
-                          100 * PAPER_YOLO_LATENCY_GAP, 100 * gap(worst, Case.latency), BAND,
-                          f"largest gap of one input's latency at N={worst.units}; WB / LBLP per N: {per_n}; fed at "
-                          f"each mapping's own rate (not the paper's measure) the largest gap is "
-                          f"{pct(gap(loaded, Case.loaded))} (N={loaded.units}); our YOLOv8n has {s.layers} layers "
-                          "(fused groups), the paper's 233 ONNX nodes", at_most=True,
-                          reason="the messages between units, which WB multiplies by spreading consecutive layers",
-                          where="Sec. V-C", unit="%")
+    worst = max(cases, key=lambda c: gap(c, Case.loaded))
+    alone = max(cases, key=lambda c: gap(c, Case.latency))
+    per_n = ", ".join(f"N={c.units} {c.loaded('wb') / c.loaded('lblp'):.3f}x" for c in cases)
+    return held_out_bound("yolo-latency-gap", "YOLOv8n: LBLP and WB latencies (streamed) differ by at most 6%",
+                          100 * PAPER_YOLO_LATENCY_GAP, 100 * gap(worst, Case.loaded), BAND,
+                          f"largest gap of the streamed latency at N={worst.units}; WB / LBLP per N: {per_n}; one "
+                          f"input alone (not the paper's measure) the largest gap is {pct(gap(alone, Case.latency))} "
+                          f"(N={alone.units}); our YOLOv8n has {s.layers} layers (fused groups), the paper's 233 ONNX "
+                          "nodes", at_most=True,
+                          reason="fed at its own rate an input waits behind the busiest unit, and WB's busiest unit "
+                          "(largest weights first) is slower than LBLP's in our unit models", where="Sec. V-C", unit="%")
 
 
 def _better(c: Case) -> tuple[float, float, bool]:
-    r, x = c.rate("lblp") / c.rate("wb"), c.latency("wb") / c.latency("lblp")
+    r, x = c.rate("lblp") / c.rate("wb"), c.loaded("wb") / c.loaded("lblp")
     return r, x, r >= 1 - TIE and x >= 1 - TIE and (r > 1 + TIE or x > 1 + TIE)
 
 
@@ -226,7 +229,7 @@ def claims_mix(results: LblpResults) -> list[Claim]:
                     "WB", grade(better, len(cases)),
                     f"LBLP better in {better}/{len(cases)} mixes (no worse in rate and latency, better by > {pct(TIE)} "
                     f"in one); LBLP / WB rate {min(r for _, r, _, _ in rows):.2f}x to {max(r for _, r, _, _ in rows):.2f}x, "
-                    f"WB / LBLP latency {min(x for _, _, x, _ in rows):.2f}x to {max(x for _, _, x, _ in rows):.2f}x"
+                    f"WB / LBLP streamed latency {min(x for _, _, x, _ in rows):.2f}x to {max(x for _, _, x, _ in rows):.2f}x"
                     + (f"; not better: {'; '.join(worse)}" if worse else ""), where="Fig. 4")]
     groups = {n: sorted((c for c in cases if c.units == n), key=lambda c: c.dpus) for n in {c.units for c in cases}}
     groups = {n: g for n, g in groups.items() if len(g) > 1}
@@ -261,8 +264,8 @@ def check_claims(results: LblpResults) -> ClaimSet:
     claims = [claim_lblp_best(results), *claims_resnet18_12(results), *claims_table_one(results),
               claim_yolo(results), *claims_mix(results), claim_rr_rd_vs_wb(results)]
     return ClaimSet(PAPER, tuple(c for c in claims if c is not None), BAND, (
-        "Latency is one input's (the estimator's closed form, as the planners report it): the paper's one "
-        "argument about its latency (YOLOv8n: parallel branches bound the gap) is about one input's critical path. "
-        "The latency of inputs fed at each mapping's own rate is given beside it, never instead.",
+        "Latency is the paper's: measured on the stream that measures the processing rate (here: the median latency "
+        "of inputs fed at each mapping's own rate, the simulator). One input alone (the estimator's closed form) is "
+        "given beside it, never instead.",
         "Not checked: 'all algorithms converge when the number of units equals the number of nodes' cannot fail "
         "here (the unit mix then forces one mapping: one layer per unit of its type)."))

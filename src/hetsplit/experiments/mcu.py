@@ -77,7 +77,8 @@ SCALE_CHIPS = (1, 2, 4, 8, 16, 32, 64)
 WORKLOADS = (
     Workload("tinyllama-ar", "TinyLlama-42M, autoregressive (S=128)", _tinyllama(8, 1, 128), 8, (1, 2, 4, 8),
              (1, 2, 4, 8)),
-    Workload("tinyllama-prompt", "TinyLlama-42M, prompt (S=16)", _tinyllama(8, 16, 16), 8, (1, 2, 4, 8), (1, 8)),
+    Workload("tinyllama-prompt", "TinyLlama-42M, prompt (S=16)", _tinyllama(8, 16, 16), 8, (1, 2, 4, 8),
+             (1, 2, 4, 8)),
     Workload("tinyllama64-ar", "TinyLlama, 64 heads, autoregressive (S=128)", _tinyllama(64, 1, 128), 8,
              SCALE_CHIPS, (1, 8, 16, 32, 64), scaled=True),
     Workload("tinyllama64-prompt", "TinyLlama, 64 heads, prompt (S=16)", _tinyllama(64, 16, 16), 8, SCALE_CHIPS,
@@ -103,7 +104,7 @@ class McuConfig:
 
     @classmethod
     def quick_run(cls) -> "McuConfig":
-        return cls(quick=True, pipeline_chips=(8,))
+        return cls(quick=True, pipeline_chips=(1, 8))
 
 
 @dataclass(frozen=True)

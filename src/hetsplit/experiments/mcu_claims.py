@@ -1,18 +1,22 @@
 """Bochem et al.'s claims (seed 002) against ``experiments.mcu``'s points, each labelled.
 
 The nine numbers (``mcu_paper.FIGURES``): the four the Siracusa parameters were fitted to are
-``fitted``; the other five ``held-out``, holding within ``BAND``. The paper's trends are ``direction``
-claims, all held out; when one comes out reversed, its ``reason`` names the model's assumption that
-reverses it.
+``fitted``; the EDP gain, computed from two fitted figures, ``derived``; the other four ``held-out``,
+holding within ``BAND``. The paper's trends are ``direction`` claims, all held out: among them Fig. 4's
+runtime breakdown, which part dominates a block at each chip count, and Sec. III-B's argument that a
+pipeline cannot lower one request's latency. When one comes out reversed, its ``reason`` names the
+model's assumption that reverses it.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
-from hetsplit.experiments.claims import Band, Claim, ClaimSet, direction, fitted, held_out_number, inconclusive
+from hetsplit.experiments.claims import (Band, Claim, ClaimSet, derived_number, direction, fitted, grade,
+                                         held_out_number, inconclusive)
 from hetsplit.experiments.mcu import McuResults, PipelineRow, Point
-from hetsplit.experiments.mcu_paper import FIGURES, FITTED_PARAMS, METRICS, Figure, figure_value, fitted_from
+from hetsplit.experiments.mcu_paper import (DERIVED_FROM, FIGURES, FITTED_PARAMS, METRICS, Figure, figure_value,
+                                            fitted_from)
 
 BAND = Band(0.25)
 PAPER = "Bochem et al., Transformers on Siracusa MCUs (seed 002)"
@@ -58,6 +62,9 @@ def figure_claim(fig: Figure, results: McuResults) -> Claim:
     params = fitted_from(fig.key)
     if params:
         return fitted(fig.key, fig.claim, params, ev + f"; ours / paper {ours / fig.paper:.2f}", ours=ours, **kw)
+    if fig.key in DERIVED_FROM:
+        return derived_number(fig.key, fig.claim, fig.paper, ours, BAND, ev, DERIVED_FROM[fig.key], _limit(fig),
+                              where=fig.where, unit=fig.unit)
     return held_out_number(fig.key, fig.claim, fig.paper, ours, BAND, ev, _limit(fig), where=fig.where, unit=fig.unit)
 
 
@@ -123,41 +130,82 @@ TRENDS: tuple[Check, ...] = (
 )
 
 
-def breakdown_claim(results: McuResults) -> Claim:
-    """Fig. 4: memory (L2 + L3) is the largest part of the autoregressive block on one chip, compute of the prompt's."""
-    key, text, where = "memory-vs-compute", ("On one chip, memory dominates the autoregressive block's time, compute "
-                                             "the prompt block's"), "Sec. V-B, Fig. 4a/b"
-    ar, pr = results.point("tinyllama-ar", 1), results.point("tinyllama-prompt", 1)
-    if ar is None or pr is None:
-        return inconclusive(key, text, 0, "TinyLlama on 1 chip not run in both modes", needed=2, where=where)
-    parts = {name: p.cost.breakdown_s for name, p in (("autoregressive", ar), ("prompt", pr))}
-    mem = {k: b["l2"] + b["l3"] for k, b in parts.items()}
-    ok = mem["autoregressive"] > parts["autoregressive"]["compute"] and parts["prompt"]["compute"] > mem["prompt"]
-    ev = "; ".join(f"{k}: compute {b['compute'] * 1e3:.3g} ms, L2 + L3 {mem[k] * 1e3:.3g} ms" for k, b in parts.items())
-    return direction(key, text, ok, ev, "the GEMV / GEMM rates against the L3 stream rate", where=where)
+PARTS = {"compute": "compute", "c2c": "chip-to-chip", "l2": "L2", "l3": "L3"}
+# Fig. 4a/b (Sec. V-B): which part of a block's runtime is the largest, per mode and chip count, as the text reads
+# the bars: autoregressive, "for 1, 2, and 4 chips, many off-chip transfers are required ... the major contributor";
+# on 8 chips a block's weights are on chip ("we don't need off-chip transfer to process the current layer when 8 or
+# more chips are used") and "accessing memory is the main contributor": L2; prompt, "computation is the largest".
+DOMINANT = (("tinyllama-ar", 1, ("l3",)), ("tinyllama-ar", 2, ("l3",)), ("tinyllama-ar", 4, ("l3",)),
+            ("tinyllama-ar", 8, ("l2",)), ("tinyllama-prompt", 1, ("compute",)),
+            ("tinyllama-prompt", 2, ("compute",)), ("tinyllama-prompt", 4, ("compute",)),
+            ("tinyllama-prompt", 8, ("compute",)))
+WHY_REVERSED = {
+    "l3": "the streamed regime's L3 rate (l3_bandwidth x l3_stream_efficiency, fitted to the 26.1x) against the GEMV "
+          "rate sets how much of the 1-chip block is L3",
+    "l2": "our chip prefetches the next block's weights on its one L3 channel during the block (double buffering) and "
+          "that load (l3_bandwidth, fitted to the 0.54 ms) is longer than the block's own work, so the critical path "
+          "ends on the L3 prefetch; GVSoC's bars count the block's own on-chip accesses, ours keep L2 access inside "
+          "each kernel's compute time",
+    "compute": "the GEMM rate (gemm_efficiency, fitted to MobileBERT) against the L3 stream rate",
+}
+
+
+def breakdown_claim(results: McuResults, workload: str, chips: int, expected: tuple[str, ...]) -> Claim:
+    """Fig. 4: the largest part of one block's runtime on ``chips`` chips is one of ``expected``."""
+    mode = "autoregressive" if workload.endswith("-ar") else "prompt"
+    names = " or ".join(PARTS[e] for e in expected)
+    key = f"fig4-{workload}-{chips}-dominant"
+    text = f"TinyLlama {mode}, {chips} chip{'s' if chips > 1 else ''}: {names} is the largest part of a block's runtime"
+    where = f"Sec. V-B, Fig. 4{'a' if mode == 'autoregressive' else 'b'}"
+    p = results.point(workload, chips)
+    if p is None:
+        return inconclusive(key, text, 0, f"{workload} on {chips} chips not run", needed=1, where=where)
+    b = p.cost.breakdown_s
+    largest = max(PARTS, key=lambda k: b.get(k, 0.0))
+    ev = ", ".join(f"{PARTS[k]} {b.get(k, 0.0) * 1e3:.3g} ms" for k in PARTS) + f" (largest: {PARTS[largest]})"
+    return direction(key, text, largest in expected, ev, WHY_REVERSED[expected[0]], where=where)
+
+
+def mobilebert_l3_claim(results: McuResults) -> Claim:
+    """Fig. 4c: on 4 chips MobileBERT's off-chip L3 transfers are suppressed (its super-linear speed-up)."""
+    key, text, where = "fig4-mobilebert-4-no-l3", "MobileBERT, 4 chips: no off-chip (L3) time in a block", \
+        "Sec. V-B, Fig. 4c"
+    p = results.point("mobilebert", 4)
+    if p is None:
+        return inconclusive(key, text, 0, "mobilebert on 4 chips not run", needed=1, where=where)
+    b = p.cost.breakdown_s
+    share = b.get("l3", 0.0) / p.cost.latency_s
+    return direction(key, text, share < 0.01, f"L3 {share:.1%} of {p.cost.latency_s * 1e3:.3g} ms ({p.cost.regime})",
+                     "the resident regime: 4 chips' shares of MobileBERT's 24 blocks must fit in L2", where=where)
 
 
 def pipeline_claim(results: McuResults) -> Claim:
-    """Sec. III-B: pipelining cannot lower one request's latency; tensor parallelism can."""
+    """Sec. III-B: a pipeline "is unable to optimize the latency of an individual request"; tensor parallelism can.
+    Per chip count N > 1: the exact pipeline's latency per token is not below one chip's by more than the band, and
+    tensor-parallel's is below the pipeline's."""
     key = "pipeline-single-user"
-    text = ("For one user, tensor-parallel gives lower latency per token than a pipeline (pipelining does not suit "
-            "a single user)")
+    text = ("For one user, a pipeline over N chips does not lower the latency per token below one chip's (within the "
+            "band), while tensor parallelism does")
     by_n: dict[int, list[PipelineRow]] = {}
     for r in results.pipeline:
         by_n.setdefault(r.chips, []).append(r)
     multi = {n: rows for n, rows in by_n.items() if n > 1}
-    if not multi:
-        return inconclusive(key, text, 0, "the whole-model comparison was not run", needed=1, where="Sec. III-B")
-    ok, notes = True, []
+    if not multi or 1 not in by_n:
+        return inconclusive(key, text, len(by_n), "the whole-model comparison was not run on 1 and more chips",
+                            needed=2, where="Sec. III-B")
+    one = next(r for r in by_n[1] if r.kind == "tensor-parallel").latency_s
+    passed, total, notes = 0, 0, []
     for n, rows in sorted(multi.items()):
         tp = next(r for r in rows if r.kind == "tensor-parallel")
-        pipe = min((r for r in rows if r.kind == "pipeline (exact)"), key=lambda r: r.latency_s)
-        ok &= tp.latency_s < pipe.latency_s
-        in_flight = max(1, round(pipe.throughput * pipe.latency_s))
-        notes.append(f"{n} chips: tensor-parallel {tp.latency_s * 1e3:.2f} ms/token vs exact pipeline "
-                     f"{pipe.latency_s * 1e3:.1f} ms/token ({pipe.latency_s / tp.latency_s:.1f}x slower; its rate "
-                     f"of {pipe.throughput:.0f} tokens/s needs {in_flight} independent users in flight)")
-    return direction(key, text, ok, "; ".join(notes), "the pipeline's stages each stream their blocks from L3",
+        pipe = next(r for r in rows if r.kind == "pipeline (exact)")
+        checks = [pipe.latency_s >= one * (1 - BAND.rel), tp.latency_s < pipe.latency_s]
+        passed, total = passed + sum(checks), total + 2
+        notes.append(f"{n} chips: pipeline ({pipe.layout}) {pipe.latency_s * 1e3:.2f} ms/token = "
+                     f"{pipe.latency_s / one:.2f}x one chip's {one * 1e3:.2f} ms; tensor-parallel "
+                     f"{tp.latency_s * 1e3:.2f} ms/token")
+    return direction(key, text, grade(passed, total), "; ".join(notes),
+                     "a pipeline's stage keeps its few blocks in L2 where one chip streams the whole model from L3, so "
+                     "our pipeline saves the L3 time one request would spend; the paper's argument counts compute only",
                      where="Sec. III-B")
 
 
@@ -165,7 +213,8 @@ def check_claims(results: McuResults) -> ClaimSet:
     """Every number and trend of the paper, labelled (module docstring)."""
     claims = [figure_claim(f, results) for f in FIGURES]
     claims += [t(results) for t in TRENDS]
-    claims += [breakdown_claim(results), pipeline_claim(results)]
+    claims += [breakdown_claim(results, w, n, e) for w, n, e in DOMINANT]
+    claims += [mobilebert_l3_claim(results), pipeline_claim(results)]
     fit = ", ".join(f"{p} <- {k}" for p, k in FITTED_PARAMS.items())
     return ClaimSet(PAPER, tuple(claims), BAND, (
         f"Fitted: four Siracusa parameters no document gives, each to one of the paper's figures ({fit}), chosen "

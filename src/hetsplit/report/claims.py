@@ -1,8 +1,13 @@
-"""The labelled claims of a reproduction as markdown (every ``reproduce`` writes them alike); computes nothing."""
+"""The labelled claims of a reproduction as markdown and as ``claims.json`` (every ``reproduce`` writes them
+alike); computes nothing."""
 
 from __future__ import annotations
 
-from hetsplit.experiments.claims import FITTED, INCONCLUSIVE, Claim, ClaimSet
+import json
+from pathlib import Path
+
+from hetsplit.experiments.claims import DERIVED, FITTED, INCONCLUSIVE, Claim, ClaimSet
+from hetsplit.jsonfile import json_safe
 
 
 def _num(value: float | None, unit: str) -> str:
@@ -13,6 +18,8 @@ def _what(c: Claim) -> str:
     """The label, with what it names: the fitted parameters, or the evaluations an inconclusive one had."""
     if c.label == FITTED:
         return f"fitted ({', '.join(c.fitted_params)})"
+    if c.label == DERIVED:
+        return f"derived (from {', '.join(c.derived_from)})"
     if c.label == INCONCLUSIVE:
         return f"inconclusive ({c.evaluations}" + (f" of {c.needed} needed)" if c.needed else " evaluations)")
     return c.label
@@ -55,3 +62,10 @@ def console_lines(cs: ClaimSet) -> list[str]:
                    else f"- [{_what(c)}] {c.claim}")
         out.append(f"    {c.evidence}" + (f" — {c.reason}" if c.reason else ""))
     return out
+
+
+def write_claims_json(out: Path, cs: ClaimSet) -> Path:
+    """``out``/claims.json: ``cs.to_dict()`` (format ``hetsplit.claims/1``, docs/claims.md), NaN as null."""
+    path = out / "claims.json"
+    path.write_text(json.dumps(json_safe(cs.to_dict()), indent=1) + "\n")
+    return path

@@ -10,7 +10,7 @@ import numpy as np
 
 from hetsplit.experiments.claims import ClaimSet
 from hetsplit.experiments.hierdse import OBJECTIVE_NAMES, HierDseResults, best_at, horizon_s
-from hetsplit.report.claims import claims_section
+from hetsplit.report.claims import claims_section, write_claims_json
 from hetsplit.report.explore_plots import search_time_plot
 
 FORMAT = "hetsplit.hierdse-repro/1"
@@ -133,7 +133,7 @@ def write_report(out: Path, results: HierDseResults, claims: ClaimSet) -> list[P
     md.write_text("\n".join(claims_lines(results, claims)))
     js = out / "results.json"
     js.write_text(json.dumps(results_dict(results, claims), indent=1, default=float))
-    return paths + [md, js]
+    return paths + [md, write_claims_json(out, claims), js]
 
 
 

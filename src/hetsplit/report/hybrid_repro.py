@@ -7,7 +7,7 @@ from pathlib import Path
 
 from hetsplit.experiments.claims import ClaimSet
 from hetsplit.experiments.hybrid import EXACT_OBJECTIVES, HybridResults, RunRecord
-from hetsplit.report.claims import claims_section
+from hetsplit.report.claims import claims_section, write_claims_json
 from hetsplit.report.explore_plots import convergence_plot, hypervolume_plot
 from hetsplit.search.explore import THESIS_OBJECTIVES
 
@@ -116,4 +116,4 @@ def write_report(out: Path, results: HybridResults, claims: ClaimSet) -> list[Pa
     md.write_text("\n".join(claims_lines(results, claims)) + "\n")
     js = out / "results.json"
     js.write_text(json.dumps(results_dict(results, claims), indent=1, default=list))
-    return [md, js] + paths
+    return [md, write_claims_json(out, claims), js] + paths

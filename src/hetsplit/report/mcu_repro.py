@@ -3,8 +3,8 @@
 From ``hetsplit.experiments.mcu`` results it writes fig4_speedup_breakdown.png (speed-up lines over
 latency bars split into compute / chip-to-chip / L2 / L3, per model), fig5_energy_latency.png
 (energy vs latency per point), fig6_scaled_speedup.png (the 64-head variant on 1 .. 64 chips),
-fig_tp_vs_pipeline.png, claims.md (the labelled claims, their counts first), claims.json (each claim:
-label, verdict, paper, ours, ratio, evidence, reason) and results.json (every point with its
+fig_tp_vs_pipeline.png, claims.md (the labelled claims, their counts first), claims.json
+(``hetsplit.claims/1``, docs/claims.md) and results.json (every point with its
 breakdown and per-chip costs, and the claims).
 """
 
@@ -22,7 +22,7 @@ from matplotlib import ticker  # noqa: E402
 from hetsplit.experiments.claims import ClaimSet  # noqa: E402
 from hetsplit.experiments.mcu import WORKLOAD, McuResults, PipelineRow, Point  # noqa: E402
 from hetsplit.jsonfile import json_safe  # noqa: E402
-from hetsplit.report.claims import claims_section  # noqa: E402
+from hetsplit.report.claims import claims_section, write_claims_json  # noqa: E402
 
 FORMAT = "hetsplit.mcu-repro/1"
 PART_LABELS = {"compute": "compute", "c2c": "chip-to-chip", "l2": "L2", "l3": "L3"}
@@ -238,8 +238,7 @@ def write_report(out: Path, results: McuResults, claims: ClaimSet) -> list[Path]
     out.mkdir(parents=True, exist_ok=True)
     md = out / "claims.md"
     md.write_text("\n".join(claims_lines(results, claims)) + "\n")
-    cj = out / "claims.json"
-    cj.write_text(json.dumps(json_safe({"format": FORMAT, **claims.to_dict()}), indent=1))
+    cj = write_claims_json(out, claims)
     rj = out / "results.json"
     rj.write_text(json.dumps(results_dict(results, claims), indent=1))
     figures = [f(results, out) for f in (figure4, figure5, figure6, figure_pipeline)]
