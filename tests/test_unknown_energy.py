@@ -127,3 +127,24 @@ def test_a_plan_search_with_unknown_energy_runs_donna_for_throughput_and_marks_t
     with pytest.raises(ProfileError, match="DONNA with an alpha below 1"):
         search_plans(p, PlanRequest(algorithms=("donna",), alphas=(0.0, 1.0)))
     assert search_plans(_problem(unknown=()), PlanRequest(algorithms=("donna",))).notes == []
+
+
+def test_tables_and_the_html_report_print_unknown_energy_as_unknown_also_after_a_plan_file(tmp_path):
+    from rich.console import Console
+
+    from hetsplit.plan import load_plans, save_plans
+    from hetsplit.report.html import plans_html
+    from hetsplit.report.tables import print_plans
+
+    p = _problem()
+    plans = [_pipeline(["d0"]), _pipeline(["d0", "d1"])]
+    for plan in plans:
+        plan.metrics = metrics_at(p, estimate(p, [plan]), 0)
+    again = load_plans(save_plans(plans, tmp_path / "plans.json"))
+    for shown in (plans, again):
+        console = Console(record=True, width=200)
+        print_plans(shown, "t", console)
+        rows = [line for line in console.export_text().splitlines() if "d0[2] → d1[2]" in line]
+        assert len(rows) == 1 and rows[0].count("unknown") == 2          # energy and energy per device
+        page = plans_html(shown, "t")
+        assert "unknown" in page and "nan J" not in page and "inf J" not in page

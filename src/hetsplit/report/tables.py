@@ -22,8 +22,9 @@ UNKNOWN = "unknown"   # how a figure nobody measured or estimated (NaN) is print
 
 
 def energy_text(value: float, digits: int = 3) -> str:
-    """An energy in SI units, or "unknown" (NaN: a device of unknown energy takes part)."""
-    return UNKNOWN if math.isnan(value) else format_quantity(value, "J", digits)
+    """An energy in SI units, or "unknown": NaN (a device of unknown energy takes part), or infinite (a
+    plan file's null, which ``Metrics.from_dict`` reads back as inf)."""
+    return format_quantity(value, "J", digits) if math.isfinite(value) else UNKNOWN
 
 
 def versus_single(rec: "Recommendation | None", index: int) -> str:
