@@ -172,7 +172,8 @@ class Recommendation:
         return next((v for v in self.verdicts if v.index == index), None)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready (NaN as null)."""
+        """JSON-ready (NaN as null): ``recommended`` is the recommended row, null when it is the best single
+        device and the set lacks it (``best_single_device.index`` null too)."""
         def num(x: float) -> float | None:
             return x if math.isfinite(x) else None
         single = None if self.single is None else {
