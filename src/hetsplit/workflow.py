@@ -18,7 +18,7 @@ from hetsplit.cluster.examples import is_builtin
 from hetsplit.costs import CostTable, SplitProblem, build_problem, load_profile
 from hetsplit.costs.local_calibration import MODEL as LOCAL_MODEL
 from hetsplit.costs.local_calibration import local_costs
-from hetsplit.errors import ClusterError, HetsplitError, UsageError
+from hetsplit.errors import ClusterError, HetsplitError, PlanError, UsageError
 from hetsplit.estimate import HereOptions, LocalPrediction, SimResult, make_fidelity
 from hetsplit.estimate.accuracy import Recommendation, plan_kind, recommend
 from hetsplit.estimate.processes import runs_here  # noqa: F401 - re-exported for the commands
@@ -175,8 +175,6 @@ def recommend_plans(problem: SplitProblem, plans: list[Plan], objective: str = "
     its predicted gain over the best single device (the ``single`` partitioner's plans, by the same
     estimate) exceeds its kind's measured error (``estimate.accuracy``), else that single device, with a
     note saying why. Plans of another model or cluster are not judged."""
-    from hetsplit.errors import PlanError
-
     kinds: list[str | None] = []
     for p in plans:
         try:
@@ -510,7 +508,6 @@ def report_details(problem: SplitProblem, plans: list[Plan], featured: int | Non
     ``run_doc`` its run measured against the prediction, and the ``recommendation`` (default:
     ``recommend_plans`` by throughput)."""
     from hetsplit.cluster.describe import cluster_to_dict
-    from hetsplit.errors import PlanError
     from hetsplit.plan.check import check_plan
     from hetsplit.plan.io import featured_index
     from hetsplit.estimate.simulate import SimOptions, simulate
