@@ -118,8 +118,10 @@ def test_a_profile_without_energy_says_its_zeros_are_not_a_measurement(tmp_path)
     profile with measured energy says nothing of the kind."""
     silent = profile_from_dict({**DOC, "energy": {"status": "unavailable", "meter": "none"}})
     for source in silent.costs.sources.values():
-        assert "energy: none measured or estimated" in source and "count 0 J" in source
+        assert "energy: none measured or estimated" in source and "no energy figure" in source
+    assert silent.costs.unknown_energy_types == ["gpu", "cim"]
     again = load_profile(save_profile(silent, tmp_path / "p.json"))
     assert again.costs.sources["gpu"].count("energy: none measured") == 1
+    assert again.costs.unknown_energy_types == ["gpu", "cim"]
     measured = profile_from_dict({**DOC, "energy": {"status": "measured", "per_inference_j": 0.3}})
-    assert "energy: none" not in measured.costs.sources["gpu"]
+    assert "energy: none" not in measured.costs.sources["gpu"] and measured.costs.unknown_energy_types == []

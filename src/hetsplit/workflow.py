@@ -18,8 +18,9 @@ from hetsplit.cluster.examples import is_builtin
 from hetsplit.costs import CostTable, SplitProblem, build_problem, load_profile
 from hetsplit.costs.local_calibration import MODEL as LOCAL_MODEL
 from hetsplit.costs.local_calibration import local_costs
-from hetsplit.errors import ClusterError, HetsplitError, UsageError
+from hetsplit.errors import ClusterError, HetsplitError, PlanError, UsageError
 from hetsplit.estimate import HereOptions, LocalPrediction, SimResult, make_fidelity
+from hetsplit.estimate.accuracy import Recommendation, plan_kind, recommend
 from hetsplit.estimate.processes import runs_here  # noqa: F401 - re-exported for the commands
 from hetsplit.estimate.transfers import Transfer
 from hetsplit.graph import Graph
@@ -153,11 +154,38 @@ def _options_for(name: str, request: PlanRequest) -> dict[str, Any]:
 
 @dataclass
 class PlanSearch:
-    """What a search found: the plans (Pareto front marked) and, per algorithm that refused, why."""
+    """What a search found: the plans (Pareto front marked), per algorithm that refused, why, the
+    ``recommendation`` (a split only where it beats the best single device by more than its kind's
+    measured error, ``recommend_plans``) and ``notes`` on what the search left out."""
 
     plans: list[Plan]
     refusals: dict[str, str] = field(default_factory=dict)
     front: tuple[str, ...] = DEFAULT_FRONT    # the figures the Pareto marks are over
+    recommendation: Recommendation | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def recommendation_objective(request: PlanRequest) -> str:
+    """What a plan set's recommendation is judged by: map-opt's ``objective`` when given, else throughput."""
+    return request.objective or "throughput"
+
+
+def recommend_plans(problem: SplitProblem, plans: list[Plan], objective: str = "throughput") -> Recommendation:
+    """The plan to recommend among ``plans`` (evaluated on ``problem``) by ``objective``: a split only when
+    its predicted gain over the best single device (the ``single`` partitioner's plans, by the same
+    estimate) exceeds its kind's measured error (``estimate.accuracy``), else that single device, with a
+    note saying why. Plans of another model or cluster are not judged."""
+    kinds: list[str | None] = []
+    for p in plans:
+        try:
+            kinds.append(plan_kind(problem, p))
+        except PlanError:
+            kinds.append(None)
+    try:
+        singles = make_partitioner("single").solve(problem)
+    except HetsplitError:
+        singles = []
+    return recommend(plans, kinds, singles, objective)
 
 
 def search_plans(problem: SplitProblem, request: PlanRequest) -> PlanSearch:
@@ -171,9 +199,16 @@ def search_plans(problem: SplitProblem, request: PlanRequest) -> PlanSearch:
         raise HetsplitError(f"unknown algorithm {unknown[0]!r}; available: {partitioner_names()}")
     plans: list[Plan] = []
     refused: dict[str, HetsplitError] = {}
+    notes: list[str] = []
+    unknown = problem.costs.unknown_energy_types
     for name in names:
+        options = _options_for(name, request)
+        if unknown and "alphas" in partitioner_options(name) and request.alphas is None:
+            options["alphas"] = (1.0,)      # the default sweep weighs energy, which is unknown here
+            notes.append(f"{name} ran alpha 1 (throughput) only: the energy of device type(s) {', '.join(unknown)} "
+                         "is unknown, so its default sweep towards energy (alpha < 1) was left out")
         try:
-            plans.extend(make_partitioner(name, **_options_for(name, request)).solve(problem))
+            plans.extend(make_partitioner(name, **options).solve(problem))
         except HetsplitError as exc:
             refused[name] = exc
     if refused and all(n in refused for n in request.algorithms):
@@ -189,7 +224,11 @@ def search_plans(problem: SplitProblem, request: PlanRequest) -> PlanSearch:
                             "no device can hold the whole model and no split fits")
     stamp_plans(problem, plans)
     front = MAPPING_FRONT if "map-pareto" in request.algorithms else DEFAULT_FRONT
-    return PlanSearch(mark_pareto(plans, front), {n: str(exc) for n, exc in refused.items()}, front)
+    if any(p.metrics is not None and math.isnan(p.metrics.energy_j) for p in plans):
+        front = tuple(f for f in front if f != "energy")
+        notes.append(f"the Pareto marks leave energy out: the energy of device type(s) {', '.join(unknown)} is unknown")
+    return PlanSearch(mark_pareto(plans, front), {n: str(exc) for n, exc in refused.items()}, front,
+                      recommend_plans(problem, plans, recommendation_objective(request)), notes)
 
 
 def stamp_plans(problem: SplitProblem, plans: Sequence[Plan]) -> None:
@@ -458,15 +497,17 @@ class ReportDetails:
     featured: int = 0
     timeline: SimResult | None = None
     run: dict[str, Any] | None = None
+    recommendation: Recommendation | None = None
 
 
 def report_details(problem: SplitProblem, plans: list[Plan], featured: int | None = None,
-                   run_doc: dict[str, Any] | None = None, timeline_inputs: int = 8) -> ReportDetails:
+                   run_doc: dict[str, Any] | None = None, timeline_inputs: int = 8,
+                   recommendation: Recommendation | None = None) -> ReportDetails:
     """What the HTML report draws beside the plan table (``ReportDetails``): the cluster, each plan's
-    transfers, the simulated timeline of the featured plan (default: the one ``load_plan`` picks) and,
-    with ``run_doc``, its run measured against the prediction."""
+    transfers, the simulated timeline of the featured plan (default: the one ``load_plan`` picks), with
+    ``run_doc`` its run measured against the prediction, and the ``recommendation`` (default:
+    ``recommend_plans`` by throughput)."""
     from hetsplit.cluster.describe import cluster_to_dict
-    from hetsplit.errors import PlanError
     from hetsplit.plan.check import check_plan
     from hetsplit.plan.io import featured_index
     from hetsplit.estimate.simulate import SimOptions, simulate
@@ -483,8 +524,10 @@ def report_details(problem: SplitProblem, plans: list[Plan], featured: int | Non
         raise PlanError(f"no plan #{k}; the set has {len(plans)} plans (0..{len(plans) - 1})")
     timeline = simulate(problem, graphs[k], SimOptions(inputs=timeline_inputs)) if k in graphs else None
     run = run_comparison(run_doc, plans[k], problem.cluster) if run_doc is not None else None
+    if recommendation is None:
+        recommendation = recommend_plans(problem, plans)
     return ReportDetails(cluster_to_dict(problem.cluster), {i: plan_transfers(tg) for i, tg in graphs.items()},
-                         k, timeline, run)
+                         k, timeline, run, recommendation)
 
 
 def device_emulation(plan: Plan, graph: Graph, cluster: Cluster, profile: str | None = None,

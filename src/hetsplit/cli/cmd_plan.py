@@ -74,13 +74,17 @@ def run(args) -> int:
     plans = found.plans
     if args.json:
         refused = [{"algorithm": a, "reason": why} for a, why in found.refusals.items()]
+        rec = {"recommendation": found.recommendation.to_dict()} if found.recommendation is not None else {}
         json.dump({"format": "hetsplit.planset/1", "plans": [p.to_dict() for p in plans],
-                   **({"refused": refused} if refused else {})}, sys.stdout, indent=1)
+                   **({"refused": refused} if refused else {}), **rec}, sys.stdout, indent=1)
         print()
     else:
         print_plans(plans, f"{problem.graph.name} on {problem.cluster.name} "
-                           f"({problem.num_layers} layers, {problem.num_devices} devices)", console, found.front)
+                           f"({problem.num_layers} layers, {problem.num_devices} devices)", console, found.front,
+                    found.recommendation)
     for note in costs_notes(problem):
+        console.print(f"note: {note}", markup=False, highlight=False)
+    for note in found.notes:
         console.print(f"note: {note}", markup=False, highlight=False)
     for algorithm, why in found.refusals.items():
         console.print(f"note: {algorithm} refused, its plans are missing: {why}", markup=False, highlight=False)
@@ -96,6 +100,7 @@ def run(args) -> int:
             console.print(f"note: {note}", markup=False, highlight=False)
     if out is not None:
         written = write_plan_outputs(plans, out, problem.graph.name, problem.cluster.name,
-                                     report_details(problem, plans), found.front)
+                                     report_details(problem, plans, recommendation=found.recommendation),
+                                     found.front)
         console.print("wrote " + ", ".join(str(p) for p in written))
     return 0

@@ -58,4 +58,4 @@ def profile_column(graph: Graph, path: str | Path, type_name: str) -> CostTable:
     source = f"measured: {path} ({prof.costs.sources.get(column, column)})"
     segment = {type_name: t.segment[column]} if column in t.segment else {}
     return CostTable(graph.names, [type_name], t.time_s, t.energy_j, t.mem_bytes, {type_name: source},
-                     segment, t.unfused_s)
+                     segment, t.unfused_s, t.energy_known)

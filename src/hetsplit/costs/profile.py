@@ -4,7 +4,8 @@ Import and export. A profile carries a graph-lite (layer names, output and param
 layers read which) and a cost column per device type (time, energy, optional memory; optional
 ``segment``: what a segment costs on the type beyond its layers, ``{"call_s", "byte_s", "host_byte_s",
 "source"}``, and ``unfused_s``: per layer, the extra seconds it pays when cut off from the layer before it;
-``costs.segment``). Optional per-layer keys: ``op``, ``macs``, ``in_bytes`` and ``attrs`` (the shapes device models read), so
+``costs.segment``; ``energy_known``: false where nobody measured or estimated the type's energy, as for
+every column of a profile whose ``energy`` status is ``unavailable``). Optional per-layer keys: ``op``, ``macs``, ``in_bytes`` and ``attrs`` (the shapes device models read), so
 that a profile written by hetsplit can be re-costed or calibrated without its model.
 """
 
@@ -24,8 +25,8 @@ from hetsplit.graph.types import INPUT, LAYER_KINDS, OTHER, Graph, Layer, Tensor
 from hetsplit.jsonfile import json_safe, read_json
 
 FORMAT = "hetsplit.profile/1"
-NO_ENERGY = ("; energy: none measured or estimated (energy status 'unavailable'), so its layers count 0 J: plans' "
-             "energy figures leave this device type out, and energy-aware choices favour it")
+NO_ENERGY = ("; energy: none measured or estimated (energy status 'unavailable'): a plan using this device type "
+             "has no energy figure, and energy objectives refuse it")
 INPUT_NAME = "input"
 
 
@@ -36,6 +37,10 @@ class Profile:
     graph: Graph
     costs: CostTable
     meta: dict[str, Any] = field(default_factory=dict)  # source, device, repeats, whole-model times...
+
+    def __post_init__(self) -> None:
+        if energy_unavailable(self.meta.get("energy")):   # a profiler that could neither measure nor estimate
+            self.costs.energy_known = np.zeros(len(self.costs.types), dtype=bool)
 
 
 def _fail(path: str, msg: str) -> ProfileError:
@@ -131,7 +136,7 @@ def profile_from_dict(data: dict, where: str = "<profile>") -> Profile:
     if not isinstance(device_types, dict) or not device_types:
         raise _fail(where, "'device_types' must map a device type to its per-layer time_s and energy_j")
     n = len(layers)
-    types, times, energies, mems, unfused, sources = [], [], [], [], [], {}
+    types, times, energies, mems, unfused, known, sources = [], [], [], [], [], [], {}
     segment: dict[str, SegmentCost] = {}
     default_mem = np.array([_number(layer.get("mem_bytes", built.param_bytes + built.out_bytes),
                                     f"{where}: layer {graph.names[i]!r} mem_bytes", "bytes")
@@ -162,9 +167,12 @@ def profile_from_dict(data: dict, where: str = "<profile>") -> Profile:
             raise _fail(where, f"device_types.{tname}.unfused_s must list {n} numbers (one per layer) or be left out")
         unfused.append(np.zeros(n) if extra is None else
                        np.array(_column(extra, f"{at}.unfused_s", "seconds", graph.names, null_ok=False)))
-        sources[tname] = with_energy_caveat(str(col.get("source", data.get("source", where))), data.get("energy"))
+        known.append(_energy_known(col.get("energy_known", True), f"{at}.energy_known")
+                     and not energy_unavailable(data.get("energy")))
+        sources[tname] = with_energy_caveat(str(col.get("source", data.get("source", where))), data.get("energy"),
+                                            known[-1])
     table = CostTable(graph.names, types, np.array(times).T, np.array(energies).T, np.array(mems).T, sources,
-                      segment, np.array(unfused).T)
+                      segment, np.array(unfused).T, np.array(known, dtype=bool))
     meta = {k: v for k, v in data.items() if k not in ("layers", "device_types", "format")}
     shapes = meta.get("input_shapes")
     if shapes is not None and not (isinstance(shapes, dict) and all(
@@ -174,9 +182,20 @@ def profile_from_dict(data: dict, where: str = "<profile>") -> Profile:
     return Profile(graph, table, meta)
 
 
-def with_energy_caveat(source: str, energy: Any) -> str:
+def energy_unavailable(energy: Any) -> bool:
+    """Whether a profile's ``energy`` record says nobody measured or estimated it (status ``unavailable``)."""
+    return isinstance(energy, dict) and energy.get("status") == "unavailable"
+
+
+def _energy_known(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise ProfileError(f"{where} is {value!r}; give true or false (false: the type's energy is unknown)")
+    return value
+
+
+def with_energy_caveat(source: str, energy: Any, known: bool = True) -> str:
     """A column's source, saying so when the profile has no energy (its zeros are not a measurement)."""
-    unavailable = isinstance(energy, dict) and energy.get("status") == "unavailable"
+    unavailable = energy_unavailable(energy) or not known
     return source + NO_ENERGY if unavailable and NO_ENERGY not in source else source
 
 
@@ -210,6 +229,8 @@ def profile_to_dict(profile: Profile) -> dict:
             types[name]["segment"] = c.segment[name].to_dict()
         if c.unfused_s is not None and c.unfused_s[:, t].any():
             types[name]["unfused_s"] = [float(v) for v in c.unfused_s[:, t]]
+        if c.energy_known is not None and not c.energy_known[t]:
+            types[name]["energy_known"] = False
     doc = {"format": FORMAT, "model": g.name, "input_bytes": g.input_bytes, "layers": layers, "device_types": types}
     doc.update({k: v for k, v in profile.meta.items() if k not in doc})
     return doc

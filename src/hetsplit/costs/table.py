@@ -24,6 +24,10 @@ class CostTable:
     and boundary byte (types not named there are charged nothing), and ``unfused_s[l, t]``, the seconds
     layer l pays beyond ``time_s`` when a cut separates it from layer l-1 that the whole model's executor
     fused it with (0 by default; row 0 is never charged).
+
+    ``energy_known[t]`` is False for a type whose energy nobody measured or estimated (a profile whose
+    energy status is ``unavailable``): its ``energy_j`` zeros are no figure, and the estimate reports the
+    energy of any plan using such a type as unknown (``estimate.energy_known``).
     """
 
     layer_names: list[str]
@@ -34,6 +38,7 @@ class CostTable:
     sources: dict[str, str] = field(default_factory=dict)  # type -> where its numbers come from
     segment: dict[str, SegmentCost] = field(default_factory=dict)  # type -> what a segment costs beyond its layers
     unfused_s: np.ndarray | None = None    # L x T extra seconds of a layer cut off from the layer before it
+    energy_known: np.ndarray | None = None  # T: False where the type's energy is unknown (None: all known)
 
     def __post_init__(self) -> None:
         n, t = len(self.layer_names), len(self.types)
@@ -58,6 +63,10 @@ class CostTable:
             bad = np.argwhere(~np.isfinite(self.unfused_s) | (self.unfused_s < 0))[0]
             raise ProfileError(f"unfused extra time of layer {self.layer_names[bad[0]]!r} on type "
                                f"{self.types[bad[1]]!r} is {self.unfused_s[tuple(bad)]}; give a finite number >= 0")
+        known = np.ones(t, dtype=bool) if self.energy_known is None else np.asarray(self.energy_known, dtype=bool)
+        if known.shape != (t,):
+            raise ProfileError(f"energy_known has {known.size} entries for {t} device types {self.types}")
+        self.energy_known = known
 
     @property
     def num_layers(self) -> int:
@@ -83,6 +92,12 @@ class CostTable:
     def segment_byte_s(self) -> np.ndarray:
         """T: seconds per byte crossing a segment's boundary on each type (host copies included)."""
         return np.array([self.segment_cost(t).per_byte_s for t in self.types], dtype=np.float64)
+
+    @property
+    def unknown_energy_types(self) -> list[str]:
+        """The types whose energy is unknown (``energy_known`` False)."""
+        assert self.energy_known is not None
+        return [t for t, known in zip(self.types, self.energy_known) if not known]
 
     @property
     def charges_cuts(self) -> bool:
@@ -136,10 +151,11 @@ class CostTable:
     def select(self, types: list[str]) -> "CostTable":
         """A table with only (and in the order of) ``types``."""
         idx = [self.type_index(t) for t in types]
-        assert self.unfused_s is not None
+        assert self.unfused_s is not None and self.energy_known is not None
         return CostTable(self.layer_names, list(types), self.time_s[:, idx], self.energy_j[:, idx],
                          self.mem_bytes[:, idx], {t: self.sources.get(t, "") for t in types},
-                         {t: self.segment[t] for t in types if t in self.segment}, self.unfused_s[:, idx])
+                         {t: self.segment[t] for t in types if t in self.segment}, self.unfused_s[:, idx],
+                         self.energy_known[idx])
 
     @staticmethod
     def concat(tables: list["CostTable"]) -> "CostTable":
@@ -160,4 +176,5 @@ class CostTable:
                          np.concatenate([t.time_s for t in tables], axis=1),
                          np.concatenate([t.energy_j for t in tables], axis=1),
                          np.concatenate([t.mem_bytes for t in tables], axis=1), sources, segment,
-                         np.concatenate([t.unfused_s for t in tables if t.unfused_s is not None], axis=1))
+                         np.concatenate([t.unfused_s for t in tables if t.unfused_s is not None], axis=1),
+                         np.concatenate([t.energy_known for t in tables if t.energy_known is not None]))

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hetsplit.costs.problem import SplitProblem
+from hetsplit.estimate.energy_known import unknown_energy_devices
 from hetsplit.plan.types import Metrics
 
 
@@ -47,7 +48,8 @@ def concat_metrics(parts: list[BatchMetrics]) -> BatchMetrics:
 
 
 def metrics_at(problem: SplitProblem, batch: BatchMetrics, i: int) -> Metrics:
-    """The Metrics of plan i of an evaluated batch."""
+    """The Metrics of plan i of an evaluated batch; energy, EDP and that device's energy NaN where a device
+    of unknown energy takes part (``estimate.energy_known``), whether or not ``batch`` was masked."""
     names = problem.cluster.names
     part = batch.participates[i]
     comp = batch.compute_s_per_device[i]
@@ -59,12 +61,15 @@ def metrics_at(problem: SplitProblem, batch: BatchMetrics, i: int) -> Metrics:
         what = f"port {names[u]}" if u == v else f"link {names[u]}->{names[v]}"
     else:
         what = f"stage {names[int(np.argmax(comp))]}"
-    charged = part | (batch.energy_per_device_j[i] > 0)
+    unknown = part & unknown_energy_devices(problem)
+    per_device = np.where(unknown, np.nan, batch.energy_per_device_j[i])
+    energy, edp = (np.nan, np.nan) if unknown.any() else (float(batch.energy_j[i]), float(batch.edp[i]))
+    charged = part | (per_device > 0)
     return Metrics(
         throughput=float(batch.throughput[i]), bottleneck_s=float(batch.bottleneck_s[i]), bottleneck=what,
-        latency_s=float(batch.latency_s[i]), energy_j=float(batch.energy_j[i]),
-        energy_per_device_j={names[k]: float(batch.energy_per_device_j[i, k]) for k in np.flatnonzero(charged)},
+        latency_s=float(batch.latency_s[i]), energy_j=energy,
+        energy_per_device_j={names[k]: float(per_device[k]) for k in np.flatnonzero(charged)},
         compute_s_per_device={names[k]: float(comp[k]) for k in np.flatnonzero(part)},
         memory_per_device_bytes={names[k]: float(batch.memory_per_device_bytes[i, k]) for k in np.flatnonzero(part)},
-        fits=bool(batch.fits[i]), edp=float(batch.edp[i]), comm_energy_j=float(batch.comm_energy_j[i]),
+        fits=bool(batch.fits[i]), edp=edp, comm_energy_j=float(batch.comm_energy_j[i]),
         comm_time_s=float(batch.comm_time_s[i]))

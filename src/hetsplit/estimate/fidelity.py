@@ -22,6 +22,7 @@ import numpy as np
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import HetsplitError
 from hetsplit.estimate.batch import BatchMetrics, concat_metrics, metrics_at
+from hetsplit.estimate.energy_known import mask_unknown_energy
 from hetsplit.estimate.mapping import evaluate_mappings
 from hetsplit.estimate.pipeline import evaluate_pipelines
 from hetsplit.estimate.simulate import SimOptions, simulate
@@ -64,11 +65,12 @@ def make_fidelity(name: str, options: Any = None) -> Fidelity:
 
 def estimate(problem: SplitProblem, plans: Sequence[Plan], fidelity: str | Fidelity = "closed",
              options: Any = None) -> BatchMetrics:
-    """The metrics of every plan at one fidelity (a name, with its typed ``options``, or a Fidelity)."""
+    """The metrics of every plan at one fidelity (a name, with its typed ``options``, or a Fidelity); a plan
+    using a device whose energy is unknown has NaN energy (``estimate.energy_known``)."""
     f = make_fidelity(fidelity, options) if isinstance(fidelity, str) else fidelity
     if not plans:
         raise HetsplitError("no plans to estimate")
-    return f.estimate(problem, list(plans))
+    return mask_unknown_energy(problem, f.estimate(problem, list(plans)))
 
 
 def estimate_plan(problem: SplitProblem, plan: Plan, fidelity: str | Fidelity = "closed",

@@ -23,7 +23,9 @@ def write_plan_outputs(plans: list[Plan], out: Path, model: str, cluster: str,
     from hetsplit.report.plots import pareto_plot
 
     title = f"{model} on {cluster}"
-    return [save_plans(plans, out / "plans.json", model=model, cluster=cluster, front=list(front)),
+    rec = details.recommendation if details is not None else None
+    return [save_plans(plans, out / "plans.json", model=model, cluster=cluster, front=list(front),
+                       **({"recommendation": rec.to_dict()} if rec is not None else {})),
             pareto_plot(plans, out / "pareto.png", title),
             write_report(plans, out / "report.html", title, details, front)]
 

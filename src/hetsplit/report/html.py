@@ -17,7 +17,9 @@ from hetsplit.plan.pareto import DEFAULT_FRONT, front_label
 from hetsplit.plan.types import Plan
 from hetsplit.report.gantt import gantt_plot
 from hetsplit.report.plots import pareto_plot
-from hetsplit.report.tables import describe_params, distinct_digits, plan_row
+from hetsplit.estimate.accuracy import Recommendation
+from hetsplit.report.tables import describe_params, distinct_digits, energy_text, plan_row, recommendation_lines, \
+    versus_single
 from hetsplit.units import format_quantity
 from hetsplit.workflow import ReportDetails
 
@@ -28,6 +30,7 @@ th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; }
 th { background: #f3f3f3; text-align: left; }
 td.l { text-align: left; }
 tr.pareto td:first-child { color: #b8860b; font-weight: bold; }
+tr.recommended td { background: #eef7ee; }
 .bar { display: inline-block; height: 10px; background: #4a7ebb; vertical-align: middle; }
 details { margin: 0.3em 0; }
 img { max-width: 100%; }
@@ -36,6 +39,11 @@ img { max-width: 100%; }
 
 def _q(value: float, unit: str, digits: int = 3) -> str:
     return html.escape(format_quantity(value, unit, digits))
+
+
+def _e(value: float, digits: int = 3) -> str:
+    """An energy, or "unknown" (NaN)."""
+    return html.escape(energy_text(value, digits))
 
 
 def _table(head: list[str], rows: list[str], cls: str = "") -> str:
@@ -80,7 +88,7 @@ def _plan_details(i: int, plan: Plan, transfers: list[Transfer] | None) -> str:
                     f"<td class=l>{first} … {last}</td><td>{_q(t, 's')}</td>"
                     f"<td class=l><span class=bar style='width:{width}px'></span></td>"
                     f"<td>{_q(m.memory_per_device_bytes.get(s.device, 0.0), 'B')}</td>"
-                    f"<td>{_q(m.energy_per_device_j.get(s.device, 0.0), 'J')}</td></tr>")
+                    f"<td>{_e(m.energy_per_device_j.get(s.device, 0.0))}</td></tr>")
     stages = _table(["device", "layers", "first … last", "compute", "", "memory", "energy"], rows)
     cuts = "" if transfers is None else _transfers_table(transfers)
     return (f"<details><summary id=plan{i}>plan {i}: {html.escape(describe_params(plan))} — {len(parts)} "
@@ -88,23 +96,42 @@ def _plan_details(i: int, plan: Plan, transfers: list[Transfer] | None) -> str:
             f"</summary>{stages}{cuts}</details>")
 
 
-def _plans_table(plans: list[Plan]) -> str:
-    """The plan table; throughput, bottleneck time and energy with the digits that tell plans apart."""
-    digits = {key: distinct_digits(plan_row(p)[key] for p in plans) for key in ("throughput", "energy_j")}
-    digits["throughput"] = max(digits["throughput"], distinct_digits(p.metrics.bottleneck_s for p in plans))
+def _plans_table(plans: list[Plan], rec: Recommendation | None = None) -> str:
+    """The plan table; throughput, bottleneck time and energy with the digits that tell plans apart. With
+    ``rec``: the recommended row marked ✔ (class ``recommended``), each split's gain over the best single
+    device beside its kind's measured error, and that device's row (added last, numbered "-", when the set
+    lacks it), then the recommendation's note and the errors it weighed."""
+    rows: list[tuple[int | None, Plan]] = list(enumerate(plans))
+    if rec is not None and rec.single is not None and rec.single_index is None:
+        rows.append((None, rec.single))
+    shown = [p for _, p in rows]
+    digits = {key: distinct_digits(plan_row(p)[key] for p in shown) for key in ("throughput", "energy_j")}
+    digits["throughput"] = max(digits["throughput"], distinct_digits(p.metrics.bottleneck_s for p in shown))
     body = []
-    for i, plan in enumerate(plans):
+    for i, plan in rows:
         r = plan_row(plan)
         d = digits["throughput"]
-        body.append(f"<tr class='{'pareto' if r['pareto'] else ''}'><td>{'★' if r['pareto'] else ''}</td>"
-                    f"<td>{i}</td><td class=l>{html.escape(r['how'])}</td><td class=l>{html.escape(r['stages'])}</td>"
+        star = r["pareto"] and i is not None
+        chosen = rec is not None and (rec.recommended == i if i is not None else not rec.recommends_split)
+        how = r["how"] if i is not None else f"best single device ({r['how']})"
+        classes = " ".join(c for c, on in (("pareto", star), ("recommended", chosen)) if on)
+        rec_cells = ("" if rec is None else f"<td>{'✔' if chosen else ''}</td>",
+                     "" if rec is None else
+                     f"<td class=l>{html.escape('best single' if i is None else versus_single(rec, i))}</td>")
+        body.append(f"<tr class='{classes}'>{rec_cells[0]}<td>{'★' if star else ''}</td>"
+                    f"<td>{'-' if i is None else i}</td><td class=l>{html.escape(how)}</td>"
+                    f"<td class=l>{html.escape(r['stages'])}</td>"
                     f"<td>{r['throughput']:.{d}g}</td><td class=l>{html.escape(r['bottleneck'])}</td>"
                     f"<td>{_q(plan.metrics.bottleneck_s, 's', d)}</td>"
-                    f"<td>{_q(r['latency_s'], 's')}</td><td>{_q(r['energy_j'], 'J', digits['energy_j'])}</td>"
-                    f"<td>{_q(r['energy_per_device_j'], 'J')}</td><td>{_q(r['max_mem_bytes'], 'B')}</td>"
-                    f"<td>{'yes' if r['fits'] else 'NO'}</td></tr>")
-    return _table(["★", "#", "found by", "stages", "thru/s", "bottleneck", "bottleneck time", "latency", "energy",
-                   "E/device", "max mem", "fits"], body, "plans")
+                    f"<td>{_q(r['latency_s'], 's')}</td><td>{_e(r['energy_j'], digits['energy_j'])}</td>"
+                    f"<td>{_e(r['energy_per_device_j'])}</td><td>{_q(r['max_mem_bytes'], 'B')}</td>"
+                    f"<td>{'yes' if r['fits'] else 'NO'}</td>{rec_cells[1]}</tr>")
+    head = ["★", "#", "found by", "stages", "thru/s", "bottleneck", "bottleneck time", "latency", "energy",
+            "E/device", "max mem", "fits"]
+    if rec is None:
+        return _table(head, body, "plans")
+    notes = "".join(f"<li>{html.escape(line)}</li>" for line in recommendation_lines(rec))
+    return _table(["rec"] + head + ["vs best single"], body, "plans") + f"<ul class=recommendation>{notes}</ul>"
 
 
 def _cluster_section(cluster: dict[str, Any]) -> str:
@@ -165,7 +192,8 @@ def plans_html(plans: list[Plan], title: str, details: ReportDetails | None = No
             f"<p>{len(plans)} plans; ★ marks the Pareto-optimal ones in {html.escape(front_label(front))} "
             f"among plans that fit memory.</p>"
             f"<img alt='energy vs throughput' src='{image}'>"
-            f"{_plans_table(plans)}{extra}<h2>Stages and transfers of each plan</h2>{stages}</body></html>")
+            f"{_plans_table(plans, None if details is None else details.recommendation)}{extra}"
+            f"<h2>Stages and transfers of each plan</h2>{stages}</body></html>")
 
 
 def write_report(plans: list[Plan], path: str | Path, title: str, details: ReportDetails | None = None,

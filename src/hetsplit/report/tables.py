@@ -15,7 +15,39 @@ from hetsplit.report.console import wide_console
 from hetsplit.units import format_quantity
 
 if TYPE_CHECKING:
+    from hetsplit.estimate.accuracy import Recommendation
     from hetsplit.workflow import HerePredictions
+
+UNKNOWN = "unknown"   # how a figure nobody measured or estimated (NaN) is printed
+
+
+def energy_text(value: float, digits: int = 3) -> str:
+    """An energy in SI units, or "unknown": NaN (a device of unknown energy takes part), or infinite (a
+    plan file's null, which ``Metrics.from_dict`` reads back as inf)."""
+    return format_quantity(value, "J", digits) if math.isfinite(value) else UNKNOWN
+
+
+def versus_single(rec: "Recommendation | None", index: int) -> str:
+    """The cell saying how plan ``index`` stands against the best single device: its predicted gain and
+    its kind's measured error, "best single" for that device's row."""
+    if rec is None:
+        return ""
+    if index == rec.single_index and rec.single is not None:
+        return "best single"
+    v = rec.verdict(index)
+    if v is None:
+        return ""
+    gain = UNKNOWN if math.isnan(v.gain) else f"{v.gain:+.0%}"
+    return f"{gain} (err {v.error.error:.0%} {v.kind})"
+
+
+def recommendation_lines(rec: "Recommendation") -> list[str]:
+    """The recommendation's note, then each judged kind's measured error and the run that measured it."""
+    lines = [f"recommended ({rec.objective}): {rec.note}"]
+    seen: dict[str, str] = {}
+    for v in rec.verdicts:
+        seen.setdefault(v.kind, f"measured error of the estimate, {v.kind}: {v.error.says}; {v.error.run.source}")
+    return lines + list(seen.values())
 
 
 def describe_params(plan: Plan) -> str:
@@ -61,19 +93,32 @@ def plan_row(plan: Plan) -> dict[str, Any]:
     }
 
 
-def plans_table(plans: list[Plan], title: str = "") -> Table:
-    """A rich table of plans with their metrics; Pareto-optimal rows are starred."""
+def plans_table(plans: list[Plan], title: str = "", rec: "Recommendation | None" = None) -> Table:
+    """A rich table of plans with their metrics; Pareto-optimal rows are starred. With ``rec``: the
+    recommended row marked ✔, each split's gain over the best single device beside its kind's measured
+    error, and that device's row (added below when the set lacks it, numbered "-")."""
     table = Table(title=title or None, show_lines=False, header_style="bold")
-    for col, justify in (("", "left"), ("#", "right"), ("found by", "left"), (escape("stages (device[layers])"), "left"),
-                         ("thru/s", "right"), ("bottleneck", "left"), ("latency", "right"), ("energy", "right"),
-                         ("E/device", "right"), ("max mem", "right"), ("fits", "center")):
+    columns = [("", "left"), ("#", "right"), ("found by", "left"), (escape("stages (device[layers])"), "left"),
+               ("thru/s", "right"), ("bottleneck", "left"), ("latency", "right"), ("energy", "right"),
+               ("E/device", "right"), ("max mem", "right"), ("fits", "center")]
+    if rec is not None:
+        columns = [("rec", "center")] + columns + [("vs best single", "left")]
+    for col, justify in columns:
         table.add_column(col, justify=justify)
-    for i, plan in enumerate(plans):
+    rows: list[tuple[int | None, Plan]] = list(enumerate(plans))
+    if rec is not None and rec.single is not None and rec.single_index is None:
+        rows.append((None, rec.single))
+    for i, plan in rows:
         r = plan_row(plan)
-        table.add_row("★" if r["pareto"] else "", str(i), escape(r["how"]), escape(r["stages"]), f"{r['throughput']:.4g}",
-                      r["bottleneck"], format_quantity(r["latency_s"], "s"), format_quantity(r["energy_j"], "J"),
-                      format_quantity(r["energy_per_device_j"], "J"), format_quantity(r["max_mem_bytes"], "B"),
-                      "yes" if r["fits"] else "NO")
+        cells = ["★" if r["pareto"] and i is not None else "", "-" if i is None else str(i),
+                 escape(r["how"] if i is not None else f"best single device ({r['how']})"), escape(r["stages"]),
+                 f"{r['throughput']:.4g}", r["bottleneck"], format_quantity(r["latency_s"], "s"),
+                 energy_text(r["energy_j"]), energy_text(r["energy_per_device_j"]),
+                 format_quantity(r["max_mem_bytes"], "B"), "yes" if r["fits"] else "NO"]
+        if rec is not None:
+            chosen = rec.recommended == i if i is not None else not rec.recommends_split
+            cells = ["✔" if chosen else ""] + cells + [escape("best single" if i is None else versus_single(rec, i))]
+        table.add_row(*cells)
     return table
 
 
@@ -102,9 +147,12 @@ def thin_front(front: list[Plan], keep: int) -> list[Plan]:
 
 
 def print_plans(plans: list[Plan], title: str = "", console: Console | None = None,
-                front: tuple[str, ...] = DEFAULT_FRONT) -> None:
-    """The plan table and what its ★ marks (a front over ``front``'s figures)."""
+                front: tuple[str, ...] = DEFAULT_FRONT, rec: "Recommendation | None" = None) -> None:
+    """The plan table, what its ★ marks (a front over ``front``'s figures) and, with ``rec``, the
+    recommendation and the measured errors it weighed."""
     console = console or wide_console()
-    console.print(plans_table(plans, title))
+    console.print(plans_table(plans, title, rec))
     if any(p.pareto for p in plans):
         console.print(f"★ = Pareto-optimal in {front_label(front)} among plans that fit")
+    for line in recommendation_lines(rec) if rec is not None else []:
+        console.print(line, markup=False, highlight=False)

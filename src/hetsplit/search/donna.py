@@ -28,6 +28,7 @@ import numpy as np
 
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import InfeasibleError
+from hetsplit.estimate.energy_known import require_known_energy
 from hetsplit.estimate.evaluate import make_plan
 from hetsplit.estimate.memory import table_objective
 from hetsplit.plan.types import Plan
@@ -218,6 +219,7 @@ class Donna:
     name: str = "donna"
 
     def solve(self, problem: SplitProblem) -> list[Plan]:
+        require_known_energy(problem, "DONNA with an alpha below 1 (0: least energy)", any(a < 1 for a in self.alphas))
         plans = []
         for alpha in self.alphas:
             r = donna_dp(problem, float(alpha), self.constraints)

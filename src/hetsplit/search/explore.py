@@ -26,6 +26,7 @@ from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import HetsplitError
 from hetsplit.limits import check_memory
 from hetsplit.estimate.batch import BatchMetrics
+from hetsplit.estimate.energy_known import require_known_energy
 from hetsplit.plan.pareto import pareto_mask
 from hetsplit.plan.types import Plan
 from hetsplit.search.encodings import ENCODINGS, Encoding, make_encoding
@@ -162,6 +163,7 @@ def explore(problem: SplitProblem, options: ExploreOptions,
             seeds: np.ndarray | None = None) -> ExploreResult:
     """Run NSGA-II with ``options`` on ``problem``; ``on_generation(done, total)`` reports progress;
     ``seeds``: chromosomes put in the first population (the rest random)."""
+    require_known_energy(problem, "explore with an energy objective", any("energy" in o for o in options.objectives))
     t0 = time.perf_counter()
     enc = make_encoding(problem, options.encoding, options.splits, options.devices)
     need = explore_bytes(options.pop_size, enc.n_var, problem.graph.num_layers, problem.cluster.num_devices)

@@ -29,6 +29,7 @@ import numpy as np
 
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import HetsplitError
+from hetsplit.estimate.energy_known import require_known_energy
 from hetsplit.plan.pareto import pareto_mask
 from hetsplit.plan.types import Plan
 from hetsplit.search.encodings import Encoding, make_encoding
@@ -280,6 +281,7 @@ def hierarchical_explore(problem: SplitProblem, measure: PlanMeasurer, options: 
                          on_point: Callable[[MeasuredPoint], None] | None = None,
                          on_stage: Callable[[StageRecord], None] | None = None) -> HierarchicalResult:
     """Run the multi-stage two-level exploration of ``problem``'s plans, measuring with ``measure``."""
+    require_known_energy(problem, "the hierarchical exploration (energy per device is one of its objectives)")
     clock = _Clock(options.budget_s)
     measured = _Measured(measure, clock, on_point)
     sizes = options.stage_devices(problem.num_devices)

@@ -32,6 +32,7 @@ import numpy as np
 
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import HetsplitError
+from hetsplit.estimate.energy_known import require_known_energy
 from hetsplit.plan.types import Plan
 from hetsplit.search.balance_mappers import round_robin_assignment, weights_balance_assignment
 from hetsplit.search.base import register_partitioner
@@ -71,6 +72,7 @@ class MapOpt:
             raise HetsplitError(f"map-opt: unknown objective {self.objective!r}; choose one of {', '.join(OBJECTIVES)}")
 
     def solve(self, problem: SplitProblem) -> list[Plan]:
+        require_known_energy(problem, "map-opt --objective energy", self.objective == "energy")
         t0 = time.perf_counter()
         deadline = t0 + self.time_budget_s
         nm = NodeMapping(problem)

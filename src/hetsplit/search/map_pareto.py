@@ -18,6 +18,7 @@ import numpy as np
 
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import HetsplitError
+from hetsplit.estimate.energy_known import require_known_energy
 from hetsplit.plan.pareto import MAPPING_FRONT, pareto_mask, plan_objectives
 from hetsplit.plan.types import Plan
 from hetsplit.search.base import register_partitioner
@@ -51,6 +52,7 @@ class MapPareto:
                                 f"got {self.max_plans}")
 
     def solve(self, problem: SplitProblem) -> list[Plan]:
+        require_known_energy(problem, "map-pareto (a front over throughput, latency and energy)")
         t0 = time.perf_counter()
         nm = NodeMapping(problem)
         found: list[tuple[str, Plan]] = []

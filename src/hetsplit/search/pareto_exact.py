@@ -21,6 +21,7 @@ import numpy as np
 
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import InfeasibleError
+from hetsplit.estimate.energy_known import require_known_energy
 from hetsplit.plan.types import Plan
 from hetsplit.search.base import PipelineConstraints, register_partitioner
 from hetsplit.search.classes import (ClassModel, build_classes, check_layers_fit, check_state_budget,
@@ -78,6 +79,7 @@ class ParetoExact:
     name: str = "pareto"
 
     def solve(self, problem: SplitProblem) -> list[Plan]:
+        require_known_energy(problem, "pareto (the throughput-energy front)")
         return solve_for_estimator(problem, self.constraints, partial(self._front, problem), self._merge)
 
     def _front(self, problem: SplitProblem, constraints: PipelineConstraints, plan_set: PlanSet | None) -> list[Plan]:
