@@ -59,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="measure the runtime's own cost per segment call here instead (see above)")
     ap.add_argument("--seconds", type=float, default=10.0, help="--per-call: seconds per sub-model")
     ap.add_argument("--split-dir", type=Path, default=None,
-                    help="--per-call: where the sub-models are split (kept, reused when there); default a temporary one")
+                    help="--per-call: where the sub-models are split (kept, reused when there); default a temporary "
+                         "one")
     args = ap.parse_args(argv)
     if args.per_call:
         return per_call(args.data, args.seconds, args.split_dir)
@@ -189,7 +190,8 @@ def per_call(data: Path, seconds: float, split_dir: Path | None) -> int:
             verdicts.append("met" if hi <= TARGET_US else "not met" if lo > TARGET_US else "inconclusive")
             print(f"{label:30} {len(d):6d} {statistics.median(t['alone']) * 1e6:9.1f} "
                   f"{statistics.median(t['worker']) * 1e6:9.1f} {float(np.median(d)):+9.1f} [{lo:+6.1f}, {hi:+6.1f}] "
-                  f"{statistics.median(np.divide(t['worker'], t['alone'])):6.3f} {statistics.median(t['binding']) * 1e6:10.1f} "
+                  f"{statistics.median(np.divide(t['worker'], t['alone'])):6.3f} "
+                  f"{statistics.median(t['binding']) * 1e6:10.1f} "
                   f"{float(np.median(np.subtract(t['worker'], t['binding']))) * 1e6:+17.1f}", flush=True)
         print(f"target, the worker adds <= {TARGET_US:.0f} us per call (its interval at or below it): "
               + ", ".join(f"{label} {v}" for (label, *_), v in zip(cases, verdicts)))

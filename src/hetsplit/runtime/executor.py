@@ -4,14 +4,15 @@ A worker runs each of its segments with an ``Executor``: ``call(local)`` reads t
 an input's tensors (``local``, by name) and adds its outputs there, with what can be made once made at
 load (the input and output names, one feeds dict reused by every call, onnxruntime's session called
 without its Python wrapper's per-call checks of the feed names, which ``check_submodel`` made once);
-``run(feeds) -> outputs`` is the same computation for a feed of its own (warm-up, tests). Backends, chosen per device on the worker's own host (``choose_backend``):
+``run(feeds) -> outputs`` is the same computation for a feed of its own (warm-up, tests). Backends,
+chosen per device on the worker's own host (``choose_backend``):
 
 - ``onnxruntime-cpu``: onnxruntime's CPU provider, limited to the device's threads (no spinning). Every
   device of kind ``cpu``, every device under ``--cpu-only``, and a ``gpu`` device on a host without CUDA;
 - ``onnxruntime-cuda``: onnxruntime's CUDA provider, for a ``gpu`` device where that provider is installed;
 - ``torch-cuda``: the PyTorch interpreter of ``runtime.gpu`` on CUDA, for a ``gpu`` device where
-  onnxruntime has no CUDA provider (the CPU build). It can leave outputs on the GPU (``keep``) for a
-  peer reached over NCCL.
+  onnxruntime has no CUDA provider (the CPU build). It keeps on the GPU what a later segment of the
+  device reads or NCCL sends, and stages to host memory only what leaves over gloo (``route``, ``Staged``).
 
 Every executor checks its sub-model against the manifest first (``check_submodel``): a sub-model from
 another split fails naming the device.

@@ -61,7 +61,8 @@ class TorchExecutor:
         return self.host_tensor(x)
 
     def to_host(self, name: str, t: torch.Tensor) -> np.ndarray:
-        """Start copying output ``name`` (``t``) to host memory (page-locked on CUDA, asynchronous); the array it fills."""
+        """Start copying output ``name`` (``t``) to host memory (page-locked on CUDA, asynchronous); the
+        array it fills."""
         host = torch.empty(t.shape, dtype=t.dtype, pin_memory=self.cuda)
         host.copy_(t, non_blocking=self.cuda)
         return host.numpy()

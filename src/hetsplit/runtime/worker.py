@@ -116,7 +116,10 @@ class BufferPool:
     def recycle(self, sends_done: int) -> None:
         """Take back every retired frame whose sends are done (``sends_done`` completed so far) and whose
         fence, if any, has passed; never waits (a buffer still in use makes the pool allocate another)."""
-        while self.retired and self.retired[0][0] <= sends_done and (self.retired[0][2] is None or self.retired[0][2]()):
+        while self.retired and self.retired[0][0] <= sends_done:
+            fence = self.retired[0][2]
+            if fence is not None and not fence():
+                break
             for key, a in self.retired.popleft()[1]:
                 self.free.setdefault(key, []).append(a)
 
