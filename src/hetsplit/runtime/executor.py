@@ -1,14 +1,18 @@
 """Executors: one interface for running a segment's sub-model, and which backend a device gets.
 
-A worker runs each of its segments with an ``Executor`` (``run(feeds) -> outputs``, by tensor name).
-Backends, chosen per device on the worker's own host (``choose_backend``):
+A worker runs each of its segments with an ``Executor``: ``call(local)`` reads the segment's inputs from
+an input's tensors (``local``, by name) and adds its outputs there, with what can be made once made at
+load (the input and output names, one feeds dict reused by every call, onnxruntime's session called
+without its Python wrapper's per-call checks of the feed names, which ``check_submodel`` made once);
+``run(feeds) -> outputs`` is the same computation for a feed of its own (warm-up, tests). Backends,
+chosen per device on the worker's own host (``choose_backend``):
 
 - ``onnxruntime-cpu``: onnxruntime's CPU provider, limited to the device's threads (no spinning). Every
   device of kind ``cpu``, every device under ``--cpu-only``, and a ``gpu`` device on a host without CUDA;
 - ``onnxruntime-cuda``: onnxruntime's CUDA provider, for a ``gpu`` device where that provider is installed;
 - ``torch-cuda``: the PyTorch interpreter of ``runtime.gpu`` on CUDA, for a ``gpu`` device where
-  onnxruntime has no CUDA provider (the CPU build). It can leave outputs on the GPU (``keep``) for a
-  peer reached over NCCL.
+  onnxruntime has no CUDA provider (the CPU build). It keeps on the GPU what a later segment of the
+  device reads or NCCL sends, and stages to host memory only what leaves over gloo (``route``, ``Staged``).
 
 Every executor checks its sub-model against the manifest first (``check_submodel``): a sub-model from
 another split fails naming the device.
@@ -31,14 +35,19 @@ ORT_CPU, ORT_CUDA, TORCH_CUDA = "onnxruntime-cpu", "onnxruntime-cuda", "torch-cu
 
 
 class Executor(Protocol):
-    """Runs one sub-model: ``run(feeds)`` gives its outputs by name (numpy arrays, or device tensors for
-    the names in ``keep``); ``backend`` says which backend it is, ``on_gpu`` where it computes."""
+    """Runs one sub-model: ``call(local)`` adds its outputs to ``local`` (an input's tensors by name, its
+    inputs among them), ``run(feeds)`` returns them; ``backend`` says which backend it is, ``on_gpu`` where
+    it computes, ``route`` where its outputs go (``runtime.gpu``: kept on the device or staged to the host;
+    onnxruntime's are always host arrays)."""
 
     backend: str
     on_gpu: bool
-    keep: set[str]
+
+    def call(self, local: dict[str, Any]) -> None: ...
 
     def run(self, feeds: dict[str, Any]) -> dict[str, Any]: ...
+
+    def route(self, device: set[str], host: set[str]) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -107,10 +116,31 @@ def check_submodel(path: Path, spec: SegmentSpec) -> None:
                                      "split again")
 
 
+class Staged:
+    """A GPU output on its way to host memory: ``device`` the tensor on the GPU (None: only its host copy
+    is read), ``host`` its copy (a page-locked array filled by an asynchronous copy), which waits for that
+    copy (``ready``) the first time it is read, so a segment whose outputs nobody reads on the host yet
+    returns without synchronizing."""
+
+    __slots__ = ("device", "_host", "_ready")
+
+    def __init__(self, device: Any, host: np.ndarray, ready: Callable[[], None] | None):
+        self.device, self._host, self._ready = device, host, ready
+
+    @property
+    def host(self) -> np.ndarray:
+        if self._ready is not None:
+            self._ready()
+            self._ready = None
+        return self._host
+
+
 def as_numpy(x: Any) -> np.ndarray:
-    """A host array of ``x`` (a numpy array, or a torch tensor on any device)."""
+    """A host array of ``x`` (a numpy array, a ``Staged`` output, or a torch tensor on any device)."""
     if isinstance(x, np.ndarray):
         return x
+    if isinstance(x, Staged):
+        return x.host
     return x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
 
 
@@ -132,16 +162,35 @@ class OrtExecutor:
             self.session = ort.InferenceSession(str(path), so, providers=providers)
         except Exception as exc:  # noqa: BLE001
             raise RuntimeFailure(f"device {spec.device}: onnxruntime cannot load {path.name}: {exc}") from None
-        self.backend, self.on_gpu, self.keep = (ORT_CUDA if cuda else ORT_CPU), cuda, set()
+        self.backend, self.on_gpu = (ORT_CUDA if cuda else ORT_CPU), cuda
+        self.inputs = tuple(t.name for t in spec.inputs)
         self.outputs = spec.output_names
         self.device = spec.device
+        self._feeds: dict[str, Any] = dict.fromkeys(self.inputs)   # reused by every call
+        # the session's own run: its Python wrapper checks the feed's names on every call (~10-25 us here),
+        # which check_submodel did once against the manifest
+        self._run = getattr(self.session, "_sess", self.session).run
 
-    def run(self, feeds: dict[str, Any]) -> dict[str, Any]:
+    def route(self, device: set[str], host: set[str]) -> None:
+        """Nothing to route: onnxruntime returns every output in host memory."""
+
+    def call(self, local: dict[str, Any]) -> None:
+        feeds = self._feeds
+        for name in self.inputs:
+            x = local[name]
+            feeds[name] = x if type(x) is np.ndarray else as_numpy(x)
         try:
-            feeds = {k: as_numpy(v) for k, v in feeds.items()}
-            return dict(zip(self.outputs, self.session.run(self.outputs, feeds)))
+            local.update(zip(self.outputs, self._run(self.outputs, feeds, None)))
         except Exception as exc:  # noqa: BLE001
             raise RuntimeFailure(f"device {self.device}: the sub-model failed on an input: {exc}") from None
+        finally:
+            for name in self.inputs:     # hold no input past its call
+                feeds[name] = None
+
+    def run(self, feeds: dict[str, Any]) -> dict[str, Any]:
+        local = dict(feeds)
+        self.call(local)
+        return {name: local[name] for name in self.outputs}
 
 
 def _torch_cuda(path: Path, spec: SegmentSpec, threads: int) -> Executor:

@@ -35,7 +35,8 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from hetsplit.runtime.config import RunConfig
-from hetsplit.runtime.executor import ORT_CPU, Executor, Host, SegmentSpec, as_numpy, choose_backend, make_executor
+from hetsplit.runtime.executor import (ORT_CPU, TORCH_CUDA, Executor, Host, SegmentSpec, Staged, as_numpy,
+                                       choose_backend, make_executor)
 from hetsplit.runtime.inflight import InFlight, MessageLog, Shared, Stop
 from hetsplit.runtime.manifest import Edge, Manifest, TensorSpec
 from hetsplit.runtime.rounds import frees_after, lookahead, rounds, segment_lags
@@ -58,6 +59,24 @@ class HostView(Mapping):
         return len(self.local)
 
 
+class DeviceView(Mapping):
+    """A GPU rank's tensors as NCCL sends them: a ``Staged`` output's device tensor (its host copy if it
+    kept none)."""
+
+    def __init__(self, local: dict[str, Any]):
+        self.local = local
+
+    def __getitem__(self, name: str) -> Any:
+        x = self.local[name]
+        return (x.device if x.device is not None else x.host) if isinstance(x, Staged) else x
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.local)
+
+    def __len__(self) -> int:
+        return len(self.local)
+
+
 class BufferPool:
     """Host receive buffers reused across inputs (fresh ones cost page faults on every message), the
     most recently freed first: the fewer distinct buffers a stream cycles through, the warmer the caches
@@ -71,7 +90,10 @@ class BufferPool:
         self.allocate = allocate            # a GPU rank's are page-locked (``runtime.gpu.pinned_empty``)
         self.free: dict[tuple, list[np.ndarray]] = {}
         self.taken: list[tuple[tuple, np.ndarray]] = []
-        self.retired: collections.deque[tuple[int, list[tuple[tuple, np.ndarray]]]] = collections.deque()
+        self.retired: collections.deque[tuple[int, list[tuple[tuple, np.ndarray]], Callable[[], bool] | None]] = \
+            collections.deque()
+        self.fence: Callable[[], Callable[[], bool]] | None = None   # a GPU rank's: whether the device has
+        #   done the work queued up to now (its asynchronous copies from these buffers included)
 
     def empty(self, spec: TensorSpec) -> np.ndarray:
         """A buffer for ``spec`` (only the compute thread takes them), recorded in the current frame."""
@@ -87,12 +109,17 @@ class BufferPool:
         return self.taken
 
     def retire(self, frame: list[tuple[tuple, np.ndarray]], sends_submitted: int) -> None:
-        """``frame`` is computed on; it is free once the first ``sends_submitted`` sends are done."""
-        self.retired.append((sends_submitted, frame))
+        """``frame`` is computed on; it is free once the first ``sends_submitted`` sends are done (and,
+        with a ``fence``, once the device has read it)."""
+        self.retired.append((sends_submitted, frame, self.fence() if self.fence is not None else None))
 
     def recycle(self, sends_done: int) -> None:
-        """Take back every retired frame whose sends are done (``sends_done`` completed so far)."""
+        """Take back every retired frame whose sends are done (``sends_done`` completed so far) and whose
+        fence, if any, has passed; never waits (a buffer still in use makes the pool allocate another)."""
         while self.retired and self.retired[0][0] <= sends_done:
+            fence = self.retired[0][2]
+            if fence is not None and not fence():
+                break
             for key, a in self.retired.popleft()[1]:
                 self.free.setdefault(key, []).append(a)
 
@@ -101,8 +128,9 @@ class Transfers:
     """Posting one rank's messages on the Wire, each by its id; a transport error becomes a LinkFailure
     naming the peer."""
 
-    def __init__(self, manifest: Manifest, rank: int, wire: Wire, pool: BufferPool):
+    def __init__(self, manifest: Manifest, rank: int, wire: Wire, pool: BufferPool, staged: bool = False):
         self.m, self.rank, self.wire, self.pool = manifest, rank, wire, pool
+        self.staged = staged      # its tensors may be GPU tensors or ``Staged`` outputs, not host arrays
         self.edges: dict[tuple[int, bool], Edge] = {}   # made once per message, not per input
 
     def peer(self, mid: int, receiving: bool) -> Edge:
@@ -121,11 +149,12 @@ class Transfers:
     def post_send(self, mid: int, local: Mapping[str, Any]) -> tuple[list, Any]:
         """Post message ``mid`` from the tensors in ``local``; its works and the arrays they read."""
         edge = self.peer(mid, False)
-        arrays = self.m.message(mid).arrays(local if self.wire.on_gpu(edge) else self.host(local))
+        nccl = self.wire.on_gpu(edge)
+        arrays = self.m.message(mid).arrays((DeviceView(local) if self.staged else local) if nccl else self.host(local))
         return self.wire.post(edge, arrays, sending=True), arrays
 
     def host(self, local: Mapping[str, Any]) -> Mapping[str, Any]:
-        return local if self.wire.nccl is None else HostView(local)
+        return local if self.wire.nccl is None and not self.staged else HostView(local)
 
     def delay_s(self, cfg: RunConfig, mid: int) -> float:
         """The link latency this rank's sender sleeps before posting ``mid`` (emulation without netem)."""
@@ -143,6 +172,66 @@ def still_read(manifest: Manifest, rank: int) -> list[frozenset[str]]:
         later |= {t.name for t in seg.inputs}
         later |= {t.source for mid in seg.send for t in manifest.message(mid).tensors}
     return out[::-1]
+
+
+def output_routes(manifest: Manifest, rank: int, over_nccl: Callable[[Edge], bool]) -> tuple[set[str], set[str]]:
+    """Where rank ``rank``'s outputs go (``Executor.route``): those that stay on its device (a segment
+    here reads them, or a message over NCCL sends them whole) and those copied to host memory (a message
+    over gloo, to another device or the driver, sends them, or NCCL sends a slice of them)."""
+    device = {t.name for seg in manifest.worker(rank).segments for t in seg.inputs}
+    host: set[str] = set()
+    for m in manifest.sent_by(rank):
+        nccl = over_nccl(m.edge(True))
+        for t in m.tensors:
+            (device if nccl and t.take is None else host).add(t.source)
+    return device, host
+
+
+def dropped_after(manifest: Manifest, rank: int) -> list[tuple[str, ...]]:
+    """Per segment of rank ``rank``: the tensors an input holds here once that segment has run (those it
+    received up to then and the segments' outputs) that no later segment reads or sends (``still_read``),
+    worked out once at load so that a step drops them without looking at the others."""
+    held: set[str] = set()
+    out = []
+    for seg, keep in zip(manifest.worker(rank).segments, still_read(manifest, rank)):
+        held |= {t.spec.name for mid in seg.recv for t in manifest.message(mid).tensors}
+        if seg.submodel:
+            held |= {t.name for t in seg.outputs}
+        drop = tuple(sorted(held - keep))
+        held -= set(drop)
+        out.append(drop)
+    return out
+
+
+class Segments:
+    """The compute thread's segment calls, prepared at load: per segment its executor's ``call`` (None:
+    nothing to compute) and the tensors an input drops after it (``dropped_after``); ``run`` makes and
+    times one call, as the worker does for every step (``bench/segment_cost.py --per-call`` measures it
+    against the executor alone)."""
+
+    def __init__(self, exes: list[Executor | None], drops: list[tuple[str, ...]], inputs: int):
+        self.calls = [exe.call if exe is not None else None for exe in exes]
+        self.drops = drops
+        self.compute = [0.0] * inputs                 # per input: wall time in its sub-models here
+        self.per_segment: list[list[float]] = [[] for _ in range(inputs)]
+        self.cpu = 0.0             # this thread's CPU inside the sub-models (all of it with one compute thread)
+
+    def run(self, i: int, s: int, local: dict[str, Any]) -> float:
+        """Segment ``s`` on input ``i``'s tensors ``local`` (its outputs added there); when it started."""
+        call = self.calls[s]
+        t1, c1 = time.time(), time.thread_time()
+        if call is not None:
+            call(local)
+        t2 = time.time()
+        self.cpu += time.thread_time() - c1
+        self.compute[i] += t2 - t1
+        self.per_segment[i].append(t2 - t1)
+        return t1
+
+    def drop(self, s: int, local: dict[str, Any]) -> None:
+        """Drop what input ``local`` no longer needs here once segment ``s`` has run."""
+        for name in self.drops[s]:
+            del local[name]
 
 
 def load_executors(cfg: RunConfig, manifest: Manifest, rank: int, backend: str) -> list[Executor | None]:
@@ -184,14 +273,20 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path, hos
         from hetsplit.runtime.gpu import host_allocator
         allocate = host_allocator()
     pool = BufferPool(wire.views, allocate)
-    io = Transfers(manifest, rank, wire, pool)
-    for exe in exes:   # outputs bound for another GPU stay on the device
+    io = Transfers(manifest, rank, wire, pool, staged=backend == TORCH_CUDA)
+    device_out, host_out = output_routes(manifest, rank, wire.on_gpu)
+    for exe in exes:   # what a segment here reads or NCCL sends stays on the device; the rest goes to the host
         if exe is not None:
-            exe.keep = {t.source for m in manifest.sent_by(rank) if wire.on_gpu(m.edge(True))
-                        for t in m.tensors if t.take is None}
+            exe.route(device_out, host_out)
+            if backend == TORCH_CUDA:
+                exe.host_tensor = wire.views.tensor   # a pooled receive buffer's tensor, made once
+    if backend == TORCH_CUDA:   # its copies from the receive buffers are asynchronous
+        from hetsplit.runtime.gpu import pool_fence
+        pool.fence = pool_fence()
     recvs = [s.recv for s in w.segments]      # message ids, in the order they are posted and taken
     sends = [s.send for s in w.segments]
     msgs = manifest.messages
+    names = {mid: [t.spec.name for t in msgs[mid].tensors] for mid in {m for s in w.segments for m in s.recv}}
     rx_logs = {mid: MessageLog(mid, msgs[mid].src, msgs[mid].nbytes) for s in w.segments for mid in s.recv}
     tx_logs = {mid: MessageLog(mid, msgs[mid].dst, msgs[mid].nbytes) for s in w.segments for mid in s.send}
     shared = Shared()
@@ -230,11 +325,9 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path, hos
     gc.freeze()   # the stream's garbage is young: a full collection would walk the ~180k start-up objects
     #               of torch and onnxruntime (~40 ms)
     flight.start()
-    compute, idle = [0.0] * n, [0.0] * n
-    per_segment: list[list[float]] = [[] for _ in range(n)]
+    idle = [0.0] * n
+    steps = Segments(exes, dropped_after(manifest, rank), n)
     locals_: dict[int, dict[str, Any]] = {}   # each input's tensors here that a later segment still reads
-    needed_after = still_read(manifest, rank)   # per segment: what this input must still hold here
-    compute_cpu = 0.0             # this thread's CPU inside the sub-models (all of it with one compute thread)
     cpu0 = time.process_time()
     last_segment, next_free = len(w.segments) - 1, 0
     try:
@@ -245,33 +338,28 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path, hos
             if fault and r == int(fault.get("after", 0)):
                 inject(fault["kind"])
             for k, (i, s) in enumerate(round_steps):
-                seg, exe = w.segments[s], exes[s]
-                local = locals_.setdefault(i, {})
+                computing = exes[s] is not None
+                local = locals_.get(i)
+                if local is None:
+                    local = locals_[i] = {}
                 t0 = time.time()
                 for _ in recvs[s]:
-                    got = flight.take(computing=exe is not None)
+                    got = flight.take(computing=computing)
                     for mid, arrays in got.items():
-                        local.update((t.spec.name, a) for t, a in zip(msgs[mid].tensors, arrays))
+                        local.update(zip(names[mid], arrays))
                 if k == 0 and r + ahead < len(plan):
                     post_receives(r + ahead)
-                if exe is not None:
+                if computing:
                     flight.lend()     # what lands or leaves while the sub-model runs is timestamped when it does
-                t1, c1 = time.time(), time.thread_time()
-                if exe is not None:
-                    local.update(exe.run({t.name: local[t.name] for t in seg.inputs}))
-                t2 = time.time()
-                compute_cpu += time.thread_time() - c1
+                t1 = steps.run(i, s, local)
                 post_sends(sends[s], local)
                 if shared.stop.is_set():
                     raise Stop()
                 idle[i] += t1 - t0
-                compute[i] += t2 - t1
-                per_segment[i].append(t2 - t1)
                 if s == last_segment:
                     del locals_[i]
                 else:
-                    for name in [x for x in local if x not in needed_after[s]]:
-                        del local[name]
+                    steps.drop(s, local)
             while next_free <= r and frees[next_free] <= r:     # its inputs are done here: free once sent
                 io.pool.retire(frames.pop(next_free), flight.posted_sends)
                 next_free += 1
@@ -288,9 +376,9 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path, hos
         raise shared.error
     cpu = time.process_time() - cpu0
     energy = meter.stop()
-    return {"compute_s": compute, "idle_s": idle, "segment_compute_s": per_segment,
+    return {"compute_s": steps.compute, "idle_s": idle, "segment_compute_s": steps.per_segment,
             "threads": int(cfg.threads.get(w.device, 1)), "kind": "gpu" if on_gpu else "cpu", "executor": backend,
-            "process_cpu_s": cpu, "compute_cpu_s": compute_cpu, "energy_j": energy,
+            "process_cpu_s": cpu, "compute_cpu_s": steps.cpu, "energy_j": energy,
             "energy_meter": meter.name if energy is not None else meter.reason,
             "recv": [log.to_dict() for log in rx_logs.values()], "send": [log.to_dict() for log in tx_logs.values()]}
 
