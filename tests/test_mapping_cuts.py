@@ -12,6 +12,7 @@ import pytest
 from _cut_costs import with_cut_costs
 from _instances import random_problem
 from hetsplit.errors import PlanError
+from hetsplit.search import make_partitioner
 from hetsplit.search.mapping_milp import solve_bottleneck
 from hetsplit.search.node_mapping import NodeMapping
 
@@ -42,3 +43,29 @@ def test_the_throughput_milp_finds_the_least_charged_bottleneck(seed: int) -> No
     got = nm.evaluate(res.devices)
     assert got.bottleneck_s[0] == pytest.approx(best, rel=1e-6)
     assert res.lower_bound_s <= best * (1 + 1e-6) and res.lower_bound_s >= best * (1 - 1e-5)
+
+
+@pytest.mark.parametrize("bytes_cost", [True, False])
+@pytest.mark.parametrize("seed", range(6))
+def test_the_latency_search_bounds_and_finds_the_least_charged_latency(seed: int, bytes_cost: bool) -> None:
+    """With cut costs the latency model's bound holds for every mapping and run order (brute force, the
+    estimator's figure, segments charged), the plan is never better than the brute-force optimum, and a
+    proven plan is that optimum up to the model's rounding."""
+    from test_mapping_objectives import brute_force_latency
+
+    rng = np.random.default_rng(seed)
+    pr = random_problem(seed, n_layers=4, n_dev=int(rng.integers(2, 4)), inf_prob=0.0, mem_slack=50.0)
+    pr = with_cut_costs(pr, rng)
+    if not bytes_cost:
+        pr = replace(pr, costs=replace(pr.costs, segment={t: replace(c, byte_s=0.0, host_byte_s=0.0)
+                                                          for t, c in pr.costs.segment.items()}))
+    nm = NodeMapping(pr)
+    best = brute_force_latency(nm)
+    plan, = make_partitioner("map-opt", objective="latency", time_budget_s=20.0).solve(pr)
+    par = plan.params
+    assert 0 < par["lower_bound_s"] <= best * (1 + 1e-9)
+    assert plan.metrics.latency_s >= best * (1 - 1e-9)
+    if par["optimal"]:
+        assert plan.metrics.latency_s <= best + par["rounding_s"] + 1e-12
+    if not bytes_cost:
+        assert par["optimal"], "calls and unfused extras only: the model is exact up to its rounding"
