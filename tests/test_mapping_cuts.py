@@ -69,3 +69,19 @@ def test_the_latency_search_bounds_and_finds_the_least_charged_latency(seed: int
         assert plan.metrics.latency_s <= best + par["rounding_s"] + 1e-12
     if not bytes_cost:
         assert par["optimal"], "calls and unfused extras only: the model is exact up to its rounding"
+
+
+@pytest.mark.parametrize("encoding,splits,zeros", [("naive", 0, 0.0), ("advanced", 2, 0.5), ("spe", 0, 0.0)])
+def test_the_hybrid_kernel_charges_what_the_closed_form_charges_its_plans(encoding, splits, zeros) -> None:
+    """The hybrid encodings' compiled evaluation (per-plan task costs, empty slots) with cut costs: each
+    plan's figures are the closed form's on the plan it decodes to."""
+    from test_hybrid_encodings import assert_batch_matches_plans, random_population
+    from hetsplit.search.encodings import make_encoding
+    from hetsplit.workflow import load_problem
+
+    rng = np.random.default_rng(4)
+    problem = with_cut_costs(load_problem("resnet8", "jetson-xavier-nx-4"), rng)
+    enc = make_encoding(problem, encoding, splits or 2)
+    x = random_population(enc, rng, 16, zeros)
+    x[0] = 0
+    assert_batch_matches_plans(problem, enc, x)
