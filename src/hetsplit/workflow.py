@@ -95,7 +95,22 @@ def load_problem(model: str, cluster: str | Cluster, decode_context: int | None 
                                 "costed by the device models, so give the model (zoo name or .onnx), not a profile")
         graph = decode_step(graph, decode_context)
     cl = cluster if isinstance(cluster, Cluster) else load_cluster_spec(cluster, recalibrate)
-    return build_problem(graph, cl, profile_costs)
+    return with_runtime_segment_cost(build_problem(graph, cl, profile_costs), recalibrate)
+
+
+def with_runtime_segment_cost(problem: SplitProblem, recalibrate: bool = False) -> SplitProblem:
+    """On this machine's ``local`` cluster (``runs_here``): ``problem`` with what a segment costs its
+    workers as the runtime's calibration measured it (``runtime.calibration.runtime_costs``, cached; the
+    ``here`` fidelity charges the same figure), on every type, in place of any other; any other cluster
+    as it is."""
+    from dataclasses import replace
+
+    if not runs_here(problem.cluster):
+        return problem
+    from hetsplit.runtime.calibration import runtime_costs
+
+    segment = runtime_costs(recalibrate).segment
+    return replace(problem, costs=replace(problem.costs, segment={t: segment for t in problem.costs.types}))
 
 
 def split_decode_name(model: str, decode_context: int | None) -> tuple[str, int | None]:
@@ -260,9 +275,9 @@ class HerePredictions:
 
     def notes(self, model: str) -> list[str]:
         """What the predictions assume, where they are weakest, and how to check one."""
-        notes = [f"the plan table gives each device a core of its own, messages that cost no CPU and sub-model "
-                 f"calls that cost nothing beyond their layers; `hetsplit run PLANS {model} --here` measures a plan "
-                 f"beside this prediction. The runtime's costs: {self.runtime_source}"]
+        notes = [f"the plan table gives each device a core of its own and messages that cost no CPU (its sub-model "
+                 f"calls cost what the runtime's calibration measured, as here); `hetsplit run PLANS {model} --here` "
+                 f"measures a plan beside this prediction. The runtime's costs: {self.runtime_source}"]
         short = [i for i, p in self.predictions if max(p.compute_s.get(u, 0.0) for u in p.units) < self.SHORT_STAGE_S]
         if short:
             notes.append(f"in plan(s) {', '.join(f'#{i}' for i in short)} even the busiest unit computes under "
