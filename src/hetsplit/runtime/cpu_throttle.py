@@ -267,10 +267,22 @@ class CpuThrottle:
 
 
 def join_group(procs_file: str | None) -> None:
-    """Move this process, every thread of it, into the cgroup whose ``cgroup.procs`` is given (None: stay)."""
+    """Move this process, every thread of it, into the cgroup whose ``cgroup.procs`` is given (None: stay).
+
+    Only a group of hetsplit's (``hetsplit-<pid>-<tag>-r<rank>``, ``runtime.owned``) is joined, through its
+    ``cgroup.procs`` file, which must exist: the file is opened without creating, truncating or following a
+    link, so no other file can be written this way."""
     if not procs_file:
         return
+    path = Path(procs_file)
+    if path.name != "cgroup.procs" or owner_of(path.parent.name) is None:
+        raise RuntimeFailure(f"CPU throttling: {procs_file!r:.200} is not the cgroup.procs of a hetsplit cgroup; "
+                             "refused")
     try:
-        Path(procs_file).write_text(f"{os.getpid()}\n")
+        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)
+        try:
+            os.write(fd, f"{os.getpid()}\n".encode())
+        finally:
+            os.close(fd)
     except OSError as exc:
-        raise RuntimeFailure(f"CPU throttling: cannot join {Path(procs_file).parent.name}: {exc.strerror}") from None
+        raise RuntimeFailure(f"CPU throttling: cannot join {path.parent.name}: {exc.strerror}") from None

@@ -6,8 +6,8 @@ SHA-256 under ``TOKEN_KEY``; everything the run keeps in the store lives under `
 (gloo's own rendezvous, the files shipped to other hosts, heartbeats, reports). A process that joins
 first compares the published digest with its own token's: a process of another run (the same port,
 a worker left from an earlier run) is refused at once with a message saying so, and as it never
-writes under this run's prefix it cannot disturb the run. The token separates runs; it is not
-authentication (the store has none): run across hosts only on a network you trust.
+writes under this run's prefix it cannot disturb the run. The token separates runs; what a run across
+hosts acts on in the store is also authenticated with a key derived from it (``runtime.store_auth``).
 """
 
 from __future__ import annotations
@@ -15,12 +15,16 @@ from __future__ import annotations
 import datetime
 import hashlib
 import secrets
+import socket
+import struct
+import time
 
 import torch.distributed as dist
 
 from hetsplit.errors import RuntimeFailure, UsageError
 
 TOKEN_KEY = "hetsplit/token-sha256"
+_VALIDATE, _PING, _VALIDATION_MAGIC = 0, 13, 0x3C85F7CE     # torch TCPStore's query types and magic
 
 
 class Refused(RuntimeFailure):
@@ -66,16 +70,63 @@ def serve(port: int, token: str, timeout_s: float, who: str = "driver") -> dist.
     return store
 
 
+def _probe(host: str, port: int, deadline: float, who: str) -> None:
+    """Wait until a store answers at ``host:port`` (connection refused: retried), by ``deadline``.
+
+    Spoken with a Python socket under its own timeouts, so a peer that accepts and never answers, or
+    nothing listening, ends in a message at the deadline: torch's client constructor holds the GIL while
+    it retries and can wait past its timeout (or forever on a silent peer). The probe is the store
+    protocol's own ping (a validate message, then a nonce the server echoes)."""
+    reached = False
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        try:
+            with socket.create_connection((host, port), timeout=left) as s:
+                reached = True
+                s.settimeout(max(1e-3, deadline - time.monotonic()))
+                nonce = secrets.randbits(32)
+                s.sendall(struct.pack("<BI", _VALIDATE, _VALIDATION_MAGIC) + struct.pack("<BI", _PING, nonce))
+                got = b""
+                while len(got) < 4:
+                    part = s.recv(4 - len(got))
+                    if not part:
+                        break
+                    got += part
+            if got == struct.pack("<I", nonce):
+                return
+            raise Refused(f"{who}: {host}:{port} is not the rendezvous of a hetsplit run (it does not speak the "
+                          "store's protocol)")
+        except socket.timeout:
+            break
+        except OSError:                     # refused, unreachable: the driver may not be up yet
+            time.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
+    if reached:
+        raise Refused(f"{who}: {host}:{port} is not the rendezvous of a hetsplit run (it did not answer within "
+                      "the timeout)")
+    raise RuntimeFailure(f"{who}: cannot reach the rendezvous at {host}:{port} within the timeout (nothing answers "
+                         "there: is the run started, the address and port right, a firewall open?)")
+
+
 def join(host: str, port: int, token: str, timeout_s: float, who: str) -> dist.TCPStore:
-    """Join the store at ``host:port`` and check that it serves the run of ``token`` (``Refused`` if not)."""
+    """Join the store at ``host:port`` and check that it serves the run of ``token`` (``Refused`` if not),
+    all within ``timeout_s``."""
     check_port(port)
+    deadline = time.monotonic() + timeout_s
     try:
-        store = dist.TCPStore(host, port, None, False, _td(timeout_s))
+        _probe(host, port, deadline, who)
+    except RuntimeFailure as exc:
+        raise type(exc)(str(exc).replace("the timeout", f"{timeout_s:g} s")) from None
+    left = max(0.1, deadline - time.monotonic())
+    try:
+        store = dist.TCPStore(host, port, None, False, _td(left))
     except (RuntimeError, OSError) as exc:
         raise RuntimeFailure(f"{who}: cannot reach the rendezvous at {host}:{port} within {timeout_s:g} s "
                              f"({_first_line(exc)})") from None
+    left = max(0.1, deadline - time.monotonic())
     try:
-        store.wait([TOKEN_KEY], _td(timeout_s))
+        store.wait([TOKEN_KEY], _td(left))
         published = store.get(TOKEN_KEY).decode()
     except (RuntimeError, OSError):
         raise Refused(f"{who}: {host}:{port} is not the rendezvous of a hetsplit run (no run token published "
