@@ -309,3 +309,97 @@ def test_join_group_writes_only_an_existing_hetsplit_cgroup_procs_file(tmp_path)
     with pytest.raises(RuntimeFailure, match="cannot join"):
         join_group(str(missing))                                   # never created
     assert not missing.exists() and victim.read_text() == "precious\n"
+
+
+# ---- 5. a worker that fails before it computes frees its claim; the driver names its error ----------------
+
+def _run_across(tmp_path: Path, timeout: int):
+    from nethosts import Loopback, start_across
+
+    case = make_case("pipeline", tmp_path / "case")
+    run = start_across(Loopback(), {"c": 1}, [str(case.plan_file), str(case.model), "-n", "3", "--timeout",
+                                              str(timeout), "--json"], tmp_path, start_workers=False)
+    return run, run.commands["c"]
+
+
+def _blocked_run_dir(tmp_path: Path) -> Path:
+    """A --run-dir where the worker cannot write c's sub-model (a folder stands at its name): it fails after
+    claiming device c, before computing."""
+    bad = tmp_path / "bad"
+    (bad / "split" / "c-seg0.onnx").mkdir(parents=True)
+    return bad
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_worker_that_fails_before_computing_frees_its_device_for_the_corrected_command(tmp_path):
+    (tmp_path / "case").mkdir()
+    run, argv = _run_across(tmp_path, 60)
+    try:
+        bad = subprocess.run([HETSPLIT, *argv[1:], "--run-dir", str(_blocked_run_dir(tmp_path))], capture_output=True,
+                             text=True, timeout=120)
+        assert bad.returncode == 2 and "cannot write" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+        assert run.cli.poll() is None                           # the run waits on for a worker of c
+        good = subprocess.run([HETSPLIT, *argv[1:]], capture_output=True, text=True, timeout=180)
+        assert good.returncode == 0, good.stderr[-2000:]
+        code, out, err = run.wait(120)
+    finally:
+        run.stop()
+    assert code == 0, err[-2000:]
+    assert json.loads(out)["verify"]["ok"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_the_driver_names_the_device_and_the_error_of_the_worker_that_failed(tmp_path):
+    (tmp_path / "case").mkdir()
+    run, argv = _run_across(tmp_path, 15)
+    try:
+        bad = subprocess.run([HETSPLIT, *argv[1:], "--run-dir", str(_blocked_run_dir(tmp_path))], capture_output=True,
+                             text=True, timeout=120)
+        assert bad.returncode == 2, bad.stderr
+        code, _, err = run.wait(120)
+    finally:
+        run.stop()
+    last = err.strip().splitlines()[-1]
+    assert code == 2 and "device c: no worker joined" in last and "a worker tried and failed" in last, last
+    assert "cannot write" in last, last
+
+
+# ---- 6. run's own bounds -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("extra, said", [
+    (["-n", "1000000000000"], "--inputs 1000000000000: give at most"), (["--threads", "100000"], "--threads 100000"),
+    (["--timeout", "inf"], "--timeout inf"), (["--timeout", "1e300"], "--timeout 1e+300"),
+    (["--timeout", "nan"], "--timeout nan")])
+def test_run_refuses_absurd_inputs_threads_and_timeouts_naming_the_flag(split, capsys, extra, said):
+    from cli_checks import fails
+
+    case = split.parent
+    assert said in fails(["run", str(case / "pipeline.json"), str(case / "toy.onnx"), *extra], capsys)
+
+
+def test_run_refuses_inputs_whose_bookkeeping_does_not_fit_in_memory(split, capsys, monkeypatch, tmp_path):
+    from cli_checks import fails
+
+    monkeypatch.setenv("HETSPLIT_MAX_MEMORY_GB", "0.01")
+    case = split.parent
+    err = fails(["run", str(case / "pipeline.json"), str(case / "toy.onnx"), "-n", "10000000", "--split-dir",
+                 str(tmp_path / "s")], capsys)
+    assert "--inputs 10,000,000: streaming that many inputs would need about" in err
+
+
+def test_a_worker_gives_up_on_a_peer_that_accepts_and_never_answers(capsys):
+    """Before, torch's client waited forever on such a peer; now --timeout bounds it (10% and a second)."""
+    import socket
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(4)
+        t0 = time.monotonic()
+        assert main(["worker", "--join", f"127.0.0.1:{s.getsockname()[1]}", "--token", TOKEN, "--device", "b",
+                     "--timeout", "3"]) == 2
+        took = time.monotonic() - t0
+    assert "did not answer within 3 s" in capsys.readouterr().err
+    assert took < 3 * 1.1 + 1, took

@@ -319,11 +319,17 @@ def _write_fetched(store, key: StoreKey, name: str, folder: Path, file: str, cap
     """Fetch ``name`` into ``folder/file``: a new file of this worker's (never following a link planted
     there), renamed into place once its bytes are authenticated."""
     tmp = folder / f".{file}.{os.getpid()}.part"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        raise RuntimeFailure(f"{who}: cannot write {tmp} ({exc.strerror or exc})") from None
     try:
         with os.fdopen(fd, "wb") as f:
             fetch(store, key, name, cap, who, sink=f)
-        os.replace(tmp, folder / file)
+        try:
+            os.replace(tmp, folder / file)
+        except OSError as exc:
+            raise RuntimeFailure(f"{who}: cannot write {folder / file} ({exc.strerror or exc})") from None
     finally:
         tmp.unlink(missing_ok=True)
 
