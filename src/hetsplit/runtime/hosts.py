@@ -12,6 +12,12 @@ refused), fetches the manifest and its device's sub-models from the store, runs 
 under a launcher of its own, beats every ``BEAT_S`` and sends back the rank's report (measurements,
 or the failure naming the device and the cause).
 
+A worker trusts only what it checked: every value either side acts on is authenticated with a key
+derived from the token and sized before its bytes are read (``runtime.store_auth``); the worker takes
+from the driver only the checked settings of ``runtime.peer_config``; sub-model names are plain file
+names (``manifest.check_submodel_name``) written as new files of its own in its run folder. A worker
+that fails before it computes gives back its devices' claims and leaves its error for the driver.
+
 Lifetimes: a worker ends when its driver ends (the driver posts an abort, or the store goes away:
 the launcher serving it ended or its host died); the driver ends the run, naming the device, when a
 worker reports a failure, stops beating (its host died) or never joins within the startup timeout.
