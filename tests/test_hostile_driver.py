@@ -353,7 +353,7 @@ def test_a_worker_that_fails_before_computing_frees_its_device_for_the_corrected
 @pytest.mark.timeout(240)
 def test_the_driver_names_the_device_and_the_error_of_the_worker_that_failed(tmp_path):
     (tmp_path / "case").mkdir()
-    run, argv = _run_across(tmp_path, 15)
+    run, argv = _run_across(tmp_path, 40)         # long enough for the failing worker to start on a busy machine
     try:
         bad = subprocess.run([HETSPLIT, *argv[1:], "--run-dir", str(_blocked_run_dir(tmp_path))], capture_output=True,
                              text=True, timeout=120)
@@ -403,3 +403,44 @@ def test_a_worker_gives_up_on_a_peer_that_accepts_and_never_answers(capsys):
         took = time.monotonic() - t0
     assert "did not answer within 3 s" in capsys.readouterr().err
     assert took < 3 * 1.1 + 1, took
+
+
+def _answers_only_pings(sock) -> None:
+    """A peer that speaks the store protocol's handshake (validate, ping) and never answers anything else."""
+    import struct
+    import threading
+
+    def serve(conn) -> None:
+        buf = b""
+        while data := conn.recv(4096):
+            buf += data
+            while len(buf) >= 5 and buf[0] in (0, 13):          # validate, ping: 1 byte + a 32-bit number
+                query, value = struct.unpack("<BI", buf[:5])
+                buf = buf[5:]
+                if query == 13:
+                    conn.sendall(struct.pack("<I", value))
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+
+
+def test_a_driver_that_takes_requests_and_never_replies_ends_the_worker_with_a_message(tmp_path):
+    """torch's client waits forever for such a reply, where no signal handler runs; the worker's watchdog ends
+    it with exit 2 and a message once no store call completes for --timeout (plus 10%)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(8)
+        _answers_only_pings(s)
+        p = subprocess.run([HETSPLIT, "worker", "--join", f"127.0.0.1:{s.getsockname()[1]}", "--token", TOKEN,
+                            "--device", DEVICE, "--timeout", "3"], capture_output=True, text=True, timeout=100)
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert "stopped answering for 3 s" in p.stderr and "Traceback" not in p.stderr and "frame #" not in p.stderr

@@ -48,10 +48,25 @@ def read_token(args) -> str:
     return value
 
 
+def _stalled(opts, dog) -> None:
+    """The driver's store took a request and never answered: nothing in this process can interrupt that
+    call, so say so and end the process (its ranks die with it; a temporary run folder is removed)."""
+    import shutil
+    import sys
+
+    print(f"hetsplit worker: error: worker of {', '.join(opts.devices)}: the driver at {opts.host}:{opts.port} "
+          f"stopped answering for {opts.timeout_s:g} s (its store took a request and never replied); stopped",
+          file=sys.stderr, flush=True)
+    if dog.remove is not None:
+        shutil.rmtree(dog.remove, ignore_errors=True)
+    os._exit(2)
+
+
 def run(args) -> int:
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")   # before torch loads: no c10d logs with C++ frames
     from hetsplit.errors import UsageError
     from hetsplit.runtime.hosts import JoinOptions, join_run
+    from hetsplit.runtime.rendezvous import Watchdog
 
     host, sep, port = args.join.rpartition(":")
     if not sep or not host or not port.isdigit():
@@ -59,7 +74,9 @@ def run(args) -> int:
     devices = [d.strip() for d in args.device.split(",") if d.strip()]
     opts = JoinOptions(host.strip("[]"), int(port), read_token(args), devices, timeout_s=args.timeout, addr=args.addr,
                        run_dir=Path(args.run_dir) if args.run_dir else None)
-    docs = join_run(opts)
+    dog = Watchdog(opts.timeout_s * 1.1, lambda: _stalled(opts, dog))
+    with dog:
+        docs = join_run(opts, dog)
     devices = ", ".join(d.get("device", "?") for d in docs.values())
     print(f"worker: {devices} finished; the driver reports the measurements")
     return 0

@@ -340,15 +340,20 @@ def _write_fetched(store, key: StoreKey, name: str, folder: Path, file: str, cap
         tmp.unlink(missing_ok=True)
 
 
-def join_run(opts: JoinOptions) -> dict[int, dict]:
-    """Serve ``opts.devices`` in the run at ``opts.host:opts.port`` until it ends; their reports."""
+def join_run(opts: JoinOptions, dog: rendezvous.Watchdog | None = None) -> dict[int, dict]:
+    """Serve ``opts.devices`` in the run at ``opts.host:opts.port`` until it ends; their reports. With ``dog``,
+    every store call is timed by it (a driver that stops answering mid-call ends the process)."""
     where = f"{opts.host}:{opts.port}"
     who = f"worker of {', '.join(opts.devices)}"
-    base = rendezvous.join(opts.host, opts.port, opts.token, opts.timeout_s, who)
+    base = rendezvous.join(opts.host, opts.port, opts.token, opts.timeout_s, who, dog)
     store = rendezvous.scoped(base, opts.token)
+    if dog is not None:
+        store = dog.watched(store)
     key = StoreKey.of(opts.token)
     with tempfile.TemporaryDirectory(prefix="hetsplit-worker-") as tmp:
         run_dir = Path(opts.run_dir or tmp)
+        if dog is not None and opts.run_dir is None:
+            dog.remove = Path(tmp)
         split = run_dir / "split"
         claimed: list[str] = []
         try:

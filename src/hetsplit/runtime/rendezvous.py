@@ -17,7 +17,10 @@ import hashlib
 import secrets
 import socket
 import struct
+import threading
 import time
+from pathlib import Path
+from typing import Callable
 
 import torch.distributed as dist
 
@@ -109,9 +112,9 @@ def _probe(host: str, port: int, deadline: float, who: str) -> None:
                          "there: is the run started, the address and port right, a firewall open?)")
 
 
-def join(host: str, port: int, token: str, timeout_s: float, who: str) -> dist.TCPStore:
+def join(host: str, port: int, token: str, timeout_s: float, who: str, dog: "Watchdog | None" = None) -> dist.TCPStore:
     """Join the store at ``host:port`` and check that it serves the run of ``token`` (``Refused`` if not),
-    all within ``timeout_s``."""
+    all within ``timeout_s`` (the token's calls timed by ``dog`` when given)."""
     check_port(port)
     deadline = time.monotonic() + timeout_s
     try:
@@ -125,9 +128,10 @@ def join(host: str, port: int, token: str, timeout_s: float, who: str) -> dist.T
         raise RuntimeFailure(f"{who}: cannot reach the rendezvous at {host}:{port} within {timeout_s:g} s "
                              f"({_first_line(exc)})") from None
     left = max(0.1, deadline - time.monotonic())
+    calls = dog.watched(store) if dog is not None else store
     try:
-        store.wait([TOKEN_KEY], _td(left))
-        published = store.get(TOKEN_KEY).decode()
+        calls.wait([TOKEN_KEY], _td(left))
+        published = calls.get(TOKEN_KEY).decode()
     except (RuntimeError, OSError):
         raise Refused(f"{who}: {host}:{port} is not the rendezvous of a hetsplit run (no run token published "
                       f"within {timeout_s:g} s)") from None
@@ -140,3 +144,72 @@ def join(host: str, port: int, token: str, timeout_s: float, who: str) -> dist.T
 def scoped(store: dist.Store, token: str) -> dist.PrefixStore:
     """The run's own part of the store (every key under ``run/<token>/``)."""
     return dist.PrefixStore(f"run/{token}/", store)
+
+
+class Watchdog:
+    """Ends this process when no store call completes for ``seconds`` (``on_stall`` then runs in the
+    watchdog's thread: it must end the process, e.g. print and ``os._exit``).
+
+    torch's store client has no timeout of its own on a reply: a server that accepts a request and
+    never answers (a hostile or wedged driver) blocks the call forever, inside C++ where no signal
+    handler runs (SIGTERM and Ctrl-C included). The calls release the GIL, so this thread still runs."""
+
+    def __init__(self, seconds: float, on_stall: Callable[[], None]):
+        self.seconds, self.on_stall = seconds, on_stall
+        self.last = time.monotonic()
+        self.busy = 0
+        self.remove: Path | None = None     # a temporary folder to remove when it ends the process
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._watch, name="hetsplit-watchdog", daemon=True)
+
+    def __enter__(self) -> "Watchdog":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.done.set()
+
+    def kick(self) -> None:
+        self.last = time.monotonic()
+
+    def _watch(self) -> None:
+        while not self.done.wait(min(0.25, self.seconds / 10)):
+            if self.busy and time.monotonic() - self.last > self.seconds:
+                self.on_stall()
+                return
+
+    def watched(self, store) -> "WatchedStore":
+        return WatchedStore(store, self)
+
+
+class WatchedStore:
+    """A store whose every call is timed by a ``Watchdog`` (the calls hetsplit makes: set, get, check,
+    wait, add)."""
+
+    def __init__(self, store, dog: Watchdog):
+        self._store, self._dog = store, dog
+
+    def _call(self, name: str, *args):
+        dog = self._dog
+        dog.kick()
+        dog.busy += 1
+        try:
+            return getattr(self._store, name)(*args)
+        finally:
+            dog.busy -= 1
+            dog.kick()
+
+    def set(self, *a):
+        return self._call("set", *a)
+
+    def get(self, *a):
+        return self._call("get", *a)
+
+    def check(self, *a):
+        return self._call("check", *a)
+
+    def wait(self, *a):
+        return self._call("wait", *a)
+
+    def add(self, *a):
+        return self._call("add", *a)
