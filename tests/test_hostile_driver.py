@@ -444,3 +444,28 @@ def test_a_driver_that_takes_requests_and_never_replies_ends_the_worker_with_a_m
                             "--device", DEVICE, "--timeout", "3"], capture_output=True, text=True, timeout=100)
     assert p.returncode == 2, p.stderr[-2000:]
     assert "stopped answering for 3 s" in p.stderr and "Traceback" not in p.stderr and "frame #" not in p.stderr
+
+
+# ---- 4, the driver's side: what a worker sends back is authenticated too ----------------------------------
+
+@pytest.mark.parametrize("forged", ["beat", "report"])
+def test_the_driver_refuses_a_beat_or_report_forged_without_the_token(split, forged):
+    from hetsplit.runtime.hosts import HostMap, Hosted
+
+    manifest = load_manifest(split)
+    hosted = Hosted(manifest, HostMap({DEVICE: "127.0.0.1"}))
+    cfg = RunConfig(str(split / "manifest.json"), inputs=2, timeout_s=10, startup_timeout_s=10, token=TOKEN)
+    hosted.open(cfg)
+    try:
+        rank = next(iter(hosted.remote))
+        stranger = rendezvous.scoped(hosted.base, TOKEN)            # a host that learnt the port and the prefix
+        if forged == "beat":
+            stranger.set(f"beat/{rank}", b"9" * 40)
+        else:
+            put(stranger, StoreKey.of("a guess"), f"report/{rank}", json.dumps({"ok": True}).encode())
+        hosted.t_tick = 0.0
+        hosted.tick()
+        doc = hosted.docs()[rank]
+        assert doc["ok"] is False and f"device {DEVICE}" in doc["error"] and "not authenticated" in doc["error"]
+    finally:
+        hosted.close({}, None)

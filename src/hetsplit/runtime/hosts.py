@@ -44,12 +44,13 @@ from hetsplit.runtime import rendezvous
 from hetsplit.runtime.config import RunConfig
 from hetsplit.runtime.launch import Launcher
 from hetsplit.runtime.manifest import MANIFEST_FILE, Manifest, load_manifest
-from hetsplit.runtime.peer_config import published, remote_ranks, worker_config
+from hetsplit.runtime.peer_config import published, remote_ranks, steps_per_input, worker_config
 from hetsplit.runtime.store_auth import StoreKey, Unauthenticated, declared, fetch, get_sealed, put, set_sealed
 
 BEAT_S = 0.25            # how often a worker says it is alive (and checks the driver is)
 LOST_AFTER_S = 5.0       # a worker silent this long is taken for dead (at most the run's --timeout)
-REPORT_CAP = 100 << 20   # a worker's report (its measurements) is far smaller
+REPORT_BYTES = 100 << 20          # a worker's report (its measurements) is at most this ...
+REPORT_BYTES_PER_STEP = 128       # ... or its timestamps, a few JSON numbers per input, segment and message end
 
 
 def local_addr(host: str, port: int) -> str:
@@ -167,8 +168,9 @@ class Hosted:
         who = f"driver (device {cmd.device} on {cmd.host})"
         try:
             if self.store.check([f"report/{rank}"]):
-                self.reports[rank] = report_doc(fetch(self.store, self.key, f"report/{rank}", REPORT_CAP, who),
-                                                rank, cmd.device)
+                cap = max(REPORT_BYTES, self.cfg.inputs * steps_per_input(self.manifest, [rank]) * REPORT_BYTES_PER_STEP)
+                self.reports[rank] = report_doc(fetch(self.store, self.key, f"report/{rank}", cap, who), rank,
+                                                cmd.device)
                 return
             beats = 0
             if self.store.check([f"beat/{rank}"]):
