@@ -305,7 +305,9 @@ def test_join_group_writes_only_an_existing_hetsplit_cgroup_procs_file(tmp_path)
     for path in (victim, tmp_path / "hetsplit-1-abc-r1" / "victim.txt", tmp_path / "other" / "cgroup.procs"):
         with pytest.raises(RuntimeFailure, match="not the cgroup.procs of a hetsplit cgroup"):
             join_group(str(path))
-    missing = tmp_path / "hetsplit-1-abc-r1" / "cgroup.procs"
+    with pytest.raises(RuntimeFailure, match="not by the run that started this process"):
+        join_group(str(tmp_path / "hetsplit-1-abc-r1" / "cgroup.procs"))      # another run's group
+    missing = tmp_path / f"hetsplit-{os.getppid()}-abc-r1" / "cgroup.procs"
     with pytest.raises(RuntimeFailure, match="cannot join"):
         join_group(str(missing))                                   # never created
     assert not missing.exists() and victim.read_text() == "precious\n"
