@@ -60,7 +60,8 @@ class FakeDriver:
         key = key or self.key
         doc = manifest or json.loads((self.dir / "manifest.json").read_text())
         put(self.store, key, "manifest", json.dumps(doc).encode())
-        names = [s["submodel"] for w in doc["workers"] for s in w.get("segments", []) if isinstance(s.get("submodel"), str)]
+        names = [s["submodel"] for w in doc["workers"] for s in w.get("segments", [])
+                 if isinstance(s.get("submodel"), str)]
         for name in names:
             data = (files or {}).get(name)
             if data is None:

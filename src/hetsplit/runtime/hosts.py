@@ -36,7 +36,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from hetsplit.errors import HetsplitError, RuntimeFailure, UsageError
 from hetsplit.jsonfile import MAX_INPUT_ENV, ONNX_MAX_BYTES, max_input_bytes
@@ -168,7 +168,8 @@ class Hosted:
         who = f"driver (device {cmd.device} on {cmd.host})"
         try:
             if self.store.check([f"report/{rank}"]):
-                cap = max(REPORT_BYTES, self.cfg.inputs * steps_per_input(self.manifest, [rank]) * REPORT_BYTES_PER_STEP)
+                steps = steps_per_input(self.manifest, [rank])
+                cap = max(REPORT_BYTES, self.cfg.inputs * steps * REPORT_BYTES_PER_STEP)
                 self.reports[rank] = report_doc(fetch(self.store, self.key, f"report/{rank}", cap, who), rank,
                                                 cmd.device)
                 return
