@@ -78,6 +78,7 @@ def run(args) -> int:
     from hetsplit.runtime import RunOptions, resolve_model
     from hetsplit.workflow import load_plan_cluster, plan_input_shapes
 
+    _check_bounds(args)
     if args.latency_inputs is not None and args.latency_inputs > args.inputs >= 1:
         raise UsageError(f"--latency-inputs {args.latency_inputs}: give 0 to --inputs ({args.inputs}) of the inputs "
                          "to send one at a time")
@@ -112,6 +113,9 @@ def _run(args, opts, plan, graph, path, cluster, split_dir: Path) -> int:
 
     with progress("splitting"):
         manifest = split_model(plan, graph, path, split_dir, cluster=cluster)
+    from hetsplit.runtime.peer_config import check_inputs, steps_per_input
+
+    check_inputs(args.inputs, steps_per_input(manifest, list(range(manifest.world_size))), "--inputs")
     opts.threads = {w.device: args.threads for w in manifest.stages}
     opts.kinds, opts.cpu_only = _kinds(cluster, manifest), args.cpu_only
     if not args.cpu_only and not args.hosts:
@@ -134,6 +138,25 @@ def _run(args, opts, plan, graph, path, cluster, split_dir: Path) -> int:
         return _finish(args, report, plan, graph, cluster)
     report = run_manifest(manifest, opts)
     return _finish(args, report, plan, graph, cluster)
+
+
+def _check_bounds(args) -> None:
+    """--inputs, --threads and --timeout within what a run can hold, before any work (each flag named)."""
+    import math
+    import os
+
+    from hetsplit.runtime.peer_config import MAX_INPUTS, MAX_THREADS, MAX_TIMEOUT_S
+
+    if args.inputs > MAX_INPUTS:
+        raise UsageError(f"--inputs {args.inputs}: give at most {MAX_INPUTS:,} inputs")
+    cores = len(os.sched_getaffinity(0))
+    if args.threads > MAX_THREADS or (not args.hosts and args.threads > cores):
+        most = MAX_THREADS if args.hosts else cores
+        raise UsageError(f"--threads {args.threads}: give at most {most} compute threads per device"
+                         + ("" if args.hosts else f" (this machine has {cores} cores)"))
+    if not (math.isfinite(args.timeout) and 0 < args.timeout <= MAX_TIMEOUT_S):
+        raise UsageError(f"--timeout {args.timeout}: give a number of seconds > 0 and at most {MAX_TIMEOUT_S:g} "
+                         "(a week)")
 
 
 def _check_hosts(args) -> None:

@@ -7,13 +7,19 @@ from pathlib import Path
 
 from hetsplit.cli.common import add_command
 
+TOKEN_ENV = "HETSPLIT_TOKEN"
+
 
 def register(sub) -> None:
     p = add_command(sub, "worker", "run a device of a run across hosts (the command `hetsplit run --hosts` prints)",
                     ["hetsplit worker --join 10.0.0.1:29500 --token 3f2a... --device gpu0",
-                     "hetsplit worker --join 10.0.0.1:29500 --token 3f2a... --device cpu1,cpu2 --run-dir logs/"])
+                     "hetsplit worker --join 10.0.0.1:29500 --token-file run.token --device cpu1,cpu2 --run-dir logs/",
+                     "HETSPLIT_TOKEN=3f2a... hetsplit worker --join 10.0.0.1:29500 --device gpu0"])
     p.add_argument("--join", required=True, metavar="HOST:PORT", help="the driver's rendezvous (printed by the run)")
-    p.add_argument("--token", required=True, help="the run's token (printed by the run); another run refuses it")
+    p.add_argument("--token", default=None,
+                   help="the run's token (printed by the run); another run refuses it. It shows in the process "
+                        f"list: --token-file or ${TOKEN_ENV} keep it out")
+    p.add_argument("--token-file", default=None, metavar="FILE", help="read the run's token from FILE")
     p.add_argument("--device", required=True, metavar="DEV[,DEV]", help="the plan's device(s) this host runs")
     p.add_argument("--timeout", type=float, default=60.0, metavar="S",
                    help="give up when the driver cannot be reached or hands out nothing for S seconds (default 60)")
@@ -23,17 +29,54 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+def read_token(args) -> str:
+    """The run token from --token, --token-file or $HETSPLIT_TOKEN (exactly one of them)."""
+    from hetsplit.errors import UsageError
+    from hetsplit.jsonfile import read_text
+
+    given = [(flag, v) for flag, v in (("--token", args.token), ("--token-file", args.token_file),
+                                       (f"${TOKEN_ENV}", os.environ.get(TOKEN_ENV) or None)) if v is not None]
+    if not given:
+        raise UsageError(f"give the run's token (printed by the run) with --token, --token-file FILE or ${TOKEN_ENV}")
+    if len(given) > 1 and not (len(given) == 2 and given[1][0] == f"${TOKEN_ENV}"):
+        raise UsageError(f"give the run's token once: {' and '.join(f for f, _ in given)} are both given")
+    flag, value = given[0]
+    if flag == "--token-file":
+        value = read_text(value, UsageError, "no such token file").strip()
+    if not value or len(value) > 1024 or not value.isprintable() or any(c.isspace() for c in value):
+        raise UsageError(f"{flag}: the run token is one word of printable characters (as the run printed it)")
+    return value
+
+
+def _stalled(opts, dog) -> None:
+    """The driver's store took a request and never answered: nothing in this process can interrupt that
+    call, so say so and end the process (its ranks die with it; a temporary run folder is removed)."""
+    import shutil
+    import sys
+
+    print(f"hetsplit worker: error: worker of {', '.join(opts.devices)}: the driver at {opts.host}:{opts.port} "
+          f"stopped answering for {opts.timeout_s:g} s (its store took a request and never replied); stopped",
+          file=sys.stderr, flush=True)
+    if dog.remove is not None:
+        shutil.rmtree(dog.remove, ignore_errors=True)
+    os._exit(2)
+
+
 def run(args) -> int:
-    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")   # before torch loads: no c10d warnings with C++ frames
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")   # before torch loads: no c10d logs with C++ frames
     from hetsplit.errors import UsageError
     from hetsplit.runtime.hosts import JoinOptions, join_run
+    from hetsplit.runtime.rendezvous import Watchdog
 
     host, sep, port = args.join.rpartition(":")
     if not sep or not host or not port.isdigit():
         raise UsageError(f"--join {args.join!r}: write HOST:PORT, e.g. 10.0.0.1:29500")
     devices = [d.strip() for d in args.device.split(",") if d.strip()]
-    opts = JoinOptions(host.strip("[]"), int(port), args.token, devices, timeout_s=args.timeout, addr=args.addr, run_dir=Path(args.run_dir) if args.run_dir else None)
-    docs = join_run(opts)
+    opts = JoinOptions(host.strip("[]"), int(port), read_token(args), devices, timeout_s=args.timeout, addr=args.addr,
+                       run_dir=Path(args.run_dir) if args.run_dir else None)
+    dog = Watchdog(opts.timeout_s * 1.1, lambda: _stalled(opts, dog))
+    with dog:
+        docs = join_run(opts, dog)
     devices = ", ".join(d.get("device", "?") for d in docs.values())
     print(f"worker: {devices} finished; the driver reports the measurements")
     return 0

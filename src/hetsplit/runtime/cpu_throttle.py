@@ -267,10 +267,27 @@ class CpuThrottle:
 
 
 def join_group(procs_file: str | None) -> None:
-    """Move this process, every thread of it, into the cgroup whose ``cgroup.procs`` is given (None: stay)."""
+    """Move this process, every thread of it, into the cgroup whose ``cgroup.procs`` is given (None: stay).
+
+    Only a group made by the run that started this process is joined: ``hetsplit-<pid>-<tag>-r<rank>``
+    (``runtime.owned``) whose ``pid`` is this process's parent (the run's launcher), through its
+    ``cgroup.procs`` file, which must exist: the file is opened without creating, truncating or following a
+    link, so no other file can be written this way."""
     if not procs_file:
         return
+    path = Path(procs_file)
+    owner = owner_of(path.parent.name)
+    if path.name != "cgroup.procs" or owner is None:
+        raise RuntimeFailure(f"CPU throttling: {procs_file!r:.200} is not the cgroup.procs of a hetsplit cgroup; "
+                             "refused")
+    if owner != os.getppid():
+        raise RuntimeFailure(f"CPU throttling: cgroup {path.parent.name} was made by process {owner}, not by the "
+                             f"run that started this process ({os.getppid()}); refused")
     try:
-        Path(procs_file).write_text(f"{os.getpid()}\n")
+        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)
+        try:
+            os.write(fd, f"{os.getpid()}\n".encode())
+        finally:
+            os.close(fd)
     except OSError as exc:
-        raise RuntimeFailure(f"CPU throttling: cannot join {Path(procs_file).parent.name}: {exc.strerror}") from None
+        raise RuntimeFailure(f"CPU throttling: cannot join {path.parent.name}: {exc.strerror}") from None

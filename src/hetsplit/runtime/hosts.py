@@ -12,6 +12,12 @@ refused), fetches the manifest and its device's sub-models from the store, runs 
 under a launcher of its own, beats every ``BEAT_S`` and sends back the rank's report (measurements,
 or the failure naming the device and the cause).
 
+A worker trusts only what it checked: every value either side acts on is authenticated with a key
+derived from the token and sized before its bytes are read (``runtime.store_auth``); the worker takes
+from the driver only the checked settings of ``runtime.peer_config``; sub-model names are plain file
+names (``manifest.check_submodel_name``) written as new files of its own in its run folder. A worker
+that fails before it computes gives back its devices' claims and leaves its error for the driver.
+
 Lifetimes: a worker ends when its driver ends (the driver posts an abort, or the store goes away:
 the launcher serving it ended or its host died); the driver ends the run, naming the device, when a
 worker reports a failure, stops beating (its host died) or never joins within the startup timeout.
@@ -22,40 +28,29 @@ Per-hop transfer times compare timestamps taken on two hosts: they need the host
 from __future__ import annotations
 
 import json
-import shlex
+import os
+import shutil
 import socket
+import shlex
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from hetsplit.errors import RuntimeFailure, UsageError
+from hetsplit.errors import HetsplitError, RuntimeFailure, UsageError
+from hetsplit.jsonfile import MAX_INPUT_ENV, ONNX_MAX_BYTES, max_input_bytes
 from hetsplit.runtime import rendezvous
 from hetsplit.runtime.config import RunConfig
 from hetsplit.runtime.launch import Launcher
-from hetsplit.runtime.manifest import Manifest, load_manifest
+from hetsplit.runtime.manifest import MANIFEST_FILE, Manifest, load_manifest
+from hetsplit.runtime.peer_config import published, remote_ranks, steps_per_input, worker_config
+from hetsplit.runtime.store_auth import StoreKey, Unauthenticated, declared, fetch, get_sealed, put, set_sealed
 
 BEAT_S = 0.25            # how often a worker says it is alive (and checks the driver is)
 LOST_AFTER_S = 5.0       # a worker silent this long is taken for dead (at most the run's --timeout)
-CHUNK = 4 << 20          # the store takes values up to 8 MiB: larger ones go in chunks
-
-
-# ---- values of any size in the store ------------------------------------------------------------------
-def put(store, key: str, data: bytes) -> None:
-    """Store ``data`` under ``key`` in chunks (the count last, so a reader never sees part of it)."""
-    chunks = [data[i:i + CHUNK] for i in range(0, len(data), CHUNK)] or [b""]
-    for i, c in enumerate(chunks):
-        store.set(f"{key}#{i}", c)
-    store.set(key, str(len(chunks)))
-
-
-def get(store, key: str, timeout_s: float | None = None) -> bytes:
-    """A value written by ``put`` (waiting for it up to ``timeout_s``)."""
-    if timeout_s is not None:
-        store.wait([key], rendezvous._td(timeout_s))
-    n = int(store.get(key))
-    return b"".join(store.get(f"{key}#{i}") for i in range(n))
+REPORT_BYTES = 100 << 20          # a worker's report (its measurements) is at most this ...
+REPORT_BYTES_PER_STEP = 128       # ... or its timestamps, a few JSON numbers per input, segment and message end
 
 
 def local_addr(host: str, port: int) -> str:
@@ -138,13 +133,17 @@ class Hosted:
         cfg.master_addr = addr
         cfg.addrs = {str(r): addr for r in range(self.manifest.world_size) if r not in self.remote}
         self.store = rendezvous.scoped(self.base, cfg.token)
-        put(self.store, "manifest", (Path(cfg.manifest)).read_bytes())
+        self.key = StoreKey.of(cfg.token)
+        put(self.store, self.key, "manifest", (Path(cfg.manifest)).read_bytes())
         for rank in self.remote:
             for seg in self.manifest.worker(rank).segments:
                 if seg.submodel:
-                    put(self.store, f"file/{seg.submodel}", self.manifest.submodel_path(rank, seg.index).read_bytes())
-        put(self.store, "config", json.dumps(asdict(cfg)).encode())
-        self.store.set("remote", json.dumps({self.manifest.worker(r).device: r for r in self.remote}))
+                    put(self.store, self.key, f"file/{seg.submodel}",
+                        self.manifest.submodel_path(rank, seg.index).read_bytes())
+        doc = published(cfg, self.manifest, sorted(self.remote))
+        put(self.store, self.key, "config", json.dumps(doc).encode())
+        set_sealed(self.store, self.key, "remote",
+                   json.dumps({self.manifest.worker(r).device: r for r in self.remote}).encode())
         self.t_open = time.time()
         self.beats = {r: (0, self.t_open) for r in self.remote}
         self.t_tick = 0.0
@@ -165,22 +164,45 @@ class Hosted:
         return len(self.reports) == len(self.remote)
 
     def _follow(self, rank: int, now: float) -> None:
-        if self.store.check([f"report/{rank}"]):
-            self.reports[rank] = json.loads(get(self.store, f"report/{rank}"))
+        cmd = self.commands[rank]
+        who = f"driver (device {cmd.device} on {cmd.host})"
+        try:
+            if self.store.check([f"report/{rank}"]):
+                steps = steps_per_input(self.manifest, [rank])
+                cap = max(REPORT_BYTES, self.cfg.inputs * steps * REPORT_BYTES_PER_STEP)
+                self.reports[rank] = report_doc(fetch(self.store, self.key, f"report/{rank}", cap, who), rank,
+                                                cmd.device)
+                return
+            beats = 0
+            if self.store.check([f"beat/{rank}"]):
+                beats = int(get_sealed(self.store, self.key, f"beat/{rank}", who).decode())
+        except (Unauthenticated, ValueError) as exc:
+            self.reports[rank] = {"ok": False, "kind": "error", "rank": rank, "device": cmd.device,
+                                  "t_fail": time.time(), "error": f"device {cmd.device}: {exc}",
+                                  "log": f"the worker's output on {cmd.host}"}
             return
-        beats = self.store.add(f"beat/{rank}", 0)
         last, since = self.beats[rank]
-        if beats != last:
+        if beats > last:
             self.beats[rank] = (beats, now)
             return
-        cmd = self.commands[rank]
         lost = min(LOST_AFTER_S, self.cfg.timeout_s)
         if beats == 0 and now - since > self.cfg.startup_timeout_s:
             self._silent(rank, f"device {cmd.device}: no worker joined from {cmd.host} within "
-                               f"{self.cfg.startup_timeout_s:g} s; run there: {cmd.text()}")
+                               f"{self.cfg.startup_timeout_s:g} s{self._last_error(rank, who)}; run there: "
+                               f"{cmd.text()}")
         elif beats > 0 and now - since > lost:
             self._silent(rank, f"device {cmd.device} on {cmd.host} stopped answering for {lost:g} s: its "
                                "worker died or the host is unreachable")
+
+    def _last_error(self, rank: int, who: str) -> str:
+        """What the last worker that tried to serve ``rank`` and failed before computing said (or nothing)."""
+        try:
+            if self.store.check([f"failed/{rank}"]):
+                said = get_sealed(self.store, self.key, f"failed/{rank}", who, cap=8192).decode(errors="replace")
+                return f" (a worker tried and failed: {said})"
+        except (RuntimeError, OSError, HetsplitError):
+            pass
+        return ""
 
     def _silent(self, rank: int, error: str) -> None:
         self.reports[rank] = {"ok": False, "kind": "silent", "rank": rank, "device": self.commands[rank].device,
@@ -193,21 +215,38 @@ class Hosted:
     def close(self, docs: dict[int, dict], failure: str | None) -> None:
         if self.store is not None and failure is not None:
             try:
-                self.store.set("abort", failure)
+                set_sealed(self.store, self.key, "abort", failure.encode())
                 time.sleep(2 * BEAT_S)        # the workers read why before the store goes away
             except (RuntimeError, OSError):
                 pass
         self.store = self.base = None         # the server stops: every worker still joined ends
 
 
+def report_doc(data: bytes, rank: int, device: str) -> dict:
+    """A worker's report as the driver takes it: a JSON object whose rank and device are the driver's own."""
+    try:
+        doc = json.loads(data)
+    except ValueError as exc:
+        doc = {"ok": False, "error": f"device {device}: its worker sent a report that is not JSON ({exc})"}
+    if not isinstance(doc, dict) or type(doc.get("ok")) is not bool:
+        doc = {"ok": False, "error": f"device {device}: its worker sent a report that is not a report"}
+    if doc["ok"] is False:
+        doc["error"] = str(doc.get("error") or f"device {device}: failed")[:4000]
+        doc.setdefault("kind", "error")
+        doc.setdefault("t_fail", time.time())
+    doc.update(rank=rank, device=device)
+    return doc
+
+
 class DriverWatch:
     """The worker side (the launcher's ``Peers`` on a worker host): beats for its ranks, ends them when
-    the driver aborts or goes away, and sends their reports back."""
+    the driver aborts or goes away, and sends their reports back (every value sealed with ``key``)."""
 
-    def __init__(self, store, where: str, ranks: dict[int, str], run_dir: Path, kept: bool):
-        self.store, self.where, self.ranks = store, where, ranks
+    def __init__(self, store, key: StoreKey, where: str, ranks: dict[int, str], run_dir: Path, kept: bool):
+        self.store, self.key, self.where, self.ranks = store, key, where, ranks
         self.run_dir, self.kept = run_dir, kept
         self.t_beat = 0.0
+        self.beats = 0
 
     def open(self, cfg: RunConfig) -> None:
         pass
@@ -217,13 +256,16 @@ class DriverWatch:
         if now - self.t_beat < BEAT_S:
             return True
         self.t_beat = now
+        who = f"worker of {', '.join(self.ranks.values())}"
         try:
             if self.store.check(["abort"]):
-                raise RuntimeFailure(f"the driver at {self.where} ended the run: {self.store.get('abort').decode()}")
+                why = get_sealed(self.store, self.key, "abort", who, cap=1 << 16).decode(errors="replace")
+                raise RuntimeFailure(f"the driver at {self.where} ended the run: {why}")
+            self.beats += 1
             for rank in self.ranks:
-                self.store.add(f"beat/{rank}", 1)
+                set_sealed(self.store, self.key, f"beat/{rank}", str(self.beats).encode())
         except (RuntimeError, OSError):   # the store's connection: torch's DistError is a RuntimeError
-            raise RuntimeFailure(f"worker of {', '.join(self.ranks.values())}: the driver at {self.where} is gone "
+            raise RuntimeFailure(f"{who}: the driver at {self.where} is gone "
                                  "(the run ended, or its host died or cannot be reached); stopped") from None
         return True
 
@@ -238,7 +280,7 @@ class DriverWatch:
             doc["log"] = (f"{log} on the worker's host" if self.kept else
                           "the worker's host (keep its logs with hetsplit worker --run-dir DIR)")
             try:
-                put(self.store, f"report/{rank}", json.dumps(doc).encode())
+                put(self.store, self.key, f"report/{rank}", json.dumps(doc).encode())
             except (RuntimeError, OSError):
                 return          # the driver is gone: nobody to tell
 
@@ -256,56 +298,130 @@ class JoinOptions:
     run_dir: Path | None = None    # keep the sub-models and logs here (default: a temporary directory)
 
     def __post_init__(self) -> None:
+        from hetsplit.runtime.peer_config import MAX_TIMEOUT_S
+
         rendezvous.check_port(self.port, "--join")
         if self.port == 0:
             raise UsageError("--join HOST:PORT: give the port the driver printed (not 0)")
         if not self.token:
-            raise UsageError("--token: give the run token the driver printed")
+            raise UsageError("--token: give the run token the driver printed (or --token-file FILE, or set "
+                             "HETSPLIT_TOKEN)")
         if not self.devices:
             raise UsageError("--device: name the device (or devices, comma-separated) this host runs")
-        if not self.timeout_s > 0:
-            raise UsageError(f"--timeout {self.timeout_s}: give a number of seconds > 0")
+        twice = sorted({d for d in self.devices if self.devices.count(d) > 1})
+        if twice:
+            raise UsageError(f"--device names {', '.join(twice)} twice; name each device once")
+        if not 0 < self.timeout_s <= MAX_TIMEOUT_S:
+            raise UsageError(f"--timeout {self.timeout_s}: give a number of seconds > 0 and at most "
+                             f"{MAX_TIMEOUT_S:g} (a week)")
+        if self.run_dir is not None and self.run_dir.exists() and not self.run_dir.is_dir():
+            raise UsageError(f"--run-dir {self.run_dir}: is an existing file, not a folder; give another path")
 
 
-def join_run(opts: JoinOptions) -> dict[int, dict]:
-    """Serve ``opts.devices`` in the run at ``opts.host:opts.port`` until it ends; their reports."""
+def submodel_cap() -> int:
+    """The most bytes one fetched sub-model may have: ``HETSPLIT_MAX_INPUT_MB`` when set, else protobuf's
+    2 GiB (a larger ONNX file cannot be read anyway)."""
+    return max_input_bytes() if os.environ.get(MAX_INPUT_ENV) else ONNX_MAX_BYTES
+
+
+def _write_fetched(store, key: StoreKey, name: str, folder: Path, file: str, cap: int, who: str) -> None:
+    """Fetch ``name`` into ``folder/file``: a new file of this worker's (never following a link planted
+    there), renamed into place once its bytes are authenticated."""
+    tmp = folder / f".{file}.{os.getpid()}.part"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        raise RuntimeFailure(f"{who}: cannot write {tmp} ({exc.strerror or exc})") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            fetch(store, key, name, cap, who, sink=f)
+        try:
+            os.replace(tmp, folder / file)
+        except OSError as exc:
+            raise RuntimeFailure(f"{who}: cannot write {folder / file} ({exc.strerror or exc})") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def join_run(opts: JoinOptions, dog: rendezvous.Watchdog | None = None) -> dict[int, dict]:
+    """Serve ``opts.devices`` in the run at ``opts.host:opts.port`` until it ends; their reports. With ``dog``,
+    every store call is timed by it (a driver that stops answering mid-call ends the process)."""
     where = f"{opts.host}:{opts.port}"
     who = f"worker of {', '.join(opts.devices)}"
-    base = rendezvous.join(opts.host, opts.port, opts.token, opts.timeout_s, who)
+    base = rendezvous.join(opts.host, opts.port, opts.token, opts.timeout_s, who, dog)
     store = rendezvous.scoped(base, opts.token)
-    try:
-        store.wait(["remote"], rendezvous._td(opts.timeout_s))
-        remote = json.loads(store.get("remote"))
-        cfg = RunConfig(**json.loads(get(store, "config", opts.timeout_s)))
-    except (RuntimeError, OSError) as exc:
-        raise RuntimeFailure(f"{who}: the driver at {where} did not hand out the run ({exc})") from None
-    except (TypeError, ValueError) as exc:
-        raise RuntimeFailure(f"{who}: the driver at {where} hands out a run this hetsplit cannot read (another "
-                             f"version? {exc}); install the same hetsplit on every host") from None
-    unknown = [d for d in opts.devices if d not in remote]
-    if unknown:
-        raise UsageError(f"--device {', '.join(unknown)}: this run places only {sorted(remote)} on other hosts")
-    for d in opts.devices:
-        if store.add(f"claim/{d}", 1) > 1:
-            raise rendezvous.Refused(f"{who}: device {d} already has a worker in the run at {where}")
-    ranks = {int(remote[d]): d for d in opts.devices}
+    if dog is not None:
+        store = dog.watched(store)
+    key = StoreKey.of(opts.token)
     with tempfile.TemporaryDirectory(prefix="hetsplit-worker-") as tmp:
         run_dir = Path(opts.run_dir or tmp)
+        if dog is not None and opts.run_dir is None:
+            dog.remove = Path(tmp)
         split = run_dir / "split"
-        split.mkdir(parents=True, exist_ok=True)
-        (split / "manifest.json").write_bytes(get(store, "manifest"))
-        manifest = load_manifest(split)
-        for rank in ranks:
-            for seg in manifest.worker(rank).segments:
-                if seg.submodel:
-                    if Path(seg.submodel).name != seg.submodel or seg.submodel.startswith("."):
-                        raise RuntimeFailure(f"{who}: the driver names a sub-model {seg.submodel!r}; a worker writes "
-                                             "only plain file names into its own directory")
-                    (split / seg.submodel).write_bytes(get(store, f"file/{seg.submodel}"))
-        cfg.manifest = str(split / "manifest.json")
-        cfg.master_addr, cfg.launcher_serves = opts.host, True
-        cfg.cpus = {}                  # --pin chose CPUs of the driver's host, not of this one
-        addr = opts.addr or local_addr(opts.host, opts.port)
-        cfg.addrs.update({str(r): addr for r in ranks})
-        watch = DriverWatch(store, where, ranks, run_dir, kept=opts.run_dir is not None)
+        claimed: list[str] = []
+        try:
+            manifest, ranks, cfg = _take_run(store, key, opts, run_dir, split, who, where, claimed)
+        except BaseException as exc:       # a failure before computing: free the claims, tell the driver
+            _give_up(store, key, opts.devices, claimed, exc)
+            raise
+        watch = DriverWatch(store, key, where, ranks, run_dir, kept=opts.run_dir is not None)
         return Launcher(manifest, cfg, run_dir, ranks=sorted(ranks), peers=watch).run()
+
+
+def _take_run(store, key: StoreKey, opts: JoinOptions, run_dir: Path, split: Path, who: str, where: str,
+              claimed: list[str]) -> tuple[Manifest, dict[int, str], RunConfig]:
+    """Fetch and check what the driver hands out, claim the devices and write their sub-models."""
+    try:
+        store.wait(["remote"], rendezvous._td(opts.timeout_s))
+        remote_doc = json.loads(get_sealed(store, key, "remote", who, cap=1 << 20))
+        split.mkdir(parents=True, exist_ok=True)
+        if split.is_symlink() or split.resolve().parent != run_dir.resolve():
+            raise RuntimeFailure(f"{who}: {split} is a link out of the run folder; refused")
+        _write_fetched(store, key, "manifest", split, MANIFEST_FILE, max_input_bytes(), who)
+        manifest = load_manifest(split / MANIFEST_FILE)
+        remote = remote_ranks(remote_doc, manifest, who)
+        unknown = [d for d in opts.devices if d not in remote]
+        if unknown:
+            raise UsageError(f"--device {', '.join(unknown)}: this run places only {sorted(remote)} on other hosts")
+        ranks = {remote[d]: d for d in opts.devices}
+        addr = opts.addr or local_addr(opts.host, opts.port)
+        doc = json.loads(fetch(store, key, "config", max_input_bytes(), who))
+        cfg = worker_config(doc, manifest, sorted(ranks), who=who, manifest_path=str(split / MANIFEST_FILE),
+                            token=opts.token, master_addr=opts.host, master_port=opts.port, addr=addr)
+        for d in opts.devices:
+            if store.add(f"claim/{d}", 1) > 1:
+                store.add(f"claim/{d}", -1)
+                raise rendezvous.Refused(f"{who}: device {d} already has a worker in the run at {where}")
+            claimed.append(d)
+        files = [s.submodel for r in ranks for s in manifest.worker(r).segments if s.submodel]
+        need = sum(declared(store, key, f"file/{name}", submodel_cap(), who) for name in files)   # sizes first
+        free = shutil.disk_usage(split).free
+        if need > free:
+            raise RuntimeFailure(f"{who}: the driver's sub-models take {need:,} bytes; {split} has {free:,} free")
+        for name in files:
+            _write_fetched(store, key, f"file/{name}", split, name, submodel_cap(), who)
+    except (RuntimeError, OSError) as exc:
+        raise RuntimeFailure(f"{who}: the driver at {where} did not hand out the run "
+                             f"({rendezvous._first_line(exc)})") from None
+    except (ValueError, RecursionError) as exc:     # JSON that does not parse
+        raise RuntimeFailure(f"{who}: the driver at {where} hands out a run this hetsplit cannot read ({exc}); "
+                             "install the same hetsplit on every host") from None
+    return manifest, ranks, cfg
+
+
+def _give_up(store, key: StoreKey, devices: list[str], claimed: list[str], exc: BaseException) -> None:
+    """After a failure before computing: free this worker's claims and leave its error for the driver
+    (which names it if no worker serves the device in time); a worker refused because another serves the
+    device leaves nothing."""
+    try:
+        for d in claimed:
+            store.add(f"claim/{d}", -1)
+        if isinstance(exc, rendezvous.Refused):
+            return
+        why = str(exc) if isinstance(exc, HetsplitError) else f"{type(exc).__name__}: {exc}".rstrip(": ")
+        remote = json.loads(get_sealed(store, key, "remote", "worker", cap=1 << 20))
+        for d in devices:
+            if isinstance(remote, dict) and type(remote.get(d)) is int:
+                set_sealed(store, key, f"failed/{remote[d]}", why[:4000].encode())
+    except (RuntimeError, OSError, HetsplitError, ValueError, RecursionError):
+        pass

@@ -64,8 +64,23 @@ from hetsplit.errors import RuntimeFailure
 from hetsplit.jsonfile import read_json
 
 FORMAT = "hetsplit.manifest/2"
+MANIFEST_FILE = "manifest.json"
+SUBMODEL_SUFFIX = ".onnx"
 DRIVER = "driver"  # the name of rank 0 (feeds inputs, collects outputs)
 P2P, GATHER, SCATTER = "p2p", "gather", "scatter"
+
+
+def check_submodel_name(name: object) -> str:
+    """``name`` if it is a plain sub-model file name (letters, digits, ``-_.``, ending in ``.onnx``, not
+    hidden, at most 255 bytes): never a path, never the manifest or a file a run writes itself (their names
+    do not end in ``.onnx``); ValueError saying why not."""
+    if not isinstance(name, str):
+        raise ValueError(f"a sub-model is named by a string, not {type(name).__name__} {name!r:.40}")
+    plain = all(c.isalnum() or c in "-_." for c in name) and not name.startswith(".")
+    if not plain or not name.endswith(SUBMODEL_SUFFIX) or len(name.encode()) > 255 or name == SUBMODEL_SUFFIX:
+        raise ValueError(f"sub-model {name!r:.80}: a sub-model is a plain file name ending in {SUBMODEL_SUFFIX} "
+                         "(letters, digits, '-', '_', '.'; no folder, not hidden)")
+    return name
 
 
 @dataclass(frozen=True)
@@ -242,7 +257,10 @@ class Segment:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Segment":
-        return cls(int(d["index"]), [str(x) for x in d["tasks"]], d.get("submodel"),
+        submodel = d.get("submodel")
+        if submodel is not None:
+            check_submodel_name(submodel)
+        return cls(int(d["index"]), [str(x) for x in d["tasks"]], submodel,
                    [TensorSpec.from_dict(t) for t in d.get("inputs", [])],
                    [TensorSpec.from_dict(t) for t in d.get("outputs", [])],
                    [int(x) for x in d.get("recv", [])], [int(x) for x in d.get("send", [])])
@@ -316,10 +334,19 @@ class Manifest:
         return [t.source for m in self.sent_by(rank) for t in m.tensors if t.take is None and t.source in got]
 
     def submodel_path(self, rank: int, segment: int) -> Path:
+        """The sub-model's file: a plain name resolved inside the manifest's folder (never outside it)."""
         seg = self.workers[rank].segments[segment]
         if seg.submodel is None:
             raise RuntimeFailure(f"device {self.workers[rank].device}: segment {segment} computes nothing")
-        return (self.directory or Path(".")) / seg.submodel
+        folder = (self.directory or Path(".")).resolve()
+        try:
+            path = (folder / check_submodel_name(seg.submodel)).resolve()
+        except ValueError as exc:
+            raise RuntimeFailure(f"device {self.workers[rank].device}: {exc}") from None
+        if path.parent != folder:
+            raise RuntimeFailure(f"device {self.workers[rank].device}: sub-model {seg.submodel!r} resolves to {path}, "
+                                 f"outside the manifest's folder {folder}; refused")
+        return path
 
     def to_dict(self) -> dict[str, Any]:
         workers = [{"rank": 0, "device": DRIVER, "send": [m.id for m in self.sent_by(0)],
@@ -351,8 +378,8 @@ def load_manifest(path: str | Path) -> Manifest:
         raise RuntimeFailure(f"{p}: 'format' is {d.get('format')!r}; expected {FORMAT!r} (or {FORMAT_V1!r})")
     try:
         return from_v1(d, p) if d["format"] == FORMAT_V1 else _from_dict(d, p)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise RuntimeFailure(f"{p}: malformed manifest ({exc!r})") from None
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as exc:
+        raise RuntimeFailure(f"{p}: malformed manifest ({exc!r:.300})") from None
 
 
 def point_to_point(messages: list[dict[str, Any]]) -> list[Message]:
@@ -374,6 +401,10 @@ def _from_dict(d: dict[str, Any], path: Path) -> Manifest:
                       [int(x) for x in w.get("collectives", [])]) for w in d["workers"]]
     if [w.rank for w in workers] != list(range(len(workers))):
         raise ValueError("workers must be listed by rank, 0 (the driver) first")
+    names = [s.submodel for w in workers for s in w.segments if s.submodel is not None]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"sub-models {twice} are named by more than one segment; each has a file of its own")
     messages = point_to_point(d["messages"])
     if [m.id for m in messages] != list(range(len(messages))):
         raise ValueError("messages must be listed by id from 0")

@@ -6,8 +6,8 @@ SHA-256 under ``TOKEN_KEY``; everything the run keeps in the store lives under `
 (gloo's own rendezvous, the files shipped to other hosts, heartbeats, reports). A process that joins
 first compares the published digest with its own token's: a process of another run (the same port,
 a worker left from an earlier run) is refused at once with a message saying so, and as it never
-writes under this run's prefix it cannot disturb the run. The token separates runs; it is not
-authentication (the store has none): run across hosts only on a network you trust.
+writes under this run's prefix it cannot disturb the run. The token separates runs; what a run across
+hosts acts on in the store is also authenticated with a key derived from it (``runtime.store_auth``).
 """
 
 from __future__ import annotations
@@ -15,12 +15,19 @@ from __future__ import annotations
 import datetime
 import hashlib
 import secrets
+import socket
+import struct
+import threading
+import time
+from pathlib import Path
+from typing import Callable
 
 import torch.distributed as dist
 
 from hetsplit.errors import RuntimeFailure, UsageError
 
 TOKEN_KEY = "hetsplit/token-sha256"
+_VALIDATE, _PING, _VALIDATION_MAGIC = 0, 13, 0x3C85F7CE     # torch TCPStore's query types and magic
 
 
 class Refused(RuntimeFailure):
@@ -66,17 +73,65 @@ def serve(port: int, token: str, timeout_s: float, who: str = "driver") -> dist.
     return store
 
 
-def join(host: str, port: int, token: str, timeout_s: float, who: str) -> dist.TCPStore:
-    """Join the store at ``host:port`` and check that it serves the run of ``token`` (``Refused`` if not)."""
+def _probe(host: str, port: int, deadline: float, who: str) -> None:
+    """Wait until a store answers at ``host:port`` (connection refused: retried), by ``deadline``.
+
+    Spoken with a Python socket under its own timeouts, so a peer that accepts and never answers, or
+    nothing listening, ends in a message at the deadline: torch's client constructor holds the GIL while
+    it retries and can wait past its timeout (or forever on a silent peer). The probe is the store
+    protocol's own ping (a validate message, then a nonce the server echoes)."""
+    reached = False
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        try:
+            with socket.create_connection((host, port), timeout=left) as s:
+                reached = True
+                s.settimeout(max(1e-3, deadline - time.monotonic()))
+                nonce = secrets.randbits(32)
+                s.sendall(struct.pack("<BI", _VALIDATE, _VALIDATION_MAGIC) + struct.pack("<BI", _PING, nonce))
+                got = b""
+                while len(got) < 4:
+                    part = s.recv(4 - len(got))
+                    if not part:
+                        break
+                    got += part
+            if got == struct.pack("<I", nonce):
+                return
+            raise Refused(f"{who}: {host}:{port} is not the rendezvous of a hetsplit run (it does not speak the "
+                          "store's protocol)")
+        except socket.timeout:
+            break
+        except OSError:                     # refused, unreachable: the driver may not be up yet
+            time.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
+    if reached:
+        raise Refused(f"{who}: {host}:{port} is not the rendezvous of a hetsplit run (it did not answer within "
+                      "the timeout)")
+    raise RuntimeFailure(f"{who}: cannot reach the rendezvous at {host}:{port} within the timeout (nothing answers "
+                         "there: is the run started, the address and port right, a firewall open?)")
+
+
+def join(host: str, port: int, token: str, timeout_s: float, who: str, dog: "Watchdog | None" = None) -> dist.TCPStore:
+    """Join the store at ``host:port`` and check that it serves the run of ``token`` (``Refused`` if not),
+    all within ``timeout_s`` (the token's calls timed by ``dog`` when given)."""
     check_port(port)
+    deadline = time.monotonic() + timeout_s
     try:
-        store = dist.TCPStore(host, port, None, False, _td(timeout_s))
+        _probe(host, port, deadline, who)
+    except RuntimeFailure as exc:
+        raise type(exc)(str(exc).replace("the timeout", f"{timeout_s:g} s")) from None
+    left = max(0.1, deadline - time.monotonic())
+    try:
+        store = dist.TCPStore(host, port, None, False, _td(left))
     except (RuntimeError, OSError) as exc:
         raise RuntimeFailure(f"{who}: cannot reach the rendezvous at {host}:{port} within {timeout_s:g} s "
                              f"({_first_line(exc)})") from None
+    left = max(0.1, deadline - time.monotonic())
+    calls = dog.watched(store) if dog is not None else store
     try:
-        store.wait([TOKEN_KEY], _td(timeout_s))
-        published = store.get(TOKEN_KEY).decode()
+        calls.wait([TOKEN_KEY], _td(left))
+        published = calls.get(TOKEN_KEY).decode()
     except (RuntimeError, OSError):
         raise Refused(f"{who}: {host}:{port} is not the rendezvous of a hetsplit run (no run token published "
                       f"within {timeout_s:g} s)") from None
@@ -89,3 +144,72 @@ def join(host: str, port: int, token: str, timeout_s: float, who: str) -> dist.T
 def scoped(store: dist.Store, token: str) -> dist.PrefixStore:
     """The run's own part of the store (every key under ``run/<token>/``)."""
     return dist.PrefixStore(f"run/{token}/", store)
+
+
+class Watchdog:
+    """Ends this process when no store call completes for ``seconds`` (``on_stall`` then runs in the
+    watchdog's thread: it must end the process, e.g. print and ``os._exit``).
+
+    torch's store client has no timeout of its own on a reply: a server that accepts a request and
+    never answers (a hostile or wedged driver) blocks the call forever, inside C++ where no signal
+    handler runs (SIGTERM and Ctrl-C included). The calls release the GIL, so this thread still runs."""
+
+    def __init__(self, seconds: float, on_stall: Callable[[], None]):
+        self.seconds, self.on_stall = seconds, on_stall
+        self.last = time.monotonic()
+        self.busy = 0
+        self.remove: Path | None = None     # a temporary folder to remove when it ends the process
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._watch, name="hetsplit-watchdog", daemon=True)
+
+    def __enter__(self) -> "Watchdog":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.done.set()
+
+    def kick(self) -> None:
+        self.last = time.monotonic()
+
+    def _watch(self) -> None:
+        while not self.done.wait(min(0.25, self.seconds / 10)):
+            if self.busy and time.monotonic() - self.last > self.seconds:
+                self.on_stall()
+                return
+
+    def watched(self, store) -> "WatchedStore":
+        return WatchedStore(store, self)
+
+
+class WatchedStore:
+    """A store whose every call is timed by a ``Watchdog`` (the calls hetsplit makes: set, get, check,
+    wait, add)."""
+
+    def __init__(self, store, dog: Watchdog):
+        self._store, self._dog = store, dog
+
+    def _call(self, name: str, *args):
+        dog = self._dog
+        dog.kick()
+        dog.busy += 1
+        try:
+            return getattr(self._store, name)(*args)
+        finally:
+            dog.busy -= 1
+            dog.kick()
+
+    def set(self, *a):
+        return self._call("set", *a)
+
+    def get(self, *a):
+        return self._call("get", *a)
+
+    def check(self, *a):
+        return self._call("check", *a)
+
+    def wait(self, *a):
+        return self._call("wait", *a)
+
+    def add(self, *a):
+        return self._call("add", *a)
