@@ -40,7 +40,7 @@ def _fresh_calibration_memos() -> None:
 # `processes`: the test starts real processes (the runtime's workers, `hetsplit` subprocesses, worker
 # pools, torch.distributed, profilers' co-loads); `slow`: it takes more than a few seconds in-process.
 # `make test-fast` runs neither; `make test` runs everything. Marks are given here, by module (all its
-# tests) or by test function name, so that edits to the test files merge cleanly; a test may also carry
+# tests), by test function name (all its cases) or by one case's name, so that edits to the test files merge cleanly; a test may also carry
 # `@pytest.mark.processes` / `@pytest.mark.slow` itself. A run that leaves `processes` out fails any
 # test that starts a process anyway, naming it; a full run lists such unmarked tests at its end.
 
@@ -78,19 +78,29 @@ PROCESSES: dict[str, object] = {
     "test_tensor_parallel.py": {"test_an_exported_encoder_runs_tensor_parallel_in_processes",
                                 "test_plan_and_run_commands_run_a_tensor_parallel_plan"},
 }
-SLOW: dict[str, object] = {}
+SLOW: dict[str, object] = {      # in-process, measured at several seconds each
+    "test_fuzz_inputs.py": ALL,
+    "test_one_figure.py": {"test_plan_and_simulate_one_input_print_the_same_figures"},
+    "test_cli_plan.py": {"test_plan_runs_on_every_zoo_model[mobilebert]", "test_demo_compares_with_one_gpu"},
+    "test_profile_torch_onnx.py": {"test_every_node_is_timed_in_its_layer_and_the_layers_add_up_to_the_model"},
+    "test_hybrid_encodings.py": {"test_the_ga_finds_the_brute_force_front_of_a_small_problem"},
+    "test_golden.py": {"test_figures_match_the_golden_file[tensor-parallel-decode]"},
+    "test_reproduce_mcu.py": {"test_reproduce_mcu_quick_writes_every_claim_labelled"},
+    "test_reproduce_hierdse.py": {"test_reproduction_with_a_fake_measurer_writes_curves_claims_and_results"},
+}
 
 
 def _listed(table: dict[str, object], item: pytest.Item) -> bool:
+    """``item``'s module is in ``table`` whole, or names its function (all its cases) or this one case."""
     names = table.get(item.path.name, ())
-    return names == ALL or getattr(item, "originalname", item.name) in names
+    return names == ALL or item.name in names or getattr(item, "originalname", item.name) in names
 
 
 def _check_listed(table: dict[str, object], modules: dict[str, object], what: str) -> None:
     """A name listed for a collected module that the module does not define is a stale mark: say so."""
     for file, module in modules.items():
         names = table.get(file, ())
-        missing = [] if names == ALL else sorted(n for n in names if not hasattr(module, n))
+        missing = [] if names == ALL else sorted(n for n in names if not hasattr(module, n.split("[")[0]))
         if missing:
             raise pytest.UsageError(f"tests/conftest.py {what}[{file!r}] names tests {file} does not have: {missing}")
 
