@@ -119,6 +119,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _processes_left_out(config: pytest.Config) -> bool:
+    """The run was asked for ``-m "not processes ..."`` (the fast tier's spelling)."""
     return "not processes" in " ".join(str(config.getoption("markexpr", "") or "").split())
 
 
