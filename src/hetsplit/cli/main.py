@@ -1,15 +1,19 @@
 """Entry point of the ``hetsplit`` command.
 
-Every module ``hetsplit.cli.cmd_<name>`` defines ``register(subparsers)``, which adds its
-subcommand and sets ``func`` (args -> exit code) as the parser default; this file discovers them,
-so a new command is one new module. Errors derived from HetsplitError print their message and exit 2
+Every module ``hetsplit.cli.cmd_<name>`` defines ``register(subparsers)``, which adds the subcommand
+``<name>`` and sets ``func`` (args -> exit code) as the parser default; this file discovers them,
+so a new command is one new module. A command line imports only the command it names: the others are
+listed with the one-line help of their ``add_command`` call, read from their source, so ``hetsplit run``
+does not pay for the search package. Errors derived from HetsplitError print their message and exit 2
 (the traceback only with ``--debug``).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
+import importlib.util
 import pkgutil
 import signal
 import sys
@@ -17,6 +21,8 @@ import threading
 import traceback
 
 import hetsplit.cli as cli_pkg
+from collections.abc import Sequence
+
 from hetsplit import __version__
 from hetsplit.errors import HetsplitError
 
@@ -28,17 +34,46 @@ EPILOG = """examples:
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The ``hetsplit`` parser. Without ``argv`` every command is registered in full; with it, only the
+    command ``argv`` names is, and the others only by name and one-line help (what ``--help`` lists)."""
     parser = argparse.ArgumentParser(
         prog="hetsplit", description="Plan, predict and run one neural network split across heterogeneous devices.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"hetsplit {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for info in sorted(pkgutil.iter_modules(cli_pkg.__path__), key=lambda m: m.name):
-        if info.name.startswith("cmd_"):
-            importlib.import_module(f"hetsplit.cli.{info.name}").register(sub)
+    commands = command_modules()
+    named = None if argv is None else next((a for a in argv if not a.startswith("-")), None)
+    for name, module in commands.items():
+        summary = None if argv is None or name == named else _summary(module, name)
+        if summary is None:
+            importlib.import_module(module).register(sub)
+        else:
+            sub.add_parser(name, help=summary)
     return parser
+
+
+def command_modules() -> dict[str, str]:
+    """Command name -> its module, for every ``hetsplit.cli.cmd_<name>``, sorted by name."""
+    names = sorted(m.name for m in pkgutil.iter_modules(cli_pkg.__path__) if m.name.startswith("cmd_"))
+    return {n.removeprefix("cmd_"): f"{cli_pkg.__name__}.{n}" for n in names}
+
+
+def _summary(module: str, name: str) -> str | None:
+    """The help of the ``add_command(sub, name, help, ...)`` call in ``module``'s source, without importing
+    it; None when the source does not spell both as literals (then the module is imported instead)."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return None
+    with open(spec.origin, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), spec.origin)
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "add_command"
+                and len(node.args) >= 3 and all(isinstance(a, ast.Constant) for a in node.args[1:3])
+                and node.args[1].value == name and isinstance(node.args[2].value, str)):
+            return node.args[2].value
+    return None
 
 
 class Terminated(KeyboardInterrupt):
@@ -60,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
