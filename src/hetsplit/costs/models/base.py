@@ -8,7 +8,7 @@ Register a new one with ``@register_model("name")``; every planner sees it throu
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
@@ -64,10 +64,14 @@ def device_model(device: Device) -> DeviceModel:
     except KeyError:
         raise ClusterError(
             f"device {device.name!r}: unknown device model {device.model!r}; available: {sorted(_REGISTRY)}") from None
-    segment_keys = set(SEGMENT_PARAMS.values())
-    if segment_keys & set(device.params):
-        device = replace(device, params={k: v for k, v in device.params.items() if k not in segment_keys})
+    if set(SEGMENT_PARAMS.values()) & set(device.params):
+        device = replace(device, params=model_params(device.params))
     return factory(device)
+
+
+def model_params(params: dict[str, Any]) -> dict[str, Any]:
+    """A device's params less its segment figures (``segment_cost`` reads those; no model does)."""
+    return {k: v for k, v in params.items() if k not in SEGMENT_PARAMS.values()}
 
 
 def segment_cost(device: Device) -> SegmentCost | None:
