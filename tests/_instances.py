@@ -208,3 +208,25 @@ def coupled_problem(seed: int) -> SplitProblem:
     cl = Cluster("coupled", devices, bw, lat, en, source="d0", sink="d1")
     energy = rng.uniform(0.5, 2.0, size=(L, D))
     return SplitProblem(g, cl, CostTable(g.names, cl.types, time, energy, layer_mem))
+
+
+
+def with_cut_costs(problem: SplitProblem, seed: int, zero_type: bool = True) -> SplitProblem:
+    """``problem`` with what cutting costs on each type (``_cut_costs.with_cut_costs``: call, executor and
+    host bytes, unfused extras, on the scale of its layers) drawn from ``seed``, about half the unfused
+    extras 0 and, with ``zero_type``, the first of several types charged nothing (explicit zeros)."""
+    from dataclasses import replace
+
+    from _cut_costs import with_cut_costs as random_cut_costs
+
+    from hetsplit.costs.segment import SegmentCost
+
+    rng = np.random.default_rng(10_000 + seed)
+    pr = random_cut_costs(problem, rng)
+    c = pr.costs
+    assert c.unfused_s is not None
+    segment = dict(c.segment)
+    if zero_type and len(c.types) > 1:
+        segment[c.types[0]] = SegmentCost(source="explicit zero")
+    unfused = c.unfused_s * (rng.random(c.unfused_s.shape) < 0.5)
+    return replace(pr, costs=replace(c, segment=segment, unfused_s=unfused))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from _cut_costs import without_cut_costs
 from _fork_dag import fork_problem, names
 from hetsplit.search import make_partitioner
 from hetsplit.search.list_scheduling import downward_ranks, layer_edge_bytes, static_levels, upward_ranks
@@ -90,8 +91,9 @@ def test_cpop_without_a_device_for_the_whole_critical_path_places_it_like_the_re
 @pytest.mark.parametrize("name", sorted(LIST_SCHEDULERS))
 def test_list_scheduler_plans_report_their_schedule_on_the_zoo(name: str) -> None:
     """The estimator, following the run order, gives the scheduler's makespan up to what the textbook
-    leaves out (messages queueing on a link, the input leaving the cluster's source): never less."""
-    problem = load_problem("yolov8n", "jetson-xavier-nx-4")
+    leaves out (messages queueing on a link, the input leaving the cluster's source): never less. With
+    the presets' segment charges left out: the schedulers charge segments by a heuristic, not exactly."""
+    problem = without_cut_costs(load_problem("yolov8n", "jetson-xavier-nx-4"))
     plan, = make_partitioner(name).solve(problem)
     assert plan.order and plan.metrics.fits
     assert plan.metrics.latency_s >= plan.params["makespan_s"] * (1 - 1e-9)
