@@ -28,15 +28,17 @@ DATA = Path(__file__).resolve().parent / "data" / "h200-16c"
 RUNS = {"mapping": "run.resnet50.map-opt.json", "tensor-parallel": "run.mobilebert.tensor-parallel.json"}
 
 
-def devices(run: dict) -> dict[str, tuple[float, float, int]]:
-    """Per device of a run report: (measured compute per input, predicted, segments per input)."""
-    pred = run["predicted"]["compute_s_per_device"]
+def devices(run: dict, predicted: dict[str, float] | None = None) -> dict[str, tuple[float, float, int]]:
+    """Per device of a run report: (measured compute per input, predicted, segments per input); the
+    prediction is the report's unless ``predicted`` (device -> seconds per input) is given."""
+    pred = predicted if predicted is not None else run["predicted"]["compute_s_per_device"]
     return {d["device"]: (d["compute_s"], pred[d["device"]], d["segments"]) for d in run["measured"]["devices"]}
 
 
-def per_segment(run: dict) -> dict[str, float]:
-    """The fitted seconds per segment of each device of ``run``."""
-    return {dev: (m - p) / k for dev, (m, p, k) in devices(run).items()}
+def per_segment(run: dict, predicted: dict[str, float] | None = None) -> dict[str, float]:
+    """The fitted seconds per segment of each device of ``run``: (measured - predicted) / segments, not
+    below 0 (``predicted`` as in ``devices``)."""
+    return {dev: max(0.0, (m - p) / k) for dev, (m, p, k) in devices(run, predicted).items()}
 
 
 def main(argv: list[str] | None = None) -> int:
