@@ -21,10 +21,11 @@ from hetsplit.plan.tasks import SINK, SOURCE
 from hetsplit.plan.types import Combine, Plan, Shard
 
 
-def reference(pr, tg) -> dict:
-    """The semantics of DESIGN.md written as plainly as possible, one plan at a time."""
+def reference(pr, tg, costs=None) -> dict:
+    """The semantics of DESIGN.md written as plainly as possible, one plan at a time (task costs
+    ``costs``, default ``task_costs``)."""
     cl, dev = pr.cluster, tg.device
-    costs = task_costs(pr, tg)
+    costs = task_costs(pr, tg) if costs is None else costs
     types = pr.device_type
     n_dev = pr.num_devices
     compute, energy, mem = np.zeros(n_dev), np.zeros(n_dev), np.zeros(n_dev)
@@ -101,8 +102,8 @@ def one_input_latency(pr, tg, costs) -> float:
     return max(finish.values())
 
 
-def assert_matches_reference(pr, tg, batch, row: int = 0) -> None:
-    ref = reference(pr, tg)
+def assert_matches_reference(pr, tg, batch, row: int = 0, costs=None) -> None:
+    ref = reference(pr, tg, costs)
     assert batch.bottleneck_s[row] == pytest.approx(ref["bottleneck_s"], rel=1e-9)
     assert batch.latency_s[row] == pytest.approx(ref["latency_s"], rel=1e-9)
     assert batch.energy_j[row] == pytest.approx(ref["energy_j"], rel=1e-9)

@@ -12,9 +12,8 @@ from hetsplit.costs.table import CostTable
 from hetsplit.errors import HetsplitError
 from hetsplit.estimate import RuntimeCosts, predict_here
 from hetsplit.estimate.processes import workers_problem
-from hetsplit.estimate.segments import SegmentCost
+from hetsplit.costs.segment import SegmentCost
 from hetsplit.estimate.simulate import SimOptions, simulate
-from hetsplit.estimate.task_costs import task_costs
 from hetsplit.plan.check import check_plan
 from hetsplit.plan.types import Plan, Stage
 from hetsplit.runtime import split_model
@@ -69,19 +68,19 @@ def test_the_segments_are_the_runtimes_and_their_boundary_counts_what_crosses_it
 
 def test_the_simulator_charges_each_segment_once_on_its_first_task(toy):
     """One input alone through the alternating mapping runs every segment in turn, so its latency grows by
-    exactly the segments' cost, which its critical path shows as its own part."""
+    exactly the segments' cost (the workers' table's, ``costs.segment``), which its critical path shows as
+    its own part."""
     graph, _, profile = toy
-    problem = workers_problem(graph, profile, ["a", "b"], link_latency_s=1e-4)
-    tg = check_plan(graph, problem.cluster, alternating(graph))
-    base = task_costs(problem, tg)
+    free = workers_problem(graph, profile, ["a", "b"], link_latency_s=1e-4)
     cost = SegmentCost(2e-4, 1e-9)
-    extra = sum(cost.fixed_s + cost.byte_s * b for _, b in tg.segment_boundary_bytes())
-    before = simulate(problem, tg, SimOptions(inputs=1))
-    after = simulate(problem, tg, SimOptions(inputs=1), costs=cost.charged(base, tg))
+    problem = workers_problem(graph, profile, ["a", "b"], link_latency_s=1e-4, segment=cost)
+    tg = check_plan(graph, problem.cluster, alternating(graph))
+    extra = sum(cost.seconds(b) for _, b in tg.segment_boundary_bytes())
+    before = simulate(free, tg, SimOptions(inputs=1))
+    after = simulate(problem, tg, SimOptions(inputs=1))
     assert after.unloaded_latency_s == pytest.approx(before.unloaded_latency_s + extra)
     assert after.breakdown()["segment call"] == pytest.approx(extra)
     assert after.breakdown()["compute"] == pytest.approx(before.breakdown()["compute"])
-    assert SegmentCost().charged(base, tg).time_s == pytest.approx(base.time_s)
 
 
 def test_the_here_prediction_counts_the_segments_in_each_units_compute(toy):
@@ -124,7 +123,7 @@ def test_the_fit_recovers_a_line_and_never_goes_below_zero():
 
 
 def test_a_negative_or_infinite_segment_cost_is_refused():
-    with pytest.raises(HetsplitError, match="fixed_s"):
+    with pytest.raises(HetsplitError, match="call_s"):
         SegmentCost(-1e-4, 0.0)
     with pytest.raises(HetsplitError, match="byte_s"):
         SegmentCost(0.0, float("inf"))

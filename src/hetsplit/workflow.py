@@ -94,7 +94,22 @@ def load_problem(model: str, cluster: str | Cluster, decode_context: int | None 
                                 "costed by the device models, so give the model (zoo name or .onnx), not a profile")
         graph = decode_step(graph, decode_context)
     cl = cluster if isinstance(cluster, Cluster) else load_cluster_spec(cluster, recalibrate)
-    return build_problem(graph, cl, profile_costs)
+    return with_runtime_segment_cost(build_problem(graph, cl, profile_costs), recalibrate)
+
+
+def with_runtime_segment_cost(problem: SplitProblem, recalibrate: bool = False) -> SplitProblem:
+    """On this machine's ``local`` cluster (``runs_here``): ``problem`` with what a segment costs its
+    workers as the runtime's calibration measured it (``runtime.calibration.runtime_costs``, cached; the
+    ``here`` fidelity charges the same figure), on every type, in place of any other; any other cluster
+    as it is."""
+    from dataclasses import replace
+
+    if not runs_here(problem.cluster):
+        return problem
+    from hetsplit.runtime.calibration import runtime_costs
+
+    segment = runtime_costs(recalibrate).segment
+    return replace(problem, costs=replace(problem.costs, segment={t: segment for t in problem.costs.types}))
 
 
 def split_decode_name(model: str, decode_context: int | None) -> tuple[str, int | None]:

@@ -9,8 +9,9 @@ The runtime runs a plan as one worker process per device and a driver (``estimat
 - the runtime's own costs (``RuntimeCosts``, measured by ``runtime.calibration``): the CPU a worker
   and the driver spend per message end (fixed + per byte), the wall time a message adds to an
   input alone, which becomes the loopback link's latency, and what each segment's executor call costs
-  beyond its layers (``estimate.segments``: fixed + per byte crossing its boundary), added to the
-  segment's first task and to its unit's compute;
+  beyond its layers (call + per byte crossing its boundary): the workers' cost table's segment cost of
+  the local-cpu type, so that the closed form and the simulator charge it by their one rule
+  (``estimate.segments``), on the segment's first task and in its unit's compute;
 - the discrete-event simulator streams inputs through the re-costed plan, each worker on a core of
   its own: ``simulated_throughput``; a plan whose sum combines cross devices (tensor-parallel, ``in``
   shards) runs input by input (``runtime.rounds``), so each worker there ends an input before it starts
@@ -45,7 +46,7 @@ from hetsplit.estimate.processes import (driver_message_sizes, ends_cpu, message
                                          workers_problem)
 from hetsplit.estimate.runtime_costs import RuntimeCosts
 from hetsplit.estimate.simulate import SimOptions, simulate
-from hetsplit.estimate.task_costs import task_costs
+from hetsplit.estimate.segments import segment_charges
 from hetsplit.graph.types import Graph
 from hetsplit.plan.check import check_plan
 from hetsplit.plan.types import Plan
@@ -61,9 +62,9 @@ class LocalPrediction:
     units: list[str]                  # the worker processes, one per unit with layers
     cores: int                        # cores the workers and the driver share
     layers_per_unit: dict[str, int]
-    compute_s: dict[str, float]       # per unit: its layers' profiled times + its segments' calls
+    compute_s: dict[str, float]       # per unit: its layers' profiled times + what its segments add
     segments: dict[str, int]          # per unit: its segments (executor calls) per input
-    segment_call_s: dict[str, float]  # per unit: what those calls cost beyond its layers (in compute_s)
+    segment_call_s: dict[str, float]  # per unit: what its segments add beyond its layers (in compute_s)
     simulated_throughput: float       # discrete-event simulator, each unit on a core of its own
     simulated_latency_s: float        # one input alone
     closed_form_throughput: float     # the closed form's bound on the same costs
@@ -180,15 +181,17 @@ def predict_here(plan: Plan, graph: Graph, profile: Profile, cores: int, runtime
 def _costed(plan: Plan, graph: Graph, profile: Profile, cores: int, runtime: RuntimeCosts,
             sim_inputs: int) -> tuple[LocalPrediction, SplitProblem, BatchMetrics]:
     """The prediction, the workers' problem and the closed form's metrics on it."""
-    problem = workers_problem(graph, profile, plan.devices, runtime.message_latency_s)
+    problem = workers_problem(graph, profile, plan.devices, runtime.message_latency_s, runtime.segment)
     cl = problem.cluster
     batch = estimate(problem, [plan], "closed")
     closed = metrics_at(problem, batch, 0)
     tg = check_plan(graph, cl, plan)
-    segment_s = {cl.names[d]: seconds for d, seconds in runtime.segment.seconds(tg).items()}
+    charges = segment_charges(problem, tg).total_s
+    beyond = {d: 0.0 for d in cl.names}
+    for t, task in enumerate(tg.tasks):
+        beyond[cl.names[task.device]] += float(charges[t])
     sim = simulate(problem, tg, SimOptions(inputs=max(2, sim_inputs), keep_timeline=False,
-                                           inputs_in_order=tg.sums_across_devices()),
-                   costs=runtime.segment.charged(task_costs(problem, tg), tg))
+                                           inputs_in_order=tg.sums_across_devices()))
     layers = {d: 0 for d in cl.names}
     for where in plan.placements().values():
         for dev in [where] if isinstance(where, str) else [s.device for s in where]:  # whole, or shards
@@ -199,15 +202,15 @@ def _costed(plan: Plan, graph: Graph, profile: Profile, cores: int, runtime: Run
     prediction = LocalPrediction(
         model=graph.name, algorithm=plan.algorithm, plan_cluster=plan.cluster, units=list(cl.names),
         cores=cores, layers_per_unit=layers,
-        compute_s={d: float(closed.compute_s_per_device.get(d, 0.0)) + sum(segment_s.get(d, ())) for d in cl.names},
-        segments={d: len(segment_s.get(d, ())) for d in cl.names},
-        segment_call_s={d: sum(segment_s.get(d, ())) for d in cl.names},
+        compute_s={d: float(closed.compute_s_per_device.get(d, 0.0)) for d in cl.names},
+        segments={d: len(tg.segments.get(cl.names.index(d), ())) for d in cl.names},
+        segment_call_s=beyond,
         simulated_throughput=sim.throughput, simulated_latency_s=sim.unloaded_latency_s,
         closed_form_throughput=closed.throughput, messages=len(tg.messages()) + driver,
         driver_messages=driver, message_cpu_s=ends_cpu(ends, runtime),
         message_end_count={proc: len(nbytes) for proc, nbytes in ends.items()},
         message_latency_s=runtime.message_latency_s, end_wait_s=runtime.end_wait_s,
-        compute_work_s=float(sum(closed.compute_s_per_device.values())) + sum(map(sum, segment_s.values())),
+        compute_work_s=float(sum(closed.compute_s_per_device.values())),
         profile_source=str(meta.get("source", "")),
         profile_co_load=None if meta.get("co_load") is None else int(meta["co_load"]),
         profile_threads=None if meta.get("threads") is None else int(meta["threads"]),

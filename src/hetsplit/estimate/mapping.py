@@ -38,6 +38,7 @@ from hetsplit.errors import PlanError
 from hetsplit.estimate.batch import BatchMetrics
 from hetsplit.estimate.memory import MemoryEffects
 from hetsplit.estimate.schedule import ExtraJobs, Resources, Structure, one_input, scratch
+from hetsplit.estimate.segments import previous_layer_task, unfused_table
 from hetsplit.estimate.task_costs import TaskCosts, task_costs
 from hetsplit.plan.tasks import TaskGraph
 
@@ -129,10 +130,10 @@ class MappingEvaluator:
         return self.metrics(out, extras)
 
     def kernel_structure(self) -> tuple:
-        """The task graph's arrays as ``plan_figures`` reads them (``st``)."""
+        """The task graph's arrays as ``plan_figures`` reads them (``st``), the segment rule's last."""
         st, tg = self.structure, self.tg
         return (st.edge_src, st.edge_dst, tg.edge_bytes, st.out_ptr, st.out_idx, st.source_edges, st.chain_ptr,
-                st.chain_idx, st.indeg, *message_groups(tg))
+                st.chain_idx, st.indeg, *message_groups(tg), segment_structure(self.problem, tg))
 
     def kernel_net(self) -> tuple:
         """The cluster as ``plan_figures`` reads it (``net``): link tables, memory per device, source, sink,
@@ -224,6 +225,30 @@ def message_groups(tg: TaskGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray, i
     return np.flatnonzero(plain).astype(np.int64), ptr, order.astype(np.int64), internal
 
 
+def segment_structure(problem: SplitProblem, tg: TaskGraph) -> tuple:
+    """What ``plan_figures`` reads to charge the segment rule (``estimate.segments``) on any assignment:
+    whether anything is charged; the edges into each task (CSR: ptr, edges); the edges grouped by what
+    crosses a boundary once, (payload, producer) (CSR: ptr, edges); per task, the task of its previous
+    layer (``previous_layer_task``) and its unfused extra per type (T x types, flat); per type the call
+    and per-byte seconds; per device its type."""
+    c = problem.costs
+    on = c.charges_cuts
+    src, dst = tg.edge_src.astype(np.int64), tg.edge_dst.astype(np.int64)
+    keep = dst >= 0
+    order = np.flatnonzero(keep)[np.argsort(dst[keep], kind="stable")]
+    in_ptr = np.zeros(tg.num_tasks + 1, dtype=np.int64)
+    np.cumsum(np.bincount(dst[keep], minlength=tg.num_tasks), out=in_ptr[1:])
+    key = np.lexsort((np.arange(len(src)), src, tg.edge_payload))
+    starts = np.flatnonzero(np.r_[True, (tg.edge_payload[key][1:] != tg.edge_payload[key][:-1])
+                                  | (src[key][1:] != src[key][:-1])]) if len(key) else np.zeros(0, dtype=np.int64)
+    b_ptr = np.r_[starts, len(key)].astype(np.int64)
+    prev = previous_layer_task(tg) if on else np.full(tg.num_tasks, -1, dtype=np.int64)
+    unfused = unfused_table(problem, tg) if on else np.zeros((tg.num_tasks, len(c.types)))
+    return (on, in_ptr, order.astype(np.int64), b_ptr, key.astype(np.int64), prev,
+            np.ascontiguousarray(unfused.ravel()), c.segment_call_s.copy(), c.segment_byte_s.copy(),
+            problem.device_type.astype(np.int64), len(c.types))
+
+
 def kernel_outputs(n: int, n_dev: int) -> tuple[np.ndarray, ...]:
     """compute, energy, memory, participates (N x D); latency, comm energy, comm time, task energy,
     busiest link time (N); busiest link (N x 2, -1: none); bottleneck without memory channels, fits
@@ -281,7 +306,77 @@ def plan_buffers(n_res, t_count, e_count, n_dev, x_max):
             np.empty(e_count), np.empty(e_count, dtype=np.int64), np.full(e_count, -1, dtype=np.int64),
             np.zeros(n_dev * n_dev + n_dev), np.zeros(3 * n_dev), np.zeros(n_dev, dtype=np.bool_),
             np.zeros(n_dev, dtype=np.bool_), np.empty(n_dev, dtype=np.int64), np.zeros(max(e_count, 1), dtype=np.int64),
-            np.empty(t_count, dtype=np.int64))
+            np.empty(t_count, dtype=np.int64),
+            (np.empty(t_count, dtype=np.int64), np.empty(n_dev, dtype=np.int64), np.zeros(t_count),
+             np.zeros(t_count), np.empty(t_count, dtype=np.int64)))
+
+
+@njit(cache=True)
+def plan_segments(row, has_ov, ov_time, ov_bytes, e_src, e_dst, e_bytes, out_ptr, out_idx, sg, sbuf):
+    """The segment rule (``estimate.segments``) on one assignment ``row``: each task's extra seconds into
+    ``sbuf[2]``. Segments as ``TaskGraph.segments`` cuts them, task by task in topological order: a task
+    starts a new segment on its device when the device has none yet or when it reads a tensor made on
+    another device by a task at or after the current segment's first task. With per-plan costs
+    (``has_ov``) a task of no time whose edges carry no bytes is absent (an empty shard): it is in no
+    segment, and an edge of no bytes makes no cut."""
+    on, in_ptr, in_edges, b_ptr, b_edges, prev, unfused, call_s, byte_s, dev_type, n_types = sg
+    seg_id, first, extra, bnd, stamp = sbuf
+    n_tasks = len(row)
+    for d in range(len(first)):
+        first[d] = -1
+    for t in range(n_tasks):
+        extra[t] = 0.0
+        bnd[t] = 0.0
+        stamp[t] = -1
+        d = row[t]
+        if has_ov and ov_time[t] == 0.0:
+            carries = False
+            for k in range(in_ptr[t], in_ptr[t + 1]):
+                carries |= ov_bytes[in_edges[k]] > 0
+            for k in range(out_ptr[t], out_ptr[t + 1]):
+                carries |= ov_bytes[out_idx[k]] > 0
+            if not carries:
+                seg_id[t] = -1
+                continue
+        new = first[d] < 0
+        if not new:
+            for k in range(in_ptr[t], in_ptr[t + 1]):
+                e = in_edges[k]
+                s = e_src[e]
+                if s >= first[d] and row[s] != d and seg_id[s] >= 0 and (not has_ov or ov_bytes[e] > 0):
+                    new = True
+                    break
+        if new:
+            first[d] = t
+            extra[t] = call_s[dev_type[d]]
+        seg_id[t] = first[d]
+    for g in range(len(b_ptr) - 1):         # what crosses a boundary: each (payload, producer) once a segment
+        p = e_src[b_edges[b_ptr[g]]]
+        out_nb = -1.0
+        for j in range(b_ptr[g], b_ptr[g + 1]):
+            e = b_edges[j]
+            q = e_dst[e]
+            nb = ov_bytes[e] if has_ov else e_bytes[e]
+            if nb <= 0 or (p >= 0 and seg_id[p] < 0) or (q >= 0 and seg_id[q] < 0):
+                continue
+            if p >= 0 and q >= 0 and seg_id[p] == seg_id[q]:
+                continue
+            if q >= 0 and stamp[seg_id[q]] != g:
+                stamp[seg_id[q]] = g
+                bnd[seg_id[q]] += nb
+            if p >= 0:
+                out_nb = nb
+        if out_nb >= 0:
+            bnd[seg_id[p]] += out_nb
+    for t in range(n_tasks):
+        if seg_id[t] < 0:
+            continue
+        ty = dev_type[row[t]]
+        if seg_id[t] == t:
+            extra[t] += byte_s[ty] * bnd[t]
+        q = prev[t]
+        if q >= 0 and seg_id[q] != seg_id[t]:
+            extra[t] += unfused[t * n_types + ty]
 
 
 @njit(cache=True, inline="always")
@@ -324,12 +419,14 @@ def plan_figures(p0, rows, has_ov, ov_time, ov_energy, ov_mem, ov_bytes, tables,
     A device index out of range marks its plan invalid. (The tuples are unpacked once for all plans:
     unpacking them costs more than a plan's figures.)"""
     (e_src, e_dst, e_bytes, out_ptr, out_idx, src_edges, chain_ptr, chain_idx, indeg0, plain, g_ptr, g_edges,
-     g_tasks) = st
+     g_tasks, sg) = st
     lat, per_byte, joule, capacity, source, sink, shared_ports = net
     x_ptr, x_dur, x_res, x_after, x_before = xj
     (compute, energy_dev, mem_dev, participates, latency, comm_e, comm_t, task_e, max_busy, max_link, bottleneck,
      fits, valid) = out
-    work, dur, carrier, xfer, r0, r1, busy, acc, seen, moved, moved_edge, group_v, held = buf   # group_v: in range
+    work, dur, carrier, xfer, r0, r1, busy, acc, seen, moved, moved_edge, group_v, held, sbuf = buf  # group_v: in range
+    charge = sg[0]
+    seg_extra = sbuf[2]
     n_dev = len(capacity)
     ports = n_dev * n_dev                # ``busy``: links u * D + v, then ports; schedule resources are D more
     # the hot loops index with unsigned integers: numba adds no wrap-around of negative indices to them
@@ -350,6 +447,11 @@ def plan_figures(p0, rows, has_ov, ov_time, ov_energy, ov_mem, ov_bytes, tables,
             continue
         row = rows[i]
         e_task = 0.0
+        if charge:
+            if has_ov:
+                plan_segments(row, True, ov_time[i], ov_bytes[i], e_src, e_dst, e_bytes, out_ptr, out_idx, sg, sbuf)
+            else:
+                plan_segments(row, False, e_bytes, e_bytes, e_src, e_dst, e_bytes, out_ptr, out_idx, sg, sbuf)
         for ti in range(rows.shape[1]):
             tu = np.uint64(ti)
             du = np.uint64(row[tu])
@@ -358,6 +460,8 @@ def plan_figures(p0, rows, has_ov, ov_time, ov_energy, ov_mem, ov_bytes, tables,
             else:
                 kt = u3 * (tu * ud + du)
                 tt, te, tm = tables[kt], tables[kt + u1], tables[kt + u2]
+            if charge:
+                tt += seg_extra[tu]
             if with_latency:
                 dur[tu] = tt
             acc[u3 * du] += tt

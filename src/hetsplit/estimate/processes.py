@@ -9,10 +9,13 @@ its process CPU (``RuntimeCosts``).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hetsplit.cluster.local import local_cluster
 from hetsplit.cluster.types import Cluster
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.costs.profile import Profile
+from hetsplit.costs.segment import SegmentCost
 from hetsplit.errors import HetsplitError
 from hetsplit.estimate.runtime_costs import RuntimeCosts
 from hetsplit.graph.types import Graph
@@ -30,9 +33,10 @@ def runs_here(cluster: Cluster) -> bool:
 
 
 def workers_problem(graph: Graph, profile: Profile, devices: list[str],
-                    link_latency_s: float | None = None) -> SplitProblem:
+                    link_latency_s: float | None = None, segment: SegmentCost | None = None) -> SplitProblem:
     """The SplitProblem of ``graph`` on ``devices`` as local-cpu worker processes, costs from ``profile``
-    (links: the loopback link, at ``link_latency_s`` when given)."""
+    (links: the loopback link, at ``link_latency_s`` when given; what a segment costs a worker:
+    ``segment`` when given, e.g. the runtime's calibration, in place of the profile's)."""
     from hetsplit.costs import build_problem
     from hetsplit.costs.profiler import LOCAL_CPU
 
@@ -42,8 +46,10 @@ def workers_problem(graph: Graph, profile: Profile, devices: list[str],
     if list(profile.costs.layer_names) != list(graph.names):
         raise HetsplitError(f"the profile's layers are not those of {graph.name!r} (first difference at "
                             f"{_first_diff(profile.costs.layer_names, graph.names)!r}); profile this model")
-    return build_problem(graph, local_cluster(devices, link_latency_s=link_latency_s),
-                         profile.costs.select([LOCAL_CPU]))
+    costs = profile.costs.select([LOCAL_CPU])
+    if segment is not None:
+        costs = replace(costs, segment={LOCAL_CPU: segment})
+    return build_problem(graph, local_cluster(devices, link_latency_s=link_latency_s), costs)
 
 
 def _first_diff(a: list[str], b: list[str]) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from hetsplit.estimate.segments import SegmentCost
+from hetsplit.costs.segment import SegmentCost
 
 
 @dataclass
@@ -27,7 +27,7 @@ class RuntimeCosts:
     message_latency_s: float       # wall time a message adds to an input alone
     source: str
     end_wait_s: float = 0.0        # oversubscribed: a stage's wait per message end beyond its CPU
-    segment_s: float = 0.0         # a segment's executor call beyond its layers, fixed part (``estimate.segments``)
+    segment_s: float = 0.0         # a segment's executor call beyond its layers, fixed part (``costs.segment``)
     segment_byte_s: float = 0.0    # ... and per byte crossing its boundary
     measured: list[dict[str, Any]] = field(default_factory=list)   # per toy run: what the fit used
     measured_segments: list[dict[str, Any]] = field(default_factory=list)   # per toy segment: the segment fit's
@@ -40,8 +40,9 @@ class RuntimeCosts:
 
     @property
     def segment(self) -> SegmentCost:
-        """What each segment costs a worker beyond its layers."""
-        return SegmentCost(self.segment_s, self.segment_byte_s)
+        """What each segment costs a worker beyond its layers (a CPU: no host copy)."""
+        return SegmentCost(self.segment_s, self.segment_byte_s, 0.0,
+                           f"the runtime's calibration: {self.source}" if self.source else "the runtime's calibration")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -1,54 +1,108 @@
-"""What the runtime's segments cost beyond their tasks: one executor call per segment and input.
+"""What the runtime's segments cost beyond their tasks: the one rule every mapping estimate charges.
 
-The runtime runs each device's tasks as segments (``TaskGraph.segments``), one sub-model each. Per input a
-segment's inputs are handed to its executor and its outputs come back as arrays of their own, where the
-whole model keeps them inside one session; a tensor that crosses a segment's boundary is written and read
-once more, and the call itself costs a little. A profile's per-layer (kernel) times leave all of that
-out: a mapping that crosses devices at every other layer computed 1.4-1.7x its layers' profiled times on
-this 2-core VM, a pipeline (one segment per device) 1.05x. ``SegmentCost`` charges each segment
-``fixed_s + byte_s x`` the bytes crossing its boundary (``TaskGraph.segment_boundary_bytes``);
-``runtime.calibration`` measures both on this machine and the ``here`` fidelity charges them.
+The runtime runs each device's tasks as segments (``TaskGraph.segments``), one sub-model each, one
+executor call per input. A profile's per-layer times come from one whole-model run and leave out what a
+segment adds (``costs.segment``): its call and the bytes crossing its boundary, and, for a layer cut off
+from the layer before it, what the whole model's executor had fused away. The rule, for a task graph on
+its devices:
+
+- each segment pays ``SegmentCost.seconds(boundary bytes)`` of its device's type
+  (``CostTable.segment_cost``; ``TaskGraph.segment_boundary_bytes``), charged to its first task;
+- a whole-layer task (``layer`` or ``stage``) whose first layer l > 0 pays ``unfused_s[l]`` of its device's
+  type when the task of layer l - 1 (the last task computing it: the layer, or its shards' combine) is in
+  another segment. Shards and combines never pay it.
+
+``segment_charges`` applies it to one TaskGraph; the compiled closed form (``mapping.plan_figures``)
+applies the same rule to every device assignment it evaluates, computing the segments itself.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from hetsplit.errors import HetsplitError
+from hetsplit.costs.problem import SplitProblem
 from hetsplit.estimate.task_costs import TaskCosts
 from hetsplit.plan.tasks import TaskGraph
 
+WHOLE_KINDS = ("layer", "stage")   # tasks that compute whole layers (they pay a broken fusion)
+SEGMENT_PART = "segment call"      # the part of a task's time its segment's call and boundary bytes add
+UNFUSED_PART = "unfused"           # ... and what a layer cut off from the layer before it adds
+
 
 @dataclass(frozen=True)
-class SegmentCost:
-    """Seconds one segment costs per input beyond its tasks: ``fixed_s + byte_s x`` its boundary bytes."""
+class SegmentCharges:
+    """Per task (T): what its segment adds (on the segment's first task) and what a broken fusion adds."""
 
-    fixed_s: float = 0.0
-    byte_s: float = 0.0
+    segment_s: np.ndarray
+    unfused_s: np.ndarray
 
-    def __post_init__(self) -> None:
-        for name in ("fixed_s", "byte_s"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value >= 0):
-                raise HetsplitError(f"SegmentCost.{name} = {value!r}: a segment's cost is a finite number >= 0")
+    @property
+    def total_s(self) -> np.ndarray:
+        return self.segment_s + self.unfused_s
 
-    def seconds(self, tg: TaskGraph) -> dict[int, list[float]]:
-        """Per device (index), each of its segments' cost per input, in ``tg.segments`` order."""
-        out: dict[int, list[float]] = {}
-        for device, nbytes in tg.segment_boundary_bytes():
-            out.setdefault(device, []).append(self.fixed_s + self.byte_s * nbytes)
-        return out
 
-    def charged(self, costs: TaskCosts, tg: TaskGraph) -> TaskCosts:
-        """``costs`` with each segment's cost added to the time of its first task (on every device type:
-        a task's own type is the one that counts), as a part of its own ("segment call")."""
-        extra = np.zeros_like(costs.time_s)
-        for device, seconds in self.seconds(tg).items():
-            for segment, cost in zip(tg.segments[device], seconds):
-                extra[segment[0]] += cost
-        parts = {k: v.copy() for k, v in costs.parts.items()} or {"compute": costs.time_s.copy()}
-        parts["segment call"] = extra
-        return TaskCosts(costs.time_s + extra, costs.energy_j, costs.mem_bytes, parts)
+def previous_layer_task(tg: TaskGraph) -> np.ndarray:
+    """Per task: for a whole-layer task whose first layer l > 0, the last task before it computing layer
+    l - 1 (-1 where none, and for every other task)."""
+    last: dict[int, int] = {}
+    out = np.full(tg.num_tasks, -1, dtype=np.int64)
+    for n, task in enumerate(tg.tasks):
+        if task.kind in WHOLE_KINDS and task.layers[0] > 0:
+            out[n] = last.get(task.layers[0] - 1, -1)
+        for layer in task.layers:
+            last[layer] = n
+    return out
+
+
+def unfused_table(problem: SplitProblem, tg: TaskGraph) -> np.ndarray:
+    """T x types: what each task pays on each type when cut off from the task of its previous layer."""
+    assert problem.costs.unfused_s is not None
+    out = np.zeros((tg.num_tasks, len(problem.costs.types)))
+    for n, task in enumerate(tg.tasks):
+        if task.kind in WHOLE_KINDS and task.layers[0] > 0:
+            out[n] = problem.costs.unfused_s[task.layers[0]]
+    return out
+
+
+def segment_charges(problem: SplitProblem, tg: TaskGraph) -> SegmentCharges:
+    """The rule (see the module docstring) on ``tg`` with its own devices."""
+    seg_cost = problem.costs.segment_cost
+    types, names = problem.device_type, problem.costs.types
+    segment = np.zeros(tg.num_tasks)
+    unfused = np.zeros(tg.num_tasks)
+    if not problem.costs.charges_cuts:
+        return SegmentCharges(segment, unfused)
+    firsts = [seg[0] for segs in tg.segments.values() for seg in segs]
+    for first, (d, nbytes) in zip(firsts, tg.segment_boundary_bytes()):
+        segment[first] += seg_cost(names[types[d]]).seconds(nbytes)
+    seg_of = np.empty(tg.num_tasks, dtype=np.int64)
+    for segs in tg.segments.values():
+        for seg in segs:
+            seg_of[seg] = seg[0]
+    prev = previous_layer_task(tg)
+    table = unfused_table(problem, tg)
+    for n in np.flatnonzero(prev >= 0):
+        if seg_of[prev[n]] != seg_of[n]:
+            unfused[n] = table[n, types[tg.tasks[n].device]]
+    return SegmentCharges(segment, unfused)
+
+
+def charged(problem: SplitProblem, tg: TaskGraph, costs: TaskCosts) -> TaskCosts:
+    """``costs`` (of ``tg``'s tasks) with ``segment_charges`` added to each task's time on its own device's
+    type, as parts of their own (``SEGMENT_PART``, ``UNFUSED_PART``). ``costs`` itself when nothing is
+    charged."""
+    if not problem.costs.charges_cuts:
+        return costs
+    got = segment_charges(problem, tg)
+    rows = np.arange(tg.num_tasks)
+    cols = problem.device_type[tg.device]
+    parts = {k: v.copy() for k, v in costs.parts.items()} or {"compute": costs.time_s.copy()}
+    time = costs.time_s.copy()
+    for name, extra in ((SEGMENT_PART, got.segment_s), (UNFUSED_PART, got.unfused_s)):
+        add = np.zeros_like(time)
+        add[rows, cols] = extra
+        parts[name] = add
+        time = time + add
+    return TaskCosts(time, costs.energy_j, costs.mem_bytes, parts)

@@ -68,6 +68,7 @@ from hetsplit.limits import check_memory
 from hetsplit.plan.check import check_plan
 from hetsplit.estimate.memory import MemoryEffects
 from hetsplit.estimate.schedule import ExtraJobs
+from hetsplit.estimate.segments import charged
 from hetsplit.estimate.task_costs import TaskCosts, task_costs
 from hetsplit.plan.tasks import SOURCE, Message, TaskGraph
 from hetsplit.plan.types import Plan
@@ -469,8 +470,9 @@ def _critical_path(jobs: _Jobs, run: _Run, costs: TaskCosts, device_type: np.nda
 
 def simulate(problem: SplitProblem, tg: TaskGraph, options: SimOptions | None = None,
              costs: TaskCosts | None = None, extras: ExtraJobs | None = None) -> SimResult:
-    """Simulate ``options.inputs`` inputs through ``tg`` (costs default: ``task_costs(problem, tg)``;
-    ``extras``: the plan's extra jobs). On a cluster whose devices keep weights off chip, the memory
+    """Simulate ``options.inputs`` inputs through ``tg`` (costs default: ``task_costs(problem, tg)``; each
+    segment's cost charged on them by the one rule, ``segments.charged``; ``extras``: the plan's extra
+    jobs). On a cluster whose devices keep weights off chip, the memory
     model (``memory.py``) gives the costs and extra jobs (its weight loads), as in the closed form,
     on ``tg`` with its stages split by segment (those pieces costed from the table)."""
     opts = options or SimOptions()
@@ -483,7 +485,7 @@ def simulate(problem: SplitProblem, tg: TaskGraph, options: SimOptions | None = 
         base = costs if costs is not None and split is tg else task_costs(problem, split)
         own = memory.plan(split, split.device, base)
         tg, costs, extras = split, own.costs, own.extras
-    costs = costs if costs is not None else task_costs(problem, tg)
+    costs = charged(problem, tg, costs if costs is not None else task_costs(problem, tg))
     extras = extras if extras is not None else ExtraJobs.none()
     messages = tg.messages()
     jobs = _compile(problem, tg, costs, messages, extras)
