@@ -208,3 +208,25 @@ def coupled_problem(seed: int) -> SplitProblem:
     cl = Cluster("coupled", devices, bw, lat, en, source="d0", sink="d1")
     energy = rng.uniform(0.5, 2.0, size=(L, D))
     return SplitProblem(g, cl, CostTable(g.names, cl.types, time, energy, layer_mem))
+
+
+def with_cut_costs(problem: SplitProblem, seed: int, zero_type: bool = True) -> SplitProblem:
+    """``problem`` with what cutting costs on each type (``costs.segment``), drawn from ``seed`` on the
+    scale of its layers: per type a call (up to ~the mean layer time), per boundary byte (the largest
+    cut ~ up to a layer) and a host copy, and per layer an unfused extra (about half the layers).
+    With ``zero_type`` the first of several types is charged nothing (explicit zeros)."""
+    from hetsplit.costs.segment import SegmentCost
+
+    rng = np.random.default_rng(10_000 + seed)
+    c = problem.costs
+    finite = c.time_s[np.isfinite(c.time_s)]
+    scale = float(finite.mean()) if finite.size else 1e-3
+    per_byte = scale / max(float(problem.cut_bytes.max()), 1.0)
+    segment = {t: SegmentCost(float(rng.uniform(0, scale)), float(rng.uniform(0, per_byte)),
+                              float(rng.uniform(0, per_byte)) * bool(rng.random() < 0.5), source="random test figures")
+               for t in c.types}
+    if zero_type and len(c.types) > 1:
+        segment[c.types[0]] = SegmentCost(source="explicit zero")
+    unfused = rng.uniform(0, scale, size=c.time_s.shape) * (rng.random(c.time_s.shape) < 0.5)
+    table = CostTable(c.layer_names, c.types, c.time_s, c.energy_j, c.mem_bytes, dict(c.sources), segment, unfused)
+    return SplitProblem(problem.graph, problem.cluster, table, problem.scope)

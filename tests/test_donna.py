@@ -7,6 +7,8 @@ from hetsplit.errors import InfeasibleError
 from hetsplit.search import PipelineConstraints, make_partitioner
 from hetsplit.search.donna import donna_dp, normalizers
 
+from _check import close, oracle_or_none
+from _instances import random_problem, with_cut_costs
 from factories import chain_graph, cluster, problem
 
 
@@ -122,8 +124,9 @@ def literal_algorithm_1(p, alpha):
     return bounds[::-1], devs[::-1], best
 
 
+@pytest.mark.parametrize("cuts", [False, True])
 @pytest.mark.parametrize("seed", range(25))
-def test_vectorized_dp_equals_the_literal_pseudo_code(seed):
+def test_vectorized_dp_equals_the_literal_pseudo_code(seed, cuts):
     rng = np.random.default_rng(seed)
     n, d = int(rng.integers(2, 8)), int(rng.integers(1, 5))
     skips = {0: [n - 1]} if n > 2 else None
@@ -134,6 +137,8 @@ def test_vectorized_dp_equals_the_literal_pseudo_code(seed):
     # round costs so that ties happen and the tie-breaking order is exercised
     t, e = np.round(rng.uniform(0.5, 3, (n, d)), 1), np.round(rng.uniform(0.5, 3, (n, d)), 1)
     p = problem(g, cl, t, e)
+    if cuts:
+        p = with_cut_costs(p, seed)
     for alpha in (0.0, 0.3, 1.0):
         try:
             bounds, devs, cost = literal_algorithm_1(p, alpha)
@@ -144,3 +149,17 @@ def test_vectorized_dp_equals_the_literal_pseudo_code(seed):
         r = donna_dp(p, alpha)
         assert r.cost == pytest.approx(cost)
         assert (bounds, devs) == (r.bounds, r.devices)
+
+
+@pytest.mark.parametrize("seed", range(6000, 6040))
+def test_alpha_one_reaches_the_oracle_bottleneck_when_cuts_cost(seed):
+    """alpha = 1 is a min-max DP over (layers placed, devices used, next device): with every stage
+    charged as one segment it reaches the brute force's least bottleneck."""
+    p = with_cut_costs(random_problem(seed, n_dev=int(np.random.default_rng(seed).integers(1, 5))), seed)
+    o = oracle_or_none(p)
+    if o is None:
+        with pytest.raises(InfeasibleError):
+            donna_dp(p, 1.0)
+        return
+    (plan,) = make_partitioner("donna", alphas=(1.0,)).solve(p)
+    assert close(plan.metrics.bottleneck_s, o.min_bottleneck())

@@ -2,8 +2,8 @@
 
 import numpy as np
 import pytest
-from _check import assert_evaluator_metrics, close, oracle_or_none, seeds
-from _instances import random_problem
+from _check import assert_evaluator_metrics, assert_solvers_match_oracle, close, oracle_or_none, seeds
+from _instances import board_problem, random_problem, with_cut_costs
 from factories import chain_graph, cluster, problem
 
 from hetsplit.errors import InfeasibleError
@@ -27,6 +27,48 @@ def test_exact_equals_oracle(seed):
     # tie-break: least energy among the optimal-bottleneck plans
     m = o.metrics
     assert close(plan.metrics.energy_j, m.energy_j[m.bottleneck_s <= best * (1 + 1e-9)].min())
+
+
+@pytest.mark.parametrize("seed", seeds(80, 5000))
+def test_exact_and_pareto_equal_oracle_when_cuts_cost(seed):
+    """Every stage pays one segment (call, boundary bytes, its first layer's unfused extra): the
+    solvers' tables charge it as the evaluator does, so they stay exact."""
+    p = with_cut_costs(random_problem(seed), seed, zero_type=seed % 2 == 0)
+    assert p.costs.charges_cuts
+    assert_solvers_match_oracle(p)
+
+
+@pytest.mark.parametrize("seed", seeds(20, 5100))
+def test_exact_equals_oracle_on_boards_when_cuts_cost(seed):
+    """Whole boards as interchangeable units: the segment cost is per type, so the symmetry holds."""
+    p = with_cut_costs(board_problem(seed), seed)
+    assert_solvers_match_oracle(p)
+
+
+@pytest.mark.parametrize("seed", seeds(20, 5200))
+def test_exact_with_constraints_when_cuts_cost(seed):
+    p = with_cut_costs(random_problem(seed, source=True, sink=True), seed)
+    assert_solvers_match_oracle(p, PipelineConstraints(first_stage_devices=(p.cluster.names[0],), max_stages=2))
+
+
+def test_cut_costs_can_move_the_optimum():
+    """Two equal devices and a free link: without cut costs splitting halves the bottleneck; when the
+    second layer pays 2 s cut off from the first (it was fused into it), one device running
+    everything wins."""
+    from hetsplit.costs import CostTable, SplitProblem
+    from hetsplit.costs.segment import SegmentCost
+
+    g = chain_graph([10, 10], input_bytes=10)
+    base = problem(g, cluster(["a", "a"], bandwidth=1e12), np.array([[1.0], [1.0]]), np.array([[1.0], [1.0]]))
+    (plan,) = make_partitioner("exact").solve(base)
+    assert len(plan.stages) == 2 and plan.metrics.bottleneck_s == 1.0
+    c = base.costs
+    dear = SplitProblem(g, base.cluster, CostTable(c.layer_names, c.types, c.time_s, c.energy_j, c.mem_bytes,
+                                                    segment={"a": SegmentCost(call_s=0.5)},
+                                                    unfused_s=np.array([[0.0], [2.0]])))
+    (plan,) = make_partitioner("exact").solve(dear)
+    assert len(plan.stages) == 1 and plan.metrics.bottleneck_s == pytest.approx(2.5)
+    assert close(plan.metrics.bottleneck_s, brute_force(dear).min_bottleneck())
 
 
 @pytest.mark.parametrize("seed", seeds(40, 500))
@@ -110,3 +152,22 @@ def test_sparse_tie_break_equals_the_dense_one():
         else:
             assert 64 * sparse.params["tie_break_states"] > need - 1
     assert ran >= 5
+
+
+@pytest.mark.parametrize("vector_limit", [0, None])
+@pytest.mark.parametrize("seed", seeds(25, 5300))
+def test_additive_value_dp_splits_a_stage_with_its_segment(seed, vector_limit, monkeypatch):
+    """The fast additive DP keeps ``value - pre_in[k]``: with cut costs a stage is still the start's
+    part plus the end's, so the least-latency plan equals the oracle's (both sweeps)."""
+    from hetsplit.search import value_dp as vdp
+
+    if vector_limit is not None:
+        monkeypatch.setattr(vdp, "VECTOR_LIMIT", vector_limit)
+    p = with_cut_costs(random_problem(seed), seed)
+    o = oracle_or_none(p)
+    cm = build_classes(p)
+    vr = vdp.value_dp(cm, np.inf, "latency", None)
+    if o is None:
+        assert vr is None
+        return
+    assert close(vr.primary, float(o.metrics.latency_s.min()))

@@ -45,6 +45,33 @@ def test_two_device_case_by_hand():
         assert evaluate(p, pl) == pl.metrics
 
 
+def test_two_device_case_by_hand_when_cuts_cost():
+    # the case above; a segment on type a costs 0.5 s + 0.125 s per boundary byte and l1 on a pays
+    # 1 s more cut off from l0; type b is charged nothing (an explicit zero)
+    from hetsplit.costs import CostTable, SplitProblem
+    from hetsplit.costs.segment import SegmentCost
+
+    g = chain_graph([8, 8], input_bytes=4)
+    base = problem(g, cluster(["a", "b"], bandwidth=8.0), np.array([[2.0, 1.0], [2.0, 3.0]]),
+                   np.array([[1.0, 5.0], [1.0, 5.0]]))
+    c = base.costs
+    p = SplitProblem(g, base.cluster, CostTable(
+        c.layer_names, c.types, c.time_s, c.energy_j, c.mem_bytes,
+        segment={"a": SegmentCost(call_s=0.5, byte_s=0.125), "b": SegmentCost(source="zero")},
+        unfused_s=np.array([[0.0, 0.0], [1.0, 0.0]])))
+    r = brute_force(p)
+    got = {(tuple(b[b < 2].tolist()), tuple(d[d >= 0].tolist())): (m_b, m_l)
+           for b, d, m_b, m_l in zip(r.bounds, r.devices, r.metrics.bottleneck_s, r.metrics.latency_s)}
+    # d1|d0: l0 on b 1 s, 1 s transfer, l1 on a 2 + 0.5 + 0.125 x (8 + 8) + 1 = 5.5 s
+    assert got[((0, 1), (1, 0))] == (5.5, 7.5)
+    # d0|d1: l0 on a 2 + 0.5 + 0.125 x (4 + 8) = 4 s, then 1 s, then 3 s
+    assert got[((0, 1), (0, 1))] == (4.0, 8.0)
+    assert got[((0,), (0,))] == (6.0, 6.0)      # 4 + 0.5 + 0.125 x (4 + 8)
+    assert got[((0,), (1,))] == (4.0, 4.0)
+    assert r.min_bottleneck() == 4.0
+    assert r.front().tolist() == [[4.0, 6.0], [6.0, 2.0]]  # d0|d1 and everything on d0
+
+
 def test_memory_limit_removes_plans_and_infeasible_raises():
     g = chain_graph([8, 8], input_bytes=4)
     t = np.ones((2, 1))

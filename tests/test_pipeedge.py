@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 from _check import assert_evaluator_metrics, close, oracle_or_none, seeds
-from _instances import random_problem
+from _instances import random_problem, with_cut_costs
 from factories import chain_graph, cluster, problem
 
 from hetsplit.errors import InfeasibleError
@@ -15,6 +15,20 @@ from hetsplit.search.pipeedge import last_output_cut_bytes
 @pytest.mark.parametrize("seed", seeds(60, 3000))
 def test_pipeedge_reaches_the_optimal_bottleneck_and_never_beats_the_oracle(seed):
     p = random_problem(seed)
+    o = oracle_or_none(p)
+    if o is None:
+        with pytest.raises(InfeasibleError):
+            make_partitioner("pipeedge").solve(p)
+        return
+    (plan,) = make_partitioner("pipeedge").solve(p)
+    assert_evaluator_metrics(p, [plan])
+    assert close(plan.metrics.bottleneck_s, o.min_bottleneck())
+
+
+@pytest.mark.parametrize("seed", seeds(40, 3100))
+def test_pipeedge_is_optimal_when_cuts_cost(seed):
+    """Each stage pays one segment (call, boundary bytes, unfused first layer) in the DP's tables too."""
+    p = with_cut_costs(random_problem(seed), seed)
     o = oracle_or_none(p)
     if o is None:
         with pytest.raises(InfeasibleError):

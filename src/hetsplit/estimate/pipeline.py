@@ -8,6 +8,8 @@ port carries every cut in or out of it) and throughput is its inverse; latency i
 is the sum of compute and transfer energy. With a cluster ``source`` the model input first moves
 from the source to the first stage (``cut_bytes[0]``); with a ``sink`` the outputs move from the
 last stage to the sink (``cut_bytes[L]``). A device that runs several stages adds up their compute.
+Each stage is one segment (``SplitProblem.stage_time``): its layers plus one executor call, the bytes
+crossing its boundary and its first layer's unfused extra on the device's type (``costs.segment``).
 Transfer energy is charged to the sending device.
 
 A batch of N plans with at most S stages is two integer arrays: ``bounds`` (N x S+1, stage s runs
@@ -95,7 +97,7 @@ def evaluate_pipelines(problem: SplitProblem, bounds: np.ndarray, devices: np.nd
     dev = np.where(active, d, 0)
     starts, ends = b[:, :-1], b[:, 1:]
     types = problem.device_type[dev]
-    comp_t = np.where(active, problem.costs.range_time(starts, ends, types), 0.0)
+    comp_t = np.where(active, problem.stage_time(starts, ends, dev), 0.0)
     comp_e = np.where(active, problem.costs.range_energy(starts, ends, types), 0.0)
     mem = np.where(active, problem.costs.range_mem(starts, ends, types)
                    + problem.cut_bytes[starts] + problem.cut_bytes[ends], 0.0)

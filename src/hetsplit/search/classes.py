@@ -47,7 +47,7 @@ class ClassModel:
     problem: SplitProblem
     members: list[list[int]]      # devices each label may stand for (a plain class: its devices)
     label_device: np.ndarray      # (C,) the device whose costs a label uses (unit 0 of its class)
-    time: np.ndarray              # (L+1, L+1, C) stage compute seconds, inf if invalid/not fitting
+    time: np.ndarray              # (L+1, L+1, C) stage seconds (``SplitProblem.stage_time``), inf if invalid/not fitting
     energy: np.ndarray            # (L+1, L+1, C) stage compute joules
     tr_time: np.ndarray           # (L+1, C, Mv) transfer seconds at cut k from label u by move m, inf if not allowed
     tr_energy: np.ndarray         # (L+1, C, Mv)
@@ -169,7 +169,9 @@ def build_classes(problem: SplitProblem, constraints: PipelineConstraints = Pipe
     t = problem.device_type[reps][None, None, :]
     valid = j > i
     with np.errstate(invalid="ignore"):
-        time = np.where(valid, problem.costs.range_time(i, j, t), np.inf)
+        # a stage is one segment: its layers plus what the segment costs on its type (per type, so
+        # the same for every device a label stands for)
+        time = np.where(valid, problem.stage_time(i, j, reps[None, None, :]), np.inf)
         energy = np.where(valid, problem.costs.range_energy(i, j, t), np.inf)
     if constraints.enforce_memory:
         mem = problem.costs.range_mem(i, j, t) + cb[i] + cb[j]

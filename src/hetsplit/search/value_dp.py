@@ -58,8 +58,9 @@ def value_dp(cm: ClassModel, bound: float, primary: str, secondary: str | None) 
     """Lexicographic minimum of (primary, secondary) over plans with every stage and transfer <= bound.
 
     Returns None when no plan satisfies the bound. With an additive primary and no secondary (the
-    common case) the table keeps ``value - prefix[k]`` so that choosing a stage start is a plain
-    minimum over a (usually contiguous) block of rows, with no per-row arithmetic.
+    common case) a stage's term splits into a part of its start and a part of its end (``_separable``)
+    and the table keeps ``value - pre_in[k]`` so that choosing a stage start is a plain minimum over
+    a (usually contiguous) block of rows, with no per-row arithmetic.
     """
     space = cm.space
     L, C, M = cm.num_layers, cm.num_classes, space.M
@@ -72,11 +73,7 @@ def value_dp(cm: ClassModel, bound: float, primary: str, secondary: str | None) 
         sq, tq, srcq, snkq = _stage_terms(cm, secondary)
         op_q = _combine(secondary)
     fast = secondary is None and primary != "bottleneck"
-    if fast:
-        prefix = cm.problem.costs.energy_prefix if primary == "energy" else cm.problem.costs.time_prefix
-        pre = prefix[:, cm.problem.device_type[cm.label_device]]      # (L+1, C)
-    else:
-        pre = np.zeros((L + 1, C))
+    pre_in, pre_out = _separable(cm, primary) if fast else (np.zeros((L + 1, C)), np.zeros((L + 1, C)))
     comp_ok, tr_ok = cm.within(cm.time, bound), cm.within(cm.tr_time, bound)
     size_ok = space.size_ok
     P = np.full((C, L + 1, M), np.inf)
@@ -86,7 +83,7 @@ def value_dp(cm: ClassModel, bound: float, primary: str, secondary: str | None) 
     for c in range(C):
         first = space.initial(c)
         if first >= 0 and cm.within(cm.src_time[c], bound):
-            P[c, 0, first] = srcp[c]
+            P[c, 0, first] = srcp[c] - pre_in[0, c]
             if secondary:
                 Q[c, 0, first] = srcq[c]
             nonempty[0, c] = True
@@ -103,7 +100,7 @@ def value_dp(cm: ClassModel, bound: float, primary: str, secondary: str | None) 
         """Labels of stages k..j-1 on label c for each start k in ks (rows: ks; columns: S)."""
         col = (slice(None), None) if isinstance(S, slice) else (slice(None),)
         if fast:
-            return rows(P, c, ks, S) + pre[j, c], None
+            return rows(P, c, ks, S) + pre_out[j, c], None
         return (op_p(rows(P, c, ks, S), sp[ks, j, c][col]), op_q(rows(Q, c, ks, S), sq[ks, j, c][col]))
 
     best = (np.inf, np.inf, -1, -1)
@@ -112,7 +109,7 @@ def value_dp(cm: ClassModel, bound: float, primary: str, secondary: str | None) 
     into = [np.flatnonzero(cm.move_label == v) for v in range(C)]
     vectorized = fast and C * L * M <= VECTOR_LIMIT
     if vectorized:
-        best = _fast_sweep(cm, P, nonempty, pre, comp_ok, tr_ok, tp, snkp, bound)
+        best = _fast_sweep(cm, P, nonempty, pre_in, pre_out, comp_ok, tr_ok, tp, snkp, bound)
     for j in range(1, 1 if vectorized else L + 1):
         has_end = np.zeros(C, dtype=bool)
         for c in range(C):
@@ -120,7 +117,7 @@ def value_dp(cm: ClassModel, bound: float, primary: str, secondary: str | None) 
             if ks.size == 0:
                 continue
             if fast:
-                endP[c] = rows(P, c, ks, slice(None)).min(axis=0) + pre[j, c]
+                endP[c] = rows(P, c, ks, slice(None)).min(axis=0) + pre_out[j, c]
             else:
                 pc, qc = end_labels(j, c, ks)
                 endP[c], endQ[c], _ = _lexmin(pc, qc)
@@ -162,7 +159,7 @@ def value_dp(cm: ClassModel, bound: float, primary: str, secondary: str | None) 
                     Q[v, j] = bq
             bp = np.where(size_ok, bp, np.inf)
             nonempty[j, v] = np.isfinite(bp).any()
-            P[v, j] = bp - pre[j, v]
+            P[v, j] = bp - pre_in[j, v]
     if best[2] < 0:
         return None
 
@@ -199,11 +196,34 @@ def value_dp(cm: ClassModel, bound: float, primary: str, secondary: str | None) 
     return ValueResult(best[0], best[1], bounds[::-1], moves[::-1])
 
 
+def _separable(cm: ClassModel, primary: str) -> tuple[np.ndarray, np.ndarray]:
+    """(pre_in, pre_out), each (L+1, C): the additive ``primary``'s stage k..j-1 on label c is
+    ``pre_out[j, c] - pre_in[k, c]`` wherever it is finite (``cm.time`` / ``cm.energy``). Energy:
+    prefix sums. Time (``SplitProblem.stage_time``, one segment per stage): ``pre_out`` = prefix +
+    the call + the bytes leaving by cut j; ``pre_in`` = prefix - the bytes entering by cut k - layer
+    k's unfused extra (k > 0)."""
+    p = cm.problem
+    t = p.device_type[cm.label_device]
+    if primary == "energy":
+        pre = p.costs.energy_prefix[:, t]
+        return pre, pre
+    c = p.costs
+    assert c.unfused_s is not None
+    pre = c.time_prefix[:, t]                                        # (L+1, C)
+    if not c.charges_cuts:
+        return pre, pre
+    L = cm.num_layers
+    per_byte = c.segment_byte_s[t][None, :] * p.cut_bytes[:, None]   # (L+1, C)
+    unfused = np.zeros((L + 1, len(t)))
+    unfused[1:L] = c.unfused_s[1:L][:, t]
+    return pre - per_byte - unfused, pre + c.segment_call_s[t][None, :] + per_byte
+
+
 VECTOR_LIMIT = 4_000_000  # C * L * M up to which the fast DP handles all labels of a cut at once
 WINDOW_LIMIT = 16_000_000  # floats (128 MiB) of range-minimum tables the fast DP may add
 
 
-def _fast_sweep(cm: ClassModel, P: np.ndarray, nonempty: np.ndarray, pre: np.ndarray,
+def _fast_sweep(cm: ClassModel, P: np.ndarray, nonempty: np.ndarray, pre_in: np.ndarray, pre_out: np.ndarray,
                 comp_ok: np.ndarray, tr_ok: np.ndarray, tp: np.ndarray, snkp: np.ndarray,
                 bound: float) -> tuple[float, float, int, int]:
     """The additive-primary DP with the transfers of a cut in one array operation (small C * M).
@@ -220,7 +240,7 @@ def _fast_sweep(cm: ClassModel, P: np.ndarray, nonempty: np.ndarray, pre: np.nda
     best = (np.inf, np.inf, -1, -1)
     sink_ok = cm.within(cm.snk_time, bound)
     # a transfer after a stage of label u ending at cut j, with the prefix of u added back
-    tpx = np.where(tr_ok, tp + pre[:, :, None], np.inf)                     # (L+1, C, Mv)
+    tpx = np.where(tr_ok, tp + pre_out[:, :, None], np.inf)                 # (L+1, C, Mv)
     # range minima: W[t - 1, :, k] = min of P[:, k - 2^t + 1 .. k] (t >= 1; P itself is t = 0),
     # filled as the rows of P become final, so a range of starts costs two rows whatever its length
     longest = int((comp_ok.sum(axis=0)).max()) if L else 1
@@ -258,7 +278,7 @@ def _fast_sweep(cm: ClassModel, P: np.ndarray, nonempty: np.ndarray, pre: np.nda
             else:
                 np.min(P[cs, a:b + 1], axis=0, out=endP[cs])
         if j == L:
-            endP += pre[j][:, None]
+            endP += pre_out[j][:, None]
             fin = np.where(sink_ok[:, None] & space.size_ok[None, :], endP + snkp[:, None], np.inf)
             flat = int(np.argmin(fin))
             if np.isfinite(fin.flat[flat]):
@@ -271,7 +291,7 @@ def _fast_sweep(cm: ClassModel, P: np.ndarray, nonempty: np.ndarray, pre: np.nda
             nxt[d1] = np.minimum(nxt[d1], to_m[s1])
         nxt = nxt.reshape(C, M)
         nonempty[j] = np.isfinite(nxt).any(axis=1)
-        P[:, j, :] = nxt - pre[j][:, None]
+        P[:, j, :] = nxt - pre_in[j][:, None]
         if use_w:
             fill(j)
     return best
