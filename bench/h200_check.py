@@ -2,10 +2,10 @@
 
 ``bench/data/h200-16c`` holds a lent CPU+GPU host's profiles, clusters, plans and the reports of four runs
 (ResNet-50 map-opt over cpu0+gpu0 and on gpu0 alone, MobileBERT tensor-parallel and on gpu0 alone). This
-costs each run with the ``simulated`` fidelity, charging every segment (one executor call per input) what
-its device type's ``SegmentCost`` says, by the one rule of ``costs.segment`` (each segment ``call_s +
-per_byte x`` its boundary bytes, on its first task; a GPU shard pays its layer's launch part,
-``estimate.task_costs.launch_part``), and prints predicted against measured throughput (target: within
+costs each run with the ``simulated`` fidelity, which charges every segment (one executor call per input)
+what its device type's ``SegmentCost`` says, by the one rule (``estimate.segments``: each segment ``call_s
++ per_byte x`` its boundary bytes, on its first task), a GPU shard its layer's launch part
+(``estimate.task_costs.launch_part``), and prints predicted against measured throughput (target: within
 +-25%); a plan that sums across devices is simulated input by input, as the runtime runs it
 (``SimOptions.inputs_in_order``, as the ``here`` fidelity does). Then it plans both models with the pipeline (``exact``) and ``map-opt`` algorithms and says
 whether the planner ranks gpu0 alone above both splits.
@@ -46,8 +46,8 @@ from segment_cost import per_segment  # noqa: E402  (a sibling bench script)
 from hetsplit.costs.problem import SplitProblem  # noqa: E402
 from hetsplit.costs.profiler.torch_onnx import unmarked  # noqa: E402
 from hetsplit.costs.segment import SegmentCost  # noqa: E402
-from hetsplit.estimate.fidelity import Simulated  # noqa: E402
-from hetsplit.estimate.simulate import simulate  # noqa: E402
+from hetsplit.estimate.fidelity import Simulated, estimate  # noqa: E402
+from hetsplit.estimate.segments import charged  # noqa: E402
 from hetsplit.estimate.task_costs import TaskCosts, launch_part, task_costs  # noqa: E402
 from hetsplit.plan.check import check_plan  # noqa: E402
 from hetsplit.plan.tasks import TaskGraph  # noqa: E402
@@ -95,28 +95,6 @@ def rescale_marked(doc: dict) -> bool:
     return True
 
 
-def charged(problem: SplitProblem, tg: TaskGraph, costs: TaskCosts) -> TaskCosts:
-    """``costs`` with every segment's cost on its device's type added to its first task, and each whole-layer
-    task cut off from the layer before it charged that layer's ``unfused_s`` (the rule of ``costs.segment``)."""
-    table, extra = problem.costs, np.zeros_like(costs.time_s)
-    boundary = iter(tg.segment_boundary_bytes())
-    for device, segments in tg.segments.items():
-        t = problem.device_type[device]
-        seg = table.segment.get(table.types[t], SegmentCost())
-        for segment in segments:
-            dev, nbytes = next(boundary)
-            assert dev == device
-            extra[segment[0], t] += seg.seconds(nbytes)
-            if table.unfused_s is not None:
-                for k in segment:
-                    task = tg.tasks[k]
-                    first = task.layers[0]
-                    if task.kind == "layer" and first > 0 and not any(
-                            tg.tasks[j].kind in ("layer", "stage") and first - 1 in tg.tasks[j].layers for j in segment):
-                        extra[k, t] += table.unfused_s[first, t]
-    return TaskCosts(costs.time_s + extra, costs.energy_j, costs.mem_bytes)
-
-
 def per_device(problem: SplitProblem, tg: TaskGraph, costs: TaskCosts) -> dict[str, float]:
     """Seconds per input each device computes (its tasks on its type)."""
     out: dict[str, float] = {}
@@ -127,14 +105,14 @@ def per_device(problem: SplitProblem, tg: TaskGraph, costs: TaskCosts) -> dict[s
     return out
 
 
-def predicted_throughput(problem: SplitProblem, tg: TaskGraph) -> tuple[float, dict[str, float], str]:
-    """The ``simulated`` fidelity's throughput with every segment charged, its per-device compute, and
-    which way it was charged (the fidelity itself once it charges segments, else the rule here)."""
-    with_cuts = charged(problem, tg, task_costs(problem, tg))
+def predicted_throughput(problem: SplitProblem, plan: Plan) -> tuple[float, dict[str, float]]:
+    """The ``simulated`` fidelity's throughput (it charges every segment by the one rule,
+    ``estimate.segments.charged``) and each device's compute with those charges."""
+    tg = check_plan(problem.graph, problem.cluster, plan)
     # the runtime runs a plan that sums across devices input by input (runtime.rounds), as ``here`` simulates it
     options = replace(Simulated().options, inputs_in_order=tg.sums_across_devices())
-    sim = simulate(problem, tg, options, costs=with_cuts)
-    return sim.throughput, per_device(problem, tg, with_cuts), "rule"
+    got = estimate(problem, [plan], Simulated(options))
+    return float(got.throughput[0]), per_device(problem, tg, charged(problem, tg, task_costs(problem, tg)))
 
 
 def fit_segments(problem: SplitProblem, tg: TaskGraph, report: dict) -> dict[str, SegmentCost]:
@@ -209,8 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{'run':32} {'measured':>9} {'predicted':>9} {'error':>7}  compute per device, predicted (measured)")
         for run in RUNS:
             pr = probs[run.model]
-            tg = check_plan(pr.graph, pr.cluster, plan_of(work, run))
-            thr, compute, _ = predicted_throughput(pr, tg)
+            thr, compute = predicted_throughput(pr, plan_of(work, run))
             report = json.loads((work / run.report).read_text())
             meas = report["measured"]["throughput"]
             err = thr / meas - 1
@@ -234,13 +211,19 @@ def main(argv: list[str] | None = None) -> int:
 def rank_plans(problem: SplitProblem, budget: float) -> None:
     """Plan with the pipeline (exact) and map-opt algorithms; say whether gpu0 alone is ranked above both
     splits, by the planner's own figures and by the simulated fidelity with the segments charged."""
-    search = search_plans(problem, PlanRequest(algorithms=("exact", "map-opt"), time_budget_s=budget))
     name = problem.graph.name
+    plans: list[Plan] = []
+    for algo in ("exact", "map-opt"):
+        try:
+            plans += search_plans(problem, PlanRequest(algorithms=(algo,), baselines=algo == "exact",
+                                                       time_budget_s=budget)).plans
+        except Exception as exc:  # noqa: BLE001 - a solver that fails is reported, the others still rank
+            print(f"  {name} {algo}: failed ({type(exc).__name__}: {str(exc).splitlines()[0][:160]})")
     rows = []
-    for p in search.plans:
+    for p in plans:
         tg = check_plan(problem.graph, problem.cluster, p)
         used = sorted({problem.cluster.names[d] for d in tg.device})
-        thr, _, _ = predicted_throughput(problem, tg)
+        thr, _ = predicted_throughput(problem, p)
         rows.append((p.algorithm, "+".join(used), p.metrics.throughput if p.metrics else float("nan"), thr))
     for algo, used, planner, sim in rows:
         print(f"  {name} {algo:8} on {used:10}: planner {planner:8.1f}/s, simulated with segments {sim:8.1f}/s")
