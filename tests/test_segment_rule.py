@@ -8,10 +8,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from _cut_costs import with_cut_costs, without_cut_costs
 from _instances import random_problem
 from hetsplit.cluster.loader import load_cluster
 from hetsplit.costs.build import build_problem
-from hetsplit.costs.segment import SegmentCost
 from hetsplit.estimate.mapping import MappingEvaluator, evaluate_mappings, plan_buffers, plan_segments
 from hetsplit.estimate.segments import SEGMENT_PART, UNFUSED_PART, charged, segment_charges
 from hetsplit.estimate.simulate import SimOptions, simulate
@@ -20,17 +20,6 @@ from hetsplit.estimate import make_plan
 from hetsplit.graph import zoo
 from hetsplit.plan.check import check_plan
 from test_mapping_eval import assert_matches_reference, random_mapping, random_sharded_plan, reference
-
-
-def with_cut_costs(pr, rng, scale: float = 1.0):
-    """``pr`` with random nonzero segment costs on every type and unfused extras on every layer."""
-    table = pr.costs
-    mean = float(np.nanmean(np.where(np.isfinite(table.time_s), table.time_s, np.nan))) * scale
-    per_byte = mean / max(float(pr.cut_bytes.mean()), 1.0)
-    segment = {t: SegmentCost(float(rng.uniform(0.1, 1.0)) * mean, float(rng.uniform(0.0, 0.5)) * per_byte,
-                              float(rng.uniform(0.0, 0.5)) * per_byte, "random") for t in table.types}
-    unfused = rng.uniform(0.0, 0.5, size=table.time_s.shape) * mean
-    return replace(pr, costs=replace(table, segment=segment, unfused_s=unfused))
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +34,7 @@ def kernel_segments(pr, tg, devices):
     buf = plan_buffers(1, tg.num_tasks, len(tg.edge_src), pr.num_devices, 0)
     sbuf = buf[-1]
     plan_segments(np.asarray(devices, dtype=np.int64), False, tg.edge_bytes, tg.edge_bytes, st[0], st[1],
-                  tg.edge_bytes, st[3], st[4], st[-1], sbuf)
+                  tg.edge_bytes, st[3], st[4], st[-11:], sbuf)
     return sbuf[0].copy(), sbuf[2].copy()
 
 
@@ -78,7 +67,7 @@ def test_with_cut_costs_the_closed_form_is_the_reference_on_the_charged_tasks(al
     tg = check_plan(pr.graph, pr.cluster, plan)
     got = evaluate_mappings(pr, tg)
     assert_matches_reference(pr, tg, got, costs=charged(pr, tg, task_costs(pr, tg)))
-    free = evaluate_mappings(replace(pr, costs=replace(pr.costs, segment={}, unfused_s=None)), tg)
+    free = evaluate_mappings(without_cut_costs(pr), tg)
     extra = np.zeros(pr.num_devices)
     np.add.at(extra, tg.device, segment_charges(pr, tg).total_s)
     assert extra.sum() > 0
@@ -129,7 +118,7 @@ def test_the_simulator_charges_the_rule_on_each_segments_first_task(alexnet_nx):
     plan = random_mapping(pr, rng)
     plan = replace(plan, assign={n: names[k % 2] for k, n in enumerate(pr.graph.names)})
     tg = check_plan(pr.graph, pr.cluster, plan)
-    free = replace(pr, costs=replace(pr.costs, segment={}, unfused_s=None))
+    free = without_cut_costs(pr)
     before = simulate(free, tg, SimOptions(inputs=1))
     after = simulate(pr, tg, SimOptions(inputs=1))
     charges = segment_charges(pr, tg)

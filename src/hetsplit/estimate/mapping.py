@@ -130,10 +130,11 @@ class MappingEvaluator:
         return self.metrics(out, extras)
 
     def kernel_structure(self) -> tuple:
-        """The task graph's arrays as ``plan_figures`` reads them (``st``), the segment rule's last."""
+        """The task graph's arrays as ``plan_figures`` reads them (``st``), the segment rule's last (flat: a
+        tuple in a tuple cannot reach the parallel kernel)."""
         st, tg = self.structure, self.tg
         return (st.edge_src, st.edge_dst, tg.edge_bytes, st.out_ptr, st.out_idx, st.source_edges, st.chain_ptr,
-                st.chain_idx, st.indeg, *message_groups(tg), segment_structure(self.problem, tg))
+                st.chain_idx, st.indeg, *message_groups(tg), *segment_structure(self.problem, tg))
 
     def kernel_net(self) -> tuple:
         """The cluster as ``plan_figures`` reads it (``net``): link tables, memory per device, source, sink,
@@ -419,7 +420,8 @@ def plan_figures(p0, rows, has_ov, ov_time, ov_energy, ov_mem, ov_bytes, tables,
     A device index out of range marks its plan invalid. (The tuples are unpacked once for all plans:
     unpacking them costs more than a plan's figures.)"""
     (e_src, e_dst, e_bytes, out_ptr, out_idx, src_edges, chain_ptr, chain_idx, indeg0, plain, g_ptr, g_edges,
-     g_tasks, sg) = st
+     g_tasks, s_on, s_in_ptr, s_in_edges, s_b_ptr, s_b_edges, s_prev, s_unfused, s_call, s_byte, s_type, s_types) = st
+    sg = (s_on, s_in_ptr, s_in_edges, s_b_ptr, s_b_edges, s_prev, s_unfused, s_call, s_byte, s_type, s_types)
     lat, per_byte, joule, capacity, source, sink, shared_ports = net
     x_ptr, x_dur, x_res, x_after, x_before = xj
     (compute, energy_dev, mem_dev, participates, latency, comm_e, comm_t, task_e, max_busy, max_link, bottleneck,

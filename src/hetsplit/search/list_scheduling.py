@@ -97,9 +97,26 @@ class PartialSchedule:
     def earliest(self, i: int, d: int) -> tuple[float, float]:
         """Earliest (start, finish) of layer i on device d (after its last booked layer without insertion)."""
         ready = self.data_ready(i, d)
-        duration = float(self.nm.time[i, d])
+        duration = float(self.nm.time[i, d]) + self.cut_charge(i, d)
         start = self.lines[d].earliest_start(ready, duration) if self.insertion else max(ready, self.lines[d].free_at)
         return start, start + duration
+
+    def cut_charge(self, i: int, d: int) -> float:
+        """What placing layer i on d likely adds for its segment (``costs.segment``; a heuristic, as the
+        segments are known only once every layer is placed): where it reads from another device or the
+        layer before it is not on d, a segment starts (d's call and the bytes it reads from elsewhere) and
+        i is cut off from layer i-1 (its unfused extra)."""
+        costs = self.nm.problem.costs
+        if not costs.charges_cuts:
+            return 0.0
+        t = int(self.nm.problem.device_type[d])
+        remote = [p for p in self.preds[i] if self.device[p] != d]
+        if not remote and i > 0 and self.device[i - 1] == d:
+            return 0.0
+        inbound = sum(self.edge_bytes[(p, i)] for p in remote)
+        assert costs.unfused_s is not None
+        return float(costs.segment_call_s[t] + costs.segment_byte_s[t] * inbound
+                     + (costs.unfused_s[i, t] if i > 0 else 0.0))
 
     def best_device(self, i: int, extra: np.ndarray | None = None) -> tuple[int, float, float]:
         """The device where layer i finishes first (plus ``extra[d]``, PEFT's look-ahead); ties: the first."""

@@ -12,6 +12,9 @@ The model (time in integer units of ``incumbent / RESOLUTION``, every duration r
   ``ports: shared``), one message at a time per link or port;
 - memory, when it can bind: each device's layers' memory within its capacity (the bytes it sends and
   receives are left out: a relaxation);
+- cut costs (``costs.segment``): a layer's interval grows by its segment's call where it starts one
+  and by its unfused extra where it is cut off from the layer before it, both bounded below by the
+  runtime's rule (``_segments``; boundary bytes left out: a relaxation);
 - objective: the makespan.
 
 Where the model and the estimator differ: the estimator runs each device's layers in the plan's run
@@ -93,8 +96,13 @@ class LatencyModel:
         on: list[list] = [[] for _ in range(D)]
         for i in range(L):
             for d in np.flatnonzero(nm.feasible[i]):
-                lit = self.x[(i, int(d))] = m.NewBoolVar(f"x{i}_{d}")
-                on[d].append(m.NewOptionalIntervalVar(self.start[i], self._units(nm.time[i, d]), self.end[i], lit, ""))
+                self.x[(i, int(d))] = m.NewBoolVar(f"x{i}_{d}")
+        extra = self._segments() if nm.problem.costs.charges_cuts else {}
+        for i in range(L):
+            for d in np.flatnonzero(nm.feasible[i]):
+                lit = self.x[(i, int(d))]
+                size = self._units(nm.time[i, d]) + extra.get((i, int(d)), 0)
+                on[d].append(m.NewOptionalIntervalVar(self.start[i], size, self.end[i], lit, ""))
             m.AddExactlyOne([self.x[(i, int(d))] for d in np.flatnonzero(nm.feasible[i])])
             m.Add(self.makespan >= self.end[i])
         for d in range(D):
@@ -110,6 +118,45 @@ class LatencyModel:
         if memory:
             self._memory()
         m.Minimize(self.makespan)
+
+    def _segments(self) -> dict[tuple[int, int], object]:
+        """What layer i's segment adds to its time on d (units, rounded down), by the runtime's rule
+        relaxed: ``y[i, d]`` (i starts a segment on d) at least where the rule must start one (d's first
+        layer; a producer elsewhere with no start on d since it), paying d's call; ``u[i, d]`` (i cut off
+        from layer i-1) at least where it is, paying i's unfused extra. The boundary bytes are left out.
+        The rule's own starts satisfy these rows, so the bound stays a lower bound on the estimator."""
+        nm, m, x = self.nm, self.m, self.x
+        pr = nm.problem
+        types = pr.device_type
+        assert pr.costs.unfused_s is not None
+        producers: list[set[int]] = [set() for _ in range(nm.num_layers)]
+        for src, dst in zip(nm.tg.edge_src, nm.tg.edge_dst):
+            if src >= 0 and dst >= 0:
+                producers[int(dst)].add(int(src))
+        extra: dict[tuple[int, int], object] = {}
+        for d in range(nm.num_devices):
+            call = self._units(float(pr.costs.segment_call_s[types[d]]))
+            y: dict[int, object] = {}
+            for i in range(nm.num_layers):
+                if (i, d) not in x:
+                    continue
+                y[i] = m.NewBoolVar("")
+                m.AddImplication(y[i], x[(i, d)])
+                m.Add(sum(y.values()) >= x[(i, d)])                           # d's first layer starts one
+                for p in producers[i]:
+                    since = [y[k] for k in range(p + 1, i + 1) if k in y]
+                    m.Add(sum(since) + (x[(p, d)] if (p, d) in x else 0) >= x[(i, d)])
+                terms = call * y[i] if call else 0
+                unfused = self._units(float(pr.costs.unfused_s[i, types[d]])) if i > 0 else 0
+                if unfused:
+                    u = m.NewBoolVar("")
+                    m.AddImplication(y[i], u)
+                    m.Add(u + (x[(i - 1, d)] if (i - 1, d) in x else 0) >= x[(i, d)])
+                    terms = terms + unfused * u
+                if call or unfused:
+                    grow = extra[(i, d)] = m.NewIntVar(0, call + unfused, "")   # an interval's size is affine
+                    m.Add(grow == terms)
+        return extra
 
     def _units(self, seconds: float) -> int:
         return int(np.floor(seconds / self.unit)) if np.isfinite(seconds) else 0

@@ -168,9 +168,134 @@ class Builder:
                 pending = pending[count:]
         return None if (devices < 0).any() else devices
 
-    def compute(self) -> None:
+    def compute(self, extra: list[dict[int, float]] | None = None) -> None:
+        """Each device's load within T: its layers' times, plus ``extra[d]`` (its segments' costs) if given."""
         for d in range(self.nm.num_devices):
-            self.m.row({**self.load(d), self.t: -1.0}, -np.inf, 0.0)
+            row = self.load(d)
+            for var, value in (extra[d] if extra else {}).items():
+                row[var] = row.get(var, 0.0) + value
+            self.m.row({**row, self.t: -1.0}, -np.inf, 0.0)
+
+    def segments(self) -> list[dict[int, float]]:
+        """Per device, the terms its segments add to its load (``estimate.segments``' rule, exactly).
+
+        Tasks are the layers (n = layer n, topological order). ``a[n, d]``: some layer before n runs on d;
+        ``y[n, d]`` (binary): layer n starts a segment on d, equal to the runtime's rule: at least when n
+        is d's first layer or a producer p of n runs elsewhere and no segment starts on d in (p, n); at
+        most then (``w[n, d, p]`` <= 1 - x[p, d] and <= 1 - y[m, d] for p < m < n: the reason p). Each
+        start costs d's call; ``u[n, d]`` >= x[n, d] - x[n-1, d] and >= y[n, d]: layer n is cut off from
+        layer n-1 (its unfused extra). Boundary bytes: ``s(a, b, d)`` <= x[a, d], x[b, d], 1 - y[m, d]
+        (a < m <= b): a and b in one segment on d; a payload leaves its producer's segment (``o``) when
+        it goes to the sink or some reader is not in that segment, and enters a segment at each reader
+        (``i``) that shares the segment of neither the producer nor an earlier reader. ``o``, ``i``, ``u``
+        are bounded below only and cost d's time: at an optimum each is its true value; ``y``, ``s`` are
+        exact or bounded above, so no assignment is charged less than the rule charges it."""
+        nm, m = self.nm, self.m
+        pr = nm.problem
+        assert all(t.layers == (n,) and t.kind == "layer" for n, t in enumerate(nm.tg.tasks))
+        n_layers, n_dev = nm.num_layers, nm.num_devices
+        types = pr.device_type
+        call, per_byte = pr.costs.segment_call_s[types], pr.costs.segment_byte_s[types]
+        assert pr.costs.unfused_s is not None
+        unfused = pr.costs.unfused_s[:, types]
+        unit, xv = self.time_unit, (lambda n, d: self.x.get((n, d)))
+        producers: list[set[int]] = [set() for _ in range(n_layers)]
+        for src, dst in zip(nm.tg.edge_src, nm.tg.edge_dst):
+            if src >= 0 and dst >= 0:
+                producers[int(dst)].add(int(src))
+        extra: list[dict[int, float]] = [dict() for _ in range(n_dev)]
+
+        def add(d: int, var: int, value: float) -> None:
+            if value:
+                extra[d][var] = extra[d].get(var, 0.0) + value / unit
+
+        for d in range(n_dev):
+            y: dict[int, int] = {}
+            before: int | None = None          # a[n, d] (None: 0)
+            for n in range(n_layers):
+                x = xv(n, d)
+                if x is not None:
+                    y[n] = m.var(0.0, 1.0, True)
+                    m.row({y[n]: 1.0, x: -1.0}, -np.inf, 0.0)                              # y <= x
+                    m.row({y[n]: 1.0, x: -1.0, **({before: 1.0} if before is not None else {})}, 0.0, np.inf)
+                    reasons = {y[n]: 1.0, **({before: 1.0} if before is not None else {})}  # y + a - sum w <= 1
+                    for p in sorted(producers[n]):
+                        between = [y[k] for k in range(p + 1, n) if k in y]
+                        xp = xv(p, d)
+                        low = {y[n]: 1.0, x: -1.0, **{v: 1.0 for v in between}}
+                        if xp is not None:
+                            low[xp] = 1.0
+                        m.row(low, 0.0, np.inf)                # a remote p: a start in (p, n]
+                        w = m.var(0.0, 1.0, False)
+                        reasons[w] = reasons.get(w, 0.0) - 1.0
+                        if xp is not None:
+                            m.row({w: 1.0, xp: 1.0}, -np.inf, 1.0)
+                        for v in between:
+                            m.row({w: 1.0, v: 1.0}, -np.inf, 1.0)
+                    m.row(reasons, -np.inf, 1.0)
+                    add(d, y[n], float(call[d]))
+                    if n > 0 and unfused[n, d] > 0:
+                        u = m.var(0.0, 1.0, False)
+                        m.row({u: 1.0, y[n]: -1.0}, 0.0, np.inf)
+                        prev = xv(n - 1, d)
+                        m.row({u: 1.0, x: -1.0, **({prev: 1.0} if prev is not None else {})}, 0.0, np.inf)
+                        add(d, u, float(unfused[n, d]))
+                    after = m.var(0.0, 1.0, False)                                      # a[n + 1, d]
+                    m.row({after: 1.0, x: -1.0}, 0.0, np.inf)
+                    if before is not None:
+                        m.row({after: 1.0, before: -1.0}, 0.0, np.inf)
+                    m.row({after: 1.0, x: -1.0, **({before: -1.0} if before is not None else {})}, -np.inf, 0.0)
+                    before = after
+            if per_byte[d] > 0:
+                self._boundary(d, y, float(per_byte[d]), add)
+        return extra
+
+    def _boundary(self, d: int, y: dict[int, int], per_byte: float, add) -> None:
+        """Device d's boundary bytes at ``per_byte`` (see ``segments``)."""
+        m, xv = self.m, (lambda n: self.x.get((n, d)))
+        together: dict[tuple[int, int], int | None] = {}
+
+        def same(a: int, b: int) -> int | None:
+            """s(a, b, d) (None: a and b cannot both run on d)."""
+            if (a, b) not in together:
+                xa, xb = xv(a), xv(b)
+                if xa is None or xb is None:
+                    together[(a, b)] = None
+                else:
+                    v = m.var(0.0, 1.0, False)
+                    m.row({v: 1.0, xa: -1.0}, -np.inf, 0.0)
+                    m.row({v: 1.0, xb: -1.0}, -np.inf, 0.0)
+                    for k in range(a + 1, b + 1):
+                        if k in y:
+                            m.row({v: 1.0, y[k]: 1.0}, -np.inf, 1.0)
+                    together[(a, b)] = v
+            return together[(a, b)]
+
+        for p in payloads_of(self.nm):
+            readers = sorted(set(p.consumers))
+            xp = xv(p.producer) if p.producer >= 0 else None
+            cost = p.nbytes * per_byte
+            if xp is not None:
+                if p.to_sink:
+                    add(d, xp, cost)
+                else:
+                    o = m.var(0.0, 1.0, False)
+                    for c in readers:
+                        sc = same(p.producer, c)
+                        m.row({o: 1.0, xp: -1.0, **({sc: 1.0} if sc is not None else {})}, 0.0, np.inf)
+                    add(d, o, cost)
+            for k, c in enumerate(readers):
+                xc = xv(c)
+                if xc is None:
+                    continue
+                i = m.var(0.0, 1.0, False)
+                row = {i: 1.0, xc: -1.0}
+                for a in ([p.producer] if xp is not None else []) + readers[:k]:
+                    sa = same(a, c)
+                    if sa is not None:
+                        row[sa] = row.get(sa, 0.0) + 1.0
+                m.row(row, 0.0, np.inf)
+                add(d, i, cost)
 
     def symmetry(self) -> None:
         """Interchangeable devices (one class) are labelled in the order of the first layer each runs,
@@ -326,11 +451,12 @@ def solve_bottleneck(nm: NodeMapping, time_limit_s: float, model_every_term: boo
     exact = True
     if (links or memory) and n_z > MAX_LINK_VARIABLES:
         links = memory = exact = False
-    groups = _twins(nm) if not (links or memory) else [[i] for i in range(nm.num_layers)]
+    cuts = nm.problem.costs.charges_cuts
+    groups = _twins(nm) if not (links or memory or cuts) else [[i] for i in range(nm.num_layers)]
     memories = nm.problem.memory_bytes[np.isfinite(nm.problem.memory_bytes)]
     time_unit = compute_lower_bound(nm) or 1.0
     b = Builder(nm, groups, time_unit, float(memories.max()) if len(memories) else 1.0)
-    b.compute()
+    b.compute(b.segments() if cuts else None)
     b.symmetry()
     if links or memory:
         b.traffic(payloads, links, memory)
