@@ -11,6 +11,8 @@ Format (every key but ``devices`` optional; ``links.default`` needed with two or
     devices:
       - {name: cim, preset: neurosim-rram, count: 4}   # count: cim0..cim3
       - {name: gpu0, preset: rtx3070ti, memory: 6GiB}  # explicit keys override the preset's
+      - {name: gpu1, preset: rtx3070ti, segment: {call: 0.2ms, byte: 0.1ns/B}}  # what a segment costs
+                                                       # beyond its layers (presets/README.md; 0 allowed)
       - {name: cpu0, kind: cpu, memory: 16GiB, peak_macs: 1.2e11/s, mem_bandwidth: 50GB/s,
          power_active: 65W}                            # params inline or under params:
       - {name: laptop, kind: cpu, memory: 16GiB, profile: laptop.json}  # its type's costs measured there
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,13 +47,17 @@ import numpy as np
 
 from hetsplit.cluster.presets import MEDIUM, MEDIUM_FIGURES, Preset, device_preset_names, load_preset, preset_names
 from hetsplit.cluster.types import DEVICE_KINDS, PORTS, Cluster, Device, Medium
-from hetsplit.errors import ClusterError
+from hetsplit.errors import ClusterError, HetsplitError
 from hetsplit.jsonfile import read_yaml
 from hetsplit.units import KEY_KINDS, parse_param, parse_quantity
 
 CLUSTER_FORMAT = "hetsplit.cluster/1"
 TOP_KEYS = ("format", "name", "description", "media", "devices", "groups", "links", "source", "sink")
-DEVICE_KEYS = ("name", "preset", "kind", "type", "model", "memory", "params", "group", "host", "count", "profile")
+DEVICE_KEYS = ("name", "preset", "kind", "type", "model", "memory", "params", "group", "host", "count", "profile",
+               "segment")
+# what one segment (one executor call per input) costs on a device beyond its layers (costs.segment):
+# the ``segment:`` key of a device entry -> the device parameter that holds it (SI: s, s per byte)
+SEGMENT_PARAMS = {"call": "segment_call_s", "byte": "segment_byte_s", "host_byte": "segment_host_byte_s"}
 LINK_KEYS = ("default", "overrides", "ports")
 OVERRIDE_KEYS = ("between", "from", "to", "medium")
 GROUP_KEYS = ("devices", "medium")
@@ -58,6 +65,23 @@ MEDIUM_KEYS = ("preset", "name") + tuple(MEDIUM_FIGURES)
 MAX_DEVICES = 1024   # link tables are D x D (32 MiB at 1,024); a million devices would ask for terabytes
 # parameter names a device entry may carry inline (next to name, preset...) rather than under params:
 _MEDIUM_ONLY = {"bandwidth", "latency", "energy_per_byte", "memory"}
+
+
+def time_per_byte(value: Any, where: str) -> float:
+    """Seconds per byte from ``0.1ns/B``, ``0.8ns/b`` (per bit), ``1us/KiB`` or a plain number (s/B)."""
+    if isinstance(value, str) and "/" in value:
+        m = re.match(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([^/\s]*)\s*/\s*(\S+)\s*$", value)
+        try:
+            if m:
+                seconds = parse_quantity(f"{m.group(1)}{m.group(2)}", "time", where)
+                per = parse_quantity(f"1{m.group(3)}", "bytes", where)
+                if per > 0:
+                    return float(f"{seconds / per:.15g}")
+        except HetsplitError:
+            pass
+        raise ClusterError(f"{where}: cannot read {value!r} as time per byte; write it like 0.1ns/B, 0.0125ns/b (per "
+                           "bit) or 1e-10 (seconds per byte)")
+    return parse_quantity(value, "time", where)
 
 
 def _too_many(n: int, what: str = "devices") -> str:
@@ -217,6 +241,8 @@ class _Builder:
             if isinstance(parsed, dict) and isinstance(params.get(key), dict):
                 parsed = {**params[key], **parsed}  # efficiency: {conv: 0.6} keeps the preset's others
             params[key] = parsed
+        if "segment" in item:
+            params.update(self.segment(item["segment"], f"{where}.segment"))
         count = item.get("count", None)
         if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
             raise self.err(f"{where}.count", f"must be a whole number >= 1, got {count!r}")
@@ -228,6 +254,20 @@ class _Builder:
         return [_Entry(n, where, kind, str(item.get("model", preset.model if preset else "roofline")), memory,
                        copy.deepcopy(params), preset, item.get("type"), None if group is None else str(group),
                        item.get("host"), name, profile) for n in names]
+
+    def segment(self, value: Any, where: str) -> dict[str, float]:
+        """A device's ``segment: {call: 0.2ms, byte: 0.1ns/B, host_byte: 0.04ns/B}`` (each optional; 0 is
+        a figure too) as the device parameters ``SEGMENT_PARAMS`` names, in SI units."""
+        spec = self.mapping(value, where)
+        self.reject_unknown(spec, tuple(SEGMENT_PARAMS), where,
+                            "call: seconds per executor call; byte: per byte crossing the segment's boundary; "
+                            "host_byte: per such byte copied between host and device memory")
+        out = {SEGMENT_PARAMS["call"]: parse_quantity(spec["call"], "time", f"{self.origin}: {where}.call")} \
+            if "call" in spec else {}
+        for key in ("byte", "host_byte"):
+            if key in spec:
+                out[SEGMENT_PARAMS[key]] = time_per_byte(spec[key], f"{self.origin}: {where}.{key}")
+        return out
 
     def profile_path(self, value: Any, where: str) -> str:
         """A device's ``profile:`` as an absolute path (relative to the YAML file), which must exist."""

@@ -6,7 +6,7 @@ import numpy as np
 
 from hetsplit.cluster.types import Cluster
 from hetsplit.costs.device_profiles import profile_column
-from hetsplit.costs.models.base import device_model, element_bytes
+from hetsplit.costs.models.base import device_model, element_bytes, segment_cost
 from hetsplit.costs.problem import ModelScope, SplitProblem
 from hetsplit.costs.table import CostTable
 from hetsplit.errors import ProfileError
@@ -19,6 +19,9 @@ def build_cost_table(graph: Graph, cluster: Cluster, profile: CostTable | None =
     the cluster names for the type (a device's ``profile:``, ``costs.device_profiles``), else the model.
 
     A graph read from a profile has no MACs or shapes, so every type must then be in the profile.
+    What a segment costs beyond its layers (``costs.segment``): a profile's own figures for a measured
+    type; for a modelled type, its device's (``models.base.segment_cost``: the preset's figures, or
+    the cluster file's ``segment:``), nothing where it gives none.
     """
     columns: list[CostTable] = []
     for type_name in cluster.types:
@@ -35,10 +38,12 @@ def build_cost_table(graph: Graph, cluster: Cluster, profile: CostTable | None =
                 f"the profile of {graph.name!r} has no costs for device type {type_name!r} "
                 f"(device {cluster.representative(type_name).name!r}); it has {have}. Profile that device "
                 "type, or name a device of a profiled type in the cluster")
-        lc = device_model(cluster.representative(type_name)).layer_costs(graph)
+        device = cluster.representative(type_name)
+        lc = device_model(device).layer_costs(graph)
+        segment = segment_cost(device)
         columns.append(CostTable(graph.names, [type_name], np.asarray(lc.time_s)[:, None],
                                  np.asarray(lc.energy_j)[:, None], np.asarray(lc.mem_bytes)[:, None],
-                                 {type_name: lc.source}))
+                                 {type_name: lc.source}, {type_name: segment} if segment is not None else {}))
     return CostTable.concat(columns)
 
 
