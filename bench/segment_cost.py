@@ -1,7 +1,8 @@
 """What a per-segment cost would buy the estimate, checked on runs it was not fitted to.
 
-The ``closed`` and ``simulated`` estimates charge a segment (one executor call per input on a device)
-nothing beyond its layers; only ``here`` does, for this machine's CPU workers (``estimate.segments``). On
+When these runs were made no estimate charged a segment (one executor call per input on a device) beyond
+its layers; every one now does, from its type's ``SegmentCost`` (``estimate.segments``; the H200 profiles'
+figures come from ``bench/h200_check.py``, which builds on this fit). On
 a lent H200 host (``bench/data/h200-16c``) a ResNet-50 mapping of 10 segments per device and a MobileBERT
 tensor-parallel plan of ~120 per device both computed well above their predictions. This fits one
 figure per device, seconds per segment = (measured compute - predicted) / segments, on one plan's run
