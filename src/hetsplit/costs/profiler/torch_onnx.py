@@ -21,6 +21,7 @@ import numpy as np
 
 from hetsplit.costs.profile import Profile
 from hetsplit.costs.profiler.ort_timing import random_feeds
+from hetsplit.costs.profiler.segment_probe import CUTS, measure_segments, segment_cost
 from hetsplit.costs.profiler.torch_cuda import Clock, DeviceClock, torch_profile, whole_model_runs
 from hetsplit.errors import ProfileError
 from hetsplit.graph.types import Graph
@@ -38,10 +39,12 @@ def layer_of_nodes(graph: Graph, node_names: list[str]) -> np.ndarray:
 
 def profile_onnx_torch(graph: Graph, onnx_path: str | Path, *, device: str = "cuda", device_type: str = "local-gpu",
                        warmup: int = 5, repeats: int = 20, meter: Any = None, power_w: float | None = None,
-                       clock: Clock | None = None) -> Profile:
+                       clock: Clock | None = None, segment_cuts: tuple[int, ...] | None = CUTS) -> Profile:
     """Per-layer latency of the ONNX model at ``onnx_path`` (``graph``'s canonical model) run by the
     PyTorch interpreter on ``device`` ("cuda" or "cpu"), median of ``repeats`` runs; energy from
-    ``meter``, else estimated from ``power_w``; timestamps from ``clock`` (default: the device's own)."""
+    ``meter``, else estimated from ``power_w``; timestamps from ``clock`` (default: the device's own). With
+    ``segment_cuts``, the type's segment cost too (``segment_probe``: the model cut into that many segments,
+    each run as the runtime's call), in ``costs.segment``."""
     import onnx
     import torch
 
@@ -62,15 +65,20 @@ def profile_onnx_torch(graph: Graph, onnx_path: str | Path, *, device: str = "cu
         for _ in range(warmup):
             interp.run(feeds)
         marks.sync()
-        per_run = layer_passes(interp, feeds, layer_of_nodes(graph, [n.name for n in interp.nodes]),
-                               graph.num_layers, marks, repeats)
+        layers = layer_of_nodes(graph, [n.name for n in interp.nodes])
+        per_run = layer_passes(interp, feeds, layers, graph.num_layers, marks, repeats)
         whole, joules = whole_model_runs(lambda: interp.run(feeds), marks, repeats, meter)
     per_run, marks_meta = unmarked(per_run, whole)
+    rows = (measure_segments(interp, feeds, layers, np.median(per_run, axis=0), marks, segment_cuts,
+                             max(3, min(repeats, 10))) if segment_cuts else [])
     source = (f"measured: hetsplit's ONNX interpreter on PyTorch {torch.__version__} ({marks.where()}), median of "
               f"{repeats} runs after {warmup} warm-up, each layer inside the whole-model pass (scaled x"
               f"{marks_meta['layer_scale']:.3f} to the unmarked model)")
     prof = torch_profile(graph, device_type, per_run, whole, joules, meter, source, marks, power_w)
     prof.meta.update(warmup=warmup, executor="torch-interpreter", marks=marks_meta)
+    if rows:
+        prof.costs.segment[device_type] = segment_cost(rows, marks.where())
+        prof.meta["segment_rows"] = rows
     return prof
 
 
