@@ -127,3 +127,19 @@ def test_a_negative_or_infinite_segment_cost_is_refused():
         SegmentCost(-1e-4, 0.0)
     with pytest.raises(HetsplitError, match="byte_s"):
         SegmentCost(0.0, float("inf"))
+
+
+def test_the_local_clusters_problem_carries_the_runtimes_segment_cost(monkeypatch):
+    """One owner: a plan made on this machine's ``local`` cluster is costed with the segment cost the
+    runtime's calibration measured (what ``here`` charges); any other cluster keeps its own."""
+    from hetsplit.runtime import calibration
+    from hetsplit.workflow import load_problem
+
+    monkeypatch.setattr(calibration, "runtime_costs", lambda recalibrate=False: runtime(7e-5, 3e-10))
+    local = load_problem("resnet8", "local")
+    for t in local.costs.types:
+        got = local.costs.segment_cost(t)
+        assert (got.call_s, got.byte_s, got.host_byte_s) == (7e-5, 3e-10, 0.0)
+    assert local.costs.charges_cuts
+    other = load_problem("resnet8", "jetson-xavier-nx-4")
+    assert not other.costs.charges_cuts

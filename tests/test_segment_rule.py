@@ -34,7 +34,7 @@ def kernel_segments(pr, tg, devices):
     buf = plan_buffers(1, tg.num_tasks, len(tg.edge_src), pr.num_devices, 0)
     sbuf = buf[-1]
     plan_segments(np.asarray(devices, dtype=np.int64), False, tg.edge_bytes, tg.edge_bytes, st[0], st[1],
-                  tg.edge_bytes, st[3], st[4], st[-11:], sbuf)
+                  tg.edge_bytes, st[3], st[4], st[-12:], sbuf)
     return sbuf[0].copy(), sbuf[2].copy()
 
 

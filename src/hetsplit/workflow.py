@@ -236,9 +236,9 @@ class HerePredictions:
 
     def notes(self, model: str) -> list[str]:
         """What the predictions assume, where they are weakest, and how to check one."""
-        notes = [f"the plan table gives each device a core of its own, messages that cost no CPU and sub-model "
-                 f"calls that cost nothing beyond their layers; `hetsplit run PLANS {model} --here` measures a plan "
-                 f"beside this prediction. The runtime's costs: {self.runtime_source}"]
+        notes = [f"the plan table gives each device a core of its own and messages that cost no CPU (its sub-model "
+                 f"calls cost what the runtime's calibration measured, as here); `hetsplit run PLANS {model} --here` "
+                 f"measures a plan beside this prediction. The runtime's costs: {self.runtime_source}"]
         short = [i for i, p in self.predictions if max(p.compute_s.get(u, 0.0) for u in p.units) < self.SHORT_STAGE_S]
         if short:
             notes.append(f"in plan(s) {', '.join(f'#{i}' for i in short)} even the busiest unit computes under "

@@ -38,7 +38,7 @@ from hetsplit.errors import PlanError
 from hetsplit.estimate.batch import BatchMetrics
 from hetsplit.estimate.memory import MemoryEffects
 from hetsplit.estimate.schedule import ExtraJobs, Resources, Structure, one_input, scratch
-from hetsplit.estimate.segments import previous_layer_task, unfused_table
+from hetsplit.estimate.segments import WHOLE_KINDS, previous_layer_task, unfused_table
 from hetsplit.estimate.task_costs import TaskCosts, task_costs
 from hetsplit.plan.tasks import TaskGraph
 
@@ -230,8 +230,9 @@ def segment_structure(problem: SplitProblem, tg: TaskGraph) -> tuple:
     """What ``plan_figures`` reads to charge the segment rule (``estimate.segments``) on any assignment:
     whether anything is charged; the edges into each task (CSR: ptr, edges); the edges grouped by what
     crosses a boundary once, (payload, producer) (CSR: ptr, edges); per task, the task of its previous
-    layer (``previous_layer_task``) and its unfused extra per type (T x types, flat); per type the call
-    and per-byte seconds; per device its type."""
+    layer (``previous_layer_task``, shards too) and its unfused extra per type (T x types, flat); per type
+    the call and per-byte seconds; per device its type; the number of types; per task, its layer if a
+    shard (else -1)."""
     c = problem.costs
     on = c.charges_cuts
     src, dst = tg.edge_src.astype(np.int64), tg.edge_dst.astype(np.int64)
@@ -243,11 +244,13 @@ def segment_structure(problem: SplitProblem, tg: TaskGraph) -> tuple:
     starts = np.flatnonzero(np.r_[True, (tg.edge_payload[key][1:] != tg.edge_payload[key][:-1])
                                   | (src[key][1:] != src[key][:-1])]) if len(key) else np.zeros(0, dtype=np.int64)
     b_ptr = np.r_[starts, len(key)].astype(np.int64)
-    prev = previous_layer_task(tg) if on else np.full(tg.num_tasks, -1, dtype=np.int64)
-    unfused = unfused_table(problem, tg) if on else np.zeros((tg.num_tasks, len(c.types)))
+    kinds = (*WHOLE_KINDS, "shard")
+    prev = previous_layer_task(tg, kinds) if on else np.full(tg.num_tasks, -1, dtype=np.int64)
+    unfused = unfused_table(problem, tg, kinds) if on else np.zeros((tg.num_tasks, len(c.types)))
+    shard_of = np.array([t.layers[0] if t.kind == "shard" else -1 for t in tg.tasks], dtype=np.int64)
     return (on, in_ptr, order.astype(np.int64), b_ptr, key.astype(np.int64), prev,
             np.ascontiguousarray(unfused.ravel()), c.segment_call_s.copy(), c.segment_byte_s.copy(),
-            problem.device_type.astype(np.int64), len(c.types))
+            problem.device_type.astype(np.int64), len(c.types), shard_of)
 
 
 def kernel_outputs(n: int, n_dev: int) -> tuple[np.ndarray, ...]:
@@ -318,9 +321,10 @@ def plan_segments(row, has_ov, ov_time, ov_bytes, e_src, e_dst, e_bytes, out_ptr
     ``sbuf[2]``. Segments as ``TaskGraph.segments`` cuts them, task by task in topological order: a task
     starts a new segment on its device when the device has none yet or when it reads a tensor made on
     another device by a task at or after the current segment's first task. With per-plan costs
-    (``has_ov``) a task of no time whose edges carry no bytes is absent (an empty shard): it is in no
-    segment, and an edge of no bytes makes no cut."""
-    on, in_ptr, in_edges, b_ptr, b_edges, prev, unfused, call_s, byte_s, dev_type, n_types = sg
+    (``has_ov``) a task of no time that sends no bytes is absent (an empty shard, as one input's schedule
+    holds no device for it): it is in no segment, and an edge of no bytes makes no cut; a layer's only shard left is the layer whole (the plan
+    has a whole-layer task there) and pays its unfused extra. Shards never pay it otherwise."""
+    on, in_ptr, in_edges, b_ptr, b_edges, prev, unfused, call_s, byte_s, dev_type, n_types, shard_of = sg
     seg_id, first, extra, bnd, stamp = sbuf
     n_tasks = len(row)
     for d in range(len(first)):
@@ -332,8 +336,6 @@ def plan_segments(row, has_ov, ov_time, ov_bytes, e_src, e_dst, e_bytes, out_ptr
         d = row[t]
         if has_ov and ov_time[t] == 0.0:
             carries = False
-            for k in range(in_ptr[t], in_ptr[t + 1]):
-                carries |= ov_bytes[in_edges[k]] > 0
             for k in range(out_ptr[t], out_ptr[t + 1]):
                 carries |= ov_bytes[out_idx[k]] > 0
             if not carries:
@@ -369,6 +371,11 @@ def plan_segments(row, has_ov, ov_time, ov_bytes, e_src, e_dst, e_bytes, out_ptr
                 out_nb = nb
         if out_nb >= 0:
             bnd[seg_id[p]] += out_nb
+    for t in range(n_tasks):                 # stamp[l]: shards of layer l present (stamp is free again)
+        stamp[t] = 0
+    for t in range(n_tasks):
+        if shard_of[t] >= 0 and seg_id[t] >= 0:
+            stamp[shard_of[t]] += 1
     for t in range(n_tasks):
         if seg_id[t] < 0:
             continue
@@ -376,7 +383,8 @@ def plan_segments(row, has_ov, ov_time, ov_bytes, e_src, e_dst, e_bytes, out_ptr
         if seg_id[t] == t:
             extra[t] += byte_s[ty] * bnd[t]
         q = prev[t]
-        if q >= 0 and seg_id[q] != seg_id[t]:
+        whole = shard_of[t] < 0 or (has_ov and stamp[shard_of[t]] == 1)
+        if whole and q >= 0 and seg_id[q] != seg_id[t]:
             extra[t] += unfused[t * n_types + ty]
 
 
@@ -420,8 +428,9 @@ def plan_figures(p0, rows, has_ov, ov_time, ov_energy, ov_mem, ov_bytes, tables,
     A device index out of range marks its plan invalid. (The tuples are unpacked once for all plans:
     unpacking them costs more than a plan's figures.)"""
     (e_src, e_dst, e_bytes, out_ptr, out_idx, src_edges, chain_ptr, chain_idx, indeg0, plain, g_ptr, g_edges,
-     g_tasks, s_on, s_in_ptr, s_in_edges, s_b_ptr, s_b_edges, s_prev, s_unfused, s_call, s_byte, s_type, s_types) = st
-    sg = (s_on, s_in_ptr, s_in_edges, s_b_ptr, s_b_edges, s_prev, s_unfused, s_call, s_byte, s_type, s_types)
+     g_tasks, s_on, s_in_ptr, s_in_edges, s_b_ptr, s_b_edges, s_prev, s_unfused, s_call, s_byte, s_type, s_types,
+     s_shard) = st
+    sg = (s_on, s_in_ptr, s_in_edges, s_b_ptr, s_b_edges, s_prev, s_unfused, s_call, s_byte, s_type, s_types, s_shard)
     lat, per_byte, joule, capacity, source, sink, shared_ports = net
     x_ptr, x_dur, x_res, x_after, x_before = xj
     (compute, energy_dev, mem_dev, participates, latency, comm_e, comm_t, task_e, max_busy, max_link, bottleneck,

@@ -43,25 +43,26 @@ class SegmentCharges:
         return self.segment_s + self.unfused_s
 
 
-def previous_layer_task(tg: TaskGraph) -> np.ndarray:
-    """Per task: for a whole-layer task whose first layer l > 0, the last task before it computing layer
-    l - 1 (-1 where none, and for every other task)."""
+def previous_layer_task(tg: TaskGraph, kinds: tuple[str, ...] = WHOLE_KINDS) -> np.ndarray:
+    """Per task: for a task of ``kinds`` (default: whole-layer tasks) whose first layer l > 0, the last task
+    before it computing layer l - 1 (-1 where none, and for every other task)."""
     last: dict[int, int] = {}
     out = np.full(tg.num_tasks, -1, dtype=np.int64)
     for n, task in enumerate(tg.tasks):
-        if task.kind in WHOLE_KINDS and task.layers[0] > 0:
+        if task.kind in kinds and task.layers[0] > 0:
             out[n] = last.get(task.layers[0] - 1, -1)
         for layer in task.layers:
             last[layer] = n
     return out
 
 
-def unfused_table(problem: SplitProblem, tg: TaskGraph) -> np.ndarray:
-    """T x types: what each task pays on each type when cut off from the task of its previous layer."""
+def unfused_table(problem: SplitProblem, tg: TaskGraph, kinds: tuple[str, ...] = WHOLE_KINDS) -> np.ndarray:
+    """T x types: what each task (of ``kinds``) pays on each type when cut off from the task of its
+    previous layer."""
     assert problem.costs.unfused_s is not None
     out = np.zeros((tg.num_tasks, len(problem.costs.types)))
     for n, task in enumerate(tg.tasks):
-        if task.kind in WHOLE_KINDS and task.layers[0] > 0:
+        if task.kind in kinds and task.layers[0] > 0:
             out[n] = problem.costs.unfused_s[task.layers[0]]
     return out
 

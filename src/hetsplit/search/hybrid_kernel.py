@@ -4,7 +4,10 @@
 and hands them to the batch evaluator; this kernel computes the same numbers for CHUNK plans at a time
 into per-thread buffers and evaluates them (``estimate.mapping.plan_figures``), so nothing of size
 N x T is allocated and the plans are split over the threads. The figures are exactly those of the
-numpy path (a test compares them).
+numpy path (a test compares them), each plan's segments charged by ``plan_figures`` as the closed form
+charges the plan it decodes to (an empty slot is in no segment; a layer left with one shard pays what
+the whole layer pays). Numba caches this kernel with ``plan_figures`` compiled in: a change there
+needs this file touched (or its cache cleared) to take effect.
 """
 
 from __future__ import annotations
