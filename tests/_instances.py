@@ -210,23 +210,23 @@ def coupled_problem(seed: int) -> SplitProblem:
     return SplitProblem(g, cl, CostTable(g.names, cl.types, time, energy, layer_mem))
 
 
+
 def with_cut_costs(problem: SplitProblem, seed: int, zero_type: bool = True) -> SplitProblem:
-    """``problem`` with what cutting costs on each type (``costs.segment``), drawn from ``seed`` on the
-    scale of its layers: per type a call (up to ~the mean layer time), per boundary byte (the largest
-    cut ~ up to a layer) and a host copy, and per layer an unfused extra (about half the layers).
-    With ``zero_type`` the first of several types is charged nothing (explicit zeros)."""
+    """``problem`` with what cutting costs on each type (``_cut_costs.with_cut_costs``: call, executor and
+    host bytes, unfused extras, on the scale of its layers) drawn from ``seed``, about half the unfused
+    extras 0 and, with ``zero_type``, the first of several types charged nothing (explicit zeros)."""
+    from dataclasses import replace
+
+    from _cut_costs import with_cut_costs as random_cut_costs
+
     from hetsplit.costs.segment import SegmentCost
 
     rng = np.random.default_rng(10_000 + seed)
-    c = problem.costs
-    finite = c.time_s[np.isfinite(c.time_s)]
-    scale = float(finite.mean()) if finite.size else 1e-3
-    per_byte = scale / max(float(problem.cut_bytes.max()), 1.0)
-    segment = {t: SegmentCost(float(rng.uniform(0, scale)), float(rng.uniform(0, per_byte)),
-                              float(rng.uniform(0, per_byte)) * bool(rng.random() < 0.5), source="random test figures")
-               for t in c.types}
+    pr = random_cut_costs(problem, rng)
+    c = pr.costs
+    assert c.unfused_s is not None
+    segment = dict(c.segment)
     if zero_type and len(c.types) > 1:
         segment[c.types[0]] = SegmentCost(source="explicit zero")
-    unfused = rng.uniform(0, scale, size=c.time_s.shape) * (rng.random(c.time_s.shape) < 0.5)
-    table = CostTable(c.layer_names, c.types, c.time_s, c.energy_j, c.mem_bytes, dict(c.sources), segment, unfused)
-    return SplitProblem(problem.graph, problem.cluster, table, problem.scope)
+    unfused = c.unfused_s * (rng.random(c.unfused_s.shape) < 0.5)
+    return replace(pr, costs=replace(c, segment=segment, unfused_s=unfused))

@@ -6,7 +6,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from _check import assert_solvers_match_oracle, close, oracle_or_none, seeds
-from _instances import coupled_problem, random_problem
+from _instances import coupled_problem, random_problem, with_cut_costs
 from factories import chain_graph, cluster, problem
 
 from hetsplit.errors import InfeasibleError
@@ -75,6 +75,11 @@ def test_no_shared_link_without_two_distinct_ends():
 @pytest.mark.parametrize("seed", seeds(80, 5000))
 def test_coupled_random_instances_equal_oracle(seed):
     assert_solvers_match_oracle(coupled_problem(seed))
+
+
+@pytest.mark.parametrize("seed", seeds(30, 5000))
+def test_coupled_random_instances_equal_oracle_when_cuts_cost(seed):
+    assert_solvers_match_oracle(with_cut_costs(coupled_problem(seed), seed))
 
 
 def test_random_instances_where_the_coupling_matters():

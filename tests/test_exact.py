@@ -131,10 +131,13 @@ def test_layer_no_type_can_run_is_named():
         make_partitioner("exact").solve(p)
 
 
-def test_sparse_tie_break_equals_the_dense_one():
+@pytest.mark.parametrize("cuts", [False, True])
+def test_sparse_tie_break_equals_the_dense_one(cuts):
     ran = 0
     for seed in seeds(60, 700):
         p = random_problem(seed, repeat=False, n_layers=8)
+        if cuts:
+            p = with_cut_costs(p, seed)
         try:
             (dense,) = make_partitioner("exact").solve(p)
         except InfeasibleError:

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 from _check import assert_evaluator_metrics, oracle_or_none, seeds
-from _instances import random_problem
+from _instances import random_problem, with_cut_costs
 from factories import chain_graph, cluster, problem
 
 from hetsplit.errors import InfeasibleError
@@ -27,6 +27,23 @@ def test_front_equals_oracle(seed):
     assert got.shape == want.shape
     assert np.allclose(got, want, rtol=1e-9, atol=0)
     assert all(f.pareto for f in front)
+
+
+@pytest.mark.parametrize("seed", seeds(40, 1500))
+def test_front_equals_oracle_when_cuts_cost(seed):
+    """Each stage pays one segment; energy does not, so the front moves only along its bottleneck."""
+    p = with_cut_costs(random_problem(seed), seed)
+    o = oracle_or_none(p)
+    if o is None:
+        with pytest.raises(InfeasibleError):
+            make_partitioner("pareto").solve(p)
+        return
+    front = make_partitioner("pareto").solve(p)
+    assert_evaluator_metrics(p, front)
+    got = np.array(sorted((f.metrics.bottleneck_s, f.metrics.energy_j) for f in front))
+    want = o.front()
+    assert got.shape == want.shape
+    assert np.allclose(got, want, rtol=1e-9, atol=0)
 
 
 @pytest.mark.parametrize("seed", seeds(40, 2000))

@@ -9,7 +9,7 @@ import pytest
 from _instances import random_problem, with_cut_costs
 
 from hetsplit.costs.problem import SplitProblem
-from hetsplit.estimate import evaluate_pipelines
+from hetsplit.estimate import evaluate_mappings, evaluate_pipelines
 from hetsplit.plan.check import check_plan
 from hetsplit.plan.tasks import TaskGraph
 from hetsplit.plan.types import Plan, Stage
@@ -58,6 +58,10 @@ def test_closed_form_equals_the_task_graph_segments(seed):
         m = evaluate_pipelines(p, np.array([bounds]), np.array([devices]))
         want = task_graph_compute(p, tg)
         assert np.allclose(m.compute_s_per_device[0], want, rtol=1e-12, atol=0)
+        # the mapping closed form, which costs the plan through its TaskGraph, agrees
+        tm = evaluate_mappings(p, tg)
+        assert np.allclose(tm.compute_s_per_device[0], want, rtol=1e-12, atol=0)
+        assert np.isclose(tm.bottleneck_s[0], m.bottleneck_s[0], rtol=1e-12, atol=0)
         # and the latency holds every stage's charge once
         stages_s = sum(p.stage_time(bounds[s], bounds[s + 1], d) for s, d in enumerate(devices))
         assert np.isclose(m.latency_s[0] - m.comm_time_s[0], stages_s, rtol=1e-12, atol=0)

@@ -8,14 +8,14 @@ Register a new one with ``@register_model("name")``; every planner sees it throu
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
 from hetsplit.cluster.loader import SEGMENT_PARAMS
 from hetsplit.cluster.presets import load_preset
 from hetsplit.cluster.types import Device
-from hetsplit.costs.segment import SegmentCost
+from hetsplit.costs.segment import FIELDS, SegmentCost
 from hetsplit.errors import ClusterError
 from hetsplit.graph.types import Graph
 
@@ -64,38 +64,42 @@ def device_model(device: Device) -> DeviceModel:
     except KeyError:
         raise ClusterError(
             f"device {device.name!r}: unknown device model {device.model!r}; available: {sorted(_REGISTRY)}") from None
-    segment_keys = set(SEGMENT_PARAMS.values())
-    if segment_keys & set(device.params):
-        device = replace(device, params={k: v for k, v in device.params.items() if k not in segment_keys})
+    if set(SEGMENT_PARAMS.values()) & set(device.params):
+        device = replace(device, params=model_params(device.params))
     return factory(device)
+
+
+def model_params(params: dict[str, Any]) -> dict[str, Any]:
+    """A device's params less its segment figures (``segment_cost`` reads those; no model does)."""
+    return {k: v for k, v in params.items() if k not in SEGMENT_PARAMS.values()}
 
 
 def segment_cost(device: Device) -> SegmentCost | None:
     """What one segment costs on ``device`` beyond its layers (``costs.segment``), from its params
     ``segment_call_s``, ``segment_byte_s``, ``segment_host_byte_s`` (its preset's, or the cluster
     file's ``segment:``), each figure with its source; None when it gives none (charged nothing)."""
-    given = {field: device.params[key] for field, key in zip(("call_s", "byte_s", "host_byte_s"),
-                                                               SEGMENT_PARAMS.values()) if key in device.params}
-    if not given:
+    keys = dict(zip(FIELDS, SEGMENT_PARAMS.values()))    # call_s -> segment_call_s ...
+    if not set(keys.values()) & set(device.params):
         return None
     preset = None
     if device.preset:
         try:
             preset = load_preset(device.preset)
         except ClusterError:
-            preset = None   # a preset file outside the built-ins: its figures are named as given
-    parts = []
-    for field, key in zip(("call_s", "byte_s", "host_byte_s"), SEGMENT_PARAMS.values()):
+            pass   # a preset file outside the built-ins: its figures are named as given
+    values, parts = {}, []
+    for field, key in keys.items():
         if key not in device.params:
             parts.append(f"{field}: not given, 0")
-        elif preset is not None and preset.params.get(key) == device.params[key]:
+            continue
+        try:
+            values[field] = float(device.params[key])
+        except (TypeError, ValueError):
+            raise ClusterError(f"device {device.name!r}: {key} must be a number, got {device.params[key]!r}") from None
+        if preset is not None and preset.params.get(key) == device.params[key]:
             parts.append(f"{field}: {preset.sources.get('params.' + key, 'preset ' + preset.name)}")
         else:
             parts.append(f"{field}: given for device {device.name!r}")
-    try:
-        values = {k: float(v) for k, v in given.items()}
-    except (TypeError, ValueError):
-        raise ClusterError(f"device {device.name!r}: segment figures must be numbers, got {given}") from None
     return SegmentCost(**values, source="; ".join(parts))
 
 

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from hetsplit.costs.models.base import AnalyticalDeviceModel, LayerCosts, register_model
+from hetsplit.costs.models.base import AnalyticalDeviceModel, LayerCosts, model_params, register_model
 from hetsplit.costs.models.layer_attrs import elements, pair
 from hetsplit.errors import ClusterError, ModelError
 from hetsplit.graph.types import ATTENTION, CONV, DWCONV, GEMM, MATMUL, Graph, Layer
@@ -77,6 +77,7 @@ class CimParams:
 
     @classmethod
     def from_params(cls, params: dict[str, Any], where: str) -> "CimParams":
+        params = model_params(params)   # a device's segment figures are not the model's
         known = {f.name: f for f in fields(cls)}
         unknown = sorted(set(params) - set(known) - {"source"})
         if unknown:

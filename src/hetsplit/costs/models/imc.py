@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from hetsplit.costs.models.base import AnalyticalDeviceModel, LayerCosts, register_model
+from hetsplit.costs.models.base import AnalyticalDeviceModel, LayerCosts, model_params, register_model
 from hetsplit.costs.models.layer_attrs import pair
 from hetsplit.costs.models.roofline import RooflineModel
 from hetsplit.errors import ClusterError, ModelError
@@ -52,6 +52,7 @@ class ImcParams:
 
     @classmethod
     def from_params(cls, params: dict[str, Any], where: str) -> "ImcParams":
+        params = model_params(params)   # a device's segment figures are not the model's
         known = {f.name: f for f in fields(cls)}
         unknown = sorted(set(params) - set(known))
         if unknown:

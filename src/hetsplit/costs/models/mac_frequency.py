@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from hetsplit.costs.models.base import AnalyticalDeviceModel, LayerCosts, default_mem_bytes, register_model
+from hetsplit.costs.models.base import AnalyticalDeviceModel, LayerCosts, default_mem_bytes, model_params, register_model
 from hetsplit.costs.models.layer_attrs import pair
 from hetsplit.errors import ClusterError
 from hetsplit.graph.types import CONV, LAYER_KINDS, MAC_KINDS, POOL, Graph, Layer
@@ -136,6 +136,7 @@ class MacFrequencyParams:
 
     @classmethod
     def from_params(cls, params: dict[str, Any], where: str) -> "MacFrequencyParams":
+        params = model_params(params)   # a device's segment figures are not the model's
         unknown = sorted(set(params) - set(PARAM_KEYS))
         if unknown:
             raise ClusterError(f"{where}: unknown mac-frequency model parameter(s) {unknown}; known: {list(PARAM_KEYS)}")

@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from hetsplit.costs.models.base import AnalyticalDeviceModel, LayerCosts, register_model
+from hetsplit.costs.models.base import AnalyticalDeviceModel, LayerCosts, model_params, register_model
 from hetsplit.costs.models.layer_attrs import elements
 from hetsplit.errors import ClusterError
 from hetsplit.graph.segments import segments
@@ -77,6 +77,7 @@ class McuParams:
 
     @classmethod
     def from_params(cls, params: dict[str, Any], where: str) -> "McuParams":
+        params = model_params(params)   # a device's segment figures are not the model's
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(params) - known)
         if unknown:
