@@ -1,7 +1,8 @@
 """What a per-segment cost would buy the estimate, checked on runs it was not fitted to.
 
-The ``closed`` and ``simulated`` estimates charge a segment (one executor call per input on a device)
-nothing beyond its layers; only ``here`` does, for this machine's CPU workers (``estimate.segments``). On
+When these runs were made no estimate charged a segment (one executor call per input on a device) beyond
+its layers; every one now does, from its type's ``SegmentCost`` (``estimate.segments``; the H200 profiles'
+figures come from ``bench/h200_check.py``, which builds on this fit). On
 a lent H200 host (``bench/data/h200-16c``) a ResNet-50 mapping of 10 segments per device and a MobileBERT
 tensor-parallel plan of ~120 per device both computed well above their predictions. This fits one
 figure per device, seconds per segment = (measured compute - predicted) / segments, on one plan's run
@@ -41,15 +42,17 @@ DATA = Path(__file__).resolve().parent / "data" / "h200-16c"
 RUNS = {"mapping": "run.resnet50.map-opt.json", "tensor-parallel": "run.mobilebert.tensor-parallel.json"}
 
 
-def devices(run: dict) -> dict[str, tuple[float, float, int]]:
-    """Per device of a run report: (measured compute per input, predicted, segments per input)."""
-    pred = run["predicted"]["compute_s_per_device"]
+def devices(run: dict, predicted: dict[str, float] | None = None) -> dict[str, tuple[float, float, int]]:
+    """Per device of a run report: (measured compute per input, predicted, segments per input); the
+    prediction is the report's unless ``predicted`` (device -> seconds per input) is given."""
+    pred = predicted if predicted is not None else run["predicted"]["compute_s_per_device"]
     return {d["device"]: (d["compute_s"], pred[d["device"]], d["segments"]) for d in run["measured"]["devices"]}
 
 
-def per_segment(run: dict) -> dict[str, float]:
-    """The fitted seconds per segment of each device of ``run``."""
-    return {dev: (m - p) / k for dev, (m, p, k) in devices(run).items()}
+def per_segment(run: dict, predicted: dict[str, float] | None = None) -> dict[str, float]:
+    """The fitted seconds per segment of each device of ``run``: (measured - predicted) / segments, not
+    below 0 (``predicted`` as in ``devices``)."""
+    return {dev: max(0.0, (m - p) / k) for dev, (m, p, k) in devices(run, predicted).items()}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,7 +4,9 @@
 - shards: the layer's cost-table entry times the device model's ratio of shard to whole layer, so
   a profiled time keeps its measured level and the model supplies how it scales (fixed costs
   included); where the model cannot cost the layer (a graph read from a profile has no shapes),
-  the ratio is the shard's share of the work;
+  the ratio is the shard's share of the work; on a GPU-kind type whose launch part is known
+  (``launch_part``), a shard launches as many kernels as the whole layer, so it costs the layer's launch
+  part plus the ratio of the rest;
 - combines (concat, sum): the element-wise work the device model gives for them; ``copy`` tasks
   only forward (their time is the link's) and hold the result.
 """
@@ -92,10 +94,45 @@ def _model_tasks(problem: SplitProblem, tg: TaskGraph, ks: list[int], time: np.n
         else:
             time[combine, ti], energy[combine, ti], mem[combine, ti] = (
                 lc.time_s[combine_j], lc.energy_j[combine_j], lc.mem_bytes[combine_j])
+        launch, _ = launch_part(problem, type_name)
         for arr, full, model in ((time, table.time_s, None if lc is None else lc.time_s),
                                  (energy, table.energy_j, None if lc is None else lc.energy_j),
                                  (mem, table.mem_bytes, None if lc is None else lc.mem_bytes)):
-            arr[shard, ti] = full[shard_layer, ti] * _ratios(model, shard_j, whole, fraction)
+            ratio = _ratios(model, shard_j, whole, fraction)
+            if arr is time and launch is not None:
+                fixed = np.minimum(launch[shard_layer], full[shard_layer, ti])
+                arr[shard, ti] = fixed + (full[shard_layer, ti] - fixed) * ratio
+            else:
+                arr[shard, ti] = full[shard_layer, ti] * ratio
+
+
+def launch_part(problem: SplitProblem, type_name: str) -> tuple[np.ndarray | None, str]:
+    """Per layer, the seconds of a GPU-kind type's time that are fixed per launch (a shard pays them whole),
+    and where they come from; ``(None, why)`` where there is no such part (a CPU type: its shards cost
+    their share, as before).
+
+    From the device's ``launch_s`` parameter (seconds per layer, or ``{layer kind: seconds}`` with an
+    optional ``default``) when given; else, for a measured profile, its per-layer floor: its fastest
+    layer's time, which is no more than what launching a layer costs there. A modelled GPU without
+    ``launch_s`` keeps its model's shard-to-whole ratio (its ``overhead_s`` already fixed per layer)."""
+    device = problem.cluster.representative(type_name)
+    if device.kind != "gpu":
+        return None, f"{type_name}: a {device.kind}, its shards cost their share of the layer"
+    ops = [layer.op for layer in problem.graph.layers]
+    given = device.params.get("launch_s")
+    if given is not None:
+        if isinstance(given, dict):
+            default = float(given.get("default", 0.0))
+            return (np.array([float(given.get(op, default)) for op in ops]),
+                    f"{type_name}: launch_s per layer kind {given} (device parameter)")
+        return np.full(len(ops), float(given)), f"{type_name}: launch_s {float(given):g} s per layer (device parameter)"
+    table = problem.costs
+    t = table.time_s[:, table.types.index(type_name)]
+    if table.sources.get(type_name, "").startswith("measured") and np.any(t > 0):
+        floor = float(t[t > 0].min())
+        return (np.full(len(ops), floor),
+                f"{type_name}: the measured profile's per-layer floor (its fastest layer, {floor * 1e6:.1f} us)")
+    return None, f"{type_name}: modelled, its model's shard-to-whole ratio (overhead_s fixed per layer)"
 
 
 def _renamed(layer: Layer, name: str) -> Layer:

@@ -178,6 +178,7 @@ class TorchInterpreter:
         self.device = torch.device(device)
         self.consts = {i.name: self.tensor(numpy_helper.to_array(i)) for i in model.graph.initializer}
         self.nodes = [Node(n.name, n.op_type, list(n.input), list(n.output), self._attrs(n)) for n in model.graph.node]
+        self.outputs = [o.name for o in model.graph.output]
 
     def tensor(self, a: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.array(a, copy=True)).to(self.device)
@@ -209,9 +210,34 @@ class TorchInterpreter:
         for name, value in zip(node.outputs, OPS[node.op]([env[x] for x in node.inputs], node.attrs)):
             env[name] = value
 
-    def run(self, feeds: dict[str, Any]) -> dict[str, Any]:
-        """Every value of the model after one pass over ``feeds``."""
+    def run(self, feeds: dict[str, Any], nodes: range | None = None) -> dict[str, Any]:
+        """Every value of the model after one pass over ``feeds`` (only ``nodes``, by index, when given)."""
         env = self.environment(feeds)
-        for node in self.nodes:
+        for node in self.nodes if nodes is None else (self.nodes[k] for k in nodes):
             self.step(env, node)
         return env
+
+    def call(self, feeds: dict[str, Any], outputs: list[str], keep: set[str] | frozenset[str] = frozenset(),
+             nodes: range | None = None) -> dict[str, Any]:
+        """One executor call as the runtime's torch backend makes it (``runtime.gpu``): ``feeds`` in, the
+        nodes run, ``outputs`` back as host arrays (those in ``keep`` as device tensors); on a GPU they leave
+        through page-locked memory and one sync ends the copies."""
+        with torch.inference_mode():
+            env = self.run(feeds, nodes)
+            if self.device.type != "cuda":
+                return {name: env[name] if name in keep else env[name].numpy() for name in outputs}
+            host = {name: torch.empty(env[name].shape, dtype=env[name].dtype, pin_memory=True).copy_(
+                env[name], non_blocking=True) for name in outputs if name not in keep}
+            torch.cuda.current_stream(self.device).synchronize()
+            return {name: env[name] if name in keep else host[name].numpy() for name in outputs}
+
+    def boundary(self, nodes: range) -> tuple[list[str], list[str]]:
+        """The values a run of ``nodes`` (a range of node indices) reads from outside it (model inputs or
+        earlier nodes' outputs; not weights) and the ones it makes that later nodes or the model output
+        read: a segment's inputs and outputs."""
+        made_inside = {o for k in nodes for o in self.nodes[k].outputs}
+        reads = [x for k in nodes for x in self.nodes[k].inputs
+                 if x and x not in made_inside and x not in self.consts]
+        later = {x for k in range(nodes.stop, len(self.nodes)) for x in self.nodes[k].inputs} | set(self.outputs)
+        made = [o for k in nodes for o in self.nodes[k].outputs if o in later]
+        return list(dict.fromkeys(reads)), list(dict.fromkeys(made))
