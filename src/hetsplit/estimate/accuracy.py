@@ -55,7 +55,8 @@ _LOCAL_BENCH = ("bench/local_prediction.py --runs 3 --more (2-core VM, 2026-11-2
 _H200_BENCH = ("bench/gpu_host.py --out DIR --threads 4 --inputs 300 --tp-inputs 20 (H200 + 16 cores, "
                "2026-11-28, outputs verified; bench/data/h200-16c/summary.json and README.md)")
 _HERE = "here (this machine's processes; each segment's call charged)"
-_CLOSED = "closed (the plan table's; cuts charged nothing)"
+_CLOSED = ("closed (the plan table's), cuts charged: the segment call fitted on the ResNet-50 map-opt run's device "
+           "compute, the GPU profiles rescaled to their whole-model pass (bench/h200_check.py)")
 
 MEASURED: dict[str, tuple[MeasuredRun, ...]] = {
     PIPELINE: (
@@ -65,12 +66,12 @@ MEASURED: dict[str, tuple[MeasuredRun, ...]] = {
     ),
     MAPPING: (
         MeasuredRun("ResNet-50 map-opt, cpu0[18] + gpu0[54], 10 segments each, H200 host", _CLOSED,
-                    126.9 / 385.4, 26.32 / 8.737, _H200_BENCH),
+                    126.9 / 179.97, 26.32 / 13.928, _H200_BENCH),
         MeasuredRun("ResNet-50 map-opt on local, 17 segments per device", _HERE, 0.95, 0.98, _LOCAL_BENCH),
     ),
     TENSOR_PARALLEL: (
         MeasuredRun("MobileBERT tensor-parallel, cpu0 + one shard on gpu0, ~120 segments each, H200 host", _CLOSED,
-                    4.819 / 22.49, 336.4 / 57.24, _H200_BENCH),
+                    4.819 / 13.57, 336.4 / 131.70, _H200_BENCH),
         MeasuredRun("MobileBERT tensor-parallel on local, ~120 segments per device", _HERE, 0.90, 1.15, _LOCAL_BENCH),
     ),
 }
