@@ -9,7 +9,7 @@ device) and, for MobileBERT, the tensor-parallel plan. Each plan is costed by th
 problem it was planned on (this machine's calibrated per-layer costs, and what each segment costs
 beyond its layers: the runtime calibration's figure for the `local-cpu` type), then run for real
 (`experiments.here_accuracy.run_here`: one worker per device, every output verified). Prints, per plan,
-closed-form and measured throughput, their ratio, each device's measured compute per input over its
+closed-form and measured throughput, their ratio (and the latency's, median over runs), each device's measured compute per input over its
 closed-form compute, and at the end Kendall's tau between predicted and measured throughput over all
 plans. Targets (issue 39): closed-form throughput within +-20% of measured, tau >= 0.8; ResNet-50's
 map-opt mapping computes within +-20% of its closed-form figure per device. A busy machine makes the
@@ -64,14 +64,17 @@ def main() -> None:
     for model in args.models:
         todo.update({label: (model, plan) for label, plan in plans_of(model).items()})
     predicted: dict[str, float] = {}
+    predicted_latency: dict[str, float] = {}
     compute: dict[str, dict[str, float]] = {}
     for label, (model, plan) in todo.items():
         problem = load_problem(model, "local")
         metrics = estimate(problem, [plan], "closed")
         predicted[label] = float(metrics.throughput[0])
+        predicted_latency[label] = float(metrics.latency_s[0])
         compute[label] = {name: float(metrics.compute_s_per_device[0, d])
                           for d, name in enumerate(problem.cluster.names) if metrics.participates[0, d]}
     measured: dict[str, list[float]] = {label: [] for label in todo}
+    latency: dict[str, list[float]] = {label: [] for label in todo}
     per_device: dict[str, list[dict[str, float]]] = {label: [] for label in todo}
     print(f"\n{'plan':30} {'run':>3} {'closed/s':>9} {'meas/s':>8} {'m/p':>5} {'others':>6}  device compute m/p")
     for run in range(args.runs):                  # round robin: a slow spell of the machine hits every plan
@@ -79,6 +82,7 @@ def main() -> None:
             profile = planned_profile(load_problem(model, "local"))
             r = run_here(label, plan, profile, runtime, INPUTS[model], LATENCY_INPUTS)
             measured[label].append(r.measured_throughput)
+            latency[label].append(r.measured_latency_s)
             ratios = {u: r.measured_compute_s[u] / compute[label][u]
                       for u in r.measured_compute_s if compute[label].get(u)}
             per_device[label].append(ratios)
@@ -96,8 +100,9 @@ def main() -> None:
         within += ok
         devices = {u: statistics.median(run[u] for run in per_device[label] if u in run)
                    for u in per_device[label][0]}
+        lat = statistics.median(latency[label]) / predicted_latency[label]
         print(f"{label:30} closed {predicted[label]:8.1f}/s  measured {med[label]:8.1f}/s  x{ratio:5.2f}  "
-              f"{'yes' if ok else 'no ':3}  compute m/p " + " ".join(f"{u} {x:.2f}" for u, x in devices.items()))
+              f"{'yes' if ok else 'no ':3}  latency m/p {lat:5.2f}  compute m/p " + " ".join(f"{u} {x:.2f}" for u, x in devices.items()))
     tau = kendalltau([predicted[x] for x in labels], [med[x] for x in labels]).statistic
     print(f"\n{within} of {len(labels)} plans within +-{THROUGHPUT_BAND:.0%}; Kendall's tau (closed vs measured "
           f"throughput) {tau:.2f} (target >= {TAU_TARGET}); {time.monotonic() - t0:.0f} s")
