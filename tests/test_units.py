@@ -116,6 +116,7 @@ def test_parse_param_by_key_and_by_unit():
 
 def test_format():
     assert format_quantity(6.4e10, "B/s") == "64 GB/s"
+    assert format_quantity(float("nan"), "J") == "unknown"       # an unknown figure is not "nan J"
     assert format_bytes(8 * 2**30) == "8 GiB"
     assert format_bytes(100) == "100 B"
 

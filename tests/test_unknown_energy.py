@@ -141,6 +141,9 @@ def test_tables_and_the_html_report_print_unknown_energy_as_unknown_also_after_a
     for plan in plans:
         plan.metrics = metrics_at(p, estimate(p, [plan]), 0)
     again = load_plans(save_plans(plans, tmp_path / "plans.json"))
+    metrics = again[1].metrics
+    assert metrics is not None and math.isnan(metrics.energy_j) and math.isnan(metrics.edp)  # unknown, not inf
+    assert math.isnan(metrics.energy_per_device_j["d1"]) and math.isfinite(metrics.energy_per_device_j["d0"])
     for shown in (plans, again):
         console = Console(record=True, width=200)
         print_plans(shown, "t", console)

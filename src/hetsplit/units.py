@@ -152,6 +152,8 @@ def parse_quantity(value: object, kind: str, where: str = "", warn_bare: bool = 
 
 def format_quantity(value: float, unit: str, digits: int = 3) -> str:
     """Format an SI value with an SI prefix: format_quantity(6.4e10, "B/s") -> "64 GB/s"."""
+    if math.isnan(value):
+        return "unknown"
     if value == 0 or not math.isfinite(value):
         return f"{value:g} {unit}"
     exp = int(math.floor(math.log10(abs(value)) / 3))

@@ -105,6 +105,9 @@ class Stage:
         return {"device": self.device, "layers": list(self.layers)}
 
 
+ENERGY_FIELDS = frozenset({"energy_j", "energy_per_device_j", "edp", "comm_energy_j"})  # NaN: unknown
+
+
 @dataclass
 class Metrics:
     """What a plan costs per inference (SI units)."""
@@ -141,13 +144,14 @@ class Metrics:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Metrics":
-        """From ``to_dict``'s form: null reads back as infinite."""
-        def back(v: Any) -> Any:
+        """From ``to_dict``'s form: null reads back as unknown (NaN) for an energy figure, else infinite."""
+        def back(v: Any, missing: float) -> Any:
             if isinstance(v, dict):
-                return {k: back(x) for k, x in v.items()}
-            return math.inf if v is None else v
+                return {k: back(x, missing) for k, x in v.items()}
+            return missing if v is None else v
         known = {f for f in cls.__dataclass_fields__}
-        return cls(**{k: (v if k == "bottleneck" else back(v)) for k, v in d.items() if k in known})
+        return cls(**{k: (v if k == "bottleneck" else back(v, math.nan if k in ENERGY_FIELDS else math.inf))
+                      for k, v in d.items() if k in known})
 
 
 @dataclass
