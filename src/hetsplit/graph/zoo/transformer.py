@@ -139,6 +139,7 @@ class MobileBertLayer(nn.Module):
                    _heads(self.value(x), self.head_dim))
         h = self.attn_norm(self.attn_out(_attention(q, k, v, None)) + layer_in)
         for f in self.ffn:
+            assert isinstance(f, nn.ModuleDict)
             h = f["norm"](f["down"](torch.relu(f["up"](h))) + h)
         h = self.norm(self.down(torch.relu(self.up(h))) + h)
         return self.out_norm(self.out(h) + x)
