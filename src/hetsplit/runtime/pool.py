@@ -131,6 +131,7 @@ class WorkerPool:
     def submit(self, popen: subprocess.Popen, run_dir: Path, rank: int) -> None:
         """Hand ``popen`` rank ``rank`` of the run in ``run_dir`` (a dead process shows when polled)."""
         try:
+            assert popen.stdin is not None                   # opened with PIPE
             popen.stdin.write(f"{run_dir}\t{rank}\n".encode())
             popen.stdin.flush()
         except (BrokenPipeError, OSError):
@@ -155,9 +156,10 @@ class WorkerPool:
             self.idle[role] = []
 
 
-def _end(p: subprocess.Popen) -> None:
+def _end(p: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(OSError):
-        p.stdin.close()
+        if p.stdin is not None:
+            p.stdin.close()
     try:
         p.wait(timeout=2)
     except subprocess.TimeoutExpired:
