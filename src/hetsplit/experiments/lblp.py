@@ -237,7 +237,7 @@ def measure(problem: SplitProblem, plan: Plan, algorithm: str, seed: int | None,
     names = problem.cluster.names
     layers: dict[str, list[int]] = {d: [] for d in names}
     for i, layer in enumerate(problem.graph.names):
-        layers[plan.assign[layer]].append(i)
+        layers[str(plan.assign[layer])].append(i)      # LBLP places whole layers
     weights = problem.graph.param_bytes
     return Run(algorithm, seed, float(sat.throughput), float(plan.costed.throughput),
                fed.latency_percentile(50), float(estimate_plan(problem, plan, "closed").latency_s),
