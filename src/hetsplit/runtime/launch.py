@@ -225,7 +225,8 @@ def root_cause(docs: list[dict], run_dir: Path) -> RuntimeFailure:
     if not failed:
         return RuntimeFailure(f"a process of the run failed without a report; logs in {run_dir}")
     reported = {d.get("device") for d in failed}
-    first = min(failed, key=lambda d: (ORDER.get(d.get("kind"), 1), d.get("peer") in reported, d.get("t_fail", 0.0)))
+    first = min(failed, key=lambda d: (ORDER.get(str(d.get("kind")), 1), d.get("peer") in reported,
+                                       d.get("t_fail", 0.0)))
     log = first.get("log") or run_dir / f"rank{first.get('rank')}.log"
     return RuntimeFailure(f"{first['error']} (log: {log})")
 
