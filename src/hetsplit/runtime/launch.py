@@ -53,11 +53,28 @@ class Peers(Protocol):
         """After the run (this host's reports, the failure if there was one)."""
 
 
+class RankProcess(Protocol):
+    """What the launcher reads of a rank's process: a ``Popen``, or the pool's view of one rank run in a
+    warm process (``pool.PooledRank``)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    def poll(self) -> int | None: ...
+
+    def kill(self) -> None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
 @dataclass
 class Proc:
     rank: int
     device: str
-    popen: subprocess.Popen
+    popen: RankProcess
     log: Path
     killed_by_us: bool = False
 

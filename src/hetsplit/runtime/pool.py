@@ -108,7 +108,7 @@ class WorkerPool:
                                  stderr=subprocess.STDOUT, env=child_env(1), start_new_session=True,
                                  preexec_fn=die_with_parent())
         finally:
-            if self.log:
+            if not isinstance(out, int):
                 out.close()
         self.started += 1
         return p
@@ -201,6 +201,7 @@ class PoolLauncher(Launcher):
             return super().run()
         finally:
             for p in self.procs:
+                assert isinstance(p.popen, PooledRank)       # start() makes every one
                 self.pool.release(DRIVER if p.rank == 0 else WORKER, p.popen)
 
 
