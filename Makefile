@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast bench clean
+.PHONY: demo test test-fast check bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,7 +16,12 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/hetsplit demo
 
-test: $(STAMP)
+# Types and lint first (settings in pyproject.toml): mypy on src/, ruff on the code and its tests.
+check: $(STAMP)
+	$(PY) -m mypy
+	$(PY) -m ruff check src tests bench
+
+test: check
 	$(PY) -m pytest -q --durations=25
 
 test-fast: $(STAMP)
@@ -26,4 +31,4 @@ bench: $(STAMP)
 	for b in bench/*.py; do $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache

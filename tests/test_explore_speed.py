@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 from hetsplit.estimate.batch import BatchMetrics
-from hetsplit.plan.pareto import pareto_mask
 from hetsplit.search.encodings import make_encoding
 from hetsplit.search.explore import ExploreOptions, explore
 from hetsplit.estimate.task_costs import task_costs

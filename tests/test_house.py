@@ -13,7 +13,7 @@ import hetsplit
 ROOT = Path(hetsplit.__file__).parent
 RANK = {"graph": 0, "cluster": 0, "costs": 1, "plan": 2, "estimate": 3, "search": 4, "runtime": 4,
         "workflow": 5, "doctor": 5, "experiments": 6, "report": 7, "cli": 8}
-BASE = {"units", "errors", "jsonfile", "outpath", "lifetime", "limits"}     # anyone may use these
+BASE = {"units", "errors", "jsonfile", "outpath", "lifetime", "limits", "registry"}     # anyone may use these
 
 
 def hetsplit_imports(path: Path) -> list[tuple[int, str]]:
@@ -53,3 +53,44 @@ def test_no_import_goes_up_or_sideways(package):
             if target not in RANK or RANK[target] >= RANK[package]:
                 wrong.append(f"{path.relative_to(ROOT)}:{line} imports hetsplit.{target}")
     assert not wrong, "\n".join(wrong)
+
+
+def private_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, what) of every private name (``_x``, not ``__x__``) a module imports from another package:
+    ``from hetsplit.a.b import _x`` or a private module ``hetsplit.a._b``."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            modules, names = [node.module], [a.name for a in node.names]
+        elif isinstance(node, ast.Import):
+            modules, names = [a.name for a in node.names], []
+        else:
+            continue
+        for module in modules:
+            parts = module.split(".")
+            if parts[0] != "hetsplit" or len(parts) < 2:
+                continue
+            private = [p for p in parts[1:] if p.startswith("_") and not p.startswith("__")]
+            private += [n for n in names if n.startswith("_") and not n.startswith("__")]
+            if private:
+                out.append((node.lineno, f"{module}: {', '.join(private)}"))
+    return out
+
+
+def test_no_private_name_crosses_a_package():
+    """A name with a leading underscore is its package's own: no other package imports it."""
+    wrong = []
+    for path in ROOT.rglob("*.py"):
+        package = package_of(path)
+        for line, what in private_imports(path):
+            target = what.split(".")[1].split(":")[0]
+            if target != package:
+                wrong.append(f"{path.relative_to(ROOT)}:{line} imports {what}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_private_import_check_can_fail(tmp_path):
+    bad = tmp_path / "m.py"
+    bad.write_text("from hetsplit.graph.zoo.transformer import _heads\nimport hetsplit.graph._hidden\n"
+                   "from hetsplit.graph.types import Graph, __version__\n")
+    assert private_imports(bad) == [(1, "hetsplit.graph.zoo.transformer: _heads"), (2, "hetsplit.graph._hidden: _hidden")]

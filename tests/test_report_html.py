@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 from hetsplit.plan.check import check_plan
-from hetsplit.plan.types import Plan, Stage
 from hetsplit.report.html import plans_html
 from hetsplit.report.tables import distinct_digits
 from hetsplit.workflow import PlanRequest, find_plans, load_problem, report_details

@@ -159,9 +159,9 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def _line_col(data: bytes | str, offset: int) -> tuple[int, int]:
     """1-based line and column of ``offset``."""
-    nl = b"\n" if isinstance(data, bytes) else "\n"
-    line = data.count(nl, 0, offset) + 1
-    return line, offset - (data.rfind(nl, 0, offset) + 1) + 1
+    if isinstance(data, bytes):
+        return data.count(b"\n", 0, offset) + 1, offset - (data.rfind(b"\n", 0, offset) + 1) + 1
+    return data.count("\n", 0, offset) + 1, offset - (data.rfind("\n", 0, offset) + 1) + 1
 
 
 def _deepest(text: str, tokens: re.Pattern) -> str:

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import overload
 
 from hetsplit.errors import OutputError
 
 
+@overload
+def output_dir(path: str | Path, flag: str = "--out") -> Path: ...
+@overload
+def output_dir(path: None, flag: str = "--out") -> None: ...
 def output_dir(path: str | Path | None, flag: str = "--out") -> Path | None:
     """The folder ``path`` (given with ``flag``), created if missing; None for None. OutputError if it
     cannot be one."""
@@ -18,6 +23,10 @@ def output_dir(path: str | Path | None, flag: str = "--out") -> Path | None:
     return p
 
 
+@overload
+def output_file(path: str | Path) -> Path: ...
+@overload
+def output_file(path: None) -> None: ...
 def output_file(path: str | Path | None) -> Path | None:
     """The file ``path`` to write, its folder created if missing; None for None. OutputError if it cannot be."""
     if path is None:

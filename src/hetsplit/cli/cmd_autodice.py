@@ -34,7 +34,11 @@ def register(sub) -> None:
     im.add_argument("--keys", default=None, metavar="DEV=KEY,...", help=KEYS_HELP)
     im.add_argument("--out", "-o", required=True, metavar="FILE", help="plan-set file to write (plans.json)")
     im.set_defaults(func=run_import)
-    p.set_defaults(func=lambda args: (p.print_help(), 0)[1])
+    def usage(args: object) -> int:
+        p.print_help()
+        return 0
+
+    p.set_defaults(func=usage)
 
 
 def _keys(text: str | None, cluster) -> dict[str, str]:

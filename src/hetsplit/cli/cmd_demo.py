@@ -62,10 +62,10 @@ def run(args) -> int:
         return 0
     baseline = gpus[0]
     split = [c for c in compare_to(plans, baseline) if c.plan.algorithm != "single"]
-    fastest = max(split, key=lambda c: (c.speedup, -c.plan.metrics.energy_j))
-    frugal = min(split, key=lambda c: (c.plan.metrics.energy_j, -c.speedup))
-    console.print(f"\nagainst one GPU ({baseline.stages[0].device}: {baseline.metrics.throughput:.1f} inferences/s, "
-                  f"{baseline.metrics.energy_j * 1e3:.1f} mJ per inference):")
+    fastest = max(split, key=lambda c: (c.speedup, -c.plan.costed.energy_j))
+    frugal = min(split, key=lambda c: (c.plan.costed.energy_j, -c.speedup))
+    console.print(f"\nagainst one GPU ({baseline.stages[0].device}: {baseline.costed.throughput:.1f} inferences/s, "
+                  f"{baseline.costed.energy_j * 1e3:.1f} mJ per inference):")
     for label, c in (("fastest split", fastest), ("most frugal split", frugal)):
         console.print(f"  {label:18s} {describe_params(c.plan):12s} {describe_stages(c.plan, 60)}: "
                       f"{c.speedup:.2f}x throughput, {c.energy_ratio:.3g}x total energy, "

@@ -43,7 +43,7 @@ def run(args) -> int:
         try:
             problem = load_problem(args.model or plan_model(plans[0]),
                                    load_plan_cluster(plans[0], args.cluster, required=True),
-                                   input_shapes=plans[0].input_shapes or None)   # what the plans recorded
+                                   input_shapes={k: tuple(v) for k, v in plans[0].input_shapes.items()} or None)   # what the plans recorded
         except HetsplitError as exc:
             if args.run or args.model or args.cluster:
                 raise

@@ -77,6 +77,6 @@ def run(args) -> int:
     dog = Watchdog(opts.timeout_s * 1.1, lambda: _stalled(opts, dog))
     with dog:
         docs = join_run(opts, dog)
-    devices = ", ".join(d.get("device", "?") for d in docs.values())
-    print(f"worker: {devices} finished; the driver reports the measurements")
+    finished = ", ".join(d.get("device", "?") for d in docs.values())
+    print(f"worker: {finished} finished; the driver reports the measurements")
     return 0

@@ -70,9 +70,11 @@ def _summary(module: str, name: str) -> str | None:
         tree = ast.parse(f.read(), spec.origin)
     for node in ast.walk(tree):
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "add_command"
-                and len(node.args) >= 3 and all(isinstance(a, ast.Constant) for a in node.args[1:3])
-                and node.args[1].value == name and isinstance(node.args[2].value, str)):
-            return node.args[2].value
+                and len(node.args) >= 3):
+            command, target = node.args[1], node.args[2]
+            if isinstance(command, ast.Constant) and isinstance(target, ast.Constant) and command.value == name \
+                    and isinstance(target.value, str):
+                return target.value
     return None
 
 

@@ -35,7 +35,7 @@ def spec_summary(spec: dict[str, Any]) -> dict[str, Any]:
 
 def cluster_to_dict(cluster: Cluster) -> dict[str, Any]:
     """Devices, groups and links (by medium, one entry per distinct (medium, figures) and its pairs)."""
-    links: dict[tuple, dict[str, Any]] = {}
+    links: dict[tuple[Any, ...], dict[str, Any]] = {}
     n = cluster.num_devices
     for u in range(n):
         for v in range(n):

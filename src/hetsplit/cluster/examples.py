@@ -148,7 +148,7 @@ def usable_cores() -> int:
 
 def _from_file(path: Path) -> dict[str, Any]:
     """A built-in kept as a YAML file; ``local`` gets one device per usable core of this machine."""
-    spec = read_yaml(path, ClusterError, "no such built-in cluster file")
+    spec: dict[str, Any] = read_yaml(path, ClusterError, "no such built-in cluster file")
     if spec.get("name") == "local":
         spec["devices"][0]["count"] = usable_cores()
     return spec

@@ -227,7 +227,7 @@ class _Builder:
             raise self.err(f"{where}.kind", f"{kind!r} is not a device kind; {fix}")
         if "memory" in item:
             memory = parse_quantity(item["memory"], "bytes", f"{self.origin}: {where}.memory")
-        elif preset is not None:
+        elif preset is not None and preset.memory_bytes is not None:
             memory = preset.memory_bytes
         else:
             raise self.err(f"{where}.memory", "missing; say how much memory the device has, e.g. memory: 16GiB")
@@ -283,14 +283,14 @@ class _Builder:
 
     def assign_types(self, entries: list[_Entry]) -> list[Device]:
         """Explicit types stay; others take the preset's type, or a new name per distinct parameter set."""
-        by_signature: dict[tuple, str] = {}
+        by_signature: dict[tuple[Any, ...], str] = {}
         taken = {str(e.type) for e in entries if e.type is not None}
         devices = []
         for e in entries:
             dtype = e.type
             if dtype is None:
                 sig = (e.kind, e.model, tuple(sorted((k, repr(v)) for k, v in e.params.items())), e.profile)
-                base = e.preset.type if e.preset else e.kind
+                base = (e.preset.type if e.preset else None) or e.kind
                 if sig not in by_signature:
                     is_preset = e.preset is not None and e.model == e.preset.model and e.kind == e.preset.kind \
                         and e.params == e.preset.params and e.profile is None
@@ -306,7 +306,7 @@ class _Builder:
     # ---- groups ---------------------------------------------------------------------------------
     def groups(self, raw: Any, entries: list[_Entry]) -> tuple[dict[str, list[str]], dict[str, Medium]]:
         names = [e.name for e in entries]
-        expand = {}  # a name in a group list -> device names (a counted entry's base name expands)
+        expand: dict[str, list[str]] = {}  # a name in a group list -> device names (a counted entry's base name expands)
         for e in entries:
             expand.setdefault(e.base, []).append(e.name)
             expand[e.name] = [e.name]
@@ -349,14 +349,14 @@ class _Builder:
         return groups, media
 
     # ---- links ----------------------------------------------------------------------------------
-    def ports(self, data: dict) -> str:
+    def ports(self, data: dict[str, Any]) -> str:
         value = (self.mapping(data.get("links") or {}, "links")).get("ports", "links")
         if value not in PORTS:
             raise self.err("links.ports", f"{value!r}; expected 'links' (each directed link carries its own "
                            "messages) or 'shared' (a device's messages in and out take turns on its one port)")
         return str(value)
 
-    def links(self, data: dict, names: list[str], groups: dict[str, list[str]], group_media: dict[str, Medium]
+    def links(self, data: dict[str, Any], names: list[str], groups: dict[str, list[str]], group_media: dict[str, Medium]
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[list[str]]]:
         n = len(names)
         raw = self.mapping(data.get("links") or {}, "links")
@@ -440,25 +440,27 @@ class _Builder:
         base = self.medium(spec["preset"], f"{where}.preset") if "preset" in spec else None
         if base is None and "bandwidth" not in spec:
             raise self.err(f"{where}.bandwidth", "missing; a medium needs a bandwidth, e.g. bandwidth: 1GB/s")
-        values = {"bandwidth": base.bandwidth if base else None, "latency": base.latency_s if base else 0.0,
-                  "energy": base.energy_per_byte if base else 0.0}
+        values = {"latency": base.latency_s if base else 0.0, "energy": base.energy_per_byte if base else 0.0}
+        if base is not None:
+            values["bandwidth"] = base.bandwidth
         for key, qkind in MEDIUM_FIGURES.items():
             if key in spec:
                 values[key] = parse_quantity(spec[key], qkind, f"{self.origin}: {where}.{key}", warn_bare=True)
         if not values["bandwidth"] > 0:
             raise self.err(f"{where}.bandwidth", "must be > 0")
-        changed = base is not None and any(k in spec for k in MEDIUM_FIGURES)
-        name = spec.get("name") or default_name or (f"{base.name}*" if changed else base.name if base else "custom")
+        changed = any(k in spec for k in MEDIUM_FIGURES)
+        fallback = "custom" if base is None else f"{base.name}*" if changed else base.name
+        name = spec.get("name") or default_name or fallback
         return Medium(str(name), values["bandwidth"], values["latency"], values["energy"],
                       source=f"{self.origin}: {where}")
 
     # ---- helpers --------------------------------------------------------------------------------
-    def mapping(self, value: Any, where: str) -> dict:
+    def mapping(self, value: Any, where: str) -> dict[str, Any]:
         if not isinstance(value, dict):
             raise self.err(where, f"expected a mapping (key: value), got {type(value).__name__} {value!r}")
         return dict(value)
 
-    def reject_unknown(self, data: dict, allowed: tuple[str, ...], where: str, extra: str = "") -> None:
+    def reject_unknown(self, data: dict[str, Any], allowed: tuple[str, ...], where: str, extra: str = "") -> None:
         for key in data:
             if key not in allowed:
                 close = difflib.get_close_matches(str(key), allowed, n=1)

@@ -144,7 +144,8 @@ def _load_preset_file(path_str: str, mtime_ns: int, size: int) -> Preset:  # noq
                   memory_bytes=memory, params=params, written=written, sources=sources)
 
 
-def _figure(data: dict, key: str, path: Path, written: dict, sources: dict, prefix: str = "") -> Any:
+def _figure(data: dict[str, Any], key: str, path: Path, written: dict[str, Any], sources: dict[str, str],
+            prefix: str = "") -> Any:
     """The value of ``{value, source}`` at ``key``; records what was written and its source."""
     where = f"{path}: {prefix}{key}"
     entry = data.get(key)
@@ -162,7 +163,7 @@ def _figure(data: dict, key: str, path: Path, written: dict, sources: dict, pref
     return entry["value"]
 
 
-def _reject_unknown(data: dict, allowed: tuple[str, ...], where: str, prefix: str) -> None:
+def _reject_unknown(data: dict[str, Any], allowed: tuple[str, ...], where: str, prefix: str) -> None:
     for key in data:
         if key not in allowed:
             close = difflib.get_close_matches(str(key), allowed, n=1)

@@ -58,7 +58,7 @@ class Device:
         if not self.memory_bytes > 0:
             raise ClusterError(f"device {self.name!r}: memory must be > 0, got {self.memory_bytes}")
 
-    def cost_signature(self) -> tuple:
+    def cost_signature(self) -> tuple[Any, ...]:
         """What must agree between devices that share a ``type``."""
         return (self.kind, self.model, tuple(sorted((k, repr(v)) for k, v in self.params.items())), self.profile)
 

@@ -52,9 +52,8 @@ def deployed_graph(graph: Graph, cluster: Cluster) -> Graph:
     (``element_bytes``: int8 MCUs keep and send one byte per element), or as exported when the types
     do not all declare one and the same."""
     sizes = {element_bytes(cluster.representative(t)) for t in cluster.types}
-    if len(sizes) != 1 or None in sizes:
-        return graph
-    return at_element_bytes(graph, sizes.pop())
+    size = sizes.pop() if len(sizes) == 1 else None
+    return graph if size is None else at_element_bytes(graph, size)
 
 
 def build_problem(graph: Graph, cluster: Cluster, profile: CostTable | None = None,

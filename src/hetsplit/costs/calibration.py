@@ -145,8 +145,8 @@ def fit(models: list[Measured], floor_s: float = 5e-6, whole_weight: float = 0.0
         weights.append(1.0 / np.maximum(t, floor_s))
         if whole_weight > 0:
             blocks.append(rows.sum(axis=0, keepdims=True))
-            targets.append([t.sum()])
-            weights.append([whole_weight * np.sqrt(len(cls)) / max(t.sum(), floor_s)])
+            targets.append(np.array([t.sum()]))
+            weights.append(np.array([whole_weight * np.sqrt(len(cls)) / max(t.sum(), floor_s)]))
         pooled.append((feats, terms, t))
     sol = _solve(np.vstack(blocks), np.concatenate(targets), np.concatenate(weights))
     coefficients = {c: [float(v) for v in sol[NCOEF * k: NCOEF * (k + 1)]] for c, k in index.items()}

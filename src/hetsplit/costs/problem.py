@@ -13,7 +13,7 @@ from functools import cached_property
 import numpy as np
 
 from hetsplit.cluster.types import Cluster
-from hetsplit.costs.table import CostTable
+from hetsplit.costs.table import Broadcast, CostTable, Index
 from hetsplit.errors import ProfileError
 from hetsplit.graph.types import Graph
 from hetsplit.units import format_bytes
@@ -74,16 +74,16 @@ class SplitProblem:
         return self.cluster.memory_bytes
 
     # ---- stage costs (vectorized: i, j, d broadcast) --------------------------------------------
-    def stage_time(self, i, j, d):
+    def stage_time(self, i: Index, j: Index, d: Index) -> Broadcast:
         """Compute seconds of layers i..j-1 on device d as one segment: the layers' times plus what the
         segment costs beyond them (``segment_time``)."""
         return self.costs.range_time(i, j, self.device_type[d]) + self.segment_time(i, j, d)
 
-    def layers_time(self, i, j, d):
+    def layers_time(self, i: Index, j: Index, d: Index) -> Broadcast:
         """Seconds of layers i..j-1 on device d as the whole model's run times them (no cut charged)."""
         return self.costs.range_time(i, j, self.device_type[d])
 
-    def segment_time(self, i, j, d):
+    def segment_time(self, i: Index, j: Index, d: Index) -> Broadcast:
         """What a stage of layers i..j-1 on device d costs beyond its layers (``costs.segment``): one
         executor call, the bytes crossing its boundary (``cut_bytes[i] + cut_bytes[j]``: what it receives
         and sends, the model input and outputs included) and, unless it starts the model, its first
@@ -98,26 +98,26 @@ class SplitProblem:
         seconds = np.where(j_arr > i_arr, c.segment_call_s[t] + c.segment_byte_s[t] * boundary + unfused, 0.0)
         return seconds if np.ndim(seconds) else float(seconds)
 
-    def stage_energy(self, i, j, d):
+    def stage_energy(self, i: Index, j: Index, d: Index) -> Broadcast:
         return self.costs.range_energy(i, j, self.device_type[d])
 
-    def stage_mem(self, i, j, d):
+    def stage_mem(self, i: Index, j: Index, d: Index) -> Broadcast:
         """Bytes a stage needs: its layers' memory plus what it receives (cut i) and sends (cut j)."""
         return self.costs.range_mem(i, j, self.device_type[d]) + self.cut_bytes[i] + self.cut_bytes[j]
 
     # ---- communication -------------------------------------------------------------------------
-    def cut_time(self, k, u, v):
+    def cut_time(self, k: Index, u: Index, v: Index) -> Broadcast:
         """Seconds to move the tensors live across cut k from device u to v (0 if u == v)."""
         nb = self.cut_bytes[k]
         same = np.asarray(u) == np.asarray(v)
         t = np.where(same | (nb <= 0), 0.0, self.cluster.latency_s[u, v] + nb / self.cluster.bandwidth[u, v])
         return t if np.ndim(t) else float(t)
 
-    def cut_energy(self, k, u, v):
+    def cut_energy(self, k: Index, u: Index, v: Index) -> Broadcast:
         e = self.cut_bytes[k] * self.cluster.energy_per_byte[u, v]
         return e if np.ndim(e) else float(e)
 
-    def fits(self, i, j, d):
+    def fits(self, i: Index, j: Index, d: Index) -> Broadcast:
         return self.stage_mem(i, j, d) <= self.memory_bytes[d]
 
     def why_unplaceable(self, layer: int) -> str | None:

@@ -115,9 +115,9 @@ def _graph_from_layers(model: str, input_bytes: int, layers: list[dict], where: 
                            in_bytes=_count(entry.get("in_bytes", 0), f"{at} in_bytes", "bytes"),
                            attrs=dict(entry.get("attrs", {}))))
     tensors = [Tensor(INPUT_NAME, INPUT, int(input_bytes), tuple(consumers[INPUT]))]
-    for i, layer in enumerate(built):
+    for i, made in enumerate(built):
         cons = tuple(sorted(set(consumers[i])))
-        tensors.append(Tensor(layer.name, i, layer.out_bytes, cons, is_output=not cons))
+        tensors.append(Tensor(made.name, i, made.out_bytes, cons, is_output=not cons))
     return Graph(name=model, layers=built, tensors=tensors, source=where, meta={"from_profile": True})
 
 
@@ -218,10 +218,10 @@ def profile_to_dict(profile: Profile) -> dict:
             entry["attrs"] = json_safe(layer.attrs)
         layers.append(entry)
 
-    def col(values: np.ndarray) -> list:
+    def col(values: np.ndarray) -> list[float | None]:
         return [None if not np.isfinite(v) else float(v) for v in values]
 
-    types = {}
+    types: dict[str, dict[str, Any]] = {}
     for t, name in enumerate(c.types):
         types[name] = {"time_s": col(c.time_s[:, t]), "energy_j": col(c.energy_j[:, t]),
                        "mem_bytes": [float(v) for v in c.mem_bytes[:, t]], "source": c.sources.get(name, "")}

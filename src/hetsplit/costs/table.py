@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
 from hetsplit.costs.segment import NO_SEGMENT_COST, SegmentCost
 from hetsplit.errors import ProfileError
+
+Index = Any          # an int or an integer array: the range functions broadcast like numpy
+Broadcast = Any      # what they return: a float for int indices, an ndarray for arrays
 
 
 @dataclass
@@ -132,17 +136,17 @@ class CostTable:
         bad = (~np.isfinite(self.time_s) | ~np.isfinite(self.energy_j)).astype(np.float64)
         return self._prefix(bad)
 
-    def range_time(self, i, j, t):
+    def range_time(self, i: Index, j: Index, t: Index) -> Broadcast:
         """Time of layers i..j-1 on type t (arrays broadcast); inf if any layer is infeasible."""
         return self._range(self.time_prefix, i, j, t)
 
-    def range_energy(self, i, j, t):
+    def range_energy(self, i: Index, j: Index, t: Index) -> Broadcast:
         return self._range(self.energy_prefix, i, j, t)
 
-    def range_mem(self, i, j, t):
+    def range_mem(self, i: Index, j: Index, t: Index) -> Broadcast:
         return self.mem_prefix[j, t] - self.mem_prefix[i, t]
 
-    def _range(self, prefix: np.ndarray, i, j, t):
+    def _range(self, prefix: np.ndarray, i: Index, j: Index, t: Index) -> Broadcast:
         value = prefix[j, t] - prefix[i, t]
         bad = self.infeasible_prefix[j, t] - self.infeasible_prefix[i, t]
         return np.where(bad > 0, np.inf, value) if np.ndim(value) else (np.inf if bad > 0 else float(value))

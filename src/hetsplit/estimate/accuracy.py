@@ -192,7 +192,7 @@ class Recommendation:
             return x if math.isfinite(x) else None
         single = None if self.single is None else {
             "device": self.single.devices[0], "index": self.single_index,
-            self.objective: num(figure(self.single.metrics, self.objective))}
+            self.objective: num(figure(self.single.costed, self.objective))}
         return {"objective": self.objective, "recommended": self.recommended,
                 "recommends_split": self.recommends_split, "best_single_device": single,
                 "splits": [{"index": v.index, "kind": v.kind, "gain": num(v.gain), "error": v.error.error,
@@ -211,7 +211,7 @@ def recommend(plans: list[Plan], kinds: list[str | None], singles: list[Plan], o
     fit = [s for s in singles if s.metrics is not None and s.metrics.fits]
     single = None
     for s in fit:
-        if single is None or better(s.metrics, single.metrics, objective):
+        if single is None or better(s.costed, single.costed, objective):
             single = s
     single_index = None if single is None else next(
         (i for i, p in enumerate(plans) if kinds[i] == SINGLE and p.devices == single.devices
@@ -223,14 +223,14 @@ def recommend(plans: list[Plan], kinds: list[str | None], singles: list[Plan], o
         if splits:
             best = splits[0]
             for i in splits[1:]:
-                best = i if better(plans[i].metrics, plans[best].metrics, objective) else best
+                best = i if better(plans[i].costed, plans[best].costed, objective) else best
             rec.recommended = best
             rec.note = f"no device holds the whole model alone, so a split is needed: plan #{best}, the best by {objective}"
         else:
             rec.note = "no plan fits: nothing to recommend"
         return rec
-    rec.verdicts = [Verdict(i, kinds[i], gain(plans[i].metrics, single.metrics, objective),
-                            kind_error(kinds[i], objective, measured)) for i in splits]
+    rec.verdicts = [Verdict(i, kind, gain(plans[i].costed, single.costed, objective),
+                            kind_error(kind, objective, measured)) for i in splits if (kind := kinds[i]) is not None]
     alone = f"{single.devices[0]} alone" + (f" (plan #{single_index})" if single_index is not None else "")
     winners = [v for v in rec.verdicts if v.beats_single]
     if winners:

@@ -24,7 +24,7 @@ def unknown_energy_devices(problem: SplitProblem) -> np.ndarray:
     """D: True for each device whose type's energy is unknown."""
     known = problem.costs.energy_known
     assert known is not None
-    return ~known[problem.device_type]
+    return np.asarray(~known[problem.device_type])
 
 
 def mask_unknown_energy(problem: SplitProblem, batch: "BatchMetrics") -> "BatchMetrics":

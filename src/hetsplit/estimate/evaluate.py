@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 
 from hetsplit.costs.problem import SplitProblem
@@ -27,7 +30,8 @@ def evaluate(problem: SplitProblem, plan: Plan) -> Metrics:
     return estimate_plan(problem, plan, "closed")
 
 
-def make_plan(problem: SplitProblem, bounds, devices, algorithm: str, params: dict | None = None) -> Plan:
+def make_plan(problem: SplitProblem, bounds: Sequence[int] | np.ndarray, devices: Sequence[int] | np.ndarray,
+              algorithm: str, params: dict[str, Any] | None = None) -> Plan:
     """A Plan (with its closed-form metrics) from one row of stage bounds and device indices."""
     b = [int(x) for x in np.asarray(bounds).ravel()]
     d = [int(x) for x in np.asarray(devices).ravel()]

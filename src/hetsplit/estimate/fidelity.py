@@ -28,38 +28,27 @@ from hetsplit.estimate.pipeline import evaluate_pipelines
 from hetsplit.estimate.simulate import SimOptions, simulate
 from hetsplit.plan.check import check_plan, stage_bounds
 from hetsplit.plan.types import Metrics, Plan
+from hetsplit.registry import Registry
 
 
 class Fidelity(Protocol):
     """``estimate(problem, plans) -> BatchMetrics``, row n the metrics of ``plans[n]``."""
 
-    name: str
+    @property
+    def name(self) -> str: ...   # read-only, so a frozen dataclass's field satisfies it
 
     def estimate(self, problem: SplitProblem, plans: Sequence[Plan]) -> BatchMetrics: ...
 
 
 FidelityFactory = Callable[..., Fidelity]
-_REGISTRY: dict[str, FidelityFactory] = {}
-
-
-def register_fidelity(name: str) -> Callable[[FidelityFactory], FidelityFactory]:
-    def wrap(factory: FidelityFactory) -> FidelityFactory:
-        _REGISTRY[name] = factory
-        return factory
-
-    return wrap
-
-
-def fidelity_names() -> list[str]:
-    return sorted(_REGISTRY)
+FIDELITIES: Registry[FidelityFactory] = Registry("fidelity", "hetsplit.estimate")   # the package imports `here`
+register_fidelity = FIDELITIES.register
+fidelity_names = FIDELITIES.names
 
 
 def make_fidelity(name: str, options: Any = None) -> Fidelity:
     """The fidelity registered as ``name``, built from its typed ``options`` (None: its defaults)."""
-    try:
-        factory = _REGISTRY[name]
-    except KeyError:
-        raise HetsplitError(f"unknown fidelity {name!r}; available: {', '.join(fidelity_names())}") from None
+    factory = FIDELITIES.lookup(name)
     return factory() if options is None else factory(options)
 
 

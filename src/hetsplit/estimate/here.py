@@ -129,7 +129,7 @@ class LocalPrediction:
     def limited_by(self) -> str:
         bounds = {"cores": self.core_bound_throughput, "units": self.simulated_throughput,
                   "units with their messages" if self.oversubscribed else "units": self.unit_bound_throughput}
-        return min(bounds, key=bounds.get)
+        return min(bounds, key=bounds.__getitem__)
 
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "algorithm": self.algorithm, "plan_cluster": self.plan_cluster,

@@ -29,6 +29,7 @@ devices keep weights off chip, the memory model (``memory.py``) gives both, assi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numba import get_num_threads, njit, prange
@@ -68,9 +69,10 @@ class MappingEvaluator:
         with its stages split by segment (those pieces costed from the table)."""
         self.problem, self.given = problem, tg
         self.memory = MemoryEffects.of(problem)
-        self.tg, self._columns = (tg, None) if self.memory is None else self.memory.split(tg)
-        reuse = costs is not None and self.tg is tg
-        self.costs = costs if reuse else task_costs(problem, self.tg)
+        self.tg, self._columns = tg, None
+        if self.memory is not None:
+            self.tg, self._columns = self.memory.split(tg)
+        self.costs = costs if costs is not None and self.tg is tg else task_costs(problem, self.tg)
         self.structure = Structure.of(self.tg)
         types = problem.device_type  # per (task, device): time, energy, memory at 3 * (t * D + d) + 0, 1, 2
         self._tables = np.ascontiguousarray(np.stack([a[:, types] for a in (
@@ -129,14 +131,14 @@ class MappingEvaluator:
             raise self.out_of_range()
         return self.metrics(out, extras)
 
-    def kernel_structure(self) -> tuple:
+    def kernel_structure(self) -> tuple[Any, ...]:
         """The task graph's arrays as ``plan_figures`` reads them (``st``), the segment rule's last (flat: a
         tuple in a tuple cannot reach the parallel kernel)."""
         st, tg = self.structure, self.tg
         return (st.edge_src, st.edge_dst, tg.edge_bytes, st.out_ptr, st.out_idx, st.source_edges, st.chain_ptr,
                 st.chain_idx, st.indeg, *message_groups(tg), *segment_structure(self.problem, tg))
 
-    def kernel_net(self) -> tuple:
+    def kernel_net(self) -> tuple[Any, ...]:
         """The cluster as ``plan_figures`` reads it (``net``): link tables, memory per device, source, sink,
         shared ports."""
         cl = self.problem.cluster
@@ -166,6 +168,7 @@ class MappingEvaluator:
         cols = np.arange(t)
         ov = TaskOverrides(np.empty((t, n)), np.empty((t, n)), np.empty((t, n)),
                            np.repeat(self.tg.edge_bytes[:, None], n, axis=1))
+        assert self.memory is not None       # only for a problem with memory effects
         extras = []
         for p, row in enumerate(dev):
             pm = self.memory.plan(self.tg, row, self.costs)
@@ -226,7 +229,7 @@ def message_groups(tg: TaskGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray, i
     return np.flatnonzero(plain).astype(np.int64), ptr, order.astype(np.int64), internal
 
 
-def segment_structure(problem: SplitProblem, tg: TaskGraph) -> tuple:
+def segment_structure(problem: SplitProblem, tg: TaskGraph) -> tuple[Any, ...]:
     """What ``plan_figures`` reads to charge the segment rule (``estimate.segments``) on any assignment:
     whether anything is charged; the edges into each task (CSR: ptr, edges); the edges grouped by what
     crosses a boundary once, (payload, producer) (CSR: ptr, edges); per task, the task of its previous

@@ -97,10 +97,10 @@ class MemoryEffects:
     @staticmethod
     def of(problem: SplitProblem) -> "MemoryEffects | None":
         cl = problem.cluster
-        by_type = {}
+        by_type: dict[str, McuModel] = {}
         for t in cl.types:
             dm = device_model(cl.representative(t)) if cl.representative(t).model == MODEL_NAME else None
-            if isinstance(dm, McuDeviceModel):
+            if isinstance(dm, McuDeviceModel) and isinstance(dm.model, McuModel):
                 by_type[t] = dm.model
         models = {d: by_type[dev.type] for d, dev in enumerate(cl.devices) if dev.type in by_type}
         return MemoryEffects(problem, models) if models else None
@@ -162,12 +162,14 @@ class MemoryEffects:
         chips = []
         for d, segs in by_chip.items():
             chips.append(self._chip(tg, d, segs, (time, energy, mem, parts), loads))
-        extras = ExtraJobs(np.array([x[0] for x in loads], dtype=np.float64),
-                           *(np.array([x[i] for x in loads], dtype=np.int64) for i in (1, 2, 3)),
+        device, after, before = (np.array([x[i] for x in loads], dtype=np.int64) for i in (1, 2, 3))
+        extras = ExtraJobs(np.array([x[0] for x in loads], dtype=np.float64), device, after, before,
                            labels=tuple(x[4] for x in loads), part="l3")
         return PlanMemory(TaskCosts(time, energy, mem, parts), extras, tuple(chips))
 
-    def _chip(self, tg: TaskGraph, d: int, segs: dict[int, list[int]], out: tuple, loads: list) -> ChipMemory:
+    def _chip(self, tg: TaskGraph, d: int, segs: dict[int, list[int]],
+              out: tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]],
+              loads: list[tuple[float, int, int, int, str]]) -> ChipMemory:
         """Cost chip ``d``'s tasks (``segs``: segment -> its tasks, in run order) into ``out``, append its loads."""
         time, energy, mem, parts = out
         m, k = self.models[d], int(self.problem.device_type[d])

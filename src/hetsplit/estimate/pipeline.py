@@ -123,21 +123,27 @@ def evaluate_pipelines(problem: SplitProblem, bounds: np.ndarray, devices: np.nd
         t = np.where(has, problem.cut_time(k, u, v), 0.0)
         e = np.where(has, problem.cut_energy(k, u, v), 0.0)
         energy_dev[rows, u] += e
-        transfers_t.append(t), transfers_e.append(e), links.append((u, v))
+        transfers_t.append(t)
+        transfers_e.append(e)
+        links.append((u, v))
     src, snk = problem.cluster.source_index, problem.cluster.sink_index
     if src is not None:
         first = dev[:, 0]
         t = problem.cut_time(np.zeros(n, dtype=np.int64), np.full(n, src), first)
         e = problem.cut_energy(np.zeros(n, dtype=np.int64), np.full(n, src), first)
         energy_dev[:, src] += e
-        transfers_t.append(t), transfers_e.append(e), links.append((np.full(n, src), first))
+        transfers_t.append(t)
+        transfers_e.append(e)
+        links.append((np.full(n, src), first))
     if snk is not None:
         last = dev[rows, active.sum(axis=1) - 1]
         k_end = np.full(n, problem.num_layers)
         t = problem.cut_time(k_end, last, np.full(n, snk))
         e = problem.cut_energy(k_end, last, np.full(n, snk))
         energy_dev[rows, last] += e
-        transfers_t.append(t), transfers_e.append(e), links.append((last, np.full(n, snk)))
+        transfers_t.append(t)
+        transfers_e.append(e)
+        links.append((last, np.full(n, snk)))
 
     if transfers_t:
         tt = np.stack(transfers_t, axis=1)
@@ -156,7 +162,7 @@ def evaluate_pipelines(problem: SplitProblem, bounds: np.ndarray, devices: np.nd
     energy = comp_e.sum(axis=1) + comm_e
     with np.errstate(divide="ignore"):
         throughput = np.where(bottleneck > 0, 1.0 / bottleneck, np.inf)
-    fits = (mem_dev <= problem.memory_bytes[None, :]).all(axis=1)
+    fits = np.asarray((mem_dev <= problem.memory_bytes[None, :]).all(axis=1))
     return BatchMetrics(throughput, bottleneck, latency, energy, comm_e, comm_t, energy_dev, compute_dev,
                         mem_dev, participates, fits, energy * latency, max_tr, link, np.zeros_like(compute_dev))
 

@@ -10,6 +10,7 @@ its process CPU (``RuntimeCosts``).
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from hetsplit.cluster.local import local_cluster
 from hetsplit.cluster.types import Cluster
@@ -71,7 +72,7 @@ def planned_profile(problem: SplitProblem) -> Profile:
     calibrated = cal is not None and cal.source() in problem.costs.sources.values()
     source = "; ".join(dict.fromkeys(problem.costs.sources.values()))
     return Profile(problem.graph, problem.costs, {"source": source, "threads": 1,
-                                                   "unloaded_factor": cal.unloaded_factor if calibrated else 1.0})
+                                                   "unloaded_factor": cal.unloaded_factor if calibrated and cal else 1.0})
 
 
 def driver_message_sizes(tg: TaskGraph) -> list[tuple[str, float]]:
@@ -80,7 +81,7 @@ def driver_message_sizes(tg: TaskGraph) -> list[tuple[str, float]]:
     runtime's layout does)."""
     from hetsplit.plan.tasks import SINK, SOURCE
 
-    found: dict[tuple, tuple[str, float]] = {}
+    found: dict[tuple[Any, ...], tuple[str, float]] = {}
     names = tg.cluster.names
     for e in range(len(tg.edge_src)):
         p, q, pay = int(tg.edge_src[e]), int(tg.edge_dst[e]), int(tg.edge_payload[e])

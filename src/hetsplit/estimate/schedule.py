@@ -28,6 +28,7 @@ it cannot be vectorized across plans, and in Python it runs ~100x slower (bench/
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numba import njit
@@ -118,8 +119,11 @@ def _csr(keys: np.ndarray, values: np.ndarray, n: int) -> tuple[np.ndarray, np.n
 
 # ---- the compiled loop ----------------------------------------------------------------------------
 
+Arr = np.ndarray
+Scratch = tuple[Any, ...]      # scratch()'s work arrays and the heap capacity (an int), in one_input's order
+
 @njit(cache=True, inline="always")
-def _push(keys, vals, size, key, val):
+def _push(keys: np.ndarray, vals: np.ndarray, size: int, key: float, val: int) -> int:
     """Push (key, val) on a 4-ary min-heap by key held in keys[:size], vals[:size]. Ties come out in any
     order: every event of one instant is applied before any resource picks a job, and what each
     resource picks does not depend on the order the instant's events were applied in."""
@@ -137,7 +141,7 @@ def _push(keys, vals, size, key, val):
 
 
 @njit(cache=True, inline="always")
-def _pop(keys, vals, size):
+def _pop(keys: np.ndarray, vals: np.ndarray, size: int) -> int:
     """Remove the heap's top; return the new size (the top was keys[0], vals[0] before the call)."""
     size -= 1
     key, val = keys[size], vals[size]
@@ -161,7 +165,7 @@ def _pop(keys, vals, size):
 
 
 @njit(cache=True, inline="always")
-def _ipush(heap, r, stride, size, job):
+def _ipush(heap: np.ndarray, r: int, stride: int, size: int, job: int) -> int:
     """Push ``job`` on resource r's int min-heap, whose position i is heap[i * stride + r] (the heaps
     interleaved: their tops, where nearly every access falls, share a few cache lines)."""
     i = size
@@ -176,7 +180,7 @@ def _ipush(heap, r, stride, size, job):
 
 
 @njit(cache=True, inline="always")
-def _ipop(heap, r, stride, size):
+def _ipop(heap: np.ndarray, r: int, stride: int, size: int) -> int:
     """Remove the top of resource r's int min-heap (see ``_ipush``); return the new size."""
     size -= 1
     job = heap[size * stride + r]
@@ -196,7 +200,7 @@ def _ipop(heap, r, stride, size):
 
 
 @njit(cache=True)
-def scratch(n_res: int, t_count: int, e_count: int, x_max: int):
+def scratch(n_res: int, t_count: int, e_count: int, x_max: int) -> Scratch:
     """Work arrays for ``one_input`` (allocated once per batch), in the order it unpacks them."""
     jobs, edges, tasks = t_count + e_count + x_max, max(e_count, 1), max(t_count, 1)
     i64 = np.int64
@@ -213,8 +217,9 @@ def scratch(n_res: int, t_count: int, e_count: int, x_max: int):
 
 
 @njit(cache=True)
-def one_input(dev, dur, carrier, xfer, r0, r1, n_messages, e_dst, out_ptr, out_idx, src_edges, chain_ptr, chain_idx,
-              indeg0, x_dur, x_res, x_after, x_before, work) -> float:
+def one_input(dev: Arr, dur: Arr, carrier: Arr, xfer: Arr, r0: Arr, r1: Arr, n_messages: int, e_dst: Arr, out_ptr: Arr,
+              out_idx: Arr, src_edges: Arr, chain_ptr: Arr, chain_idx: Arr, indeg0: Arr, x_dur: Arr, x_res: Arr,
+              x_after: Arr, x_before: Arr, work: Scratch) -> float:
     """One input's latency under one assignment (module docstring), NaN when some job never runs.
 
     Per task: ``dev`` (-1: it holds none, see the module docstring), ``dur``; per edge: ``carrier``

@@ -40,7 +40,7 @@ class SegmentCharges:
 
     @property
     def total_s(self) -> np.ndarray:
-        return self.segment_s + self.unfused_s
+        return np.asarray(self.segment_s + self.unfused_s)
 
 
 def previous_layer_task(tg: TaskGraph, kinds: tuple[str, ...] = WHOLE_KINDS) -> np.ndarray:

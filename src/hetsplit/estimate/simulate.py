@@ -58,7 +58,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
-from typing import NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -162,7 +162,7 @@ class SimResult:
     @property
     def latency_s(self) -> np.ndarray:
         """Per input: done - arrival."""
-        return self.done_s - self.arrival_s
+        return np.asarray(self.done_s - self.arrival_s)
 
     def latency_percentile(self, q: float) -> float:
         return float(np.percentile(self.latency_s, q))
@@ -258,13 +258,13 @@ def _compile(problem: SplitProblem, tg: TaskGraph, costs: TaskCosts, messages: l
             tokens[int(before)].add(n_tasks + n_msgs + x)
     unlocks: list[list[int]] = [[] for _ in range(n_jobs)]
     counts = [0] * n_tasks
-    for t, toks in enumerate(tokens):
+    for ti, toks in enumerate(tokens):
         for tok in sorted(toks):
             if tok != _ARRIVAL:
-                unlocks[tok].append(t)
-                counts[t] += 1
+                unlocks[tok].append(ti)
+                counts[ti] += 1
     releases: list[list[int]] = [[] for _ in range(n_jobs)]
-    start_others = []
+    start_others: list[int] = []
     for k, m in enumerate(messages):
         (start_others if m.producer == SOURCE else releases[m.producer]).append(n_tasks + k)
     for x, after in enumerate(extras.after):
@@ -288,11 +288,11 @@ def _resources(tg: TaskGraph, messages: list[Message], extras: ExtraJobs
     channels = sorted({int(d) for d in extras.device})
     keys = [("device", d) for d in devices] + wires + [("memory", d) for d in channels]
     index = {k: r for r, k in enumerate(keys)}
-    resource = [(index[("device", int(d))],) for d in tg.device]
+    resource: list[tuple[int, ...]] = [(index[("device", int(d))],) for d in tg.device]
     resource += [(index[("port", m.src)], index[("port", m.dst)]) if shared else (index[("link", m.src, m.dst)],)
                  for m in messages]
     resource += [(index[("memory", int(d))],) for d in extras.device]
-    label = {"device": lambda k: names[k[1]], "link": lambda k: f"{names[k[1]]}->{names[k[2]]}",
+    label: dict[str, Callable[[tuple[Any, ...]], str]] = {"device": lambda k: names[k[1]], "link": lambda k: f"{names[k[1]]}->{names[k[2]]}",
              "port": lambda k: f"{names[k[1]]} port", "memory": lambda k: f"{names[k[1]]} memory"}
     return resource, [label[k[0]](k) for k in keys], [k[0] for k in keys]
 
@@ -415,6 +415,7 @@ def _run(jobs: _Jobs, n: int, interval_s: float, keep: bool, fifo: bool, trace: 
                 if not front_left[r]:
                     front[r], front_left[r] = front[r] + 1, tasks_on[r]
             cnt = pending[i]
+            assert cnt is not None                  # input i has arrived
             for t in unlocks[j]:
                 c = cnt[t] - 1
                 cnt[t] = c

@@ -21,7 +21,8 @@ import numpy as np
 from hetsplit.costs.models.base import LayerCosts, device_model
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.graph.types import Graph, Layer
-from hetsplit.plan.tasks import TaskGraph
+from hetsplit.errors import PlanError
+from hetsplit.plan.tasks import Task, TaskGraph
 
 
 @dataclass
@@ -75,7 +76,7 @@ def task_costs(problem: SplitProblem, tg: TaskGraph) -> TaskCosts:
 def _model_tasks(problem: SplitProblem, tg: TaskGraph, ks: list[int], time: np.ndarray, energy: np.ndarray,
                  mem: np.ndarray) -> None:
     table, graph = problem.costs, problem.graph
-    work = [_renamed(tg.tasks[k].work, f"{k}:{tg.tasks[k].name}") for k in ks]  # unique: a Graph indexes by name
+    work = [_renamed(_work(tg.tasks[k]), f"{k}:{tg.tasks[k].name}") for k in ks]  # unique: a Graph indexes by name
     parents = sorted({tg.tasks[k].layers[0] for k in ks if tg.tasks[k].kind == "shard"})
     parent_layers = [_renamed(graph.layers[p], f"{graph.layers[p].name}#whole") for p in parents]
     combine = np.array([k for k in ks if tg.tasks[k].kind != "shard"], dtype=np.int64)
@@ -161,3 +162,10 @@ def _model_costs(problem: SplitProblem, type_name: str, layers: list[Layer]) -> 
         return model.layer_costs(Graph(f"{problem.graph.name}-tasks", layers, []))
     except Exception:  # noqa: BLE001 - any model that cannot read these layers falls back to work shares
         return None
+
+
+def _work(task: Task) -> Layer:
+    """The layer a device model costs for ``task`` (a modelled task always has one)."""
+    if task.work is None:
+        raise PlanError(f"task {task.name!r} has no layer for a device model to cost")
+    return task.work

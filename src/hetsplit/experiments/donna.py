@@ -58,7 +58,7 @@ class Scenario:
 
     def unsupported(self) -> list[Plan]:
         """Front points no weighted sum of bottleneck and energy can select (not on the convex hull)."""
-        pts = np.array([(p.metrics.bottleneck_s, p.metrics.energy_j) for p in self.front])
+        pts = np.array([(p.costed.bottleneck_s, p.costed.energy_j) for p in self.front])
         if len(pts) < 3:
             return []
         order = np.argsort(pts[:, 0])

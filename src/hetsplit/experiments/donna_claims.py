@@ -63,14 +63,15 @@ def claim_fig2e_single_gpu(scen: list[Scenario]) -> Claim:
     key, where = "fig2e-single-gpu", "Sec. III, Fig. 2e"
     text = ("ResNet-152, LB-WCC, alpha = 1: one GPU alone runs the model on both {2 CPU, 2 GPU} and {2 CPU, 1 GPU, "
             "1 CIM} (two overlapping points)")
-    ss = [_scenario(scen, "resnet152", d, "lb-wcc") for d in ("2cpu-2gpu", "2cpu-1gpu-1cim")]
-    if any(s is None for s in ss):
-        return inconclusive(key, text, sum(s is not None for s in ss), "ResNet-152 on LB-WCC not run with both sets",
+    found = [_scenario(scen, "resnet152", d, "lb-wcc") for d in ("2cpu-2gpu", "2cpu-1gpu-1cim")]
+    ss = [s for s in found if s is not None]
+    if len(ss) < len(found):
+        return inconclusive(key, text, len(ss), "ResNet-152 on LB-WCC not run with both sets",
                             needed=2, where=where)
-    plans = [s.by_alpha(1.0) for s in ss]  # type: ignore[union-attr]
+    plans = [s.by_alpha(1.0) for s in ss]
     ok = [len(p.stages) == 1 and p.stages[0].device.startswith("gpu") for p in plans]
-    ev = "; ".join(f"{{{s.devices}}}: {_kinds(p)}, {p.metrics.throughput:.4g}/s, {p.metrics.energy_j:.4g} J"
-                   for s, p in zip(ss, plans))  # type: ignore[union-attr]
+    ev = "; ".join(f"{{{s.devices}}}: {_kinds(p)}, {p.costed.throughput:.4g}/s, {p.costed.energy_j:.4g} J"
+                   for s, p in zip(ss, plans))
     return held_out(key, text, grade(sum(ok), 2), ev, where=where,
                     reason="with our LB-WCC cost a cut costs less than the GPU's time it saves, so alpha = 1 splits")
 
@@ -80,8 +81,8 @@ def claim_pcie5_barely_saves(scen: list[Scenario]) -> Claim | None:
     for s in scen:
         if s.devices != "4cpu":
             continue
-        e1 = s.by_alpha(1.0).metrics.energy_j
-        e_best = min(p.metrics.energy_j for p in s.donna)
+        e1 = s.by_alpha(1.0).costed.energy_j
+        e_best = min(p.costed.energy_j for p in s.donna)
         rows.append((s.medium, s.model, (e1 - e_best) / e1))
     pcie = [r for r in rows if r[0] == "pcie5"]
     if not pcie:
@@ -105,7 +106,7 @@ def claims_alpha08(scen: list[Scenario]) -> list[Claim]:
     if s is None:
         return [inconclusive(k, t, 0, "ResNet-152 {4 CPU} on HB-WCC not run", needed=1, where=where)
                 for k, t in zip(keys, texts)]
-    a, b = s.by_alpha(1.0).metrics, s.by_alpha(0.8).metrics
+    a, b = s.by_alpha(1.0).costed, s.by_alpha(0.8).costed
     saved, lost = 100 * (1 - b.energy_j / a.energy_j), 100 * (1 - b.throughput / a.throughput)
     ev = (f"alpha 1: {a.energy_j:.4g} J, {a.throughput:.4g}/s ({_kinds(s.by_alpha(1.0))}); alpha 0.8: {b.energy_j:.4g} J, "
           f"{b.throughput:.4g}/s ({_kinds(s.by_alpha(0.8))})")
@@ -118,7 +119,7 @@ def claim_diverse_sets(scen: list[Scenario]) -> Claim | None:
     spread = {}
     for label in dict.fromkeys(s.devices for s in scen):
         ss = [s for s in scen if s.devices == label]
-        distinct = [len({(round(p.metrics.bottleneck_s, 12), round(p.metrics.energy_j, 12)) for p in s.donna})
+        distinct = [len({(round(p.costed.bottleneck_s, 12), round(p.costed.energy_j, 12)) for p in s.donna})
                     for s in ss]
         spread[label] = (float(np.mean(distinct)), float(np.mean([len(s.front) for s in ss])))
     if "2cpu-1gpu-1cim" not in spread or len(spread) < 2:
@@ -146,7 +147,7 @@ def claim_fewer_layers(scen: list[Scenario]) -> Claim | None:
 def _widest(s: Scenario) -> Plan:
     """Fig. 3's scenarios distribute over the set: DONNA's plan with the most devices taking part (Scenario 10:
     all four), the fastest of those."""
-    return max(s.donna, key=lambda p: (len({st.device for st in p.stages}), p.metrics.throughput))
+    return max(s.donna, key=lambda p: (len({st.device for st in p.stages}), p.costed.throughput))
 
 
 def claims_fig3(scen: list[Scenario], gpu: dict[str, Plan]) -> list[Claim]:
@@ -159,8 +160,8 @@ def claims_fig3(scen: list[Scenario], gpu: dict[str, Plan]) -> list[Claim]:
     if s is None or "resnet152" not in gpu:
         return [inconclusive(k, t, 0, "ResNet-152 {2 CPU, 2 GPU} on HB-WCC or on one GPU not run", needed=2,
                              where=where) for k, t in zip(keys, texts)]
-    g, p = gpu["resnet152"].metrics, _widest(s)
-    m = p.metrics
+    g, p = gpu["resnet152"].costed, _widest(s)
+    m = p.costed
     speedup = m.throughput / g.throughput
     per_dev = g.energy_per_participating_device_j / m.energy_per_participating_device_j
     ev = (f"DONNA alpha {p.params['alpha']}: {_kinds(p)}, {m.throughput:.4g}/s, {m.energy_j:.4g} J over "
@@ -174,8 +175,8 @@ def claim_fig3_lb(scen: list[Scenario], gpu: dict[str, Plan]) -> Claim | None:
     s = _scenario(scen, "resnet152", "2cpu-2gpu", "lb-wcc")
     if s is None or "resnet152" not in gpu:
         return None
-    g, p = gpu["resnet152"].metrics, _widest(s)
-    m = p.metrics
+    g, p = gpu["resnet152"].costed, _widest(s)
+    m = p.costed
     checks = [m.throughput / g.throughput < 1 + BAND.rel, m.energy_j > g.energy_j,
               m.energy_per_participating_device_j < g.energy_per_participating_device_j]
     return direction("fig3-lb-wcc", "ResNet-152, {2 CPU, 2 GPU}, LB-WCC (Scenario 16): no noticeable speed-up over "
@@ -193,9 +194,9 @@ def claims_edge(edge: list[EdgeResult]) -> list[Claim]:
     if not edge:
         return []
     kept = [e for e in edge if all(st.device.startswith("cim") for st in e.donna.stages)]
-    gain = {(e.model, e.cloud): e.offload.metrics.energy_j / e.donna.metrics.energy_j for e in edge}
+    gain = {(e.model, e.cloud): e.offload.costed.energy_j / e.donna.costed.energy_j for e in edge}
     red = ", ".join(f"{e.model}/{e.cloud}: {gain[e.model, e.cloud]:.3g}x less energy, "
-                    f"{e.donna.metrics.throughput / e.offload.metrics.throughput:.2f}x the throughput ({_kinds(e.donna)})"
+                    f"{e.donna.costed.throughput / e.offload.costed.throughput:.2f}x the throughput ({_kinds(e.donna)})"
                     for e in edge)
     out = [held_out("edge-keeps-layers", "edge CIM + cloud: at alpha = 1 the edge keeps all layers (no offloading)",
                     grade(len(kept), len(edge)), f"{len(kept)}/{len(edge)} (model, cloud) pairs keep every layer on "
@@ -203,7 +204,7 @@ def claims_edge(edge: list[EdgeResult]) -> list[Claim]:
                     reason="our LB-WCC link to the cloud is fast enough against our CIM model that offloading pays"),
            direction("edge-always-less-energy", "edge CIM + cloud: keeping layers on the edge always uses less energy "
                      "than offloading everything to the cloud", all(g > 1 for g in gain.values()), red, where=where)]
-    gpu_edge = sorted((e for e in edge if e.cloud == "gpu"), key=lambda e: e.offload.metrics.latency_s)
+    gpu_edge = sorted((e for e in edge if e.cloud == "gpu"), key=lambda e: e.offload.costed.latency_s)
     if gpu_edge:   # workloads from the least to the most work on the same cloud GPU
         per_model = ", ".join(f"{e.model} {gain[e.model, 'gpu']:.3g}x" for e in gpu_edge)
         best = max(gpu_edge, key=lambda e: gain[e.model, "gpu"])

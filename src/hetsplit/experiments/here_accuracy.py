@@ -24,7 +24,7 @@ from hetsplit.costs.profile import Profile
 from hetsplit.errors import HetsplitError
 from hetsplit.estimate.here import LocalPrediction
 from hetsplit.estimate.runtime_costs import RuntimeCosts
-from hetsplit.plan.types import Plan
+from hetsplit.plan.types import Placement, Plan
 
 MODEL = "resnet18"
 CASES = ("pipeline", "branches")
@@ -54,7 +54,7 @@ def branching_mapping(problem: SplitProblem, devices: tuple[str, str] | None = N
     convs = {f"{BRANCH_BLOCK}/conv1.0/Conv", f"{BRANCH_BLOCK}/conv2.0/Conv"}
     if not convs <= set(names):
         raise HetsplitError(f"{problem.graph.name} has no {BRANCH_BLOCK} block with conv1 and conv2: not ResNet-18")
-    assign = {n: d0 if i < split or n in convs else d1 for i, n in enumerate(names)}
+    assign: dict[str, Placement] = {n: d0 if i < split or n in convs else d1 for i, n in enumerate(names)}
     plan = Plan(problem.graph.name, problem.cluster.name, "hand: residual branches across devices", assign=assign)
     plan.metrics = estimate_plan(problem, plan, "closed")
     return plan

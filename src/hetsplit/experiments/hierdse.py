@@ -49,7 +49,7 @@ from hetsplit.experiments.claims import FAILS, HOLDS, PARTLY, Claim, ClaimSet, d
 from hetsplit.graph.input_shapes import InputShapes
 from hetsplit.plan.types import Plan
 from hetsplit.search.hierarchical import (HierarchicalOptions, HierarchicalResult, Measurement, MeasuredPoint,
-                                          hierarchical_explore)
+                                          PlanMeasurer, hierarchical_explore)
 
 Progress = Callable[[str], None]
 MODEL = "resnet101"
@@ -254,7 +254,7 @@ def experiment_options(name: str, options: HierDseOptions, budget_s: float) -> H
 
 
 def run(options: HierDseOptions = HierDseOptions(), progress: Progress = _quiet,
-        measurer: Callable[[SplitProblem], Callable[[Plan], Measurement]] | None = None) -> HierDseResults:
+        measurer: Callable[[SplitProblem], PlanMeasurer] | None = None) -> HierDseResults:
     """Run the experiments one after the other, each with its share of the budget (what is left when it
     starts, over the experiments still to run, and at least a quarter of an equal share: a search may
     end one measurement past its budget); ``measurer`` builds the fitness (default: RunMeasurer)."""

@@ -154,7 +154,7 @@ def _score(runs: list[RunRecord], others: tuple[np.ndarray, ...] = ()) -> np.nda
 def _exact_gap(problem: SplitProblem, model: str, setting: str, config: HybridConfig,
                progress: Progress) -> tuple[ExactGap, list[RunRecord]]:
     exact_plans = make_partitioner("pareto").solve(problem)
-    exact = np.array([[p.metrics.bottleneck_s, p.metrics.energy_j] for p in exact_plans if p.metrics.fits])
+    exact = np.array([[p.costed.bottleneck_s, p.costed.energy_j] for p in exact_plans if p.costed.fits])
     progress(f"{model} {setting}: SPE and advanced p=2 on (bottleneck, energy) against {len(exact)} exact points")
     spe = _explore(problem, model, setting, "spe", 0, EXACT_OBJECTIVES, config)
     hyb = _explore(problem, model, setting, "advanced", 2, EXACT_OBJECTIVES, config)

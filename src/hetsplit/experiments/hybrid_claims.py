@@ -162,10 +162,10 @@ def claim_lowest_memory_chromosome(results: HybridResults, model: str) -> Claim 
     if len(ok) < 2:
         return inconclusive(f"{model}-lowest-memory", text, len(ok), "fewer than two of the plans ran", needed=2,
                             where=where)
-    lowest = min(ok, key=lambda r: r.measured_bytes)
+    lowest = min(ok, key=lambda r: r.peak)
     return direction(f"{model}-lowest-memory", text, lowest.label == expected,
                      "measured (peak RSS above an idle worker's): " + ", ".join(
-                         f"{r.label} {r.measured_bytes / 1e6:.0f} MB (predicted {r.predicted_bytes / 1e6:.0f})"
+                         f"{r.label} {r.peak / 1e6:.0f} MB (predicted {r.predicted_bytes / 1e6:.0f})"
                          for r in ok), "our search's best-memory plans are not the thesis's", where=where,
                      evaluations=len(ok))
 

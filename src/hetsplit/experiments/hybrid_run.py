@@ -234,7 +234,8 @@ def measured_row(label: str, pick: PickedPlan, run: MappingRunResult, baseline: 
     devices = run.report.devices if run.report is not None else []
     notes = list(run.notes)
     reported = [d.get("peak_rss_bytes") for d in devices]
-    measured_mem = float(max(reported)) if reported and all(reported) else None
+    peaks = [float(r) for r in reported if r]
+    measured_mem = max(peaks) if reported and len(peaks) == len(reported) else None
     if measured_mem is None:
         notes.append("memory: not measured (a worker reported no peak RSS)")
     else:
@@ -242,7 +243,8 @@ def measured_row(label: str, pick: PickedPlan, run: MappingRunResult, baseline: 
                      "included" + ("" if baseline is None else
                                    f"; an idle process with those imports peaks at {baseline / 1e6:.1f} MB"))
     energy = [d.get("energy_j") for d in devices]
-    measured_energy = max(energy) if energy and all(e is not None for e in energy) else None
+    known = [float(e) for e in energy if e is not None]
+    measured_energy = max(known) if energy and len(known) == len(energy) else None
     if measured_energy is None:
         notes.append(f"energy: not measured ({energy_unavailable_reason()}); the predicted value rests on the "
                      "profile's assumed power per busy core")

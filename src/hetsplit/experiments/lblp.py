@@ -224,22 +224,22 @@ def solve(problem: SplitProblem, name: str, config: LblpConfig, seed: int = 0) -
     t0 = time.perf_counter()
     plans = make_partitioner(name, **_options(name, config, seed)).solve(problem)
     spent = time.perf_counter() - t0
-    return min(plans, key=lambda p: (p.metrics.bottleneck_s, p.metrics.latency_s)), spent
+    return min(plans, key=lambda p: (p.costed.bottleneck_s, p.costed.latency_s)), spent
 
 
 def measure(problem: SplitProblem, plan: Plan, algorithm: str, seed: int | None, inputs: int,
             solve_s: float) -> Run:
     """Simulate a plan: saturated for the rate and utilization, fed at its own rate for latency."""
     sat = simulate_plan(problem, plan, SimOptions(inputs=inputs, keep_timeline=False))
-    interval = max(plan.metrics.bottleneck_s, 1.0 / sat.throughput)
+    interval = max(plan.costed.bottleneck_s, 1.0 / sat.throughput)
     fed = simulate_plan(problem, plan, SimOptions(inputs=inputs, interval_s=interval, keep_timeline=False))
-    sustained = min(float(sat.throughput), float(plan.metrics.throughput))
+    sustained = min(float(sat.throughput), float(plan.costed.throughput))
     names = problem.cluster.names
     layers: dict[str, list[int]] = {d: [] for d in names}
     for i, layer in enumerate(problem.graph.names):
-        layers[plan.assign[layer]].append(i)
+        layers[str(plan.assign[layer])].append(i)      # LBLP places whole layers
     weights = problem.graph.param_bytes
-    return Run(algorithm, seed, float(sat.throughput), float(plan.metrics.throughput),
+    return Run(algorithm, seed, float(sat.throughput), float(plan.costed.throughput),
                fed.latency_percentile(50), float(estimate_plan(problem, plan, "closed").latency_s),
                {d: sat.busy_s.get(d, 0.0) / inputs * sustained for d in names}, layers,
                {d: float(weights[idx].sum()) for d, idx in layers.items()}, solve_s)

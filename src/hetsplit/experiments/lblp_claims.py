@@ -188,7 +188,7 @@ def claims_table_one(results: LblpResults) -> list[Claim]:
 def claim_yolo(results: LblpResults) -> Claim | None:
     s = results.sweep("yolov8n")
     cases = [c for c in s.cases if c.has("lblp") and c.has("wb")] if s else []
-    if not cases:
+    if s is None or not cases:
         return None
 
     def gap(c: Case, measure) -> float:

@@ -30,7 +30,7 @@ from hetsplit.estimate import estimate_plan
 from hetsplit.estimate.evaluate import make_plan
 from hetsplit.experiments.claims import Band, Claim, direction, fitted, held_out_number, inconclusive, sanity_number
 from hetsplit.graph.shard import axis_size
-from hetsplit.plan.types import Combine, Metrics, Plan, Shard
+from hetsplit.plan.types import Combine, Metrics, Placement, Plan, Shard
 
 BAND = Band(0.25)
 CLUSTER = "jetson-xavier-nx-8-cpu"
@@ -55,7 +55,7 @@ TABLE2 = {"alexnet": Unpartitioned(60.8e6, 238, 0.352, 152.746, 28.3),
 TABLE3_ROW13_REAL = (1.111, 74.996, 26.41)
 TABLE3_ROW13_PREDICTED = (1.020, 45.559, 71.812)
 # Table 7: % improvement of the best measured plan over Table 2 (None: the thesis found none)
-TABLE7 = {"alexnet": {"energy": None, "memory": 72.64, "latency": 6.68},
+TABLE7: dict[str, dict[str, float | None]] = {"alexnet": {"energy": None, "memory": 72.64, "latency": 6.68},
           "vgg16": {"energy": 11.38, "memory": 66.66, "latency": 8.54},
           "densenet121": {"energy": None, "memory": 26.9, "latency": None}}
 WHERE = {"alexnet": "Table 3", "vgg16": "Table 5", "densenet121": "Table 6"}
@@ -70,14 +70,17 @@ def table4_plan(problem: SplitProblem) -> Plan:
     dev = {k: f"nx{k - 1}-cpu" for k in range(1, 9)}
     whole = {2: 8, 3: 7, 4: 7, 6: 5, 8: 5, 9: 5}           # layer index (1-based) -> dev_k
     halves = {1: (8, 2), 5: (1, 3), 7: (5, 6), 10: (6, 4), 11: (6, 4), 12: (6, 4)}   # -> (dev_k first half, second)
-    assign, combine = {}, {}
+    assign: dict[str, Placement] = {}
+    combine: dict[str, Combine] = {}
     for i, name in enumerate(names, 1):
         if i in whole:
             assign[name] = dev[whole[i]]
             continue
         a, b = halves[i]
         size = axis_size(problem.graph.layers[i - 1], "out")
-        assign[name] = [Shard(dev[a], "out", 0, size // 2), Shard(dev[b], "out", size // 2, size)]
+        if size is None:
+            raise ValueError(f"AlexNet layer {name!r} has no output axis of its own to split")
+        assign[name] = (Shard(dev[a], "out", 0, size // 2), Shard(dev[b], "out", size // 2, size))
         combine[name] = Combine("concat", dev[a])
     return Plan("alexnet", CLUSTER, "thesis-table4", assign=assign, combine=combine)
 
@@ -91,6 +94,13 @@ class MemoryRun:
     measured_bytes: float | None    # None: the run failed
     error: str | None = None
 
+    @property
+    def peak(self) -> float:
+        """``measured_bytes`` of a run that did not fail."""
+        if self.measured_bytes is None:
+            raise ValueError(f"the {self.label} run failed ({self.error}); it measured nothing")
+        return self.measured_bytes
+
 
 @dataclass
 class ThesisTables:
@@ -103,7 +113,7 @@ class ThesisTables:
 
     def best_split(self, model: str) -> MemoryRun | None:
         runs = [r for r in self.memory_runs.get(model, []) if r.label != "unpartitioned" and r.measured_bytes]
-        return min(runs, key=lambda r: r.measured_bytes) if runs else None
+        return min(runs, key=lambda r: r.peak) if runs else None
 
     def unsplit(self, model: str) -> MemoryRun | None:
         return next((r for r in self.memory_runs.get(model, []) if r.label == "unpartitioned" and r.measured_bytes),
@@ -182,7 +192,7 @@ def table2_claims(model: str, t: ThesisTables) -> list[Claim]:
     run = t.unsplit(model)
     if run is not None:
         out.append(held_out_number(f"t2-{model}-memory-run", f"{name}: {paper.memory_mb:g} MB peak memory on one "
-                                   "Xavier NX CPU (measured; ours measured too)", paper.memory_mb, run.measured_bytes / MB,
+                                   "Xavier NX CPU (measured; ours measured too)", paper.memory_mb, run.peak / MB,
                                    BAND, "the unpartitioned model run by hetsplit's runtime here (onnxruntime, one "
                                    "worker): its peak RSS above an idle worker's (interpreter, torch, onnxruntime)",
                                    "onnxruntime holds the weights once more when it prepares its kernels; the thesis's "
@@ -218,18 +228,21 @@ def table7_claims(model: str, t: ThesisTables, runs_wanted: bool) -> list[Claim]
     out = []
     best, base = t.best_split(model), t.unsplit(model)
     n_runs = len(t.memory_runs.get(model, []))
-    text = f"{name}: the best hybrid plan lowers the measured peak memory per device by {paper['memory']:g}%"
+    memory = paper["memory"]
+    if memory is None:
+        raise ValueError(f"Table 7 has no memory figure for {model}")
+    text = f"{name}: the best hybrid plan lowers the measured peak memory per device by {memory:g}%"
     if best is None or base is None:
         out.append(inconclusive(f"t7-{model}-memory", text, n_runs, "no memory run" + ("" if runs_wanted else
                                 " (not asked for)") + " of both the unpartitioned model and a hybrid plan",
                                 needed=2, where=where))
     else:
-        gain = 100 * (1 - best.measured_bytes / base.measured_bytes)
-        out.append(held_out_number(f"t7-{model}-memory", text, paper["memory"], gain, BAND,
-                                   f"runs here: unpartitioned {base.measured_bytes / MB:.0f} MB, best hybrid plan "
-                                   f"({best.label}'s best-memory plan) {best.measured_bytes / MB:.0f} MB (peak RSS above "
+        gain = 100 * (1 - best.peak / base.peak)
+        out.append(held_out_number(f"t7-{model}-memory", text, memory, gain, BAND,
+                                   f"runs here: unpartitioned {base.peak / MB:.0f} MB, best hybrid plan "
+                                   f"({best.label}'s best-memory plan) {best.peak / MB:.0f} MB (peak RSS above "
                                    f"an idle worker's; predicted {best.predicted_bytes / MB:.0f} MB); {n_runs} runs; "
-                                   f"our unpartitioned run is {base.measured_bytes / MB / TABLE2[model].memory_mb:.2f}x "
+                                   f"our unpartitioned run is {base.peak / MB / TABLE2[model].memory_mb:.2f}x "
                                    f"Table 2's {TABLE2[model].memory_mb:g} MB, so only the ratio is compared",
                                    "our search's plans are not the thesis's, and onnxruntime's memory is not AutoDiCE's",
                                    where=where, unit="%", evaluations=n_runs))

@@ -69,12 +69,13 @@ def resolve_input_shapes(inputs: Mapping[str, Sequence[Dim] | None], shapes: Map
             raise UsageError(f"{where}: {FLAG} names {name!r}, which is not an input of the model; its inputs: "
                              f"{_expects(inputs)}")
         given = format_shapes({name: dims})
-        if inputs[name] is None:      # the model gives no shape at all: the user's stands
+        model_dims = inputs[name]
+        if model_dims is None:        # the model gives no shape at all: the user's stands
             if any(d <= 0 for d in dims):
                 raise UsageError(f"{where}: {FLAG} {given}: every dim of input {name!r} must be a positive integer")
             out[name] = tuple(int(d) for d in dims)
             continue
-        want = list(inputs[name])
+        want = list(model_dims)
         if len(dims) != len(want):
             raise UsageError(f"{where}: {FLAG} {given}: input {name!r} has {len(want)} axes "
                              f"[{', '.join(map(str, want))}], the shape gives {len(dims)}")

@@ -161,7 +161,10 @@ def _infer(model: onnx.ModelProto, where: str) -> onnx.ModelProto:
         raise ModelError(f"{where}: ONNX shape inference failed: {msg}") from None
 
 
-def value_types(model: onnx.ModelProto) -> dict[str, tuple[tuple[int, ...] | None, int]]:
+ValueTypes = dict[str, tuple[tuple[int, ...] | None, int]]   # tensor name -> (static shape or None, ONNX type)
+
+
+def value_types(model: onnx.ModelProto) -> ValueTypes:
     """Name -> (static shape or None, ONNX elem type) for every typed value of an inferred model."""
     out: dict[str, tuple[tuple[int, ...] | None, int]] = {}
     g = model.graph
@@ -184,7 +187,7 @@ def value_types(model: onnx.ModelProto) -> dict[str, tuple[tuple[int, ...] | Non
     return out
 
 
-def _sized_types(model: onnx.ModelProto, where: str) -> dict:
+def _sized_types(model: onnx.ModelProto, where: str) -> ValueTypes:
     """``value_types``, refusing a tensor larger than any device could hold (before any count of it)."""
     types = value_types(model)
     for t, (shape, _) in types.items():
@@ -195,7 +198,7 @@ def _sized_types(model: onnx.ModelProto, where: str) -> dict:
     return types
 
 
-def _check_static(model: onnx.ModelProto, types: dict, where: str) -> None:
+def _check_static(model: onnx.ModelProto, types: ValueTypes, where: str) -> None:
     used = {t for n in model.graph.node for t in n.input} | {o.name for o in model.graph.output}
     for node in model.graph.node:
         for t in node.output:
@@ -208,7 +211,7 @@ def _check_static(model: onnx.ModelProto, types: dict, where: str) -> None:
                                  "or run onnxsim / onnx shape inference with the input shapes set)")
 
 
-def _fold_shape_ops(model: onnx.ModelProto, types: dict) -> bool:
+def _fold_shape_ops(model: onnx.ModelProto, types: ValueTypes) -> bool:
     """Replace Shape/Size of a statically shaped tensor by a Constant (same node name and output).
 
     Returns True when any node was replaced; a Shape whose input is not static yet is left for a
@@ -284,6 +287,7 @@ def _fold_constants(model: onnx.ModelProto, init_values: dict[str, np.ndarray]) 
             outs = ReferenceEvaluator(single).run(None, {t: values[t] for t in dict.fromkeys(ins)})
         except Exception:
             continue
+        assert isinstance(outs, list)       # a list without intermediate=True
         produced = [o for o in node.output if o]
         if len(produced) != 1 or np.asarray(outs[0]).size > FOLD_MAX_ELEMENTS:
             continue

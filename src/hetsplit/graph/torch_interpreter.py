@@ -31,26 +31,26 @@ def _pads2d(x: torch.Tensor, pads: list[int], value: float = 0.0) -> tuple[torch
     return F.pad(x, [left, right, top, bottom], value=value), [0, 0]
 
 
-def _conv(xs, a):
+def _conv(xs: list[Any], a: dict[str, Any]) -> list[torch.Tensor]:
     x, w = xs[0], xs[1]
     b = xs[2] if len(xs) > 2 else None
     x, pad = _pads2d(x, a.get("pads", []))
     return [F.conv2d(x, w, b, a.get("strides", [1, 1]), pad, a.get("dilations", [1, 1]), a.get("group", 1))]
 
 
-def _maxpool(xs, a):
+def _maxpool(xs: list[Any], a: dict[str, Any]) -> list[torch.Tensor]:
     x, pad = _pads2d(xs[0], a.get("pads", []), float("-inf"))
     return [F.max_pool2d(x, a["kernel_shape"], a.get("strides", a["kernel_shape"]), pad,
                          a.get("dilations", [1, 1]), bool(a.get("ceil_mode", 0)))]
 
 
-def _avgpool(xs, a):
+def _avgpool(xs: list[Any], a: dict[str, Any]) -> list[torch.Tensor]:
     x, pad = _pads2d(xs[0], a.get("pads", []))
     return [F.avg_pool2d(x, a["kernel_shape"], a.get("strides", a["kernel_shape"]), pad, bool(a.get("ceil_mode", 0)),
                          bool(a.get("count_include_pad", 0)))]
 
 
-def _gemm(xs, a):
+def _gemm(xs: list[Any], a: dict[str, Any]) -> list[torch.Tensor]:
     x, w = xs[0], xs[1]
     x = x.t() if a.get("transA", 0) else x
     w = w.t() if a.get("transB", 0) else w
@@ -60,25 +60,25 @@ def _gemm(xs, a):
     return [y]
 
 
-def _bn(xs, a):
+def _bn(xs: list[Any], a: dict[str, Any]) -> list[torch.Tensor]:
     x, scale, bias, mean, var = xs
     return [F.batch_norm(x, mean, var, scale, bias, False, 0.0, a.get("epsilon", 1e-5))]
 
 
-def _clip(xs, a):
+def _clip(xs: list[Any], a: dict[str, Any]) -> list[torch.Tensor]:
     lo = xs[1] if len(xs) > 1 and xs[1] is not None else a.get("min")
     hi = xs[2] if len(xs) > 2 and xs[2] is not None else a.get("max")
     return [torch.clamp(xs[0], None if lo is None else float(lo), None if hi is None else float(hi))]
 
 
-def _reshape(xs, a):
+def _reshape(xs: list[Any], a: dict[str, Any]) -> list[torch.Tensor]:
     shape = [int(v) for v in xs[1].tolist()]
     if not a.get("allowzero", 0):
         shape = [xs[0].shape[i] if v == 0 else v for i, v in enumerate(shape)]
     return [xs[0].reshape(shape)]
 
 
-def _gather(xs, a):
+def _gather(xs: list[Any], a: dict[str, Any]) -> list[torch.Tensor]:
     x, idx = xs[0], xs[1].long()
     axis = a.get("axis", 0) % x.dim()
     idx = torch.where(idx < 0, idx + x.shape[axis], idx)
@@ -86,7 +86,7 @@ def _gather(xs, a):
     return [flat.reshape(*x.shape[:axis], *idx.shape, *x.shape[axis + 1:])]
 
 
-def _slice(xs, a):
+def _slice(xs: list[Any], a: dict[str, Any]) -> list[torch.Tensor]:
     x = xs[0]
     starts, ends = xs[1].tolist(), xs[2].tolist()
     axes = xs[3].tolist() if len(xs) > 3 and xs[3] is not None else list(range(len(starts)))
@@ -102,7 +102,7 @@ def _slice(xs, a):
     return [x[tuple(index)]]
 
 
-def _reduce_mean(xs, a):
+def _reduce_mean(xs: list[Any], a: dict[str, Any]) -> list[torch.Tensor]:
     axes = a.get("axes")
     if axes is None and len(xs) > 1 and xs[1] is not None:
         axes = xs[1].tolist()
@@ -110,7 +110,7 @@ def _reduce_mean(xs, a):
     return [xs[0].mean(dim=dims, keepdim=bool(a.get("keepdims", 1)))]
 
 
-def _split(xs, a):
+def _split(xs: list[Any], a: dict[str, Any]) -> list[torch.Tensor]:
     x, axis = xs[0], a.get("axis", 0)
     sizes = xs[1].tolist() if len(xs) > 1 and xs[1] is not None else a.get("split")
     if sizes is None:

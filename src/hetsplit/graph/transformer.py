@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hetsplit.errors import ModelError
-from hetsplit.graph.types import ELTWISE, GEMM, INPUT, MATMUL, RESHAPE, SOFTMAX, Graph
+from hetsplit.graph.types import ELTWISE, GEMM, INPUT, MATMUL, RESHAPE, SOFTMAX, Graph, Layer
 
 # Layer kinds that can sit between a projection and the attention matmuls (views, RoPE, scaling,
 # masks): they only follow the heads slicing of their producer.
@@ -81,8 +81,8 @@ class TransformerBlock:
 def find_blocks(graph: Graph) -> list[TransformerBlock]:
     """The Transformer blocks of ``graph`` in order (raises ModelError when it has no attention)."""
     consumers = _consumers(graph)
-    attentions = [_attention(graph, s, consumers) for s, layer in enumerate(graph.layers) if layer.op == SOFTMAX]
-    attentions = [a for a in attentions if a is not None]
+    found = [_attention(graph, s, consumers) for s, layer in enumerate(graph.layers) if layer.op == SOFTMAX]
+    attentions = [a for a in found if a is not None]
     if not attentions:
         raise ModelError(f"model {graph.name!r} has no multi-head attention: no softmax between two attention "
                          "matmuls with heads (is it a Transformer? is its attention fused into one op?)")
@@ -144,7 +144,7 @@ def _attention(graph: Graph, softmax: int, consumers: list[list[int]]) -> Attent
     q = _walk_back(graph, qk[0], consumers, chain)
     k = _walk_back(graph, qk[1], consumers, chain)
     v = _walk_back(graph, v_side[0], consumers, chain)
-    if None in (q, k, v):
+    if q is None or k is None or v is None:
         return None
     i = context
     while True:          # forward through views to the output projection
@@ -271,7 +271,7 @@ def _scaled(nbytes: int, old_elements: int, new_elements: int) -> int:
     return int(nbytes * new_elements / old_elements) if old_elements else nbytes
 
 
-def _decode_matmul(layer, tokens: int, context: int):
+def _decode_matmul(layer: Layer, tokens: int, context: int) -> Layer:
     """Scores (1 x head_dim x context) or context (1 x context x head_dim) of one new token."""
     from dataclasses import replace
 

@@ -44,7 +44,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hetsplit.cluster.types import Cluster
 from hetsplit.errors import ModelError, PlanError
@@ -53,6 +53,9 @@ from hetsplit.graph.shard import axis_size
 from hetsplit.graph.types import Graph, Layer
 from hetsplit.jsonfile import read_json
 from hetsplit.plan.types import Combine, Placement, Plan, Shard, Stage
+
+if TYPE_CHECKING:
+    import onnx
 
 MAPPING_FILE = "mapping.json"
 HORIZONTAL_FILE = "horizontal.json"
@@ -83,7 +86,7 @@ def anchor_node(layer: Layer) -> str:
     return layer.nodes[0]
 
 
-def onnx_node_aliases(model) -> dict[str, str]:
+def onnx_node_aliases(model: onnx.ModelProto) -> dict[str, str]:
     """Other names AutoDiCE may use for the nodes of a prepared ONNX model (``onnx.ModelProto``, as
     ``prepare_model`` returns it): each node's first output name, and that name with ``/`` made ``_``
     (AutoDiCE's ``format_onnx``). Names that are some node's own name are left out."""
@@ -133,7 +136,7 @@ def parse_keys(text: str | None) -> dict[str, str]:
     return out
 
 
-def _key_of(device_keys: dict[str, str] | None):
+def _key_of(device_keys: dict[str, str] | None) -> tuple[dict[str, str], dict[str, str]]:
     keys = dict(device_keys or {})
     seen: dict[str, str] = {}
     for dev, key in keys.items():
@@ -233,7 +236,8 @@ class _Split:
 
 
 class _Reader:
-    def __init__(self, graph: Graph, cluster: Cluster, device_keys, aliases):
+    def __init__(self, graph: Graph, cluster: Cluster, device_keys: dict[str, str] | None,
+                 aliases: dict[str, str] | None) -> None:
         self.g, self.cl = graph, cluster
         keys, by_key = _key_of(device_keys)
         stray = [d for d in keys if d not in cluster.names]
@@ -442,7 +446,8 @@ def read_autodice(mapping_path: str | Path, graph: Graph, cluster: Cluster, hori
     return plan
 
 
-def _reader_device(graph: Graph, i: int, assign: dict[str, Placement], placed) -> str | None:
+def _reader_device(graph: Graph, i: int, assign: dict[str, Placement],
+                   placed: dict[str, list[tuple[str, str]]]) -> str | None:
     """Where AutoDiCE puts the concat / sum of split layer ``i``: with the first node that reads it."""
     readers = sorted({c for t in graph.tensors if t.producer == i for c in t.consumers})
     if not readers:

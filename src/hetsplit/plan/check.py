@@ -15,6 +15,7 @@ Shard rules (DESIGN.md, "General mappings"):
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -157,14 +158,14 @@ class _Expander:
                     self._broadcast(i, t, comb)
             else:
                 self._sharded_layer(i, place, comb)
-        for t in self.g.tensors:
-            if t.is_output:
-                if t.producer == INPUT:
+        for out in self.g.tensors:
+            if out.is_output:
+                if out.producer == INPUT:
                     continue
-                if t.producer in self.chains:
-                    raise PlanError(f"layer {self.g.layers[t.producer].name!r} makes a model output but its shards "
-                                    "never meet; give it a concat combine")
-                self.b.edge(self.provider[t.producer], SINK, t.name, t.nbytes)
+                if out.producer in self.chains:
+                    raise PlanError(f"layer {self.g.layers[out.producer].name!r} makes a model output but its "
+                                    "shards never meet; give it a concat combine")
+                self.b.edge(self.provider[out.producer], SINK, out.name, out.nbytes)
         return self.b.build()
 
     def _check_names(self) -> None:
@@ -326,7 +327,7 @@ class _Expander:
         self.copies[i] = copies
         self.copy_tag[i] = "@bcast"
 
-    def _devices_running(self, layers) -> set[int]:
+    def _devices_running(self, layers: Iterable[int]) -> set[int]:
         """Devices that run any of ``layers`` (from the plan, before those tasks exist)."""
         out: set[int] = set()
         for c in layers:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from hetsplit.errors import PlanError
 from hetsplit.jsonfile import read_json
 from hetsplit.plan.types import SET_FORMAT, Plan
 
 
-def save_plans(plans: list[Plan], path: str | Path, **extra) -> Path:
+def save_plans(plans: list[Plan], path: str | Path, **extra: Any) -> Path:
     """Write a plan set: ``{"format": "hetsplit.planset/1", "plans": [...], ...extra}``."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
@@ -57,4 +58,8 @@ def featured_index(plans: list[Plan]) -> int:
     """The plan a set stands for (what ``load_plan`` gives without an index): the only one, else the
     fastest Pareto-optimal one (the fastest of all when none is marked)."""
     best = [i for i, p in enumerate(plans) if p.pareto] or list(range(len(plans)))
-    return max(best, key=lambda i: plans[i].metrics.throughput if plans[i].metrics else 0.0)
+    def throughput(i: int) -> float:
+        metrics = plans[i].metrics
+        return metrics.throughput if metrics else 0.0
+
+    return max(best, key=throughput)

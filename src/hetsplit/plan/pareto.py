@@ -26,7 +26,7 @@ def pareto_mask(objectives: np.ndarray) -> np.ndarray:
     le = (obj[:, None, :] <= obj[None, :, :]).all(axis=2)   # le[i, j]: i <= j everywhere
     lt = (obj[:, None, :] < obj[None, :, :]).any(axis=2)    # lt[i, j]: i < j somewhere
     dominated = (le & lt).any(axis=0)                        # some i dominates j
-    return ~dominated
+    return np.asarray(~dominated)
 
 
 def front_label(front: tuple[str, ...] = DEFAULT_FRONT) -> str:

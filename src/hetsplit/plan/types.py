@@ -183,6 +183,14 @@ class Plan:
             raise _plan_error("a plan has either pipeline stages or an assign mapping, not both")
 
     @property
+    def costed(self) -> Metrics:
+        """``metrics`` of a plan known to be costed (a search's, an estimate's); PlanError when it has none."""
+        if self.metrics is None:
+            raise _plan_error(f"the {self.algorithm!r} plan of {self.model!r} has no metrics; cost it first "
+                              "(estimate_plan)")
+        return self.metrics
+
+    @property
     def is_pipeline(self) -> bool:
         return bool(self.stages)
 

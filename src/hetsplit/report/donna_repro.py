@@ -32,10 +32,10 @@ def plot_fig2(scen: list[Scenario], out: Path) -> list[Path]:
         for ax, medium in zip(axes[0], media):
             for k, s in enumerate(x for x in scen if x.model == model and x.medium == medium):
                 color = f"C{k}"
-                fr = sorted(s.front, key=lambda p: p.metrics.throughput)
-                ax.plot([p.metrics.throughput for p in fr], [p.metrics.energy_j for p in fr], "-", color=color,
+                fr = sorted(s.front, key=lambda p: p.costed.throughput)
+                ax.plot([p.costed.throughput for p in fr], [p.costed.energy_j for p in fr], "-", color=color,
                         lw=0.8, alpha=0.7, label=f"exact front {{{s.devices}}}")
-                ax.scatter([p.metrics.throughput for p in s.donna], [p.metrics.energy_j for p in s.donna],
+                ax.scatter([p.costed.throughput for p in s.donna], [p.costed.energy_j for p in s.donna],
                            c=[cmap(p.params["alpha"]) for p in s.donna], marker=SET_MARKERS.get(s.devices, "o"),
                            edgecolors=color, s=45, zorder=3)
             ax.set_title(f"{model}, {medium}")
@@ -62,8 +62,8 @@ def plot_fig3(scen: list[Scenario], gpu: dict[str, Plan], out: Path, model: str 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    g = gpu[model].metrics
-    rows = [(f"{s.devices}\n{s.medium} a{p.params['alpha']:.1f}", p.metrics) for s in scen if s.model == model
+    g = gpu[model].costed
+    rows = [(f"{s.devices}\n{s.medium} a{p.params['alpha']:.1f}", p.costed) for s in scen if s.model == model
             for p in s.donna if p.params["alpha"] in (0.2, 1.0)]
     labels = [r[0] for r in rows]
     series = [("throughput speed-up", [m.throughput / g.throughput for _, m in rows]),
@@ -96,9 +96,9 @@ def plot_fig4(edge: list[EdgeResult], out: Path) -> Path | None:
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), dpi=110)
     labels = [f"{e.model}\ncloud {e.cloud}" for e in edge]
-    axes[0].bar(range(len(edge)), [e.donna.metrics.throughput / e.offload.metrics.throughput for e in edge])
+    axes[0].bar(range(len(edge)), [e.donna.costed.throughput / e.offload.costed.throughput for e in edge])
     axes[0].set_title("(a) throughput speed-up over offloading")
-    axes[1].bar(range(len(edge)), [e.offload.metrics.energy_j / e.donna.metrics.energy_j for e in edge])
+    axes[1].bar(range(len(edge)), [e.offload.costed.energy_j / e.donna.costed.energy_j for e in edge])
     axes[1].set_title("(b) energy reduction over offloading")
     for ax in axes:
         ax.set_xticks(range(len(edge)), labels, fontsize=7)
@@ -113,7 +113,7 @@ def plot_fig4(edge: list[EdgeResult], out: Path) -> Path | None:
 
 
 def _plan_summary(p: Plan) -> dict:
-    m = p.metrics
+    m = p.costed
     return {"alpha": p.params.get("alpha"), "stages": [(s.device, len(s.layers)) for s in p.stages],
             "throughput": m.throughput, "bottleneck_s": m.bottleneck_s, "energy_j": m.energy_j,
             "energy_per_participating_device_j": m.energy_per_participating_device_j}
@@ -136,7 +136,7 @@ def write_report(out: Path, scen: list[Scenario], gpu: dict[str, Plan], edge: li
               "largest energy saving at equal-or-better throughput |", "|---|---|---|---|---|---|"]
     for s in scen:
         dom = [d for d in s.dominations if d.dominated]
-        distinct = len({(round(p.metrics.bottleneck_s, 12), round(p.metrics.energy_j, 12)) for p in s.donna})
+        distinct = len({(round(p.costed.bottleneck_s, 12), round(p.costed.energy_j, 12)) for p in s.donna})
         best = max((d.energy_saving_frac for d in s.dominations), default=0.0)
         lines.append(f"| {s.name} | {distinct} | {len(s.front)} | {len(s.unsupported())} | {len(dom)}/{len(s.donna)} "
                      f"| {pct(best)} |")

@@ -76,7 +76,7 @@ def _transfers_table(transfers: list[Transfer]) -> str:
 def _plan_details(i: int, plan: Plan, transfers: list[Transfer] | None) -> str:
     """Per-stage breakdown of one plan (layers, compute time, memory, energy per device, with bars) and
     its transfers per inference."""
-    m = plan.metrics
+    m = plan.costed
     longest = max(m.compute_s_per_device.values(), default=0.0) or 1.0
     rows = []
     parts = plan.work_by_device()
@@ -106,7 +106,7 @@ def _plans_table(plans: list[Plan], rec: Recommendation | None = None) -> str:
         rows.append((None, rec.single))
     shown = [p for _, p in rows]
     digits = {key: distinct_digits(plan_row(p)[key] for p in shown) for key in ("throughput", "energy_j")}
-    digits["throughput"] = max(digits["throughput"], distinct_digits(p.metrics.bottleneck_s for p in shown))
+    digits["throughput"] = max(digits["throughput"], distinct_digits(p.costed.bottleneck_s for p in shown))
     body = []
     for i, plan in rows:
         r = plan_row(plan)
@@ -122,7 +122,7 @@ def _plans_table(plans: list[Plan], rec: Recommendation | None = None) -> str:
                     f"<td>{'-' if i is None else i}</td><td class=l>{html.escape(how)}</td>"
                     f"<td class=l>{html.escape(r['stages'])}</td>"
                     f"<td>{r['throughput']:.{d}g}</td><td class=l>{html.escape(r['bottleneck'])}</td>"
-                    f"<td>{_q(plan.metrics.bottleneck_s, 's', d)}</td>"
+                    f"<td>{_q(plan.costed.bottleneck_s, 's', d)}</td>"
                     f"<td>{_q(r['latency_s'], 's')}</td><td>{_e(r['energy_j'], digits['energy_j'])}</td>"
                     f"<td>{_e(r['energy_per_device_j'])}</td><td>{_q(r['max_mem_bytes'], 'B')}</td>"
                     f"<td>{'yes' if r['fits'] else 'NO'}</td>{rec_cells[1]}</tr>")

@@ -153,7 +153,7 @@ def table1_side_by_side(sides: list[TableOneSide]) -> list[str]:
             lines.append(f"| {name} | {who}: weights area [%] | "
                          + _units_row(units, width, lambda u: f"{u.weights_pct:.1f}") + " | |")
             lines.append(f"| {name} | {who}: utilization [%] | "
-                         + _units_row(units, width, lambda u: f"{u.utilization_pct:.1f}") + f" | {100 * mean:.1f} |")
+                         + _units_row(units, width, lambda u: f"{u.utilization_pct:.1f}") + f" | {'-' if mean is None else f'{100 * mean:.1f}'} |")
     return lines
 
 

@@ -23,7 +23,7 @@ def _merged_labels(plans: list[Plan]) -> dict[tuple[float, float], str]:
     labels: dict[tuple[float, float], list[str]] = {}
     for p in plans:
         if "alpha" in p.params or "device" in p.params:
-            key = (round(p.metrics.throughput, 6), round(p.metrics.energy_j, 12))
+            key = (round(p.costed.throughput, 6), round(p.costed.energy_j, 12))
             text = describe_params(p).split(" ", 1)[-1]
             labels.setdefault(key, [])
             if text not in labels[key]:
@@ -45,7 +45,7 @@ def place_labels(ax: Axes, labels: dict[tuple[float, float], str], avoid: Sequen
     """Annotate each point with its label at the first offset (``_OFFSETS``) where it stays inside the axes
     and overlaps no labelled point, no label placed before and nothing in ``avoid`` (the legend); where
     none is free, at the last offset with a leader line. Call once the limits and layout are final."""
-    renderer = ax.figure.canvas.get_renderer()
+    renderer = ax.figure.canvas.get_renderer()  # type: ignore[attr-defined]  # the Agg canvas reports draw on
     frame = ax.get_window_extent(renderer)
     taken = [a.get_window_extent(renderer) for a in avoid]
     taken += [ax.transData.transform_bbox(Bbox.from_bounds(x, y, 0, 0)).padded(3) for x, y in labels]
@@ -73,15 +73,15 @@ def pareto_plot(plans: list[Plan], path: str | Path, title: str = "") -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=120)
     shown = [p for p in plans if p.metrics and p.metrics.throughput > 0]
-    front = sorted((p for p in shown if p.pareto), key=lambda p: p.metrics.throughput)
+    front = sorted((p for p in shown if p.pareto), key=lambda p: p.costed.throughput)
     if len(front) > 1:
-        ax.plot([p.metrics.throughput for p in front], [p.metrics.energy_j for p in front], "--", color="0.4",
+        ax.plot([p.costed.throughput for p in front], [p.costed.energy_j for p in front], "--", color="0.4",
                 lw=1, label="Pareto front", zorder=1)
     markers = "osD^vP*X"
     for k, algo in enumerate(dict.fromkeys(p.algorithm for p in shown)):
         pts = [p for p in shown if p.algorithm == algo]
         small = algo == "pareto"
-        ax.scatter([p.metrics.throughput for p in pts], [p.metrics.energy_j for p in pts],
+        ax.scatter([p.costed.throughput for p in pts], [p.costed.energy_j for p in pts],
                    marker="." if small else markers[k % len(markers)], s=30 if small else 55,
                    alpha=0.6 if small else 0.9, label=f"{algo} ({len(pts)})", zorder=2 if small else 3)
     ax.set_xlabel("throughput (inferences/s)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Iterable
 
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.markup import escape
 from rich.table import Table
 
@@ -98,11 +98,12 @@ def plans_table(plans: list[Plan], title: str = "", rec: "Recommendation | None"
     recommended row marked ✔, each split's gain over the best single device beside its kind's measured
     error, and that device's row (added below when the set lacks it, numbered "-")."""
     table = Table(title=title or None, show_lines=False, header_style="bold")
-    columns = [("", "left"), ("#", "right"), ("found by", "left"), (escape("stages (device[layers])"), "left"),
+    columns: list[tuple[str, JustifyMethod]] = [("", "left"), ("#", "right"), ("found by", "left"), (escape("stages (device[layers])"), "left"),
                ("thru/s", "right"), ("bottleneck", "left"), ("latency", "right"), ("energy", "right"),
                ("E/device", "right"), ("max mem", "right"), ("fits", "center")]
     if rec is not None:
-        columns = [("rec", "center")] + columns + [("vs best single", "left")]
+        columns.insert(0, ("rec", "center"))
+        columns.append(("vs best single", "left"))
     for col, justify in columns:
         table.add_column(col, justify=justify)
     rows: list[tuple[int | None, Plan]] = list(enumerate(plans))
@@ -130,7 +131,7 @@ def here_table(found: "HerePredictions", plans: list[Plan], title: str = "") -> 
         table.add_column(col, justify="left" if col in ("found by", "limited here by") or col.startswith("stages")
                          else "right")
     for i, pred in found.predictions:
-        planned = plans[i].metrics.throughput
+        planned = plans[i].costed.throughput
         table.add_row(str(i), escape(describe_params(plans[i])), escape(describe_stages(plans[i])), f"{planned:.4g}",
                       f"{pred.predicted_throughput:.4g}", f"{pred.predicted_throughput / planned:.2f}",
                       format_quantity(pred.predicted_latency_s, "s"), pred.limited_by)
@@ -139,7 +140,7 @@ def here_table(found: "HerePredictions", plans: list[Plan], title: str = "") -> 
 
 def thin_front(front: list[Plan], keep: int) -> list[Plan]:
     """At most ``keep`` plans of a front, spread evenly by throughput rank, both ends kept."""
-    ordered = sorted(front, key=lambda p: -p.metrics.throughput)
+    ordered = sorted(front, key=lambda p: -p.costed.throughput)
     if len(ordered) <= keep:
         return ordered
     picks = sorted({round(k * (len(ordered) - 1) / (keep - 1)) for k in range(keep)})

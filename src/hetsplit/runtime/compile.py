@@ -124,8 +124,9 @@ def layout(graph: Graph, plan: Plan, tg: TaskGraph) -> Layout:
     for n, t in enumerate(tasks):
         if t.kind == "shard":
             place = plan.assign[graph.layers[t.layers[0]].name]
+            assert not isinstance(place, str)       # a shard task's layer is sharded
             shard_index[n] = next(k for k, s in enumerate(place) if s.start == t.start and s.stop == t.stop)
-    sums = {}   # layer -> its sum tasks in order (groups first, the top last)
+    sums: dict[int, list[int]] = {}   # layer -> its sum tasks in order (groups first, the top last)
     for n, t in enumerate(tasks):
         if t.kind == "sum":
             sums.setdefault(t.layers[0], []).append(n)

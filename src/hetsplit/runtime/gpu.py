@@ -94,8 +94,8 @@ class TorchExecutor:
                 local[name] = env[name]
         if copies:
             ready = self.fence()
-            for name, kept, host in copies:
-                local[name] = Staged(kept, host, ready)
+            for name, on_device, host in copies:
+                local[name] = Staged(on_device, host, ready)
 
     def run(self, feeds: dict[str, Any]) -> dict[str, Any]:
         """The outputs for ``feeds``: host arrays, or device tensors for those routed to stay there only."""

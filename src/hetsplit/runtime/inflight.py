@@ -157,7 +157,8 @@ class InFlight:
         self.settled = 0
 
     def start(self) -> None:
-        self.receiver.start(), self.sender.start()
+        self.receiver.start()
+        self.sender.start()
 
     def expect(self, works: list, edge: Edge, got: dict[int, list], logs: list[MessageLog]) -> None:
         """A posted receive (its works, the buffers they fill by message id)."""
@@ -258,7 +259,8 @@ class InFlight:
 
     def close(self) -> None:
         """Let the helpers end (once what was lent to them is done)."""
-        self.receiver.close(), self.sender.close()
+        self.receiver.close()
+        self.sender.close()
 
     def join(self) -> None:
         """Wait for the helpers to end; at once if any thread failed (they are daemons)."""

@@ -53,11 +53,28 @@ class Peers(Protocol):
         """After the run (this host's reports, the failure if there was one)."""
 
 
+class RankProcess(Protocol):
+    """What the launcher reads of a rank's process: a ``Popen``, or the pool's view of one rank run in a
+    warm process (``pool.PooledRank``)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    def poll(self) -> int | None: ...
+
+    def kill(self) -> None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
 @dataclass
 class Proc:
     rank: int
     device: str
-    popen: subprocess.Popen
+    popen: RankProcess
     log: Path
     killed_by_us: bool = False
 
@@ -225,7 +242,8 @@ def root_cause(docs: list[dict], run_dir: Path) -> RuntimeFailure:
     if not failed:
         return RuntimeFailure(f"a process of the run failed without a report; logs in {run_dir}")
     reported = {d.get("device") for d in failed}
-    first = min(failed, key=lambda d: (ORDER.get(d.get("kind"), 1), d.get("peer") in reported, d.get("t_fail", 0.0)))
+    first = min(failed, key=lambda d: (ORDER.get(str(d.get("kind")), 1), d.get("peer") in reported,
+                                       d.get("t_fail", 0.0)))
     log = first.get("log") or run_dir / f"rank{first.get('rank')}.log"
     return RuntimeFailure(f"{first['error']} (log: {log})")
 

@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import json
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -191,7 +192,7 @@ class Message:
         peer, rank = (self.dst, self.dst_rank) if at_sender else (self.src, self.src_rank)
         return Edge(peer, rank, tuple(t.spec for t in self.tensors), self.tag)
 
-    def arrays(self, local: dict[str, Any]) -> list[Any]:
+    def arrays(self, local: Mapping[str, Any]) -> list[Any]:
         """What the sender puts on the wire, from the tensors it holds."""
         return [t.take.apply(local[t.source]) if t.take else local[t.source] for t in self.tensors]
 

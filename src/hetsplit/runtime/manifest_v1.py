@@ -39,9 +39,9 @@ def from_v1(d: dict[str, Any], path: Path) -> Manifest:
         rank = int(w["rank"])
         got = [m for m in messages if m.dst_rank == rank]
         sent = [m for m in messages if m.src_rank == rank]
-        specs = {t.spec.name: t.spec for m in got + sent for t in m.tensors}
+        by_name = {t.spec.name: t.spec for m in got + sent for t in m.tensors}
         seg = Segment(0, [str(x) for x in w.get("layers", [])], w.get("submodel"),
-                      [specs[str(n)] for n in w.get("inputs", [])], [specs[str(n)] for n in w.get("outputs", [])],
+                      [by_name[str(n)] for n in w.get("inputs", [])], [by_name[str(n)] for n in w.get("outputs", [])],
                       [m.id for m in got], [m.id for m in sent])
         programs.append(Worker(rank, names[rank], list(seg.tasks), [seg]))
     return Manifest(str(d["model"]), dict(d.get("plan", {})), [TensorSpec.from_dict(t) for t in d["inputs"]],

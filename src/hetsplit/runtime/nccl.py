@@ -89,7 +89,8 @@ class NcclLinks:
         opts._timeout = datetime.timedelta(seconds=timeout_s)
         pg = dist.ProcessGroupNCCL(dist.PrefixStore("nccl/", store), local, len(ranks), opts)
         peers = {b if a == rank else a for a, b in pairs if rank in (a, b)}
-        return cls(pg, {r: i for i, r in enumerate(ranks)}, peers)
+        # torch types ProcessGroupNCCL as a Backend; torch.distributed takes it as a group
+        return cls(pg, {r: i for i, r in enumerate(ranks)}, peers)  # type: ignore[arg-type]
 
     def carries(self, peer: int) -> bool:
         return peer in self.peers

@@ -62,7 +62,8 @@ class LinkMatrix:
     def uniform(cls, world: int, bandwidth: float, latency_s: float = 0.0, driver: bool = False) -> "LinkMatrix":
         """Every link between stages (and the driver's too, if ``driver``) at one bandwidth and latency."""
         bw, lat = np.full((world, world), bandwidth), np.full((world, world), latency_s)
-        np.fill_diagonal(bw, np.inf), np.fill_diagonal(lat, 0.0)
+        np.fill_diagonal(bw, np.inf)
+        np.fill_diagonal(lat, 0.0)
         if not driver:
             bw[0, :] = bw[:, 0] = np.inf
             lat[0, :] = lat[:, 0] = 0.0

@@ -59,7 +59,8 @@ def clean_stale(dry_run: bool = False) -> Cleanup:
     if dry_run:
         return out
     for name in out.stale:
-        if owner_alive(owner_of(name)):   # checked again: never remove a set whose owner (re)appeared
+        pid = owner_of(name)
+        if pid is None or owner_alive(pid):   # checked again: never remove a set whose owner (re)appeared
             continue
         pids = _pids_in(name)
         if why := kill_all(pids):

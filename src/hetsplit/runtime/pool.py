@@ -108,7 +108,7 @@ class WorkerPool:
                                  stderr=subprocess.STDOUT, env=child_env(1), start_new_session=True,
                                  preexec_fn=die_with_parent())
         finally:
-            if self.log:
+            if not isinstance(out, int):
                 out.close()
         self.started += 1
         return p
@@ -131,6 +131,7 @@ class WorkerPool:
     def submit(self, popen: subprocess.Popen, run_dir: Path, rank: int) -> None:
         """Hand ``popen`` rank ``rank`` of the run in ``run_dir`` (a dead process shows when polled)."""
         try:
+            assert popen.stdin is not None                   # opened with PIPE
             popen.stdin.write(f"{run_dir}\t{rank}\n".encode())
             popen.stdin.flush()
         except (BrokenPipeError, OSError):
@@ -155,9 +156,10 @@ class WorkerPool:
             self.idle[role] = []
 
 
-def _end(p: subprocess.Popen) -> None:
+def _end(p: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(OSError):
-        p.stdin.close()
+        if p.stdin is not None:
+            p.stdin.close()
     try:
         p.wait(timeout=2)
     except subprocess.TimeoutExpired:
@@ -199,6 +201,7 @@ class PoolLauncher(Launcher):
             return super().run()
         finally:
             for p in self.procs:
+                assert isinstance(p.popen, PooledRank)       # start() makes every one
                 self.pool.release(DRIVER if p.rank == 0 else WORKER, p.popen)
 
 

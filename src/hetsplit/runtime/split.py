@@ -108,8 +108,8 @@ def _segments(lay: Layout, d: int, frags: list[Fragment], surgeon: ShardSurgeon,
     """Device ``d``'s segments: inputs, outputs, messages waited for and posted, one sub-model each."""
     seg_tasks = lay.segments.get(d, [])
     seg_of = {n: s for s, seg in enumerate(seg_tasks) for n in seg}
-    recv = [[] for _ in seg_tasks]
-    send = [[] for _ in seg_tasks]
+    recv: list[list[int]] = [[] for _ in seg_tasks]
+    send: list[list[int]] = [[] for _ in seg_tasks]
     for mid, m in enumerate(lay.messages):
         if m.dst == d:
             recv[seg_of[lay.recv_at[mid]]].append(mid)

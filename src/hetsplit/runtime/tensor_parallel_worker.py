@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from hetsplit.graph.zoo.transformer import LlamaBlock, RMSNorm, _attention, _heads
+from hetsplit.graph.zoo.transformer import LlamaBlock, RMSNorm, scaled_attention, split_heads
 from hetsplit.plan.types import Collective
 from hetsplit.runtime.config import RunConfig
 from hetsplit.runtime.manifest import Edge
@@ -54,11 +54,11 @@ class BlockShard:
         """This rank's heads over positions ``pos .. pos + T`` (cached), projected by their wo columns."""
         w, t = self.w, h.shape[1]
         cos, sin = self.cos[pos:pos + t], self.sin[pos:pos + t]
-        q = LlamaBlock.rope(_heads(F.linear(h, w["wq"]), self.head_dim), cos, sin)
-        self.k[:, :, pos:pos + t] = LlamaBlock.rope(_heads(F.linear(h, w["wk"]), self.head_dim), cos, sin)
-        self.v[:, :, pos:pos + t] = _heads(F.linear(h, w["wv"]), self.head_dim)
+        q = LlamaBlock.rope(split_heads(F.linear(h, w["wq"]), self.head_dim), cos, sin)
+        self.k[:, :, pos:pos + t] = LlamaBlock.rope(split_heads(F.linear(h, w["wk"]), self.head_dim), cos, sin)
+        self.v[:, :, pos:pos + t] = split_heads(F.linear(h, w["wv"]), self.head_dim)
         mask = None if t == 1 else torch.full((t, pos + t), float("-inf")).triu(pos + 1)
-        return F.linear(_attention(q, self.k[:, :, :pos + t], self.v[:, :, :pos + t], mask), w["wo"])
+        return F.linear(scaled_attention(q, self.k[:, :, :pos + t], self.v[:, :, :pos + t], mask), w["wo"])
 
     def feed_forward(self, h: torch.Tensor) -> torch.Tensor:
         """This rank's F slice of the SwiGLU FFN: a partial sum of the output."""

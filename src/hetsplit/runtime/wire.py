@@ -78,10 +78,10 @@ def open_store(rank: int, world: int, host: str, port: int, timeout_s: float) ->
 
 def open_group(store: dist.Store, rank: int, world: int, addr: str, timeout_s: float) -> dist.ProcessGroup:
     """A gloo process group whose sockets bind to ``addr`` (this process's address on the network)."""
-    opts = dist.ProcessGroupGloo._Options()
+    opts = dist.ProcessGroupGloo._Options()  # type: ignore[attr-defined]  # torch exposes gloo's options only so
     opts._devices = [dist.ProcessGroupGloo.create_device(hostname=addr)]
     opts._timeout = _td(timeout_s)
-    return dist.ProcessGroupGloo(store, rank, world, opts)
+    return dist.ProcessGroupGloo(store, rank, world, opts)  # type: ignore[return-value]  # a Backend, used as a group
 
 
 @dataclass

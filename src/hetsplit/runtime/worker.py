@@ -26,6 +26,7 @@ ends).
 from __future__ import annotations
 
 import collections
+import functools
 import gc
 import time
 from collections.abc import Mapping
@@ -43,10 +44,10 @@ from hetsplit.runtime.rounds import frees_after, lookahead, rounds, segment_lags
 from hetsplit.runtime.wire import HostViews, Wire, connect
 
 
-class HostView(Mapping):
+class HostView(Mapping[str, Any]):
     """A rank's tensors, each brought to host memory when read (for a GPU rank's gloo messages)."""
 
-    def __init__(self, local: dict[str, Any]):
+    def __init__(self, local: Mapping[str, Any]):
         self.local = local
 
     def __getitem__(self, name: str) -> np.ndarray:
@@ -59,11 +60,11 @@ class HostView(Mapping):
         return len(self.local)
 
 
-class DeviceView(Mapping):
+class DeviceView(Mapping[str, Any]):
     """A GPU rank's tensors as NCCL sends them: a ``Staged`` output's device tensor (its host copy if it
     kept none)."""
 
-    def __init__(self, local: dict[str, Any]):
+    def __init__(self, local: Mapping[str, Any]):
         self.local = local
 
     def __getitem__(self, name: str) -> Any:
@@ -268,7 +269,7 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path, hos
         wire.nccl = NcclLinks.open(wire.store, rank, gpus, cfg.timeout_s, w.device, pairs)
     wire.handshake(w.recv, w.send)
     join_group(cfg.cgroups.get(str(rank)))
-    allocate = TensorSpec.empty
+    allocate: Callable[[TensorSpec], np.ndarray] = TensorSpec.empty
     if on_gpu:   # page-locked receive buffers where CUDA is: their copies to the GPU run at the bus's speed
         from hetsplit.runtime.gpu import host_allocator
         allocate = host_allocator()
@@ -279,6 +280,9 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path, hos
         if exe is not None:
             exe.route(device_out, host_out)
             if backend == TORCH_CUDA:
+                from hetsplit.runtime.gpu import TorchExecutor
+
+                assert isinstance(exe, TorchExecutor)
                 exe.host_tensor = wire.views.tensor   # a pooled receive buffer's tensor, made once
     if backend == TORCH_CUDA:   # its copies from the receive buffers are asynchronous
         from hetsplit.runtime.gpu import pool_fence
@@ -314,8 +318,7 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path, hos
             delay = io.delay_s(cfg, mid)
             if delay > 0:
                 view = dict(local)
-                flight.send_later(lambda mid=mid, view=view: io.post_send(mid, view), delay, io.peer(mid, False),
-                                  [log])
+                flight.send_later(functools.partial(io.post_send, mid, view), delay, io.peer(mid, False), [log])
             else:
                 works, keep = io.post_send(mid, local)
                 flight.sent(works, io.peer(mid, False), [log], keep)

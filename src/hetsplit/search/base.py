@@ -13,6 +13,7 @@ from typing import Any, Callable, Protocol
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import HetsplitError
 from hetsplit.plan.types import Plan
+from hetsplit.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -56,46 +57,27 @@ class Partitioner(Protocol):
 
 
 PartitionerFactory = Callable[..., Partitioner]
-_REGISTRY: dict[str, PartitionerFactory] = {}
-
-
-def register_partitioner(name: str) -> Callable[[PartitionerFactory], PartitionerFactory]:
-    def wrap(factory: PartitionerFactory) -> PartitionerFactory:
-        _REGISTRY[name] = factory
-        return factory
-
-    return wrap
-
-
-def partitioner_names() -> list[str]:
-    _load_builtin()
-    return sorted(_REGISTRY)
+PARTITIONERS: Registry[PartitionerFactory] = Registry("algorithm", "hetsplit.search")  # the package registers its own
+register_partitioner = PARTITIONERS.register
+partitioner_names = PARTITIONERS.names
 
 
 def partitioner_options(name: str) -> set[str]:
     """Names of the options the partitioner registered as ``name`` accepts."""
     import inspect
 
-    _load_builtin()
-    factory = _REGISTRY.get(name)
+    factory = PARTITIONERS.get(name)
     return set(inspect.signature(factory).parameters) - {"name"} if factory else set()
 
 
 def make_partitioner(name: str, **options: Any) -> Partitioner:
     """Build the partitioner registered as ``name`` with its typed options."""
-    _load_builtin()
-    try:
-        factory = _REGISTRY[name]
-    except KeyError:
-        raise HetsplitError(f"unknown algorithm {name!r}; available: {sorted(_REGISTRY)}") from None
+    factory = PARTITIONERS.lookup(name)
     try:
         return factory(**options)
     except TypeError as exc:
         raise HetsplitError(f"algorithm {name!r}: bad options {sorted(options)} ({exc})") from None
 
-
-def _load_builtin() -> None:
-    import hetsplit.search  # noqa: F401  (registers the built-in partitioners)
 
 
 @dataclass

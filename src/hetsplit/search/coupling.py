@@ -134,7 +134,7 @@ def solve_for_estimator(problem: SplitProblem, constraints: PipelineConstraints,
             _mark_per_cut(p)
         return plans
     link = shared_link(problem)
-    if link is None or all(p.metrics.bottleneck_s == p.params["bottleneck_s"] for p in plans):
+    if link is None or all(p.costed.bottleneck_s == p.params["bottleneck_s"] for p in plans):
         return plans
     found: list[Plan] = []
     note = link.describe(problem)
@@ -152,7 +152,7 @@ def solve_for_estimator(problem: SplitProblem, constraints: PipelineConstraints,
 def _mark_per_cut(plan: Plan) -> None:
     """Say that ``plan`` is optimal for per-cut transfers, and when the evaluator's bottleneck is higher."""
     plan.params["optimal_for"] = PER_CUT_ONLY
-    own, true = plan.params["bottleneck_s"], plan.metrics.bottleneck_s
+    own, true = plan.params["bottleneck_s"], plan.costed.bottleneck_s
     if true != own:
-        plan.params["bottleneck_note"] = (f"the estimator's bottleneck is {true:.6g} s ({plan.metrics.bottleneck}), "
+        plan.params["bottleneck_note"] = (f"the estimator's bottleneck is {true:.6g} s ({plan.costed.bottleneck}), "
                                           f"above the {own:.6g} s the solver optimized")

@@ -185,8 +185,8 @@ def donna_dp(problem: SplitProblem, alpha: float, constraints: PipelineConstrain
             h_e[rows, g_idx, v_idx] = e_cost[g_idx, k_idx, j_idx, v_idx]
             pred_i[rows, g_idx, v_idx] = i
             pred_u[rows, g_idx, v_idx] = grp_u[g_idx, k_idx]
-    cost, i, s, u, t_best, e_best = best
-    if not np.isfinite(cost):
+    best_cost, i, s, u, t_best, e_best = best
+    if not np.isfinite(best_cost):
         raise InfeasibleError(_why_infeasible(problem))
     # trace back (Algorithm 1, lines 36-43)
     bounds, devs = [n_layers], [u]
@@ -197,7 +197,7 @@ def donna_dp(problem: SplitProblem, alpha: float, constraints: PipelineConstrain
         i, u = int(pi), int(pu)
         devs.append(u)
     bounds.append(0)
-    return DonnaResult(alpha, bounds[::-1], devs[::-1], float(cost), float(t_best), float(e_best))
+    return DonnaResult(alpha, bounds[::-1], devs[::-1], float(best_cost), float(t_best), float(e_best))
 
 
 def _why_infeasible(problem: SplitProblem) -> str:

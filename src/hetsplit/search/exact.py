@@ -136,8 +136,8 @@ class Exact:
 def _best(plans: list[Plan]) -> list[Plan]:
     """The best plan of the plan sets by (bottleneck, energy, latency); its tie-break is as good as
     the weakest among the sets that reach its bottleneck."""
-    best = min(plans, key=lambda p: (p.metrics.bottleneck_s, p.metrics.energy_j, p.metrics.latency_s))
+    best = min(plans, key=lambda p: (p.costed.bottleneck_s, p.costed.energy_j, p.costed.latency_s))
     for p in plans:
-        if p.metrics.bottleneck_s == best.metrics.bottleneck_s and p.params["tie_break"].startswith("none"):
+        if p.costed.bottleneck_s == best.costed.bottleneck_s and p.params["tie_break"].startswith("none"):
             best.params["tie_break"] = p.params["tie_break"]
     return [best]

@@ -32,7 +32,7 @@ from hetsplit.errors import HetsplitError
 from hetsplit.estimate.energy_known import require_known_energy
 from hetsplit.plan.pareto import pareto_mask
 from hetsplit.plan.types import Plan
-from hetsplit.search.encodings import Encoding, make_encoding
+from hetsplit.search.encodings import Encoding, LayerEncoding, SplitPointEncoding, make_encoding
 from hetsplit.search.explore import ExploreOptions, explore
 from hetsplit.search.nsga2 import NSGA2, GASettings
 
@@ -223,15 +223,15 @@ def _measured_level(enc: Encoding, seeds: np.ndarray | None, opts: HierarchicalO
         if not len(x):                                 # no offspring left that is not a duplicate
             break
         plans = enc.plans(x, {"stage": stage, "devices": devices})
-        f = []
+        rows = []
         try:
             for p in plans:
-                f.append(measured.objectives(p, stage, devices, deadline))
+                rows.append(measured.objectives(p, stage, devices, deadline))
         except _OutOfTime:
-            xs.append(x[:len(f)])
-            fs.append(np.array(f).reshape(-1, 3))
+            xs.append(x[:len(rows)])
+            fs.append(np.array(rows).reshape(-1, 3))
             return np.concatenate(xs), np.concatenate(fs)
-        f = np.vstack(f)
+        f = np.vstack(rows)
         xs.append(x)
         fs.append(f)
         ga.tell(f, (f[:, 0] >= FAILED).astype(np.float64))      # a failed run is infeasible
@@ -287,11 +287,12 @@ def hierarchical_explore(problem: SplitProblem, measure: PlanMeasurer, options: 
     sizes = options.stage_devices(problem.num_devices)
     records: list[StageRecord] = []
     carried: np.ndarray | None = None      # the previous stage's measured front, as its chromosomes
-    prev_enc: Encoding | None = None
+    prev_enc: SplitPointEncoding | LayerEncoding | None = None
     for stage, devices in enumerate(sizes, start=1):
         record = StageRecord(stage, devices)
         start = clock.elapsed()
         enc = make_encoding(problem, options.encoding, devices=devices)
+        assert isinstance(enc, (SplitPointEncoding, LayerEncoding))     # HIERARCHICAL_ENCODINGS: they widen
         seeds = prev_enc.widen(carried, devices) if carried is not None and prev_enc is not None else None
         record.carried = 0 if seeds is None else len(seeds)
         level2_seeds = [] if seeds is None else [seeds]

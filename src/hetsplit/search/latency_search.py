@@ -21,7 +21,7 @@ import numpy as np
 
 from hetsplit.plan.types import Plan
 from hetsplit.search.list_schedulers import LIST_SCHEDULERS
-from hetsplit.search.mapping_latency import (FIRST_PHASE_SHARE, MAX_MESSAGES, Candidate, LatencyBound, LatencyModel,
+from hetsplit.search.mapping_latency import (FIRST_PHASE_SHARE, MAX_MESSAGES, LatencyBound, LatencyModel,
                                              message_count)
 from hetsplit.search.mapping_fit import no_fit_error
 from hetsplit.search.mapping_milp import PROOF_TOL, memory_could_bind, solve_bottleneck
@@ -38,7 +38,7 @@ class _Best:
 
     @property
     def latency_s(self) -> float:
-        return self.plan.metrics.latency_s if self.plan.metrics.fits else np.inf
+        return self.plan.costed.latency_s if self.plan.costed.fits else np.inf
 
 
 def minimize_latency(nm: NodeMapping, deadline: float, algorithm: str, workers: int = 0) -> tuple[Plan, dict]:
@@ -47,7 +47,7 @@ def minimize_latency(nm: NodeMapping, deadline: float, algorithm: str, workers: 
     for name, scheduler in LIST_SCHEDULERS.items():
         s = scheduler(nm)
         plan = nm.plan(s.device, algorithm, start_order=s.start_order())
-        if best is None or plan.metrics.fits and plan.metrics.latency_s < best.latency_s:
+        if best is None or plan.costed.fits and plan.costed.latency_s < best.latency_s:
             best = _Best(plan, name, s.start)
     assert best is not None
     if not np.isfinite(best.latency_s):            # memory binds: a mapping that fits, from the exact MILP
@@ -71,7 +71,7 @@ def minimize_latency(nm: NodeMapping, deadline: float, algorithm: str, workers: 
         phases.append(model.solve(limit, at_least_s=bound, workers=workers))
         for k, cand in enumerate(phases[-1].candidates[-CANDIDATES_KEPT:]):
             plan = nm.plan(cand.devices, algorithm, start_order=cand.order)
-            if plan.metrics.fits and plan.metrics.latency_s < best.latency_s:
+            if plan.costed.fits and plan.costed.latency_s < best.latency_s:
                 best = _Best(plan, f"cp-sat{' links' if links else ''}", cand.start_s)
     lower = max([p.lower_bound_s for p in phases], default=0.0)
     slack = min([p.slack_s for p in phases], default=0.0)

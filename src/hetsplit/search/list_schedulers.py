@@ -25,6 +25,8 @@ from functools import partial
 
 import numpy as np
 
+from hetsplit.errors import HetsplitError
+
 from hetsplit.search.base import register_partitioner
 from hetsplit.search.heft import heft
 from hetsplit.search.list_scheduling import (ListSchedule, ListSchedulerMapper, PartialSchedule, comm_time,
@@ -62,7 +64,7 @@ def cpop(nm: NodeMapping) -> ListSchedule:
     critical = set(on_path.tolist()) if cp_device is not None else set()
 
     def place(i: int) -> None:
-        if i in critical:
+        if i in critical and cp_device is not None:
             ps.place(i, cp_device, *ps.earliest(i, cp_device))
         else:
             ps.place(i, *ps.best_device(i))
@@ -114,11 +116,13 @@ def etf(nm: NodeMapping) -> ListSchedule:
     for _ in range(nm.num_layers):
         best = None
         for i in _ready(ps):
-            for d in np.flatnonzero(nm.feasible[i]):
+            for d in np.flatnonzero(nm.feasible[i]).tolist():
                 start, end = ps.earliest(i, int(d))
                 key = (start, -level[i], i, int(d))
                 if best is None or key < best[0]:
                     best = (key, i, int(d), start, end)
+        if best is None:
+            raise HetsplitError("etf: no ready layer has a device it fits on")
         _, i, d, start, end = best
         ps.place(i, d, start, end)
     return ps.result()

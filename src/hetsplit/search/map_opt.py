@@ -78,7 +78,7 @@ class MapOpt:
         nm = NodeMapping(problem)
         search = {"throughput": self._throughput, "latency": self._latency, "energy": self._energy}[self.objective]
         plan, params = search(nm, deadline)
-        if not plan.metrics.fits:
+        if not plan.costed.fits:
             raise no_fit_error(nm, plan.metrics, proven=False)
         plan.params = {"objective": self.objective, "seed": self.seed, "time_budget_s": self.time_budget_s, **params,
                        "seconds": round(time.perf_counter() - t0, 3)}
@@ -100,9 +100,9 @@ class MapOpt:
         batch = nm.evaluate(np.array([starts[n] for n in names]))
         k = int(np.lexsort((batch.latency_s, batch.energy_j, ~batch.fits))[0])
         plan = nm.plan(starts[names[k]], self.name)
-        bound = min(milp.lower_bound_s, plan.metrics.energy_j)     # HiGHS's bound may pass the optimum by its tolerance
-        return plan, {"solver": "highs", "lower_bound_j": bound, "gap": plan.metrics.energy_j / bound - 1 if bound > 0
-                      else None, "optimal": plan.metrics.energy_j <= bound * (1 + PROOF_TOL) and milp.optimal,
+        bound = min(milp.lower_bound_s, plan.costed.energy_j)     # HiGHS's bound may pass the optimum by its tolerance
+        return plan, {"solver": "highs", "lower_bound_j": bound, "gap": plan.costed.energy_j / bound - 1 if bound > 0
+                      else None, "optimal": plan.costed.energy_j <= bound * (1 + PROOF_TOL) and milp.optimal,
                       "chosen": names[k], "milp_status": milp.status, "milp_s": round(milp.seconds, 3)}
 
     def _throughput(self, nm: NodeMapping, deadline: float) -> tuple[Plan, dict]:
@@ -122,8 +122,8 @@ class MapOpt:
         searched = search.run(starts[origin], deadline, milp.lower_bound_s)
         chosen, simulated = self._verify(nm, {"search": searched, **starts})
         plan = nm.plan(chosen[1], self.name)
-        bottleneck = plan.metrics.bottleneck_s
-        proven = plan.metrics.fits and bottleneck <= milp.lower_bound_s * (1 + PROOF_TOL)
+        bottleneck = plan.costed.bottleneck_s
+        proven = plan.costed.fits and bottleneck <= milp.lower_bound_s * (1 + PROOF_TOL)
         return plan, {"solver": "highs", "lower_bound_s": milp.lower_bound_s,
                       "gap": bottleneck / milp.lower_bound_s - 1 if milp.lower_bound_s > 0 else None,
                       "optimal": proven, "start": origin, "chosen": chosen[0],

@@ -69,9 +69,9 @@ class MapPareto:
         ga = explore(problem, ExploreOptions(encoding="ne", objectives=MAPPING_FRONT, pop_size=self.pop_size,
                                              generations=self.generations, seed=self.seed), seeds=seeds)
         found += [("nsga2", p) for p in ga.plans]
-        fits = [(o, p) for o, p in found if p.metrics.fits]
+        fits = [(o, p) for o, p in found if p.costed.fits]
         if not fits:
-            closest = min((p for _, p in found), key=lambda p: max(p.metrics.memory_per_device_bytes.values()))
+            closest = min((p for _, p in found), key=lambda p: max(p.costed.memory_per_device_bytes.values()))
             raise no_fit_error(nm, closest.metrics, proven=False)
         return self._front(fits, time.perf_counter() - t0)
 

@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -41,12 +43,15 @@ from hetsplit.plan.tasks import SOURCE
 from hetsplit.search.mapping_milp import Payload, payloads_of
 from hetsplit.search.node_mapping import NodeMapping
 
+if TYPE_CHECKING:
+    from ortools.sat.python.cp_model import IntVar, LinearExprT
+
 RESOLUTION = 100_000          # time units in the incumbent's latency
 MAX_MESSAGES = 20_000         # message intervals above which link queueing is not modelled
 FIRST_PHASE_SHARE = 0.5       # of the time limit, for the model without queueing
 
 
-def cp_sat():
+def cp_sat() -> ModuleType:
     """OR-Tools' CP-SAT, or an error naming the package to install."""
     try:
         from ortools.sat.python import cp_model
@@ -92,18 +97,18 @@ class LatencyModel:
         self.start = [m.NewIntVar(0, h, f"s{i}") for i in range(L)]
         self.end = [m.NewIntVar(0, h, f"e{i}") for i in range(L)]
         self.makespan = m.NewIntVar(0, h, "makespan")
-        self.x: dict[tuple[int, int], object] = {}
+        self.x: dict[tuple[int, int], IntVar] = {}        # (layer, device) -> a CP-SAT bool var
         on: list[list] = [[] for _ in range(D)]
         for i in range(L):
-            for d in np.flatnonzero(nm.feasible[i]):
+            for d in np.flatnonzero(nm.feasible[i]).tolist():
                 self.x[(i, int(d))] = m.NewBoolVar(f"x{i}_{d}")
         extra = self._segments() if nm.problem.costs.charges_cuts else {}
         for i in range(L):
-            for d in np.flatnonzero(nm.feasible[i]):
+            for d in np.flatnonzero(nm.feasible[i]).tolist():
                 lit = self.x[(i, int(d))]
                 size = self._units(nm.time[i, d]) + extra.get((i, int(d)), 0)
                 on[d].append(m.NewOptionalIntervalVar(self.start[i], size, self.end[i], lit, ""))
-            m.AddExactlyOne([self.x[(i, int(d))] for d in np.flatnonzero(nm.feasible[i])])
+            m.AddExactlyOne([self.x[(i, int(d))] for d in np.flatnonzero(nm.feasible[i]).tolist()])
             m.Add(self.makespan >= self.end[i])
         for d in range(D):
             m.AddNoOverlap(on[d])
@@ -119,7 +124,7 @@ class LatencyModel:
             self._memory()
         m.Minimize(self.makespan)
 
-    def _segments(self) -> dict[tuple[int, int], object]:
+    def _segments(self) -> dict[tuple[int, int], LinearExprT]:
         """What layer i's segment adds to its time on d (units, rounded down), by the runtime's rule
         relaxed: ``y[i, d]`` (i starts a segment on d) at least where the rule must start one (d's first
         layer; a producer elsewhere with no start on d since it), paying d's call; ``u[i, d]`` (i cut off
@@ -133,10 +138,10 @@ class LatencyModel:
         for src, dst in zip(nm.tg.edge_src, nm.tg.edge_dst):
             if src >= 0 and dst >= 0:
                 producers[int(dst)].add(int(src))
-        extra: dict[tuple[int, int], object] = {}
+        extra: dict[tuple[int, int], LinearExprT] = {}
         for d in range(nm.num_devices):
             call = self._units(float(pr.costs.segment_call_s[types[d]]))
-            y: dict[int, object] = {}
+            y: dict[int, IntVar] = {}
             for i in range(nm.num_layers):
                 if (i, d) not in x:
                     continue
@@ -192,9 +197,9 @@ class LatencyModel:
     def _messages(self, p: Payload) -> None:
         """One message per (payload, destination device), on its link or ports, one at a time."""
         m, x = self.m, self.x
-        senders = [self.src] if p.producer == SOURCE else self._on(p.producer)
         if p.producer == SOURCE and self.src is None:
             return
+        senders = [self.src] if self.src is not None and p.producer == SOURCE else self._on(p.producer)
         for b in range(self.nm.num_devices):
             readers = [x[(j, b)] for j in p.consumers if (j, b) in x]
             sink_reads = p.to_sink and b == self.snk
@@ -254,7 +259,7 @@ class LatencyModel:
         found: list[Candidate] = []
         model = self
 
-        class Collect(cp_model.CpSolverSolutionCallback):
+        class Collect(cp_model.CpSolverSolutionCallback):  # type: ignore[name-defined]  # ortools imported lazily
             def on_solution_callback(self) -> None:
                 found.append(model._candidate(self.Value))
 

@@ -101,7 +101,9 @@ class _Model:
         self.rows: list[tuple[dict[int, float], float, float]] = []
 
     def var(self, lo: float, hi: float, integer: bool) -> int:
-        self.lb.append(lo), self.ub.append(hi), self.integer.append(int(integer))
+        self.lb.append(lo)
+        self.ub.append(hi)
+        self.integer.append(int(integer))
         self.n += 1
         return self.n - 1
 
@@ -112,7 +114,9 @@ class _Model:
         r, c, v = [], [], []
         for k, (coef, _, _) in enumerate(self.rows):
             for col, val in coef.items():
-                r.append(k), c.append(col), v.append(val)
+                r.append(k)
+                c.append(col)
+                v.append(val)
         a = coo_matrix((v, (r, c)), shape=(len(self.rows), self.n)).tocsr()
         return LinearConstraint(a, [lo for _, lo, _ in self.rows], [hi for _, _, hi in self.rows])
 
@@ -356,7 +360,7 @@ class Builder:
                     held = p.nbytes / self.byte_unit
                     y = reads[b]
                     to_sink = p.to_sink and b == snk and sender is not None
-                    if to_sink:                                          # one message, read there or not
+                    if to_sink and sender is not None:                                          # one message, read there or not
                         add(link_rows.setdefault((a, b), {}), sender, cost)
                         self.sent.append((sender, a, b, p.nbytes))
                     if y is None:

@@ -140,7 +140,11 @@ class NodeMapping:
     def devices_of(self, plan: Plan) -> np.ndarray:
         """The L-vector of device indices of a whole-layer mapping plan."""
         names = self.problem.cluster.names
-        return np.array([names.index(plan.assign[layer]) for layer in self.problem.graph.names], dtype=np.int64)
+        places = [plan.assign[layer] for layer in self.problem.graph.names]
+        sharded = [layer for layer, place in zip(self.problem.graph.names, places) if not isinstance(place, str)]
+        if sharded:
+            raise PlanError(f"layers {sharded[:3]} are sharded; a device vector needs whole layers")
+        return np.array([names.index(str(place)) for place in places], dtype=np.int64)
 
     def task_graph(self, devices: np.ndarray) -> TaskGraph:
         """The TaskGraph of one mapping (layer i on ``devices[i]``), for the simulator."""

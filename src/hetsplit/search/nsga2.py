@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 from numba import njit
@@ -205,7 +206,9 @@ def _gene_dtype(top: int) -> np.dtype:
 def _row_keys(x: np.ndarray) -> list[bytes]:
     """Each row's bytes, for hashing."""
     x = np.ascontiguousarray(x)
-    return x.view(np.dtype((np.void, x.itemsize * x.shape[1]))).ravel().tolist() if x.shape[1] else [b""] * len(x)
+    if not x.shape[1]:
+        return [b""] * len(x)
+    return cast(list[bytes], x.view(np.dtype((np.void, x.itemsize * x.shape[1]))).ravel().tolist())
 
 
 # -- ranking -----------------------------------------------------------------------------------------

@@ -96,4 +96,4 @@ class BruteForce:
             p = make_plan(problem, r.bounds[i], r.devices[i], self.name, {})
             p.pareto = True
             plans.append(p)
-        return sorted(plans, key=lambda p: p.metrics.bottleneck_s)
+        return sorted(plans, key=lambda p: p.costed.bottleneck_s)

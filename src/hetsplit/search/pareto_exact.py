@@ -104,9 +104,9 @@ class ParetoExact:
         """The plans (of the plan sets) no other one dominates, fastest first, at most ``max_points``
         of them (the least-energy ones); ties within ``RTOL`` keep the faster plan."""
         front: list[Plan] = []
-        for p in sorted(plans, key=lambda p: (p.metrics.bottleneck_s, p.metrics.energy_j)):
-            e = p.metrics.energy_j
-            if not front or e < front[-1].metrics.energy_j - RTOL * abs(front[-1].metrics.energy_j):
+        for p in sorted(plans, key=lambda p: (p.costed.bottleneck_s, p.costed.energy_j)):
+            e = p.costed.energy_j
+            if not front or e < front[-1].costed.energy_j - RTOL * abs(front[-1].costed.energy_j):
                 front.append(p)
         if self.max_points is not None:
             front = front[max(0, len(front) - self.max_points):]
@@ -129,12 +129,12 @@ class Domination:
 
 def compare_to_front(plans: list[Plan], front: list[Plan]) -> list[Domination]:
     """For each plan: is it dominated by the front, and by how much (energy and throughput)."""
-    fb = np.array([f.metrics.bottleneck_s for f in front])
-    fe = np.array([f.metrics.energy_j for f in front])
+    fb = np.array([f.costed.bottleneck_s for f in front])
+    fe = np.array([f.costed.energy_j for f in front])
     out = []
     for p in plans:
-        b, e = p.metrics.bottleneck_s, p.metrics.energy_j
-        if not p.metrics.fits:
+        b, e = p.costed.bottleneck_s, p.costed.energy_j
+        if not p.costed.fits:
             out.append(Domination(p, True, np.inf, 1.0, np.inf, None))
             continue
         at_b = np.flatnonzero(fb <= b * (1 + REL_EPS))

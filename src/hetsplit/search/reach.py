@@ -69,7 +69,7 @@ def reach(cm: ClassModel, bound: float, fam: Families | None = None) -> Reach:
                 end[c] = _or_rows(A[c], ks)
                 has_end[c] = True
         if j == L:
-            for c in np.flatnonzero(has_end & goal_ok):
+            for c in np.flatnonzero(has_end & goal_ok).tolist():
                 if (end[c] & fam.size_ok).any():
                     return Reach(True, fam, A, nonempty, comp_ok, tr_ok, goal_ok, bound)
             break
@@ -98,7 +98,7 @@ def co_reach(cm: ClassModel, r: Reach) -> np.ndarray:
     G = fam.zeros(C, L + 1)
     H = fam.zeros(C, L + 1)       # H[c, j]: a stage of class c ending at j can be completed
     has_h = np.zeros((L + 1, C), dtype=bool)
-    for c in np.flatnonzero(r.goal_ok):
+    for c in np.flatnonzero(r.goal_ok).tolist():
         H[c, L] = fam.size_ok
         has_h[L, c] = True
     unshifted = fam.zeros(cm.space.num_moves)
@@ -113,7 +113,7 @@ def co_reach(cm: ClassModel, r: Reach) -> np.ndarray:
             break
         unshifted[:] = 0
         g_move = has_g[cm.move_label]
-        for m in np.flatnonzero(g_move):
+        for m in np.flatnonzero(g_move).tolist():
             fam.unshift_into(unshifted[m], G[cm.move_label[m], k], int(m))
         for u in range(C):
             ms = np.flatnonzero(r.tr_ok[k, u, :] & g_move)
@@ -137,14 +137,17 @@ def backtrack_reach(cm: ClassModel, r: Reach) -> tuple[list[int], list[int]]:
         return None
 
     c = S = -1
-    for c in np.flatnonzero(r.goal_ok):
+    for c in np.flatnonzero(r.goal_ok).tolist():
         ks = starts(L, int(c))
         if ks.size:
             S = fam.first(_or_rows(r.A[c], ks) & fam.size_ok)
             if S >= 0:
                 break
     c = int(c)
-    k = start_with(L, c, S)
+    first = start_with(L, c, S)
+    if first is None:
+        raise RuntimeError("trace-back: no start for a reachable goal (the reach sets are inconsistent)")
+    k = first
     bounds, moves = [L], []
     into = moves_into(cm)
     while k > 0:
@@ -154,7 +157,7 @@ def backtrack_reach(cm: ClassModel, r: Reach) -> tuple[list[int], list[int]]:
             prev_S = cm.space.prev(S, int(m))
             if prev_S < 0:
                 continue
-            for u in np.flatnonzero(r.tr_ok[k, :, m]):
+            for u in np.flatnonzero(r.tr_ok[k, :, m]).tolist():
                 kk = start_with(k, int(u), prev_S)
                 if kk is not None:
                     found = (int(m), int(u), prev_S, kk)

@@ -25,8 +25,10 @@ class SingleDevice:
         if self.devices is not None:
             candidates = [cl.index(n) for n in self.devices]
         else:
-            seen: set[str] = set()
-            candidates = [k for k, d in enumerate(cl.devices) if not (d.type in seen or seen.add(d.type))]
+            first_of_type: dict[str, int] = {}
+            for k, d in enumerate(cl.devices):
+                first_of_type.setdefault(d.type, k)
+            candidates = list(first_of_type.values())
         n = problem.num_layers
         bounds = np.array([[0, n]] * len(candidates))
         batch = evaluate_pipelines(problem, bounds, np.array(candidates)[:, None])

@@ -36,7 +36,8 @@ class StateSpace:
         self.labels: list[Label] = [(U, rho, q) for U, P in enumerate(positions)
                                     for rho in range(1, 1 << P) for q in range(P) if rho >> q & 1]
         self.digit: dict[tuple[int, int], int] = {}
-        digit_cls, digit_pop = [], []
+        digit_cls: list[int] = []
+        digit_pop: list[int] = []
         for U, P in enumerate(positions):
             for rho in range(1, 1 << P):
                 self.digit[(U, rho)] = len(digit_cls)

@@ -18,7 +18,8 @@ from hetsplit.search.reach import Reach
 from hetsplit.search.value_dp import ValueResult
 
 
-def _group_min(S: np.ndarray, p: np.ndarray, q: np.ndarray, tag: np.ndarray, M: int):
+def _group_min(S: np.ndarray, p: np.ndarray, q: np.ndarray, tag: np.ndarray, M: int
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per distinct S (values < M): the entry with least p, then least q; returned sorted by S."""
     best_p = np.full(M, np.inf)
     np.minimum.at(best_p, S, p)
@@ -51,7 +52,7 @@ def sparse_tie_break(cm: ClassModel, r: Reach, G: np.ndarray, bound: float) -> V
     best = (np.inf, np.inf, -1, -1)
     for j in range(1, L + 1):
         for c in range(C):
-            parts = [(k, m) for k in np.flatnonzero(r.comp_ok[:j, j, c])
+            parts = [(k, m) for k in np.flatnonzero(r.comp_ok[:j, j, c]).tolist()
                      for m in [np.isfinite(P[c][k])] if m.any()]
             if not parts:
                 continue
@@ -78,7 +79,7 @@ def sparse_tie_break(cm: ClassModel, r: Reach, G: np.ndarray, bound: float) -> V
             if row.size == 0:
                 continue
             cand = []
-            for u in np.flatnonzero(r.tr_ok[j, :, v]):
+            for u in np.flatnonzero(r.tr_ok[j, :, v]).tolist():
                 if (j, u) not in ends:
                     continue
                 S, p, q, _ = ends[(j, u)]
@@ -90,19 +91,20 @@ def sparse_tie_break(cm: ClassModel, r: Reach, G: np.ndarray, bound: float) -> V
                     cand.append((pos[keep], p[free][keep] + cm.tr_energy[j, u, v],
                                  q[free][keep] + cm.tr_time[j, u, v], np.full(int(keep.sum()), u)))
             if cand:
-                pos, p, q, tag = _group_min(*(np.concatenate(x) for x in zip(*cand)), row.size)
-                P[v][j][pos], Q[v][j][pos], pred[v][j][pos] = p, q, tag
+                all_s, all_p, all_q, all_tag = (np.concatenate(x) for x in zip(*cand))
+                won, won_p, won_q, won_tag = _group_min(all_s, all_p, all_q, all_tag, row.size)
+                P[v][j][won], Q[v][j][won], pred[v][j][won] = won_p, won_q, won_tag
     if best[2] < 0:
         return None
-    _, _, c, S = best
+    _, _, c, state = best
     bounds, classes, j = [L], [c], L
     while True:
         Se, _, _, ks = ends[(j, c)]
-        k = int(ks[np.searchsorted(Se, S)])
+        k = int(ks[np.searchsorted(Se, state)])
         if k == 0:
             break
-        u = int(pred[c][k][np.searchsorted(idx[c][k], S)])
-        S -= int(cm.strides[c])
+        u = int(pred[c][k][np.searchsorted(idx[c][k], state)])
+        state -= int(cm.strides[c])
         bounds.append(k)
         classes.append(u)
         j, c = k, u

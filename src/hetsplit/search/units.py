@@ -34,7 +34,7 @@ MAX_RADIX_STATES = 2**22  # a grouping whose mixed-radix state index would excee
 class Symmetry:
     """Automorphism checks on one problem's devices."""
 
-    def __init__(self, problem: SplitProblem, first: set[int], last: set[int] = frozenset()):
+    def __init__(self, problem: SplitProblem, first: set[int], last: set[int] | frozenset[int] = frozenset()):
         cl, n = problem.cluster, problem.num_devices
         special = {cl.source_index, cl.sink_index} - {None}
         self.color = [(int(problem.device_type[d]), float(problem.memory_bytes[d]), d in first, d in last,

@@ -123,7 +123,7 @@ def value_dp(cm: ClassModel, bound: float, primary: str, secondary: str | None) 
                 endP[c], endQ[c], _ = _lexmin(pc, qc)
             has_end[c] = True
         if j == L:
-            for c in np.flatnonzero(has_end & cm.within(cm.snk_time, bound)):
+            for c in np.flatnonzero(has_end & cm.within(cm.snk_time, bound)).tolist():
                 pf = np.where(size_ok, op_p(endP[c], snkp[c]), np.inf)
                 qf = op_q(endQ[c], snkq[c])
                 s = int(np.argmin(pf))
@@ -138,7 +138,7 @@ def value_dp(cm: ClassModel, bound: float, primary: str, secondary: str | None) 
             break
         for v in range(C):
             got_p, got_q = [], []
-            for m in into[v]:
+            for m in into[v].tolist():
                 us = np.flatnonzero(tr_ok[j, :, m] & has_end)
                 if us.size == 0:
                     continue
@@ -177,11 +177,11 @@ def value_dp(cm: ClassModel, bound: float, primary: str, secondary: str | None) 
     k = end_pick(L, c, S)[0]
     while k > 0:
         cands = []  # (predecessor label u, move m): the one whose end label plus the transfer is best
-        for m in into[c]:
+        for m in into[c].tolist():
             prev_S = space.prev(S, int(m))
             if prev_S < 0:
                 continue
-            for u in np.flatnonzero(tr_ok[k, :, m]):
+            for u in np.flatnonzero(tr_ok[k, :, m]).tolist():
                 if starts(k, u).size == 0:
                     continue
                 kk, pe, qe = end_pick(k, int(u), prev_S)
@@ -250,9 +250,11 @@ def _fast_sweep(cm: ClassModel, P: np.ndarray, nonempty: np.ndarray, pre_in: np.
     W = np.empty((levels - 1, C, L + 1, M)) if use_w else None
 
     def level(t: int) -> np.ndarray:
-        return P if t == 0 else W[t - 1]
+        assert W is not None or t == 0
+        return P if t == 0 or W is None else W[t - 1]
 
     def fill(k: int) -> None:
+        assert W is not None          # only with use_w
         for t in range(1, levels):
             h = 1 << (t - 1)
             lo = level(t - 1)
@@ -282,14 +284,14 @@ def _fast_sweep(cm: ClassModel, P: np.ndarray, nonempty: np.ndarray, pre_in: np.
             fin = np.where(sink_ok[:, None] & space.size_ok[None, :], endP + snkp[:, None], np.inf)
             flat = int(np.argmin(fin))
             if np.isfinite(fin.flat[flat]):
-                best = (float(fin.flat[flat]), 0.0, flat // M, flat % M)
+                best = (float(fin.flat[flat]), 0.0, int(flat // M), int(flat % M))
             break
         to_m = (endP[:, None, :] + tpx[j][:, :, None]).min(axis=0).ravel()     # (m, M) flattened
-        nxt = np.full(C * M, np.inf)
-        nxt[d0] = to_m[s0]
+        flat_nxt = np.full(C * M, np.inf)
+        flat_nxt[d0] = to_m[s0]
         if d1.size:
-            nxt[d1] = np.minimum(nxt[d1], to_m[s1])
-        nxt = nxt.reshape(C, M)
+            flat_nxt[d1] = np.minimum(flat_nxt[d1], to_m[s1])
+        nxt = flat_nxt.reshape(C, M)
         nonempty[j] = np.isfinite(nxt).any(axis=1)
         P[:, j, :] = nxt - pre_in[j][:, None]
         if use_w:

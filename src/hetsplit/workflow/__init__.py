@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Sequence, overload
 
 from hetsplit.cluster import Cluster
 from hetsplit.cluster.examples import is_builtin
@@ -19,7 +19,7 @@ from hetsplit.costs import CostTable, SplitProblem, build_problem, load_profile
 from hetsplit.costs.local_calibration import MODEL as LOCAL_MODEL
 from hetsplit.costs.local_calibration import local_costs
 from hetsplit.errors import ClusterError, HetsplitError, PlanError, UsageError
-from hetsplit.estimate import HereOptions, LocalPrediction, SimResult, make_fidelity
+from hetsplit.estimate import Here, HereOptions, LocalPrediction, SimResult
 from hetsplit.estimate.accuracy import Recommendation, plan_kind, recommend
 from hetsplit.estimate.processes import runs_here  # noqa: F401 - re-exported for the commands
 from hetsplit.estimate.transfers import Transfer
@@ -230,15 +230,15 @@ def search_plans(problem: SplitProblem, request: PlanRequest) -> PlanSearch:
         if len(refused) == 1:
             raise next(iter(refused.values()))
         by_reason: dict[str, list[str]] = {}
-        for n, exc in refused.items():
-            by_reason.setdefault(str(exc), []).append(n)
+        for n, refusal in refused.items():
+            by_reason.setdefault(str(refusal), []).append(n)
         raise HetsplitError("every algorithm refused: " + "; ".join(f"{', '.join(ns)}: {why}"
                                                                      for why, ns in by_reason.items()))
     if not plans:
         raise HetsplitError(f"no plan found for {problem.graph.name!r} on {problem.cluster.name!r}: "
                             "no device can hold the whole model and no split fits")
     stamp_plans(problem, plans)
-    front = MAPPING_FRONT if "map-pareto" in request.algorithms else DEFAULT_FRONT
+    front: tuple[str, ...] = MAPPING_FRONT if "map-pareto" in request.algorithms else DEFAULT_FRONT
     if any(p.metrics is not None and math.isnan(p.metrics.energy_j) for p in plans):
         front = tuple(f for f in front if f != "energy")
         notes.append(f"the Pareto marks leave energy out: the energy of device type(s) {', '.join(unknown)} is unknown")
@@ -300,9 +300,9 @@ def predict_plans_here(problem: SplitProblem, plans: list[Plan], limit: int = 4,
     from hetsplit.runtime.calibration import runtime_costs
 
     runtime = runtime_costs(recalibrate)
-    here = make_fidelity("here", HereOptions(runtime, cores))
+    here = Here(HereOptions(runtime, cores))
     order = sorted((i for i, p in enumerate(plans) if p.metrics is not None and p.metrics.fits),
-                   key=lambda i: -plans[i].metrics.throughput)
+                   key=lambda i: -plans[i].costed.throughput)
     seen: set[str] = set()
     found = HerePredictions([], [], runtime.source)
     for i in order:
@@ -385,10 +385,10 @@ class BaselineComparison:
 
 
 def compare_to(plans: list[Plan], baseline: Plan) -> list[BaselineComparison]:
-    b = baseline.metrics
+    b = baseline.costed
     out = []
     for p in plans:
-        m = p.metrics
+        m = p.costed
         out.append(BaselineComparison(p, m.throughput / b.throughput if b.throughput else float("inf"),
                                       m.energy_j / b.energy_j if b.energy_j else float("inf"),
                                       m.energy_per_participating_device_j / b.energy_per_participating_device_j
@@ -422,6 +422,12 @@ def plan_model(plan: Plan) -> str:
     return plan.model
 
 
+@overload
+def load_plan_cluster(plan: Plan, given: str | None = None, *, required: Literal[True],
+                      recalibrate: bool = False) -> Cluster: ...
+@overload
+def load_plan_cluster(plan: Plan, given: str | None = None, required: bool = False,
+                      recalibrate: bool = False) -> Cluster | None: ...
 def load_plan_cluster(plan: Plan, given: str | None = None, required: bool = False,
                       recalibrate: bool = False) -> Cluster | None:
     """The cluster a plan runs on: ``given`` (--cluster), else the YAML file the plan was made from, else the
@@ -488,7 +494,6 @@ def read_run_doc(path: str | Path) -> dict[str, Any]:
 def run_comparison(run_doc: dict[str, Any], plan: Plan, cluster: Cluster) -> dict[str, Any]:
     """Measured beside predicted for a run's JSON: a ``run --compare`` document as it is, a bare run
     report (``run --out`` without ``--compare``) set beside ``plan``'s metrics."""
-    from hetsplit.costs.profile import Profile
     from hetsplit.runtime.measure import RunReport, compare, overhead_note
 
     if "rows" in run_doc:

@@ -18,6 +18,7 @@ from hetsplit.cluster.types import Device
 from hetsplit.costs.segment import FIELDS, SegmentCost
 from hetsplit.errors import ClusterError
 from hetsplit.graph.types import Graph
+from hetsplit.registry import Registry
 
 
 @dataclass
@@ -37,33 +38,15 @@ class DeviceModel(Protocol):
 
 
 ModelFactory = Callable[[Device], DeviceModel]
-_REGISTRY: dict[str, ModelFactory] = {}
-
-
-def register_model(name: str) -> Callable[[ModelFactory], ModelFactory]:
-    """Class decorator: make a device model available under ``name``."""
-
-    def wrap(factory: ModelFactory) -> ModelFactory:
-        _REGISTRY[name] = factory
-        return factory
-
-    return wrap
-
-
-def model_names() -> list[str]:
-    _load_builtin_models()
-    return sorted(_REGISTRY)
+MODELS: Registry[ModelFactory] = Registry("device model", "hetsplit.costs.models")   # the package registers its models
+register_model = MODELS.register      # class decorator: make a device model available under a name
+model_names = MODELS.names
 
 
 def device_model(device: Device) -> DeviceModel:
     """The device model a device asks for, configured by its params (less its segment figures, which
     no model reads: ``segment_cost``)."""
-    _load_builtin_models()
-    try:
-        factory = _REGISTRY[device.model]
-    except KeyError:
-        raise ClusterError(
-            f"device {device.name!r}: unknown device model {device.model!r}; available: {sorted(_REGISTRY)}") from None
+    factory = MODELS.lookup(device.model, ClusterError, f"device {device.name!r}")
     if set(SEGMENT_PARAMS.values()) & set(device.params):
         device = replace(device, params=model_params(device.params))
     return factory(device)
@@ -107,18 +90,29 @@ def element_bytes(device: Device) -> float | None:
     """Bytes per tensor element the device keeps and sends (its model's ``element_bytes``: 1 for an
     int8 MCU), None when its model declares none (it runs the model's own sizes; such a model is not
     even built, so a device costed from a profile needs no model parameters)."""
-    _load_builtin_models()
-    if not hasattr(_REGISTRY.get(device.model), "element_bytes"):
+    if not hasattr(MODELS.get(device.model), "element_bytes"):
         return None
     return device_model(device).element_bytes  # type: ignore[attr-defined]
+
+
+class ParamsParser(Protocol):
+    """A parameter dataclass: ``from_params(params, where)`` builds it from a device's params."""
+
+    def from_params(self, params: dict[str, Any], where: str) -> Any: ...
+
+
+class Costing(Protocol):
+    """An analytical model built from its parameters: ``costs(graph)``."""
+
+    def costs(self, graph: Graph) -> LayerCosts: ...
 
 
 class AnalyticalDeviceModel:
     """A device model made of a parameter dataclass (``from_params(params, where)``) and a model class
     (``Model(params, label)`` with ``costs(graph)``): subclasses name the two."""
 
-    params_type: type
-    model_type: type
+    params_type: ParamsParser
+    model_type: Callable[[Any, str], Costing]
 
     def __init__(self, device: Device) -> None:
         self.device = device
@@ -133,7 +127,3 @@ def default_mem_bytes(graph: Graph) -> np.ndarray:
     """What a layer keeps resident by default: its weights and its output buffer."""
     return graph.param_bytes + graph.out_bytes
 
-
-def _load_builtin_models() -> None:
-    # Importing the package registers every built-in model exactly once.
-    import hetsplit.costs.models  # noqa: F401

@@ -227,7 +227,7 @@ class CimModel:
                       + p.shift_add_j + p.switching_j)
             c_out = m.cols // math.ceil(p.weight_bits / p.cell_bits)
             bits = m.n_vec * m.rows * p.input_bits / m.reuse + m.n_vec * c_out * p.activation_bits
-            ops = m.n_vec * c_out                                     # activation (ReLU) per output
+            ops: float = m.n_vec * c_out                                   # activation (ReLU) per output
             return CimLayerCost(t_array=t_array, t_accumulate=p.accumulation_factor * t_array,
                                 t_buffer=bits / buffer_rate, t_digital=ops / p.digital_ops_per_cycle * p.clock_s,
                                 e_array=reads * e_read, e_buffer=bits * bit_energy,

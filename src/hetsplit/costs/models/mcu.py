@@ -234,4 +234,5 @@ class McuDeviceModel(AnalyticalDeviceModel):
     @property
     def element_bytes(self) -> float:
         """Bytes per activation element the chip keeps and sends."""
+        assert isinstance(self.model, McuModel)
         return self.model.p.act_bytes

@@ -20,7 +20,7 @@ import threading
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import IO, Any, Self
 
 from hetsplit.errors import ProfileError
 from hetsplit.lifetime import die_with_parent
@@ -59,14 +59,14 @@ class CoLoad:
         self.start_timeout_s = start_timeout_s
         sets = cpu_sets(k, threads)
         self.own_cpus, self.helper_cpus = sets[0], sets[1:]
-        self.procs: list[subprocess.Popen] = []
+        self.procs: list[subprocess.Popen[bytes]] = []
         self._saved: list[int] | None = None
 
     @property
     def pids(self) -> list[int]:
         return [p.pid for p in self.procs]
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return {"co_load": self.k, "measured_on_cpus": self.own_cpus, "co_load_cpus": self.helper_cpus,
                 "co_load_note": f"{self.k} other process(es), each pinned to its own core(s), ran the same model "
                                 "in a loop during warm-up and measurement"}
@@ -96,7 +96,7 @@ class CoLoad:
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.start_timeout_s
-        waiting = {p.stdout.fileno(): p for p in self.procs}
+        waiting = {_piped(p.stdout).fileno(): p for p in self.procs}
         got = {fd: b"" for fd in waiting}
         while waiting:
             left = deadline - time.monotonic()
@@ -112,7 +112,7 @@ class CoLoad:
                 elif not chunk:            # EOF: the helper ended before it was ready
                     p = waiting[fd]
                     p.wait()
-                    err = p.stderr.read().decode(errors="replace").strip().splitlines()
+                    err = _piped(p.stderr).read().decode(errors="replace").strip().splitlines()
                     raise ProfileError(f"--co-load: a helper running {self.onnx_path.name} exited with code "
                                        f"{p.returncode} before it was ready: {err[-1] if err else 'no message'}")
 
@@ -120,7 +120,7 @@ class CoLoad:
         """End every helper (close its stdin, then SIGKILL whatever is left), reap it, restore affinity."""
         for p in self.procs:
             try:
-                p.stdin.close()
+                _piped(p.stdin).close()
             except OSError:
                 pass
         deadline = time.monotonic() + STOP_TIMEOUT_S
@@ -131,7 +131,7 @@ class CoLoad:
                 p.kill()
                 p.wait()
             for f in (p.stdout, p.stderr):
-                f.close()
+                _piped(f).close()
         if self._saved is not None:
             os.sched_setaffinity(0, self._saved)
             self._saved = None
@@ -164,3 +164,10 @@ def helper_main(argv: list[str]) -> None:
 
 if __name__ == "__main__":
     helper_main(sys.argv[1:])
+
+
+def _piped(f: IO[bytes] | None) -> IO[bytes]:
+    """A helper's stdin, stdout or stderr: every one is opened with ``subprocess.PIPE``."""
+    if f is None:
+        raise ProfileError("--co-load: a helper's pipe is missing")
+    return f

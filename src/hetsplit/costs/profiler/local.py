@@ -91,7 +91,7 @@ def profile_cpu(graph: Graph, onnx_path: str | Path, *, device_type: str = "loca
     whole_s = float(reduce(np.asarray(whole), statistic))
     layer_sum = float(layer.sum())
 
-    if joules is not None:
+    if joules is not None and meter is not None:     # joules come from the meter
         per_inference = joules / repeats
         energy = per_inference * layer / layer_sum if layer_sum > 0 else np.zeros_like(layer)
         energy_meta = {"status": "measured", "meter": describe(meter), "per_inference_j": per_inference}

@@ -99,6 +99,8 @@ def runnable_onnx(graph: Graph, onnx_file: Path | None, zoo_name: str | None) ->
     if onnx_file is None:
         from hetsplit.graph import zoo
 
+        if zoo_name is None:
+            raise ProfileError(f"model {graph.name!r}: no ONNX file and no zoo name to run")
         yield zoo.onnx_path(zoo_name)
         return
     import onnx

@@ -63,7 +63,8 @@ def _realistic_constants(model: "nn.Module") -> None:
 
     with torch.no_grad():
         for mod in model.modules():
-            if isinstance(mod, nn.modules.batchnorm._BatchNorm):
+            if isinstance(mod, nn.modules.batchnorm._BatchNorm) and mod.running_mean is not None \
+                    and mod.running_var is not None:
                 mod.running_mean.normal_(0.0, 0.1)
                 mod.running_var.uniform_(0.5, 1.5)
         for p in model.parameters():
@@ -109,7 +110,7 @@ def _save(proto: onnx.ModelProto, path: Path) -> None:
     tmp.replace(path)          # atomic: a concurrent reader never sees half a file
 
 
-def structure(proto: onnx.ModelProto) -> list[tuple]:
+def structure(proto: onnx.ModelProto) -> list[Any]:
     """What must agree between a shapes-only and a full model: nodes, tensors, weight shapes."""
     nodes = [(n.name, n.op_type, tuple(n.input), tuple(n.output)) for n in proto.graph.node]
     inits = sorted((i.name, tuple(i.dims), i.data_type) for i in proto.graph.initializer)

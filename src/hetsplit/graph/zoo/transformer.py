@@ -23,7 +23,7 @@ class RMSNorm(nn.Module):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
 
 
-def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+def scaled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     """q, k, v: (B, heads, S, head_dim) -> (B, S, heads * head_dim)."""
     scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
     if mask is not None:
@@ -33,7 +33,7 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Te
     return out.transpose(1, 2).reshape(b, s, -1)
 
 
-def _heads(x: torch.Tensor, head_dim: int) -> torch.Tensor:
+def split_heads(x: torch.Tensor, head_dim: int) -> torch.Tensor:
     """(B, S, heads * head_dim) -> (B, heads, S, head_dim)."""
     b, s, _ = x.shape
     return x.view(b, s, -1, head_dim).transpose(1, 2)
@@ -58,9 +58,9 @@ class LlamaBlock(nn.Module):
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         h = self.attention_norm(x)
-        q = self.rope(_heads(self.wq(h), self.head_dim), cos, sin)
-        k = self.rope(_heads(self.wk(h), self.head_dim), cos, sin)
-        x = x + self.wo(_attention(q, k, _heads(self.wv(h), self.head_dim), mask))
+        q = self.rope(split_heads(self.wq(h), self.head_dim), cos, sin)
+        k = self.rope(split_heads(self.wk(h), self.head_dim), cos, sin)
+        x = x + self.wo(scaled_attention(q, k, split_heads(self.wv(h), self.head_dim), mask))
         h = self.ffn_norm(x)
         return x + self.w2(nn.functional.silu(self.w1(h)) * self.w3(h))
 
@@ -135,10 +135,11 @@ class MobileBertLayer(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         layer_in = self.bottleneck_input(x)
         shared = self.bottleneck_attention(x)
-        q, k, v = (_heads(self.query(shared), self.head_dim), _heads(self.key(shared), self.head_dim),
-                   _heads(self.value(x), self.head_dim))
-        h = self.attn_norm(self.attn_out(_attention(q, k, v, None)) + layer_in)
+        q, k, v = (split_heads(self.query(shared), self.head_dim), split_heads(self.key(shared), self.head_dim),
+                   split_heads(self.value(x), self.head_dim))
+        h = self.attn_norm(self.attn_out(scaled_attention(q, k, v, None)) + layer_in)
         for f in self.ffn:
+            assert isinstance(f, nn.ModuleDict)
             h = f["norm"](f["down"](torch.relu(f["up"](h))) + h)
         h = self.norm(self.down(torch.relu(self.up(h))) + h)
         return self.out_norm(self.out(h) + x)

@@ -61,6 +61,9 @@ class SPPF(nn.Module):
 class Detect(nn.Module):
     """Decoupled box (4 x 16 DFL bins) and class branches per level; decodes to xywh + scores."""
 
+    anchors: torch.Tensor           # buffers (register_buffer), declared for the type checker
+    strides: torch.Tensor
+
     def __init__(self, nc: int, ch: tuple[int, ...], strides: tuple[int, ...], img: int, reg_max: int = 16) -> None:
         super().__init__()
         self.nc, self.reg_max = nc, reg_max
