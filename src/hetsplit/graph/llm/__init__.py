@@ -1,0 +1,3 @@
+"""Real LLM checkpoints in: GGUF files of the Llama family (``gguf_file``), their tokenizer
+(``tokenizer``), a torch reference decoder with a KV cache (``decoder``) and the costing graph of one
+prefill or decode step (``step_graph``)."""
