@@ -29,7 +29,7 @@ def vocabulary() -> list[str]:
     return SPECIAL + byte_chars() + ["".join(m) for m in MERGES]
 
 
-def write_tiny_gguf(path: Path, seed: int = 0, tied: bool = False) -> Path:
+def write_tiny_gguf(path: Path, seed: int = 0, tied: bool = False, blocks: int = BLOCKS) -> Path:
     """Write the tiny model to ``path``; its tensor types cycle through Q8_0, Q4_0, Q4_1, F16 (norms F32)."""
     import gguf
 
@@ -37,7 +37,7 @@ def write_tiny_gguf(path: Path, seed: int = 0, tied: bool = False) -> Path:
     tokens = vocabulary()
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_name("tiny-llama-test")
-    w.add_block_count(BLOCKS)
+    w.add_block_count(blocks)
     w.add_context_length(CONTEXT)
     w.add_embedding_length(DIM)
     w.add_feed_forward_length(FFN)
@@ -72,7 +72,7 @@ def write_tiny_gguf(path: Path, seed: int = 0, tied: bool = False) -> Path:
 
     kv = DIM // HEADS * KV_HEADS
     matrix("token_embd.weight", len(tokens), DIM, 1.0)
-    for i in range(BLOCKS):
+    for i in range(blocks):
         p = f"blk.{i}."
         norm(p + "attn_norm.weight", DIM)
         matrix(p + "attn_q.weight", DIM, DIM, DIM ** -0.5)
