@@ -77,3 +77,35 @@ def run(args) -> int:
               f"max |logit difference| {v['max_abs_logit_diff']:.3g}")
         return 0 if v["ok"] else 1
     return 0
+
+
+PLAN_PROMPT, PLAN_TOKENS = 32, 96        # what ``hetsplit plan MODEL.gguf`` plans for
+
+
+def plan_gguf(model: str, cluster_spec: str, objective: str, as_json: bool) -> int:
+    """``hetsplit plan MODEL.gguf --cluster C``: the planned pipeline and every device alone, predicted."""
+    from hetsplit.estimate.llm import Stage, predict_pipeline
+    from hetsplit.graph.llm.gguf_file import read_gguf
+    from hetsplit.workflow import load_cluster_spec
+    from hetsplit.workflow.generate import PlanOptions, plan_generation
+
+    cluster = load_cluster_spec(cluster_spec)
+    m = read_gguf(model)
+    plan = plan_generation(m, cluster, PlanOptions(PLAN_PROMPT, PLAN_TOKENS, objective))
+    alone = {n: predict_pipeline(plan.costs, [Stage(n, 0, m.config.blocks)]) for n in plan.costs.devices}
+    if as_json:
+        json.dump({"model": m.config.name, "cluster": cluster.name, "prompt_tokens": PLAN_PROMPT,
+                   "new_tokens": PLAN_TOKENS, "objective": objective, **plan.to_dict(),
+                   "alone": {n: p.to_dict() for n, p in alone.items()}}, sys.stdout, indent=1)
+        print()
+        return 0
+    print(f"{m.config.name}: {m.config.blocks} blocks, {m.stored_bytes() / 2**20:.1f} MiB stored; cluster "
+          f"{cluster.name}; {PLAN_PROMPT} prompt + {PLAN_TOKENS} new tokens; objective {objective}; {plan.how}")
+    print(f"{'plan':48}{'TTFT':>12}{'per token':>12}{'tokens/s':>10}  fits")
+    best = plan.single.stages[0].device if plan.single is not None else None
+    rows = [("planned: " + " | ".join(f"{s.device} {s.first}-{s.stop - 1}" for s in plan.stages), plan.predicted)]
+    rows += [(f"{n} alone" + (" (best single device)" if n == best else ""), p) for n, p in alone.items()]
+    for name, p in rows:
+        print(f"{name:48}{_ms(p.ttft_s):>12}{_ms(p.s_per_token):>12}{p.tokens_per_s:>10.1f}  "
+              f"{'yes' if p.fits else 'no'}")
+    return 0

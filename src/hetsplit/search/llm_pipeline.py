@@ -5,7 +5,9 @@ to first token (``ttft``) as ``estimate.llm`` predicts them, every device within
 Solver: dynamic programming over (devices used, last device, blocks done), once per first device
 (the token's way back from the last stage to the first depends on both). A stage's cost is a prefix
 sum of block costs plus the embedding on the first and the head on the last, so a transition is a
-min over the previous boundary, vectorized; the optimum is exact (tested against enumeration of
+min over the previous boundary, vectorized; states no cheaper than the best complete plan so far are
+not extended when even the cheapest device for each remaining block and the head cannot make them
+better (a lower bound: every cost is >= 0); the optimum is exact (tested against enumeration of
 every ordered device subset and every cut). States: 2^D x D x (L + 1) per first device.
 """
 
@@ -19,6 +21,7 @@ from hetsplit.errors import InfeasibleError, UsageError
 from hetsplit.estimate.llm import DECODE, PREFILL, LlmCosts, Stage
 
 OBJECTIVES = {"decode": DECODE, "ttft": PREFILL}
+MAX_DEVICES = 10        # 2^D states per first device: beyond this the exact DP takes minutes
 
 
 @dataclass
@@ -63,9 +66,18 @@ def plan_pipeline(costs: LlmCosts, objective: str = "decode", devices: list[str]
     phase = _phase(objective)
     D, L = costs.cluster.num_devices, costs.config.blocks
     allowed = [costs.cluster.index(n) for n in (devices or costs.devices)]
+    if len(allowed) > MAX_DEVICES:
+        raise UsageError(f"the exact pipeline planner takes at most {MAX_DEVICES} devices; cluster "
+                         f"{costs.cluster.name!r} has {len(allowed)}: describe the devices you mean to use")
     table, _ = _tables(costs, phase)
     hop, back = costs.hop_s[phase], costs.back_s
     best: tuple[float, list[Stage]] = (np.inf, [])
+    blocks = costs.block_s[phase][allowed].min(axis=0)                        # cheapest device per block
+    rest = np.append(np.cumsum(blocks[::-1])[::-1], 0.0) + costs.head_s[phase][allowed].min()
+    rest[L] = 0.0                                       # rest[j]: a lower bound on what blocks j.. still cost
+    for f in allowed:                                   # the devices alone first: a bound for the rest
+        if table[f, 0, L] < best[0]:
+            best = (float(table[f, 0, L]), [Stage(costs.devices[f], 0, L)])
     for f in allowed:
         # dp[(mask, d)] = (cost over boundary j [L+1], parent (prev mask, prev d, prev boundary) per j)
         dp: dict[tuple[int, int], tuple[np.ndarray, list]] = {(1 << f, f): (table[f, 0].copy(), [None] * (L + 1))}
@@ -76,7 +88,7 @@ def plan_pipeline(costs: LlmCosts, objective: str = "decode", devices: list[str]
                     total = val[L] + (back[d, f] if d != f else 0.0)
                     if total < best[0]:
                         best = (total, _unwind(dp, costs, mask, d, L))
-                if not np.isfinite(val[1:L]).any():
+                if not (val[1:L] + rest[1:L] < best[0]).any():   # no extension can beat the best so far
                     continue
                 for e in allowed:
                     if mask >> e & 1:
@@ -84,7 +96,7 @@ def plan_pipeline(costs: LlmCosts, objective: str = "decode", devices: list[str]
                     cand = val[:, None] + hop[d, e] + table[e]          # [b, j]
                     cand[0, :] = np.inf                                 # only the first stage starts at 0
                     j_best = cand.min(axis=0)
-                    if not np.isfinite(j_best).any():
+                    if not (j_best + rest < best[0]).any():
                         continue
                     arg = cand.argmin(axis=0)
                     key = (mask | 1 << e, e)
