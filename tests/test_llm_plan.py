@@ -93,3 +93,40 @@ def test_a_fast_device_alone_wins_over_a_slow_link_and_a_split_wins_when_memory_
     half = f"{int(tiny.stored_bytes() * 0.7)}B"
     costs = llm_costs(tiny.config, tiny.tensors, cluster([1, 1], [half, half]), LlmCostOptions(8, 8))
     assert best_single(costs) is None and len(plan_pipeline(costs).stages) == 2
+
+
+def test_local_devices_are_costed_by_the_probe_with_float32_weights(tiny):
+    from hetsplit.cluster import load_cluster
+    from hetsplit.costs.llm_probe import TorchCpuProbe, layers_per_block
+    from hetsplit.workflow.generate import PlanOptions, costed_cluster, plan_generation
+
+    probe = TorchCpuProbe(call_s=1e-5, bytes_per_s=1e9, macs_per_s=1e10)
+    local = load_cluster("local")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("hetsplit.costs.llm_probe.probe_torch_cpu", lambda: probe)
+        costed, weight_bytes = costed_cluster(local, probe=True)
+        plan = plan_generation(tiny, local, PlanOptions(8, 8, stages=1))
+    assert weight_bytes == "float32" and costed.devices[0].params["mem_bandwidth"] == 1e9
+    assert costed_cluster(local, probe=False) == (local, "stored")
+    # one decode block: its float32 weights at 1 GB/s (each layer memory-bound here) plus 13 layers' call
+    f32 = sum(t.elements * 4 for n, t in tiny.tensors.items() if n.startswith("blk.0."))
+    assert layers_per_block() == 13
+    assert plan.costs.block_s[1, 0, 0] == pytest.approx(f32 / 1e9 + 13e-5, rel=0.05)
+
+
+def test_plan_of_a_gguf_prints_the_plan_and_every_device_alone(tiny_gguf, tmp_path, capsys):
+    import json
+
+    from hetsplit.cli.main import main
+
+    path = tmp_path / "c.yaml"
+    path.write_text("format: hetsplit.cluster/1\nname: two\ndevices:\n"
+                    "  - {name: fast, kind: cpu, memory: 1GiB, peak_macs: 4e9/s, mem_bandwidth: 4GB/s, power_active: 5W}\n"
+                    "  - {name: slow, kind: cpu, memory: 1GiB, peak_macs: 1e9/s, mem_bandwidth: 1GB/s, power_active: 5W}\n"
+                    "links:\n  default: {name: net, bandwidth: 100MB/s, latency: 1ms}\n")
+    assert main(["plan", str(tiny_gguf), "--cluster", str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["stages"] == [{"device": "fast", "blocks": [0, 2]}] and doc["best_single"]["device"] == "fast"
+    assert doc["alone"]["slow"]["s_per_token"] > doc["alone"]["fast"]["s_per_token"]
+    assert main(["plan", str(tiny_gguf), "--cluster", str(path)]) == 0
+    assert "fast alone (best single device)" in capsys.readouterr().out
