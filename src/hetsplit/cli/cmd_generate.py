@@ -15,7 +15,7 @@ def register(sub) -> None:
                     ["hetsplit generate SmolLM2-135M-Instruct.Q4_1.gguf --cluster local --prompt 'The capital of "
                      "France is' --tokens 16",
                      "hetsplit generate model.gguf --cluster local --stages 2 --tokens 32 --verify --json"])
-    p.add_argument("model", help="a GGUF file of the Llama family")
+    p.add_argument("model", help="a GGUF file of the Llama family, or a Hugging Face Llama folder (config.json, *.safetensors, tokenizer.json)")
     p.add_argument("--cluster", "-c", default="local", help="built-in cluster name or YAML (default: local)")
     p.add_argument("--prompt", "-p", required=True, help="the prompt text")
     p.add_argument("--tokens", "-n", type=int_range(1, 4096), default=32, help="tokens to generate (default 32)")
@@ -85,12 +85,12 @@ PLAN_PROMPT, PLAN_TOKENS = 32, 96        # what ``hetsplit plan MODEL.gguf`` pla
 def plan_gguf(model: str, cluster_spec: str, objective: str, as_json: bool) -> int:
     """``hetsplit plan MODEL.gguf --cluster C``: the planned pipeline and every device alone, predicted."""
     from hetsplit.estimate.llm import Stage, predict_pipeline
-    from hetsplit.graph.llm.gguf_file import read_gguf
+    from hetsplit.graph.llm.load import read_model
     from hetsplit.workflow import load_cluster_spec
     from hetsplit.workflow.generate import PlanOptions, plan_generation
 
     cluster = load_cluster_spec(cluster_spec)
-    m = read_gguf(model)
+    m = read_model(model)
     plan = plan_generation(m, cluster, PlanOptions(PLAN_PROMPT, PLAN_TOKENS, objective))
     alone = {n: predict_pipeline(plan.costs, [Stage(n, 0, m.config.blocks)]) for n in plan.costs.devices}
     if as_json:

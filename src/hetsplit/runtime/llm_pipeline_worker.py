@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from hetsplit.graph.llm.decoder import Decoder, StageSpec
-from hetsplit.graph.llm.gguf_file import read_gguf
+from hetsplit.graph.llm.load import read_model
 from hetsplit.runtime.config import RunConfig
 from hetsplit.runtime.llm_pipeline import LOGITS_FILE, TOKENS_FILE, PipelineJob
 from hetsplit.runtime.manifest import Edge
@@ -66,7 +66,7 @@ def run_stage(cfg: RunConfig, job: PipelineJob, rank: int, run_dir: Path) -> dic
     from hetsplit.runtime.process import inject
     from hetsplit.runtime.wire import connect
 
-    model = read_gguf(job.model)
+    model = read_model(job.model)
     first, stop = job.bounds[rank]
     last = job.world_size - 1
     capacity = len(job.prompt) + job.new_tokens

@@ -16,9 +16,8 @@ from hetsplit.costs.llm_probe import probe_device
 from hetsplit.errors import UsageError
 from hetsplit.estimate.llm import LlmCostOptions, LlmCosts, PipelinePrediction, Stage, llm_costs, predict_pipeline
 from hetsplit.graph.llm.decoder import Decoder, StageSpec
-from hetsplit.graph.llm.gguf_file import GgufModel, read_gguf
+from hetsplit.graph.llm.load import LlmModel, model_tokenizer, read_model
 from hetsplit.graph.llm.step_graph import FLOAT32, STORED
-from hetsplit.graph.llm.tokenizer import gguf_tokenizer
 from hetsplit.runtime.llm_pipeline import PipelineJob, PipelineOptions, PipelineReport, run_pipeline_decode
 from hetsplit.search.llm_pipeline import PipelineChoice, best_single, plan_pipeline
 
@@ -76,7 +75,7 @@ def even_stages(names: list[str], blocks: int, k: int) -> list[Stage]:
     return [Stage(names[i], cuts[i], cuts[i + 1]) for i in range(k)]
 
 
-def plan_generation(model: GgufModel, cluster: Cluster, options: PlanOptions) -> GenerationPlan:
+def plan_generation(model: LlmModel, cluster: Cluster, options: PlanOptions) -> GenerationPlan:
     """Cost both phases and plan (or cut evenly) a pipeline of whole blocks; predicted figures beside it."""
     costed, weight_bytes = costed_cluster(cluster, options.probe)
     costs = llm_costs(model.config, model.tensors, costed,
@@ -124,7 +123,7 @@ class GenerateResult:
                 "predicted": self.plan.predicted.to_dict(), "plan": self.plan.to_dict()}
 
 
-def reference_logits(model: GgufModel, prompt: list[int], tokens: list[int]) -> torch.Tensor:
+def reference_logits(model: LlmModel, prompt: list[int], tokens: list[int]) -> torch.Tensor:
     """The unsplit model's logits at each step, fed the same tokens (the prompt, then each generated one)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)                   # as the workers compute: the same rounding
@@ -140,7 +139,7 @@ def reference_logits(model: GgufModel, prompt: list[int], tokens: list[int]) -> 
         torch.set_num_threads(threads)
 
 
-def verify_steps(model: GgufModel, prompt: list[int], report: PipelineReport) -> dict[str, Any]:
+def verify_steps(model: LlmModel, prompt: list[int], report: PipelineReport) -> dict[str, Any]:
     ref = reference_logits(model, prompt, report.tokens)
     diff = float((ref - report.logits).abs().max())
     greedy = [int(r.argmax()) for r in ref]
@@ -164,8 +163,8 @@ def generate(model_path: str | Path, cluster: Cluster, options: GenerateOptions,
     """Plan, run as a pipeline of processes here, stream the text to ``on_text``, measure, verify if asked."""
     if options.tokens < 1:
         raise UsageError(f"--tokens {options.tokens}: generate at least one token")
-    model = read_gguf(model_path)
-    tok = gguf_tokenizer(model.tokenizer, str(model_path))
+    model = read_model(model_path)
+    tok = model_tokenizer(model)
     prompt = tok.encode(options.prompt)
     if not prompt:
         raise UsageError("--prompt: the prompt has no tokens")

@@ -15,7 +15,7 @@ from torch.nn import functional as F
 
 from hetsplit.errors import ModelError
 from hetsplit.graph.llm.config import BLOCK_TENSORS, LlmConfig, block_tensor
-from hetsplit.graph.llm.gguf_file import GgufModel
+from hetsplit.graph.llm.load import LlmModel
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class StageSpec:
         return cls(0, config.blocks, True, True)
 
 
-def stage_tensor_names(model: GgufModel, spec: StageSpec) -> list[str]:
+def stage_tensor_names(model: LlmModel, spec: StageSpec) -> list[str]:
     """The tensors a stage holds."""
     names = [n for i in range(spec.first, spec.stop) for n in model.block_names(i)]
     if spec.embed:
@@ -99,7 +99,7 @@ class Block:
 class Decoder:
     """A stage (or the whole model) with its KV caches; ``forward(ids or hidden, pos)``."""
 
-    def __init__(self, model: GgufModel, spec: StageSpec, capacity: int,
+    def __init__(self, model: LlmModel, spec: StageSpec, capacity: int,
                  weights: dict[str, np.ndarray] | None = None):
         cfg = model.config
         if capacity > cfg.context:
@@ -126,7 +126,7 @@ class Decoder:
         return x
 
 
-def greedy(model: GgufModel, prompt: list[int], new_tokens: int) -> tuple[list[int], torch.Tensor]:
+def greedy(model: LlmModel, prompt: list[int], new_tokens: int) -> tuple[list[int], torch.Tensor]:
     """The unsplit model's greedy continuation of ``prompt`` and the logits of every step
     ((new_tokens, vocab): the prompt's last position, then each fed token's)."""
     if not prompt:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from hetsplit.errors import ModelError
@@ -56,3 +57,13 @@ def gguf_tokenizer(fields: dict[str, Any], where: str = "the GGUF file") -> Toke
     bos, eos = _value(fields, "bos_token_id"), _value(fields, "eos_token_id")
     return Tokenizer(tok, None if bos is None else int(bos), None if eos is None else int(eos),
                      bool(_value(fields, "add_bos_token", False)))
+
+
+def file_tokenizer(path: Path) -> Tokenizer:
+    """A ``tokenizer.json`` (Hugging Face); its BOS is added when its post-processor adds it."""
+    from tokenizers import Tokenizer as HfTokenizer
+
+    if not path.is_file():
+        raise ModelError(f"{path}: no tokenizer.json beside the model")
+    tok = HfTokenizer.from_file(str(path))
+    return Tokenizer(tok, None, None, False)
