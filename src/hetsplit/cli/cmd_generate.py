@@ -67,6 +67,9 @@ def run(args) -> int:
         pred = plan.predicted.compute_s[s.device]
         print(f"  {s.device}: compute per token {_ms(s.compute_s)} (predicted {_ms(pred[1])}), waiting "
               f"{_ms(s.wait_s)}; prefill {_ms(s.prefill_compute_s)} (predicted {_ms(pred[0])})")
+    for hop, (pre, dec) in m.hops_s.items():
+        want = plan.predicted.hops_s[hop]
+        print(f"  {hop}: per token {_ms(dec)} (predicted {_ms(want[1])}); prefill {_ms(pre)} (predicted {_ms(want[0])})")
     if plan.single is not None:
         print(f"best single device: {plan.single.stages[0].device}, predicted "
               f"{_ms(plan.single_predicted.s_per_token)} per token, TTFT {_ms(plan.single_predicted.ttft_s)}")

@@ -145,6 +145,7 @@ class PipelineReport:
     ttft_s: float                   # the prefill step on stage 0: prompt in, first token back
     steps_s: list[float]            # every decode step's wall time on stage 0
     stages: list[StageReport]
+    hops_s: dict[str, list[float]] = field(default_factory=dict)   # "a->b" -> [prefill, median decode] s
 
     @property
     def s_per_token(self) -> float:
@@ -184,4 +185,16 @@ def run_pipeline_decode(job: PipelineJob, options: PipelineOptions | None = None
                              f"{job.new_tokens} were asked for")
     walls = [s["wall_s"] for s in root["steps"]]
     return PipelineReport(root["generated"], logits, walls[0], walls[1:],
-                          [_stage_report(docs[r], job.bounds[r]) for r in sorted(docs)])
+                          [_stage_report(docs[r], job.bounds[r]) for r in sorted(docs)], hop_times(job, docs))
+
+
+def hop_times(job: PipelineJob, docs: dict[int, dict]) -> dict[str, list[float]]:
+    """Each hop's time (sent on one stage's clock to taken on the next's: one host, one clock): the
+    prefill step's and the median decode step's."""
+    k = job.world_size
+    out = {}
+    for r in range(k if k > 1 else 0):
+        nxt = (r + 1) % k
+        times = [b["arrived_at"] - a["sent_at"] for a, b in zip(docs[r]["steps"], docs[nxt]["steps"])]
+        out[f"{job.devices[r]}->{job.devices[nxt]}"] = [times[0], _median(times[1:])]
+    return out

@@ -34,6 +34,7 @@ class Hops:
     def __init__(self, wire: Wire, job: PipelineJob, rank: int, cfg: RunConfig):
         self.wire, self.job, self.rank, self.cfg = wire, job, rank, cfg
         self.wait_s, self.sent_bytes = 0.0, 0
+        self.sent_at = self.arrived_at = float("nan")
 
     def edge(self, peer: int, tag: int) -> Edge:
         return Edge(self.job.devices[peer], peer, (), tag)
@@ -48,11 +49,13 @@ class Hops:
         t0 = time.perf_counter()
         self.wire.wait(works, e, sending=False)
         self.wait_s += time.perf_counter() - t0
+        self.arrived_at = time.time()          # the host clock, shared by every stage here
         return buf
 
     def send(self, peer: int, x: torch.Tensor, tag: int) -> None:
         delay = self.cfg.delay(self.rank, peer)
         t0 = time.perf_counter()
+        self.sent_at = time.time()
         if delay > 0:
             time.sleep(delay)
         e = self.edge(peer, tag)
@@ -103,7 +106,7 @@ def run_stage(cfg: RunConfig, job: PipelineJob, rank: int, run_dir: Path) -> dic
         wall = time.perf_counter() - t0
         wait = hops.wait_s - wait0
         steps.append({"tokens": n, "wall_s": wall, "wait_s": wait, "compute_s": wall - wait,
-                      "sent_bytes": hops.sent_bytes - sent0})
+                      "sent_bytes": hops.sent_bytes - sent0, "sent_at": hops.sent_at, "arrived_at": hops.arrived_at})
     wire.pg.barrier().wait()            # nobody leaves while a peer may still read from it
     if rank == last and job.keep_logits:
         torch.save(torch.stack(logits), run_dir / LOGITS_FILE)

@@ -119,7 +119,7 @@ class GenerateResult:
         m = self.measured
         return {"text": self.text, "prompt_tokens": self.prompt_tokens, "tokens": self.tokens, "verify": self.verify,
                 "measured": {"ttft_s": m.ttft_s, "s_per_token": m.s_per_token, "tokens_per_s": 1 / m.s_per_token,
-                             "stages": [vars(s) for s in m.stages]},
+                             "stages": [vars(s) for s in m.stages], "hops_s": m.hops_s},
                 "predicted": self.plan.predicted.to_dict(), "plan": self.plan.to_dict()}
 
 
