@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -36,10 +38,13 @@ def test_three_stages_give_the_unsplit_models_tokens_and_logits(tmp_path):
     assert all(t > 0 for ts in r.measured.hops_s.values() for t in ts)
 
 
-def test_a_dead_stage_ends_the_run_naming_its_device(tiny_gguf):
-    with pytest.raises(RuntimeFailure, match="cpu1"):
+def test_a_dead_stage_ends_the_run_naming_its_device_and_its_log(tiny_gguf):
+    with pytest.raises(RuntimeFailure, match="cpu1") as err:
         generate(tiny_gguf, local_cluster(2), GenerateOptions("the cat", tokens=8, stages=2, timeout_s=20,
                                                              faults={"1": {"kind": "die", "after": 2}}))
+    log = Path(str(err.value).split("(log: ")[1].rstrip(")"))
+    assert log.is_file()                                  # a failed run keeps its folder
+    shutil.rmtree(log.parent)
 
 
 def test_the_command_prints_one_json_object(tiny_gguf):

@@ -12,8 +12,8 @@ poll (``TokenStream``), so the caller sees them as they come.
 
 from __future__ import annotations
 
-import contextlib
 import json
+import shutil
 import statistics
 import tempfile
 from dataclasses import asdict, dataclass, field
@@ -167,18 +167,10 @@ def _stage_report(doc: dict, bounds: list[int]) -> StageReport:
 def run_pipeline_decode(job: PipelineJob, options: PipelineOptions | None = None) -> PipelineReport:
     """Run ``job`` on one process per stage of this machine; RuntimeFailure naming the device when one fails."""
     opts = options or PipelineOptions()
-    with contextlib.ExitStack() as stack:
-        run_dir = Path(opts.run_dir or stack.enter_context(tempfile.TemporaryDirectory(prefix="hetsplit-gen-")))
-        run_dir.mkdir(parents=True, exist_ok=True)
-        ranks = {d: str(r) for r, d in enumerate(job.devices)}
-        delays = {ranks[a]: {ranks[b]: float(s) for b, s in peers.items() if b in ranks}
-                  for a, peers in opts.link_delay_s.items() if a in ranks}
-        cfg = RunConfig(str(job.save(run_dir / JOB_FILE)), inputs=len(job.steps()), timeout_s=opts.timeout_s,
-                        startup_timeout_s=opts.startup_timeout_s, delays_s=delays, faults=dict(opts.faults))
-        launcher = Launcher(job, cfg, run_dir, peers=TokenStream(run_dir, opts.on_token))
-        launcher.module = WORKER_MODULE
-        docs = launcher.run()
-        logits = torch.load(run_dir / LOGITS_FILE) if job.keep_logits else None
+    run_dir = Path(opts.run_dir or tempfile.mkdtemp(prefix="hetsplit-gen-"))
+    docs, logits = _run(job, opts, run_dir)       # a failed run keeps its folder: the message names its logs
+    if opts.run_dir is None:
+        shutil.rmtree(run_dir, ignore_errors=True)
     root = docs[0]
     if len(root.get("generated", [])) != job.new_tokens:
         raise RuntimeFailure(f"stage 0 ({job.devices[0]}) returned {len(root.get('generated', []))} tokens, "
@@ -186,6 +178,20 @@ def run_pipeline_decode(job: PipelineJob, options: PipelineOptions | None = None
     walls = [s["wall_s"] for s in root["steps"]]
     return PipelineReport(root["generated"], logits, walls[0], walls[1:],
                           [_stage_report(docs[r], job.bounds[r]) for r in sorted(docs)], hop_times(job, docs))
+
+
+def _run(job: PipelineJob, opts: PipelineOptions, run_dir: Path) -> tuple[dict[int, dict], torch.Tensor | None]:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    ranks = {d: str(r) for r, d in enumerate(job.devices)}
+    delays = {ranks[a]: {ranks[b]: float(s) for b, s in peers.items() if b in ranks}
+              for a, peers in opts.link_delay_s.items() if a in ranks}
+    cfg = RunConfig(str(job.save(run_dir / JOB_FILE)), inputs=len(job.steps()), timeout_s=opts.timeout_s,
+                    startup_timeout_s=opts.startup_timeout_s, delays_s=delays, faults=dict(opts.faults))
+    launcher = Launcher(job, cfg, run_dir, peers=TokenStream(run_dir, opts.on_token))
+    launcher.module = WORKER_MODULE
+    docs = launcher.run()
+    logits = torch.load(run_dir / LOGITS_FILE) if job.keep_logits else None
+    return docs, logits
 
 
 def hop_times(job: PipelineJob, docs: dict[int, dict]) -> dict[str, list[float]]:
