@@ -66,6 +66,11 @@ def main() -> None:
         parts = [f"{s.device} {s.blocks[0]}-{s.blocks[1] - 1}: {s.compute_s * 1e3:.2f}/"
                  f"{r.plan.predicted.compute_s[s.device][1] * 1e3:.2f}" for s in r.measured.stages]
         print(f"  {k}: " + "; ".join(parts))
+    print("\nper hop (median decode step): measured / predicted ms")
+    for k, r, _ in rows:
+        if r.measured.hops_s:
+            print(f"  {k}: " + "; ".join(f"{h} {t[1] * 1e3:.2f}/{r.plan.predicted.hops_s[h][1] * 1e3:.2f}"
+                                         for h, t in r.measured.hops_s.items()))
 
 
 if __name__ == "__main__":
