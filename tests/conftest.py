@@ -29,6 +29,14 @@ def _a_steady_quiet_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(machine_load, "read_clock", lambda: machine_load.CpuClock(0.0, None, 0.0, 1))
 
 
+@pytest.fixture(scope="session")
+def tiny_gguf(tmp_path_factory: pytest.TempPathFactory):
+    """A tiny Llama GGUF (2 blocks, random weights, every supported tensor type), written once."""
+    from llm_tiny import write_tiny_gguf
+
+    return write_tiny_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf")
+
+
 @pytest.fixture(autouse=True)
 def _fresh_calibration_memos() -> None:
     from hetsplit.costs import calibration_store
@@ -52,7 +60,7 @@ PROCESSES: dict[str, object] = {
         "test_hybrid_run.py", "test_leftovers.py", "test_netns_cleanup.py", "test_run_isolation.py",
         "test_run_lifetime.py", "test_runtime_cli.py", "test_runtime_faults.py", "test_runtime_hosts.py",
         "test_runtime_lblp.py", "test_runtime_mapping.py", "test_runtime_netem.py", "test_runtime_pool.py",
-        "test_runtime_run.py", "test_tensor_parallel_run.py"], ALL),
+        "test_runtime_run.py", "test_tensor_parallel_run.py", "test_llm_generate.py", "test_llm_docs.py"], ALL),
     # single tests in otherwise in-process modules
     "test_cluster_local_calibration.py": {"test_run_recalibrate_measures_again"},
     "test_hostile_input.py": {"test_a_long_simulation_ends_within_2_s_of_sigterm",
@@ -86,6 +94,7 @@ SLOW: dict[str, object] = {      # in-process, measured at several seconds each
     "test_hybrid_encodings.py": {"test_the_ga_finds_the_brute_force_front_of_a_small_problem"},
     "test_golden.py": {"test_figures_match_the_golden_file[tensor-parallel-decode]"},
     "test_reproduce_mcu.py": {"test_reproduce_mcu_quick_writes_every_claim_labelled"},
+    "test_llm_gguf.py": {"test_smollm2_knows_the_capital_of_france"},
     "test_reproduce_hierdse.py": {"test_reproduction_with_a_fake_measurer_writes_curves_claims_and_results"},
 }
 

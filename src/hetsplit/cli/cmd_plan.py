@@ -58,6 +58,10 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    if str(args.model).endswith(".gguf"):          # an LLM checkpoint: pipeline decode (cli.cmd_generate)
+        from hetsplit.cli.cmd_generate import plan_gguf
+
+        return plan_gguf(args.model, args.cluster, "ttft" if args.objective == "latency" else "decode", args.json)
     console = wide_console(stderr=args.json)
     constraints = PipelineConstraints(
         first_stage_devices=tuple(args.first_device) if args.first_device else None,

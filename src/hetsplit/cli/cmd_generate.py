@@ -1,0 +1,114 @@
+"""hetsplit generate MODEL.gguf: plan a pipeline of whole blocks over a cluster, run it as processes here,
+stream the greedy text, report TTFT and ms per token measured beside predicted."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from hetsplit.cli.common import add_command, int_range
+
+
+def register(sub) -> None:
+    p = add_command(sub, "generate", "generate text with a GGUF LLM split into pipeline stages over a cluster "
+                                     "(planned, run as processes here, measured beside predicted)",
+                    ["hetsplit generate SmolLM2-135M-Instruct.Q4_1.gguf --cluster local --prompt 'The capital of "
+                     "France is' --tokens 16",
+                     "hetsplit generate model.gguf --cluster local --stages 2 --tokens 32 --verify --json"])
+    p.add_argument("model", help="a GGUF file of the Llama family, or a Hugging Face Llama folder (config.json, *.safetensors, tokenizer.json)")
+    p.add_argument("--cluster", "-c", default="local", help="built-in cluster name or YAML (default: local)")
+    p.add_argument("--prompt", "-p", required=True, help="the prompt text")
+    p.add_argument("--tokens", "-n", type=int_range(1, 4096), default=32, help="tokens to generate (default 32)")
+    p.add_argument("--objective", choices=("decode", "ttft"), default="decode",
+                   help="what the planner minimizes: decode (time per token; default) or ttft")
+    p.add_argument("--stages", type=int_range(0, 64), default=0, metavar="K",
+                   help="cut the blocks evenly over the cluster's first K devices instead of planning (0: plan)")
+    p.add_argument("--no-probe", action="store_true",
+                   help="cost local-cpu devices by their device model, not by a torch probe of this machine")
+    p.add_argument("--emulate-links", action="store_true", help="each hop waits its link's latency (sender side)")
+    p.add_argument("--verify", action="store_true",
+                   help="compare every step's logits with the unsplit model's and the greedy tokens for identity")
+    p.add_argument("--timeout", type=float, default=60.0, metavar="S", help="longest wait for a peer (default 60 s)")
+    p.add_argument("--json", action="store_true", help="print one JSON object (the text is not streamed)")
+    p.set_defaults(func=run)
+
+
+def _ms(s: float) -> str:
+    return f"{s * 1e3:.2f} ms"
+
+
+def run(args) -> int:
+    from hetsplit.workflow import load_cluster_spec
+    from hetsplit.workflow.generate import GenerateOptions, generate
+
+    cluster = load_cluster_spec(args.cluster)
+    opts = GenerateOptions(args.prompt, args.tokens, args.objective, args.stages, not args.no_probe, args.verify,
+                           args.emulate_links, args.timeout)
+
+    def stream(text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    if not args.json:
+        print(args.prompt, end="", flush=True)
+    result = generate(args.model, cluster, opts, on_text=None if args.json else stream)
+    if args.json:
+        json.dump(result.to_dict(), sys.stdout, indent=1)
+        print()
+        return 0 if result.verify is None or result.verify["ok"] else 1
+    print()
+    plan, m = result.plan, result.measured
+    print(f"\nplan ({plan.how}): " + " | ".join(f"{s.device} blocks {s.first}-{s.stop - 1}" for s in plan.stages))
+    print(f"{'':14}{'measured':>14}{'predicted':>14}")
+    print(f"{'TTFT':14}{_ms(m.ttft_s):>14}{_ms(plan.predicted.ttft_s):>14}")
+    print(f"{'per token':14}{_ms(m.s_per_token):>14}{_ms(plan.predicted.s_per_token):>14}")
+    print(f"{'tokens/s':14}{1 / m.s_per_token:>14.1f}{plan.predicted.tokens_per_s:>14.1f}")
+    for s in m.stages:
+        pred = plan.predicted.compute_s[s.device]
+        print(f"  {s.device}: compute per token {_ms(s.compute_s)} (predicted {_ms(pred[1])}), waiting "
+              f"{_ms(s.wait_s)}; prefill {_ms(s.prefill_compute_s)} (predicted {_ms(pred[0])})")
+    for hop, (pre, dec) in m.hops_s.items():
+        want = plan.predicted.hops_s[hop]
+        print(f"  {hop}: per token {_ms(dec)} (predicted {_ms(want[1])}); prefill {_ms(pre)} (predicted {_ms(want[0])})")
+    if plan.single is not None:
+        print(f"best single device: {plan.single.stages[0].device}, predicted "
+              f"{_ms(plan.single_predicted.s_per_token)} per token, TTFT {_ms(plan.single_predicted.ttft_s)}")
+    if result.verify is not None:
+        v = result.verify
+        print(f"verify: {'ok' if v['ok'] else 'FAILED'}: greedy tokens "
+              f"{'identical' if v['identical_tokens'] else 'differ from step ' + str(v['first_differing_step'])}, "
+              f"max |logit difference| {v['max_abs_logit_diff']:.3g}")
+        return 0 if v["ok"] else 1
+    return 0
+
+
+PLAN_PROMPT, PLAN_TOKENS = 32, 96        # what ``hetsplit plan MODEL.gguf`` plans for
+
+
+def plan_gguf(model: str, cluster_spec: str, objective: str, as_json: bool) -> int:
+    """``hetsplit plan MODEL.gguf --cluster C``: the planned pipeline and every device alone, predicted."""
+    from hetsplit.estimate.llm import Stage, predict_pipeline
+    from hetsplit.graph.llm.load import read_model
+    from hetsplit.workflow import load_cluster_spec
+    from hetsplit.workflow.generate import PlanOptions, plan_generation
+
+    cluster = load_cluster_spec(cluster_spec)
+    m = read_model(model)
+    plan = plan_generation(m, cluster, PlanOptions(PLAN_PROMPT, PLAN_TOKENS, objective))
+    alone = {n: predict_pipeline(plan.costs, [Stage(n, 0, m.config.blocks)]) for n in plan.costs.devices}
+    if as_json:
+        json.dump({"model": m.config.name, "cluster": cluster.name, "prompt_tokens": PLAN_PROMPT,
+                   "new_tokens": PLAN_TOKENS, "objective": objective, **plan.to_dict(),
+                   "alone": {n: p.to_dict() for n, p in alone.items()}}, sys.stdout, indent=1)
+        print()
+        return 0
+    print(f"{m.config.name}: {m.config.blocks} blocks, {m.stored_bytes() / 2**20:.1f} MiB stored; cluster "
+          f"{cluster.name}; {PLAN_PROMPT} prompt + {PLAN_TOKENS} new tokens; objective {objective}; {plan.how}")
+    print(f"{'plan':48}{'TTFT':>12}{'per token':>12}{'tokens/s':>10}  fits")
+    best = plan.single.stages[0].device if plan.single is not None else None
+    rows = [("planned: " + " | ".join(f"{s.device} {s.first}-{s.stop - 1}" for s in plan.stages), plan.predicted)]
+    rows += [(f"{n} alone" + (" (best single device)" if n == best else ""), p) for n, p in alone.items()]
+    for name, p in rows:
+        print(f"{name:48}{_ms(p.ttft_s):>12}{_ms(p.s_per_token):>12}{p.tokens_per_s:>10.1f}  "
+              f"{'yes' if p.fits else 'no'}")
+    return 0

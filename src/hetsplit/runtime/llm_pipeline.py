@@ -1,0 +1,206 @@
+"""Pipeline decode of a GGUF LLM by real processes: each stage owns whole blocks and keeps their KV cache.
+
+``run_pipeline_decode(job, options)`` starts one process per stage with the runtime's launcher
+(``runtime.launch``: rendezvous, supervision, a dead process ends the run naming its device). Rank
+``r`` runs stage ``r`` (``runtime.llm_pipeline_worker``): stage 0 embeds the tokens, the last stage
+ends with the final norm and the LM head. Per step (the prompt in one pass, then one token per
+step) the hidden state crosses every boundary once and the last stage sends the greedy token back
+to stage 0: one hop per boundary per token, plus the token's return. Tokens stream through
+``tokens.txt`` in the run directory (stage 0 appends each as it arrives), read by the launcher's
+poll (``TokenStream``), so the caller sees them as they come.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from hetsplit.errors import PlanError, RuntimeFailure
+from hetsplit.runtime.config import RunConfig
+from hetsplit.runtime.launch import Launcher
+
+WORKER_MODULE = "hetsplit.runtime.llm_pipeline_worker"
+JOB_FILE = "job.json"
+LOGITS_FILE = "logits.pt"
+TOKENS_FILE = "tokens.txt"
+
+
+@dataclass(frozen=True)
+class Member:
+    """What the launcher reads of a rank."""
+
+    rank: int
+    device: str
+
+
+@dataclass
+class PipelineJob:
+    """The model file, the stages (device, first block, stop block), the prompt and how many tokens to make."""
+
+    model: str
+    devices: list[str]
+    bounds: list[list[int]]           # per stage [first, stop) of its blocks
+    blocks: int
+    prompt: list[int]
+    new_tokens: int
+    keep_logits: bool = True
+
+    def __post_init__(self) -> None:
+        if len(self.devices) != len(self.bounds) or not self.devices:
+            raise PlanError(f"{len(self.devices)} devices for {len(self.bounds)} stages")
+        if len(set(self.devices)) != len(self.devices):
+            raise PlanError(f"a device runs two stages: {self.devices}")
+        edges = [0] + [b for _, b in self.bounds]
+        if [a for a, _ in self.bounds] != edges[:-1] or edges[-1] != self.blocks or \
+                any(a >= b for a, b in self.bounds):
+            raise PlanError(f"stages {self.bounds} do not cover blocks 0..{self.blocks - 1} in order, each non-empty")
+        if not self.prompt or self.new_tokens < 1:
+            raise PlanError("a pipeline decode needs a prompt and at least one new token")
+
+    @property
+    def world_size(self) -> int:
+        return len(self.devices)
+
+    def worker(self, rank: int) -> Member:
+        return Member(rank, self.devices[rank])
+
+    def steps(self) -> list[int]:
+        """Tokens fed per step: the prompt in one pass, then one per generated token (the last one's
+        token is not fed back)."""
+        return [len(self.prompt)] + [1] * (self.new_tokens - 1)
+
+    def save(self, path: Path) -> Path:
+        path.write_text(json.dumps(asdict(self)))
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "PipelineJob":
+        return cls(**json.loads(Path(path).read_text()))
+
+
+class TokenStream:
+    """The launcher's peers hook, used to stream: each poll hands new tokens from ``tokens.txt`` to ``on_token``."""
+
+    def __init__(self, run_dir: Path, on_token: Callable[[int], None] | None):
+        self.path, self.on_token, self.seen = run_dir / TOKENS_FILE, on_token, 0
+
+    def open(self, cfg: RunConfig) -> None:
+        self.path.unlink(missing_ok=True)
+
+    def tick(self) -> bool:
+        if self.on_token is not None and self.path.exists():
+            lines = self.path.read_text().split("\n")[:-1]       # whole lines only
+            for line in lines[self.seen:]:
+                self.on_token(int(line))
+            self.seen = max(self.seen, len(lines))
+        return True
+
+    def docs(self) -> dict[int, dict]:
+        return {}
+
+    def close(self, docs: dict[int, dict], failure: str | None) -> None:
+        self.tick()
+
+
+@dataclass
+class PipelineOptions:
+    """How to run: timeouts, per-link latency to emulate (device -> next device -> seconds, slept by the
+    sender), faults to rehearse (rank -> {kind: die|stall, after: step}), where to keep the run."""
+
+    timeout_s: float = 60.0
+    startup_timeout_s: float = 120.0
+    link_delay_s: dict[str, dict[str, float]] = field(default_factory=dict)
+    faults: dict[str, dict] = field(default_factory=dict)
+    run_dir: Path | None = None
+    on_token: Callable[[int], None] | None = None
+
+
+@dataclass
+class StageReport:
+    """One stage's decode steps (medians over the decode steps; the prefill apart)."""
+
+    rank: int
+    device: str
+    blocks: list[int]
+    prefill_compute_s: float
+    compute_s: float
+    wait_s: float
+    sent_bytes: int                 # per decode token
+    peak_rss_bytes: int
+
+
+@dataclass
+class PipelineReport:
+    """A run: the tokens, per-step logits (the last stage's), stage 0's wall time per step."""
+
+    tokens: list[int]
+    logits: torch.Tensor | None
+    ttft_s: float                   # the prefill step on stage 0: prompt in, first token back
+    steps_s: list[float]            # every decode step's wall time on stage 0
+    stages: list[StageReport]
+    hops_s: dict[str, list[float]] = field(default_factory=dict)   # "a->b" -> [prefill, median decode] s
+
+    @property
+    def s_per_token(self) -> float:
+        return float(statistics.median(self.steps_s)) if self.steps_s else float("nan")
+
+
+def _median(xs: list[float]) -> float:
+    return float(statistics.median(xs)) if xs else 0.0
+
+
+def _stage_report(doc: dict, bounds: list[int]) -> StageReport:
+    steps = doc["steps"]
+    decode = steps[1:]
+    return StageReport(int(doc["rank"]), doc["device"], list(bounds), steps[0]["compute_s"],
+                       _median([s["compute_s"] for s in decode]), _median([s["wait_s"] for s in decode]),
+                       int(_median([s["sent_bytes"] for s in decode])), int(doc.get("peak_rss_bytes", 0)))
+
+
+def run_pipeline_decode(job: PipelineJob, options: PipelineOptions | None = None) -> PipelineReport:
+    """Run ``job`` on one process per stage of this machine; RuntimeFailure naming the device when one fails."""
+    opts = options or PipelineOptions()
+    run_dir = Path(opts.run_dir or tempfile.mkdtemp(prefix="hetsplit-gen-"))
+    docs, logits = _run(job, opts, run_dir)       # a failed run keeps its folder: the message names its logs
+    if opts.run_dir is None:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    root = docs[0]
+    if len(root.get("generated", [])) != job.new_tokens:
+        raise RuntimeFailure(f"stage 0 ({job.devices[0]}) returned {len(root.get('generated', []))} tokens, "
+                             f"{job.new_tokens} were asked for")
+    walls = [s["wall_s"] for s in root["steps"]]
+    return PipelineReport(root["generated"], logits, walls[0], walls[1:],
+                          [_stage_report(docs[r], job.bounds[r]) for r in sorted(docs)], hop_times(job, docs))
+
+
+def _run(job: PipelineJob, opts: PipelineOptions, run_dir: Path) -> tuple[dict[int, dict], torch.Tensor | None]:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    ranks = {d: str(r) for r, d in enumerate(job.devices)}
+    delays = {ranks[a]: {ranks[b]: float(s) for b, s in peers.items() if b in ranks}
+              for a, peers in opts.link_delay_s.items() if a in ranks}
+    cfg = RunConfig(str(job.save(run_dir / JOB_FILE)), inputs=len(job.steps()), timeout_s=opts.timeout_s,
+                    startup_timeout_s=opts.startup_timeout_s, delays_s=delays, faults=dict(opts.faults))
+    launcher = Launcher(job, cfg, run_dir, peers=TokenStream(run_dir, opts.on_token))
+    launcher.module = WORKER_MODULE
+    docs = launcher.run()
+    logits = torch.load(run_dir / LOGITS_FILE) if job.keep_logits else None
+    return docs, logits
+
+
+def hop_times(job: PipelineJob, docs: dict[int, dict]) -> dict[str, list[float]]:
+    """Each hop's time (sent on one stage's clock to taken on the next's: one host, one clock): the
+    prefill step's and the median decode step's."""
+    k = job.world_size
+    out = {}
+    for r in range(k if k > 1 else 0):
+        nxt = (r + 1) % k
+        times = [b["arrived_at"] - a["sent_at"] for a, b in zip(docs[r]["steps"], docs[nxt]["steps"])]
+        out[f"{job.devices[r]}->{job.devices[nxt]}"] = [times[0], _median(times[1:])]
+    return out

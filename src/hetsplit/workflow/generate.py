@@ -1,0 +1,195 @@
+"""``generate``: a GGUF LLM's greedy generation planned over a cluster, run as a pipeline of real
+processes on this machine, measured beside what the estimate predicted, optionally verified step by
+step against the unsplit model (``hetsplit generate``; ``plan_generation`` is ``hetsplit plan
+MODEL.gguf``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from hetsplit.cluster.types import Cluster
+from hetsplit.costs.llm_probe import probe_device
+from hetsplit.errors import UsageError
+from hetsplit.estimate.llm import LlmCostOptions, LlmCosts, PipelinePrediction, Stage, llm_costs, predict_pipeline
+from hetsplit.graph.llm.decoder import Decoder, StageSpec
+from hetsplit.graph.llm.load import LlmModel, model_tokenizer, read_model
+from hetsplit.graph.llm.step_graph import FLOAT32, STORED
+from hetsplit.runtime.llm_pipeline import PipelineJob, PipelineOptions, PipelineReport, run_pipeline_decode
+from hetsplit.search.llm_pipeline import PipelineChoice, best_single, plan_pipeline
+
+LOCAL_TYPES = ("local-cpu",)
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """What to plan for: the prompt's and the generation's lengths, the objective (``decode``: time per
+    token; ``ttft``), ``stages``: k > 0 cuts the blocks evenly over the cluster's first k devices instead
+    of planning; ``probe``: cost this machine's ``local-cpu`` devices by a torch probe (what the run here
+    computes with, weights as float32) rather than their device model."""
+
+    prompt_tokens: int
+    new_tokens: int
+    objective: str = "decode"
+    stages: int = 0
+    probe: bool = True
+
+
+@dataclass
+class GenerationPlan:
+    """The plan, its prediction, the best device alone (None: none holds the model) and the costs."""
+
+    stages: list[Stage]
+    predicted: PipelinePrediction
+    single: PipelineChoice | None
+    single_predicted: PipelinePrediction | None
+    costs: LlmCosts
+    how: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"stages": [{"device": s.device, "blocks": [s.first, s.stop]} for s in self.stages],
+                "how": self.how, "predicted": self.predicted.to_dict(),
+                "best_single": None if self.single is None else
+                {"device": self.single.stages[0].device, "predicted": self.single_predicted.to_dict()}}
+
+
+def costed_cluster(cluster: Cluster, probe: bool) -> tuple[Cluster, str]:
+    """The cluster with this machine's ``local-cpu`` devices costed by the torch probe (when ``probe``), and
+    the weight bytes the costs count: float32 where the probe stands for the runtime's torch executor."""
+    if not probe or not any(d.type in LOCAL_TYPES for d in cluster.devices):
+        return cluster, STORED
+    devices = [probe_device(d) if d.type in LOCAL_TYPES else d for d in cluster.devices]
+    out = Cluster(cluster.name, devices, cluster.bandwidth, cluster.latency_s, cluster.energy_per_byte,
+                  cluster.medium_names, cluster.source, cluster.sink, cluster.groups, cluster.origin,
+                  cluster.description, cluster.ports)
+    return out, FLOAT32
+
+
+def even_stages(names: list[str], blocks: int, k: int) -> list[Stage]:
+    if not 1 <= k <= min(len(names), blocks):
+        raise UsageError(f"--stages {k}: the cluster has {len(names)} devices and the model {blocks} blocks")
+    cuts = [round(blocks * i / k) for i in range(k + 1)]
+    return [Stage(names[i], cuts[i], cuts[i + 1]) for i in range(k)]
+
+
+def plan_generation(model: LlmModel, cluster: Cluster, options: PlanOptions) -> GenerationPlan:
+    """Cost both phases and plan (or cut evenly) a pipeline of whole blocks; predicted figures beside it."""
+    costed, weight_bytes = costed_cluster(cluster, options.probe)
+    costs = llm_costs(model.config, model.tensors, costed,
+                      LlmCostOptions(options.prompt_tokens, options.new_tokens, weight_bytes))
+    if options.stages:
+        stages, how = even_stages(costs.devices, model.config.blocks, options.stages), f"even over {options.stages}"
+    else:
+        stages, how = plan_pipeline(costs, options.objective).stages, f"exact DP ({options.objective})"
+    single = best_single(costs, options.objective)
+    return GenerationPlan(stages, predict_pipeline(costs, stages), single,
+                          None if single is None else predict_pipeline(costs, single.stages), costs, how)
+
+
+@dataclass(frozen=True)
+class GenerateOptions:
+    """``hetsplit generate``: the prompt, how many tokens, the plan's options, ``verify`` each step's
+    logits against the unsplit model, ``emulate_links``: each hop sleeps its link's latency."""
+
+    prompt: str
+    tokens: int = 32
+    objective: str = "decode"
+    stages: int = 0
+    probe: bool = True
+    verify: bool = False
+    emulate_links: bool = False
+    timeout_s: float = 60.0
+    faults: dict[str, dict] = field(default_factory=dict)
+    run_dir: Path | None = None
+
+
+@dataclass
+class GenerateResult:
+    text: str
+    prompt_tokens: list[int]
+    tokens: list[int]
+    plan: GenerationPlan
+    measured: PipelineReport
+    verify: dict[str, Any] | None
+
+    def to_dict(self) -> dict[str, Any]:
+        m = self.measured
+        return {"text": self.text, "prompt_tokens": self.prompt_tokens, "tokens": self.tokens, "verify": self.verify,
+                "measured": {"ttft_s": m.ttft_s, "s_per_token": m.s_per_token, "tokens_per_s": 1 / m.s_per_token,
+                             "stages": [vars(s) for s in m.stages], "hops_s": m.hops_s},
+                "predicted": self.plan.predicted.to_dict(), "plan": self.plan.to_dict()}
+
+
+def reference_logits(model: LlmModel, prompt: list[int], tokens: list[int]) -> torch.Tensor:
+    """The unsplit model's logits at each step, fed the same tokens (the prompt, then each generated one)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)                   # as the workers compute: the same rounding
+    try:
+        dec = Decoder(model, StageSpec.whole(model.config), len(prompt) + len(tokens))
+        rows, feed, pos = [], prompt, 0
+        for t in tokens:
+            rows.append(dec.forward(torch.tensor(feed), pos)[-1])
+            pos += len(feed)
+            feed = [t]
+        return torch.stack(rows)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def verify_steps(model: LlmModel, prompt: list[int], report: PipelineReport) -> dict[str, Any]:
+    ref = reference_logits(model, prompt, report.tokens)
+    diff = float((ref - report.logits).abs().max())
+    greedy = [int(r.argmax()) for r in ref]
+    first = next((i for i, (a, b) in enumerate(zip(greedy, report.tokens)) if a != b), None)
+    return {"ok": first is None, "max_abs_logit_diff": diff, "identical_tokens": first is None,
+            "first_differing_step": first}
+
+
+def link_delays(cluster: Cluster, stages: list[Stage]) -> dict[str, dict[str, float]]:
+    """Each hop's link latency (sender -> receiver -> seconds), the token's way back included."""
+    names = [s.device for s in stages]
+    hops = list(zip(names, names[1:])) + ([(names[-1], names[0])] if len(names) > 1 else [])
+    out: dict[str, dict[str, float]] = {}
+    for a, b in hops:
+        out.setdefault(a, {})[b] = float(cluster.latency_s[cluster.index(a), cluster.index(b)])
+    return out
+
+
+def generate(model_path: str | Path, cluster: Cluster, options: GenerateOptions,
+             on_text: Callable[[str], None] | None = None) -> GenerateResult:
+    """Plan, run as a pipeline of processes here, stream the text to ``on_text``, measure, verify if asked."""
+    if options.tokens < 1:
+        raise UsageError(f"--tokens {options.tokens}: generate at least one token")
+    model = read_model(model_path)
+    tok = model_tokenizer(model)
+    prompt = tok.encode(options.prompt)
+    if not prompt:
+        raise UsageError("--prompt: the prompt has no tokens")
+    if len(prompt) + options.tokens > model.config.context:
+        raise UsageError(f"{len(prompt)} prompt + {options.tokens} new tokens exceed the model's context of "
+                         f"{model.config.context}")
+    plan = plan_generation(model, cluster, PlanOptions(len(prompt), options.tokens, options.objective,
+                                                       options.stages, options.probe))
+    got: list[int] = []
+    shown = [""]
+
+    def on_token(t: int) -> None:
+        got.append(t)
+        text = tok.decode(got)
+        if on_text is not None and not text.endswith("\ufffd"):      # wait for a whole character
+            on_text(text[len(shown[0]):])
+            shown[0] = text
+
+    job = PipelineJob(str(model_path), [s.device for s in plan.stages], [[s.first, s.stop] for s in plan.stages],
+                      model.config.blocks, prompt, options.tokens, keep_logits=options.verify)
+    report = run_pipeline_decode(job, PipelineOptions(
+        timeout_s=options.timeout_s, faults=dict(options.faults), run_dir=options.run_dir, on_token=on_token,
+        link_delay_s=link_delays(cluster, plan.stages) if options.emulate_links else {}))
+    text = tok.decode(report.tokens)
+    if on_text is not None and len(text) > len(shown[0]):
+        on_text(text[len(shown[0]):])
+    verify = verify_steps(model, prompt, report) if options.verify else None
+    return GenerateResult(text, prompt, report.tokens, plan, report, verify)

@@ -1,0 +1,132 @@
+"""Planning pipeline decode of a GGUF model: the costs of both phases and the exact planner (tiny GGUF)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from hetsplit.cluster.loader import cluster_from_dict
+from hetsplit.errors import InfeasibleError
+from hetsplit.estimate.llm import DECODE, PREFILL, LlmCostOptions, Stage, llm_costs, predict_pipeline
+from hetsplit.graph.llm.gguf_file import read_gguf
+from hetsplit.search.llm_pipeline import best_single, plan_pipeline, stage_value
+
+
+def cluster(speeds: list[float], memory: list[str] | None = None, latency: str = "2ms"):
+    devices = [{"name": f"d{i}", "kind": "cpu", "type": f"t{i}", "memory": (memory or ["1GiB"] * len(speeds))[i],
+                "params": {"peak_macs": f"{s}e9/s", "mem_bandwidth": f"{s}GB/s", "power_active": "5W"}}
+               for i, s in enumerate(speeds)]
+    return cluster_from_dict({"format": "hetsplit.cluster/1", "name": "test", "devices": devices,
+                              "links": {"default": {"name": "net", "bandwidth": "100MB/s", "latency": latency}}})
+
+
+def brute_force(costs, phase: int) -> float:
+    """Every ordered subset of devices, every cut into that many non-empty stages."""
+    L, best = costs.config.blocks, np.inf
+    for k in range(1, costs.cluster.num_devices + 1):
+        for order in itertools.permutations(costs.devices, k):
+            for cuts in itertools.combinations(range(1, L), k - 1):
+                edges = [0, *cuts, L]
+                stages = [Stage(d, a, b) for d, a, b in zip(order, edges, edges[1:])]
+                if all(costs.stage_bytes(s.first, s.stop) <= costs.capacity[costs.cluster.index(s.device)]
+                       for s in stages):
+                    best = min(best, stage_value(costs, stages, phase))
+    return best
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_gguf):
+    return read_gguf(tiny_gguf)
+
+
+def test_prefill_and_decode_are_costed_apart_and_add_up(tiny):
+    costs = llm_costs(tiny.config, tiny.tensors, cluster([1, 2]), LlmCostOptions(16, 8))
+    assert (costs.block_s[PREFILL] > costs.block_s[DECODE]).all()           # 16 tokens cost more than 1
+    assert np.allclose(costs.block_s[:, 0], 2 * costs.block_s[:, 1])        # device 1 is twice as fast
+    pred = predict_pipeline(costs, [Stage("d0", 0, 1), Stage("d1", 1, 2)])
+    hops = costs.hop_s[DECODE, 0, 1] + costs.back_s[1, 0]
+    assert pred.s_per_token == pytest.approx(costs.stage_s(DECODE, 0, 0, 1) + costs.stage_s(DECODE, 1, 1, 2) + hops)
+    assert pred.hops_s["d0->d1"][PREFILL] > pred.hops_s["d0->d1"][DECODE]  # 16 hidden vectors against 1
+
+
+def test_weights_count_at_stored_bytes_or_float32_and_the_kv_cache_grows_with_context(tiny):
+    c = cluster([1])
+    stored = llm_costs(tiny.config, tiny.tensors, c, LlmCostOptions(8, 8))
+    f32 = llm_costs(tiny.config, tiny.tensors, c, LlmCostOptions(8, 8, "float32"))
+    longer = llm_costs(tiny.config, tiny.tensors, c, LlmCostOptions(8, 72))
+    whole = tiny.stored_bytes()
+    kv = tiny.config.kv_bytes_per_position(tiny.config.blocks) * 16
+    assert stored.stage_bytes(0, 2) == pytest.approx(whole + kv)
+    assert f32.stage_bytes(0, 2) > 2 * stored.stage_bytes(0, 2) - kv
+    assert longer.stage_bytes(0, 2) - stored.stage_bytes(0, 2) == pytest.approx(kv / 16 * 64)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_planner_is_exact_against_brute_force(tiny, seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 5))
+    speeds = list(rng.uniform(0.2, 4.0, n))
+    latency = ["0.05ms", "2ms", "20ms"][seed % 3]
+    whole = tiny.stored_bytes()
+    memory = [f"{int(whole * rng.uniform(0.5, 1.5))}B" for _ in range(n)]
+    c = cluster(speeds, memory, latency)
+    costs = llm_costs(tiny.config, tiny.tensors, c, LlmCostOptions(12, 8))
+    for objective, phase in (("decode", DECODE), ("ttft", PREFILL)):
+        want = brute_force(costs, phase)
+        if not np.isfinite(want):
+            with pytest.raises(InfeasibleError):
+                plan_pipeline(costs, objective)
+            continue
+        got = plan_pipeline(costs, objective)
+        assert got.value == pytest.approx(want, rel=1e-12)
+        assert stage_value(costs, got.stages, phase) == pytest.approx(got.value, rel=1e-12)
+        pred = predict_pipeline(costs, got.stages)
+        assert pred.fits and (pred.s_per_token if phase == DECODE else pred.ttft_s) == pytest.approx(got.value)
+
+
+def test_a_fast_device_alone_wins_over_a_slow_link_and_a_split_wins_when_memory_forces_it(tiny):
+    costs = llm_costs(tiny.config, tiny.tensors, cluster([1, 1], latency="50ms"), LlmCostOptions(8, 8))
+    choice = plan_pipeline(costs)
+    assert len(choice.stages) == 1 and choice.value == pytest.approx(best_single(costs).value)
+    half = f"{int(tiny.stored_bytes() * 0.7)}B"
+    costs = llm_costs(tiny.config, tiny.tensors, cluster([1, 1], [half, half]), LlmCostOptions(8, 8))
+    assert best_single(costs) is None and len(plan_pipeline(costs).stages) == 2
+
+
+def test_local_devices_are_costed_by_the_probe_with_float32_weights(tiny):
+    from hetsplit.cluster import load_cluster
+    from hetsplit.costs.llm_probe import TorchCpuProbe, layers_per_block
+    from hetsplit.workflow.generate import PlanOptions, costed_cluster, plan_generation
+
+    probe = TorchCpuProbe(call_s=1e-5, bytes_per_s=1e9, macs_per_s=1e10)
+    local = load_cluster("local")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("hetsplit.costs.llm_probe.probe_torch_cpu", lambda: probe)
+        costed, weight_bytes = costed_cluster(local, probe=True)
+        plan = plan_generation(tiny, local, PlanOptions(8, 8, stages=1))
+    assert weight_bytes == "float32" and costed.devices[0].params["mem_bandwidth"] == 1e9
+    assert costed_cluster(local, probe=False) == (local, "stored")
+    # one decode block: its float32 weights at 1 GB/s (each layer memory-bound here) plus 13 layers' call
+    f32 = sum(t.elements * 4 for n, t in tiny.tensors.items() if n.startswith("blk.0."))
+    assert layers_per_block() == 13
+    assert plan.costs.block_s[1, 0, 0] == pytest.approx(f32 / 1e9 + 13e-5, rel=0.05)
+
+
+def test_plan_of_a_gguf_prints_the_plan_and_every_device_alone(tiny_gguf, tmp_path, capsys):
+    import json
+
+    from hetsplit.cli.main import main
+
+    path = tmp_path / "c.yaml"
+    path.write_text("format: hetsplit.cluster/1\nname: two\ndevices:\n"
+                    "  - {name: fast, kind: cpu, memory: 1GiB, peak_macs: 4e9/s, mem_bandwidth: 4GB/s, power_active: 5W}\n"
+                    "  - {name: slow, kind: cpu, memory: 1GiB, peak_macs: 1e9/s, mem_bandwidth: 1GB/s, power_active: 5W}\n"
+                    "links:\n  default: {name: net, bandwidth: 100MB/s, latency: 1ms}\n")
+    assert main(["plan", str(tiny_gguf), "--cluster", str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["stages"] == [{"device": "fast", "blocks": [0, 2]}] and doc["best_single"]["device"] == "fast"
+    assert doc["alone"]["slow"]["s_per_token"] > doc["alone"]["fast"]["s_per_token"]
+    assert main(["plan", str(tiny_gguf), "--cluster", str(path)]) == 0
+    assert "fast alone (best single device)" in capsys.readouterr().out
