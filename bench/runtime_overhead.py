@@ -162,11 +162,11 @@ def _pingpong_worker(flight, edge, buf: np.ndarray, rank: int, rounds: int, pool
         frames[i] = pool.frame()
         bufs = [pool.empty(t) for t in edge.tensors]
         rx_log.start.append(time.time())
-        flight.expect(wire.post(edge, bufs, sending=False), edge, {0: bufs}, [rx_log])
+        flight.expect(wire.post(edge, bufs, sending=False), edge, bufs, rx_log)
 
     def post_send(arrays: list) -> None:
         tx_log.start.append(time.time())
-        flight.sent(wire.post(edge, arrays, sending=True), edge, [tx_log], arrays)
+        flight.sent(wire.post(edge, arrays, sending=True), edge, tx_log, arrays)
 
     for i in range(min(depth, total)):
         post_recv(i)
@@ -178,7 +178,7 @@ def _pingpong_worker(flight, edge, buf: np.ndarray, rank: int, rounds: int, pool
         i = r - first             # the input whose message this round takes (none in rank 0's first round)
         got = [buf]
         if i >= 0:
-            got = flight.take(computing)[0]
+            got = flight.take(computing)
             if i + depth < total:
                 post_recv(i + depth)
             if computing:
