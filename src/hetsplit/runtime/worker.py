@@ -359,7 +359,7 @@ class StepLoop:
         plan, posts, ahead, frees, segments, idle = self.plan, self.posts, self.ahead, self.frees, self.segments, \
             self.idle
         expect, take, sent, lend = flight.expect, flight.take, flight.sent, flight.lend
-        clock, stop = time.time, shared.stop
+        clock = time.time
         per_segment = steps.per_segment
         frames: dict[int, list] = {}
         n_rounds = len(plan)
@@ -420,7 +420,7 @@ class StepLoop:
                         else:
                             works, keep = box.post(local)
                             sent(works, box.edge, box.log, keep)
-                    if stop.is_set():
+                    if shared.error is not None:     # another thread failed (read, not called: per step)
                         raise Stop()
                     idle[i] += t1 - t0
                     if last:
@@ -428,10 +428,11 @@ class StepLoop:
                     else:
                         for name in drops:
                             del local[name]
-                while next_free <= r and frees[next_free] <= r:     # its inputs are done here: free once sent
-                    pool.retire(frames.pop(next_free), flight.posted_sends)
-                    next_free += 1
-                pool.recycle(flight.settle())
+                if next_free <= r and frees[next_free] <= r:
+                    while next_free <= r and frees[next_free] <= r:   # its inputs are done here: free once sent
+                        pool.retire(frames.pop(next_free), flight.posted_sends)
+                        next_free += 1
+                    pool.recycle(flight.settle())
             flight.finish()
         except Stop:
             pass
