@@ -69,9 +69,9 @@ def _peer(rank: int, port_q, result_q, sizes: list[int], plan: dict[int, tuple[i
     import torch
 
     from hetsplit.runtime.inflight import InFlight, Shared
-    from hetsplit.runtime.manifest import Edge, TensorSpec
+    from hetsplit.runtime.manifest import Manifest, Message, TensorSpec, WireTensor, Worker
     from hetsplit.runtime.wire import Wire, open_group, open_store
-    from hetsplit.runtime.worker import BufferPool
+    from hetsplit.runtime.worker import BufferPool, Inbox, Outbox, Transfers
 
     torch.set_num_threads(1)
     if rank == 0:
@@ -86,21 +86,28 @@ def _peer(rank: int, port_q, result_q, sizes: list[int], plan: dict[int, tuple[i
     for size in sizes:
         blocks, rounds = plan[size]
         spec = TensorSpec("x", (size // 4,), "float32")
-        edge = Edge("peer", other, (spec,))
+        # the two messages as a worker's step loop posts them (its Inbox and Outbox): x from rank 0 to rank 1,
+        # sent back as y from what rank 1 received
+        y = TensorSpec("y", spec.shape, spec.dtype)
+        msgs = [Message(0, "x", "rank0", 0, "rank1", 1, (WireTensor(spec, "x"),), tag=0),
+                Message(1, "y", "rank1", 1, "rank0", 0, (WireTensor(y, "x"),), tag=1)]
+        manifest = Manifest("hop", {}, [spec], [y], msgs, [], [Worker(0, "rank0"), Worker(1, "rank1")])
         buf = np.ones(spec.shape, dtype=np.float32)
         t = torch.from_numpy(buf)
         runs = {  # each returns seconds per hop; the worker's make 2 more round trips first (warm-up)
             "raw": lambda: _pingpong_raw(pg, t, rank, other, rounds, raw_bufs),
             "ahead": lambda: _pingpong_raw(pg, t, rank, other, rounds, raw_bufs, ahead=DEPTH),
             "blocking": lambda: _pingpong_raw(pg, t, rank, other, rounds, raw_bufs, ahead=0),
-            "ours": lambda: _pingpong_worker(flight, edge, buf, rank, rounds, pool, DEPTH),
-            "lending": lambda: _pingpong_worker(flight, edge, buf, rank, rounds, pool, DEPTH, computing=True)}
+            "ours": lambda: _pingpong_worker(flight, ports, buf, rank, rounds, pool, DEPTH),
+            "lending": lambda: _pingpong_worker(flight, ports, buf, rank, rounds, pool, DEPTH, computing=True)}
         hop: dict[str, list[float]] = {k: [] for k in runs}
         cpu: dict[str, list[float]] = {k: [] for k in runs}
         # each side's receive buffers live for the whole size, as a worker's pool lives for its run (fresh
         # ones per block would charge page faults and zeroing to whichever side allocates more of them)
         raw_bufs = [t.new_empty(t.shape) for _ in range(DEPTH + 1)]
         pool = BufferPool(wire.views)
+        io = Transfers(manifest, rank, wire, pool)
+        ports = (Inbox(io, 1 - rank, None), Outbox(io, rank, None, 0.0))   # rank 0 receives message 1, sends 0
         # one book of transfers and its helper threads for the whole size, as a worker has one for its run:
         # starting two threads per block cost ~30 us per 1 MB hop over blocks of 30 round trips (pinned; none
         # over blocks of 300)
@@ -141,32 +148,36 @@ def verdict(lo: float, hi: float, target: float = 0.10) -> str:
     return "met" if hi <= target else "not met" if lo > target else "inconclusive (the interval spans the target)"
 
 
-def _pingpong_worker(flight, edge, buf: np.ndarray, rank: int, rounds: int, pool, depth: int = 2,
+def _pingpong_worker(flight, ports, buf: np.ndarray, rank: int, rounds: int, pool, depth: int = 2,
                      computing: bool = False) -> float:
-    """Seconds per hop of ``rounds`` round trips as a worker moves messages (``runtime.worker``'s loop):
-    receives posted ``depth`` inputs ahead into pooled buffers, each message's ends timestamped into logs,
-    every transfer waited for through ``InFlight``, buffers reused once their sends are done. With nothing
-    to compute between a receive and a send the compute thread waits for each transfer itself;
-    ``computing``: it lends them to its receiver and sender threads as before a sub-model (here an empty
-    one), so the hand-offs a computing worker makes are all on the critical path. ``flight`` (the worker's
-    ``InFlight``, its helpers started) and ``pool`` (its ``BufferPool``) are kept from block to block, as a
-    worker keeps them from input to input."""
+    """Seconds per hop of ``rounds`` round trips as a worker moves messages (``worker.StepLoop``'s round):
+    receives posted ``depth`` inputs ahead into pooled buffers through the message's ``Inbox``, sends through
+    its ``Outbox`` (the objects the worker posts with), each message's ends timestamped into logs, every
+    transfer waited for through ``InFlight``, buffers reused once their sends are done. With nothing to
+    compute between a receive and a send the compute thread waits for each transfer itself; ``computing``:
+    it lends them to its receiver and sender threads as before a sub-model (here an empty one), so the
+    hand-offs a computing worker makes are all on the critical path. ``flight`` (the worker's ``InFlight``,
+    its helpers started) and ``pool`` (its ``BufferPool``) are kept from block to block, as a worker keeps
+    them from input to input."""
     from hetsplit.runtime.inflight import MessageLog
 
-    wire = flight.wire
-    rx_log, tx_log = MessageLog(0, edge.peer, edge.nbytes), MessageLog(1, edge.peer, edge.nbytes)
+    inbox, outbox = ports
+    rx_log, tx_log = MessageLog(0, inbox.edge.peer, inbox.edge.nbytes), MessageLog(1, outbox.edge.peer,
+                                                                                  outbox.edge.nbytes)
     total = rounds + 2
     frames = {}
+    local = {"x": buf}
 
     def post_recv(i: int) -> None:
         frames[i] = pool.frame()
-        bufs = [pool.empty(t) for t in edge.tensors]
         rx_log.start.append(time.time())
-        flight.expect(wire.post(edge, bufs, sending=False), edge, {0: bufs}, [rx_log])
+        works, bufs = inbox.post()
+        flight.expect(works, inbox.edge, bufs, rx_log)
 
-    def post_send(arrays: list) -> None:
+    def post_send() -> None:
         tx_log.start.append(time.time())
-        flight.sent(wire.post(edge, arrays, sending=True), edge, [tx_log], arrays)
+        works, keep = outbox.post(local)
+        flight.sent(works, outbox.edge, tx_log, keep)
 
     for i in range(min(depth, total)):
         post_recv(i)
@@ -176,19 +187,18 @@ def _pingpong_worker(flight, edge, buf: np.ndarray, rank: int, rounds: int, pool
     first = int(rank == 0)
     for r in range(total + first):
         i = r - first             # the input whose message this round takes (none in rank 0's first round)
-        got = [buf]
         if i >= 0:
-            got = flight.take(computing)[0]
+            got = flight.take(computing)
+            if rank == 1:
+                local["x"] = got[0]
             if i + depth < total:
                 post_recv(i + depth)
             if computing:
                 flight.lend()
         if r == 2:                # rank 0: about to send input 2 (rounds round trips follow)
             t0 = time.perf_counter()
-        if rank == 1:
-            post_send(got)
-        elif r < total:
-            post_send([buf])
+        if rank == 1 or r < total:
+            post_send()
         if i >= 0:
             pool.retire(frames.pop(i), flight.posted_sends)
         pool.recycle(flight.settle())

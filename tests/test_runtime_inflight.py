@@ -54,8 +54,8 @@ def test_an_idle_worker_waits_for_everything_itself_in_program_order(flight):
     for i in range(3):
         r, s = FakeWork(), FakeWork()
         works += [r, s]
-        flight.expect([r], EDGE, {0: [i]}, [rx])
-        flight.sent([s], EDGE, [tx], None)
+        flight.expect([r], EDGE, {0: [i]}, rx)
+        flight.sent([s], EDGE, tx, None)
         assert flight.take(computing=False) == {0: [i]}
     flight.finish()
     assert all(w.waiters == ["MainThread"] for w in works)
@@ -68,12 +68,12 @@ def test_while_computing_the_helpers_wait_and_logs_keep_program_order(flight):
     rx, tx = MessageLog(0, "peer", 4), MessageLog(1, "peer", 4)
     slow = threading.Event()
     first, second = FakeWork(slow), FakeWork()
-    flight.sent([first], EDGE, [tx], None)
+    flight.sent([first], EDGE, tx, None)
     r = FakeWork()
-    flight.expect([r], EDGE, {0: ["x"]}, [rx])
+    flight.expect([r], EDGE, {0: ["x"]}, rx)
     flight.lend()                                      # a sub-model runs: both lent
     assert flight.take(computing=True) == {0: ["x"]}   # handed over by the receiver
-    flight.sent([second], EDGE, [tx], None)
+    flight.sent([second], EDGE, tx, None)
     flight.wait_sends()                                # the sender holds one: the second is lent too, not waited here
     assert flight.settle() == 0                        # the first is not done: nothing logged yet
     slow.set()
@@ -84,10 +84,10 @@ def test_while_computing_the_helpers_wait_and_logs_keep_program_order(flight):
 
 def test_a_receive_is_lent_while_a_helper_holds_a_transfer(flight):
     release = threading.Event()
-    flight.sent([FakeWork(release)], EDGE, [], None)
+    flight.sent([FakeWork(release)], EDGE, None, None)
     flight.lend_sends()
     r = FakeWork()
-    flight.expect([r], EDGE, {0: []}, [])
+    flight.expect([r], EDGE, {0: []}, None)
     threading.Timer(0.1, release.set).start()
     flight.take(computing=False)
     assert r.waiters == ["receiver"]
@@ -95,9 +95,9 @@ def test_a_receive_is_lent_while_a_helper_holds_a_transfer(flight):
 
 
 def test_a_helpers_failure_stops_the_compute_thread(flight):
-    flight.sent([FakeWork(fail=True)], EDGE, [], None)
+    flight.sent([FakeWork(fail=True)], EDGE, None, None)
     flight.lend_sends()
-    flight.expect([FakeWork(threading.Event())], EDGE, {0: []}, [])   # never lands
+    flight.expect([FakeWork(threading.Event())], EDGE, {0: []}, None)   # never lands
     t0 = time.time()
     with pytest.raises(Stop):
         flight.take(computing=False)
@@ -115,16 +115,16 @@ def test_a_delayed_send_is_posted_by_the_sender_after_its_delay(flight):
         return [w], "arrays"
 
     t0 = time.time()
-    flight.send_later(post, 0.05, EDGE, [tx])
+    flight.send_later(post, 0.05, EDGE, tx)
     flight.finish()
     assert posted[0] - t0 >= 0.05 and w.waiters == ["sender"] and len(tx.done) == 1
 
 
 def test_receives_posted_after_a_sub_model_started_are_the_compute_threads_again(flight):
     first, second = FakeWork(), FakeWork()
-    flight.expect([first], EDGE, {0: [1]}, [])
+    flight.expect([first], EDGE, {0: [1]}, None)
     flight.lend()                                  # a sub-model runs: the first is lent
-    flight.expect([second], EDGE, {0: [2]}, [])    # posted after it
+    flight.expect([second], EDGE, {0: [2]}, None)    # posted after it
     assert flight.take(computing=False) == {0: [1]} and flight.take(computing=False) == {0: [2]}
     assert first.waiters == ["receiver"] and second.waiters == ["MainThread"]
     assert not flight.unwatched_recvs and not flight.recvs
@@ -148,12 +148,12 @@ def test_an_idle_take_runs_its_idle_work_once_the_sends_are_done_and_before_the_
     shared = Shared()
     flight = InFlight(FakeWire(), shared, idle=lambda: order.append("idle"))
     flight.start()
-    flight.sent([Logged("send")], EDGE, [], None)
-    flight.expect([Logged("recv")], EDGE, {0: [1]}, [])
+    flight.sent([Logged("send")], EDGE, None, None)
+    flight.expect([Logged("recv")], EDGE, {0: [1]}, None)
     assert flight.take(computing=False) == {0: [1]}
     assert order == ["send", "idle", "recv"]
-    flight.sent([Logged("send2")], EDGE, [], None)
-    flight.expect([Logged("recv2")], EDGE, {0: [2]}, [])
+    flight.sent([Logged("send2")], EDGE, None, None)
+    flight.expect([Logged("recv2")], EDGE, {0: [2]}, None)
     flight.lend()
     assert flight.take(computing=True) == {0: [2]}
     flight.finish()

@@ -74,16 +74,16 @@ class MessageLog:
 
 
 class Pending:
-    """One posted transfer (a step's works), what it fills or reads, its logs, and its owner: None (the
-    compute thread) or the helper it was lent to, which releases ``ended`` once it ended. ``post``: a send
-    posted by its waiter after ``delay_s``."""
+    """One posted transfer (a step's works), what it fills or reads, its log (None: none), and its owner:
+    None (the compute thread) or the helper it was lent to, which releases ``ended`` once it ended.
+    ``post``: a send posted by its waiter after ``delay_s``."""
 
-    __slots__ = ("works", "edge", "sending", "logs", "payload", "post", "delay_s", "helper", "ended", "done", "at",
+    __slots__ = ("works", "edge", "sending", "log", "payload", "post", "delay_s", "helper", "ended", "done", "at",
                  "failed")
 
-    def __init__(self, works: list | None, edge: Edge, sending: bool, logs: list[MessageLog], payload: Any,
+    def __init__(self, works: list | None, edge: Edge, sending: bool, log: MessageLog | None, payload: Any,
                  post: Callable[[], tuple[list, Any]] | None = None, delay_s: float = 0.0):
-        self.works, self.edge, self.sending, self.logs, self.payload = works, edge, sending, logs, payload
+        self.works, self.edge, self.sending, self.log, self.payload = works, edge, sending, log, payload
         self.post, self.delay_s = post, delay_s
         self.helper: Helper | None = None
         self.ended: Any = None     # a lock held until it ended, made when lent (most transfers never are): a
@@ -99,7 +99,7 @@ class Pending:
             if self.post is not None:
                 time.sleep(self.delay_s)
                 self.works, self.payload = self.post()
-            wire.wait(self.works, self.edge, sending=self.sending)
+            wire.wait(self.works, self.edge, self.sending)
             self.at = time.time()
             if self.helper is not None:
                 self.helper.finished += 1
@@ -160,23 +160,23 @@ class InFlight:
         self.receiver.start()
         self.sender.start()
 
-    def expect(self, works: list, edge: Edge, got: dict[int, list], logs: list[MessageLog]) -> None:
-        """A posted receive (its works, the buffers they fill by message id)."""
-        p = Pending(works, edge, False, logs, got)
+    def expect(self, works: list, edge: Edge, got: Any, log: MessageLog | None) -> None:
+        """A posted receive (its works, what they fill: ``take`` returns it; its log, if any)."""
+        p = Pending(works, edge, False, log, got)
         self.recvs.append(p)
         self.unwatched_recvs.append(p)
 
-    def sent(self, works: list, edge: Edge, logs: list[MessageLog], keep: Any) -> None:
-        """A posted send (its works, the arrays they read: kept alive until it is done)."""
-        p = Pending(works, edge, True, logs, keep)
+    def sent(self, works: list, edge: Edge, log: MessageLog | None, keep: Any) -> None:
+        """A posted send (its works, the arrays they read: kept alive until it is done; its log, if any)."""
+        p = Pending(works, edge, True, log, keep)
         self.sends.append(p)
         self.unwatched_sends.append(p)
         self.posted_sends += 1
 
     def send_later(self, post: Callable[[], tuple[list, Any]], delay_s: float, edge: Edge,
-                   logs: list[MessageLog]) -> None:
+                   log: MessageLog | None) -> None:
         """A send the sender posts after sleeping ``delay_s`` (``post`` returns its works and arrays)."""
-        p = Pending(None, edge, True, logs, None, post, delay_s)
+        p = Pending(None, edge, True, log, None, post, delay_s)
         self.sends.append(p)
         self.posted_sends += 1
         self.sender.lend(p)
@@ -192,23 +192,27 @@ class InFlight:
         while self.unwatched_recvs:
             self.receiver.lend(self.unwatched_recvs.popleft())
 
-    def take(self, computing: bool) -> dict[int, list]:
-        """The next receive's tensors by message id, once landed. Unless ``computing`` (a sub-model runs
-        next, and the sends in flight are lent with it, to overlap it), the sends are waited for first and
-        then ``idle`` runs (the worker takes back the buffers they read, while the message may still be on
-        its way, so the receives it posts next reuse them)."""
+    def take(self, computing: bool) -> Any:
+        """The next receive's payload (what ``expect`` was given), once landed. Unless ``computing`` (a
+        sub-model runs next, and the sends in flight are lent with it, to overlap it), the sends are waited
+        for first and then ``idle`` runs (the worker takes back the buffers they read, while the message may
+        still be on its way, so the receives it posts next reuse them)."""
         p = self.recvs.popleft()
-        if p.helper is None:
+        mine = p.helper is None
+        if mine:
             self.unwatched_recvs.popleft()    # it is their first
         if not computing:
-            self.wait_sends()
+            if self.unwatched_sends:
+                self.wait_sends()
             if self.idle is not None:
                 self.idle()
-        if p.helper is None and self.busy():
-            self.receiver.lend(p)
-        self._finish(p)
-        for log in p.logs:
-            log.done.append(p.at)
+        r, s = self.receiver, self.sender
+        if mine and (r.finished < r.lent or s.finished < s.lent):     # busy(), inlined: once per message
+            r.lend(p)
+        if not p.done or p.failed:
+            self._finish(p)
+        if p.log is not None:
+            p.log.done.append(p.at)
         return p.payload
 
     def lend_sends(self) -> None:
@@ -217,10 +221,11 @@ class InFlight:
 
     def wait_sends(self) -> None:
         """Wait here for the sends nobody waits for yet (lent to the sender if a helper is busy)."""
-        while self.unwatched_sends:
-            p = self.unwatched_sends.popleft()
-            if self.busy():
-                self.sender.lend(p)
+        unwatched, r, s = self.unwatched_sends, self.receiver, self.sender
+        while unwatched:
+            p = unwatched.popleft()
+            if r.finished < r.lent or s.finished < s.lent:      # busy(), inlined: once per message
+                s.lend(p)
             else:
                 self._finish(p)
 
@@ -243,10 +248,11 @@ class InFlight:
 
     def settle(self) -> int:
         """Log the sends done, in program order; how many are (a prefix of those posted)."""
-        while self.sends and self.sends[0].done and not self.sends[0].failed:
-            p = self.sends.popleft()
-            for log in p.logs:
-                log.done.append(p.at)
+        sends = self.sends
+        while sends and sends[0].done and not sends[0].failed:
+            p = sends.popleft()
+            if p.log is not None:
+                p.log.done.append(p.at)
             self.settled += 1
         return self.settled
 

@@ -84,32 +84,45 @@ class BufferPool:
     its copies land in (raw gloo cycling 5 buffers instead of 2 is ~9% slower per 1 MB hop here). The
     compute thread takes them and, once an input is computed, ``retire``s its frame (the buffers it
     received into); a frame comes back for reuse once the sender has finished every send submitted up to
-    then (``recycle``), since a send may relay a received buffer."""
+    then (``recycle``), since a send may relay a received buffer. Each shape and dtype has one free stack,
+    made once (``stack``): a message's receive keeps its stacks, so taking a buffer looks nothing up; a
+    buffer is kept with its torch view for the transport (``HostViews``), made once."""
 
     def __init__(self, views: HostViews, allocate: Callable[[TensorSpec], np.ndarray] = TensorSpec.empty) -> None:
         self.views = views                  # each buffer's tensor for the transport, made once
         self.allocate = allocate            # a GPU rank's are page-locked (``runtime.gpu.pinned_empty``)
-        self.free: dict[tuple, list[np.ndarray]] = {}
-        self.taken: list[tuple[tuple, np.ndarray]] = []
-        self.retired: collections.deque[tuple[int, list[tuple[tuple, np.ndarray]], Callable[[], bool] | None]] = \
-            collections.deque()
+        self.free: dict[tuple, list[tuple[np.ndarray, Any]]] = {}    # (shape, dtype) -> (buffer, its view)
+        self.taken: list[tuple[list, tuple[np.ndarray, Any]]] = []   # (its stack, (buffer, view))
+        self.retired: collections.deque[tuple[int, list, Callable[[], bool] | None]] = collections.deque()
         self.fence: Callable[[], Callable[[], bool]] | None = None   # a GPU rank's: whether the device has
         #   done the work queued up to now (its asynchronous copies from these buffers included)
 
-    def empty(self, spec: TensorSpec) -> np.ndarray:
-        """A buffer for ``spec`` (only the compute thread takes them), recorded in the current frame."""
+    def stack(self, spec: TensorSpec) -> list[tuple[np.ndarray, Any]]:
+        """The free buffers (with their views) of ``spec``'s shape and dtype: one list, made once."""
         key = (spec.shape, spec.dtype)
         stack = self.free.get(key)
-        a = stack.pop() if stack else self.views.add(self.allocate(spec))
-        self.taken.append((key, a))
-        return a
+        if stack is None:
+            stack = self.free[key] = []
+        return stack
 
-    def frame(self) -> list[tuple[tuple, np.ndarray]]:
+    def new(self, spec: TensorSpec) -> tuple[np.ndarray, Any]:
+        """A buffer allocated for ``spec``, registered with its view."""
+        a = self.views.add(self.allocate(spec))
+        return a, self.views.tensor(a)
+
+    def empty(self, spec: TensorSpec) -> np.ndarray:
+        """A buffer for ``spec`` (only the compute thread takes them), recorded in the current frame."""
+        stack = self.stack(spec)
+        pair = stack.pop() if stack else self.new(spec)
+        self.taken.append((stack, pair))
+        return pair[0]
+
+    def frame(self) -> list[tuple[list, tuple[np.ndarray, Any]]]:
         """Start recording the buffers taken from now on (one input's); the list they go into."""
         self.taken = []
         return self.taken
 
-    def retire(self, frame: list[tuple[tuple, np.ndarray]], sends_submitted: int) -> None:
+    def retire(self, frame: list, sends_submitted: int) -> None:
         """``frame`` is computed on; it is free once the first ``sends_submitted`` sends are done (and,
         with a ``fence``, once the device has read it)."""
         self.retired.append((sends_submitted, frame, self.fence() if self.fence is not None else None))
@@ -117,17 +130,85 @@ class BufferPool:
     def recycle(self, sends_done: int) -> None:
         """Take back every retired frame whose sends are done (``sends_done`` completed so far) and whose
         fence, if any, has passed; never waits (a buffer still in use makes the pool allocate another)."""
-        while self.retired and self.retired[0][0] <= sends_done:
-            fence = self.retired[0][2]
+        retired = self.retired
+        while retired and retired[0][0] <= sends_done:
+            fence = retired[0][2]
             if fence is not None and not fence():
                 break
-            for key, a in self.retired.popleft()[1]:
-                self.free.setdefault(key, []).append(a)
+            for stack, pair in retired.popleft()[1]:
+                stack.append(pair)
+
+
+class Inbox:
+    """One message as this rank receives it, worked out once: its edge, log, the names its tensors get
+    here (``name``: the one name of a one-tensor message) and, over gloo into host buffers, per tensor
+    its pool stack, spec and tag, so ``post`` takes its buffers and posts its receives looking nothing
+    up."""
+
+    __slots__ = ("mid", "edge", "log", "names", "name", "slots", "rank", "recv", "pool", "io")
+
+    def __init__(self, io: "Transfers", mid: int, log: MessageLog):
+        edge = io.peer(mid, True)
+        self.mid, self.edge, self.log, self.io, self.pool = mid, edge, log, io, io.pool
+        self.names = [t.spec.name for t in io.m.message(mid).tensors]
+        self.name = self.names[0] if len(self.names) == 1 else None
+        self.rank, self.recv = edge.rank, io.wire.pg.recv
+        self.slots = None if io.wire.on_gpu(edge) else \
+            [(io.pool.stack(t), t, edge.tag + k) for k, t in enumerate(edge.tensors)]
+
+    def post(self) -> tuple[list, list]:
+        """Post this message's receive: its works, and the buffers they fill."""
+        if self.slots is None:
+            works, got = self.io.post_recv(self.mid)
+            return works, got[self.mid]
+        pool, recv, rank = self.pool, self.recv, self.rank
+        taken = pool.taken
+        bufs, works = [], []
+        try:
+            for stack, spec, tag in self.slots:
+                pair = stack.pop() if stack else pool.new(spec)
+                taken.append((stack, pair))
+                bufs.append(pair[0])
+                works.append(recv([pair[1]], rank, tag))
+        except RuntimeError as exc:
+            raise self.io.wire.failure(self.edge.peer, False, exc) from None
+        return works, bufs
+
+
+class Outbox:
+    """One message as this rank sends it, worked out once: its edge, log, emulated latency and, over gloo
+    from host arrays with no cut to make, the names of the tensors it sends and their tags."""
+
+    __slots__ = ("mid", "edge", "log", "delay_s", "sources", "rank", "send", "tensor", "io")
+
+    def __init__(self, io: "Transfers", mid: int, log: MessageLog, delay_s: float):
+        edge = io.peer(mid, False)
+        self.mid, self.edge, self.log, self.delay_s, self.io = mid, edge, log, delay_s, io
+        tensors = io.m.message(mid).tensors
+        plain = not io.wire.on_gpu(edge) and io.host_only() and all(t.take is None for t in tensors)
+        self.sources = [(t.source, edge.tag + k) for k, t in enumerate(tensors)] if plain else None
+        self.rank, self.send, self.tensor = edge.rank, io.wire.pg.send, io.wire.views.tensor
+
+    def post(self, local: Mapping[str, Any]) -> tuple[list, Any]:
+        """Post this message from the tensors in ``local``: its works, and the arrays they read."""
+        if self.sources is None:
+            return self.io.post_send(self.mid, local)
+        send, tensor, rank = self.send, self.tensor, self.rank
+        arrays, works = [], []
+        try:
+            for name, tag in self.sources:
+                a = local[name]
+                arrays.append(a)
+                works.append(send([tensor(a)], rank, tag))
+        except RuntimeError as exc:
+            raise self.io.wire.failure(self.edge.peer, True, exc) from None
+        return works, arrays
 
 
 class Transfers:
     """Posting one rank's messages on the Wire, each by its id; a transport error becomes a LinkFailure
-    naming the peer."""
+    naming the peer. (The step loop posts through each message's ``Inbox`` or ``Outbox``, made once;
+    these are their general case: NCCL, a GPU rank's tensors, a sender's cut.)"""
 
     def __init__(self, manifest: Manifest, rank: int, wire: Wire, pool: BufferPool, staged: bool = False):
         self.m, self.rank, self.wire, self.pool = manifest, rank, wire, pool
@@ -154,8 +235,12 @@ class Transfers:
         arrays = self.m.message(mid).arrays((DeviceView(local) if self.staged else local) if nccl else self.host(local))
         return self.wire.post(edge, arrays, sending=True), arrays
 
+    def host_only(self) -> bool:
+        """Whether this rank's tensors are host arrays as they are (no GPU tensors to bring over)."""
+        return self.wire.nccl is None and not self.staged
+
     def host(self, local: Mapping[str, Any]) -> Mapping[str, Any]:
-        return local if self.wire.nccl is None and not self.staged else HostView(local)
+        return local if self.host_only() else HostView(local)
 
     def delay_s(self, cfg: RunConfig, mid: int) -> float:
         """The link latency this rank's sender sleeps before posting ``mid`` (emulation without netem)."""
@@ -216,6 +301,7 @@ class Segments:
         self.compute = [0.0] * inputs                 # per input: wall time in its sub-models here
         self.per_segment: list[list[float]] = [[] for _ in range(inputs)]
         self.cpu = 0.0             # this thread's CPU inside the sub-models (all of it with one compute thread)
+        self.ended = 0.0           # when the last call ended
 
     def run(self, i: int, s: int, local: dict[str, Any]) -> float:
         """Segment ``s`` on input ``i``'s tensors ``local`` (its outputs added there); when it started."""
@@ -223,7 +309,7 @@ class Segments:
         t1, c1 = time.time(), time.thread_time()
         if call is not None:
             call(local)
-        t2 = time.time()
+        self.ended = t2 = time.time()
         self.cpu += time.thread_time() - c1
         self.compute[i] += t2 - t1
         self.per_segment[i].append(t2 - t1)
@@ -233,6 +319,128 @@ class Segments:
         """Drop what input ``local`` no longer needs here once segment ``s`` has run."""
         for name in self.drops[s]:
             del local[name]
+
+
+class StepLoop:
+    """The compute thread's loop over its (input, segment) steps, round by round (see the module doc):
+    receives posted ``ahead`` rounds ahead, each step's messages taken, its sub-model run, its sends
+    posted, the round's receive buffers retired once its inputs are done here. Made from the manifest and
+    the rank's ``Transfers`` (its Wire and BufferPool) alone, so a bench can run it on a free transport
+    (``bench/hop_bookkeeping.py``). Everything a step needs is worked out here, once: per message its
+    ``Inbox`` or ``Outbox`` (edge, log, buffers' stacks, tags, latency), per segment its call, messages
+    and drops, per round the receives it posts; the loop itself looks nothing up by name or id."""
+
+    def __init__(self, manifest: Manifest, rank: int, io: Transfers, steps: Segments, cfg: RunConfig):
+        w = manifest.worker(rank)
+        self.m, self.rank, self.io, self.steps, self.cfg = manifest, rank, io, steps, cfg
+        msgs = manifest.messages
+        self.rx_logs = {mid: MessageLog(mid, msgs[mid].src, msgs[mid].nbytes) for s in w.segments for mid in s.recv}
+        self.tx_logs = {mid: MessageLog(mid, msgs[mid].dst, msgs[mid].nbytes) for s in w.segments for mid in s.send}
+        self.shared = Shared()
+        pool = io.pool
+        self.flight = InFlight(io.wire, self.shared, idle=lambda: pool.recycle(self.flight.settle()))
+        lags = segment_lags(manifest)
+        self.plan = rounds([lags[rank, s.index] for s in w.segments], cfg.inputs, cfg.latency_inputs)
+        self.ahead = lookahead(manifest, lags, max(1, cfg.depth))
+        self.idle = [0.0] * cfg.inputs       # per input: time its steps waited for their messages here
+        inboxes = {mid: Inbox(io, mid, log) for mid, log in self.rx_logs.items()}
+        outboxes = {mid: Outbox(io, mid, log, io.delay_s(cfg, mid)) for mid, log in self.tx_logs.items()}
+        last = len(w.segments) - 1
+        self.segments = [(steps.calls[s.index], tuple(inboxes[m] for m in s.recv), tuple(outboxes[m] for m in s.send),
+                          steps.drops[s.index], s.index == last) for s in w.segments]
+        shapes: dict[tuple[int, ...], tuple[Inbox, ...]] = {}   # rounds alike share one tuple
+        self.posts = [shapes.setdefault(key, tuple(box for j in key for box in self.segments[j][1]))
+                      for key in (tuple(j for _, j in steps_) for steps_ in self.plan)]
+        self.frees = frees_after(self.plan)
+
+    def run(self, inject: Callable[[str], None] | None = None) -> None:
+        """Run every step (a failure is in ``shared.error``, the helpers ended); ``inject`` rehearses
+        ``cfg.faults``' fault for this rank."""
+        flight, shared, steps, pool = self.flight, self.shared, self.steps, self.io.pool
+        plan, posts, ahead, frees, segments, idle = self.plan, self.posts, self.ahead, self.frees, self.segments, \
+            self.idle
+        expect, take, sent, lend = flight.expect, flight.take, flight.sent, flight.lend
+        clock = time.time
+        per_segment = steps.per_segment
+        frames: dict[int, list] = {}
+        n_rounds = len(plan)
+
+        def post_receives(r: int) -> float:
+            """Post round ``r``'s receives (together: one stamp for all); when they were posted."""
+            frames[r] = pool.frame()
+            now = clock()
+            for box in posts[r]:
+                works, bufs = box.post()
+                box.log.start.append(now)
+                expect(works, box.edge, bufs, box.log)
+            return now
+
+        flight.start()
+        locals_: dict[int, dict[str, Any]] = {}   # each input's tensors here that a later segment still reads
+        next_free = 0
+        try:
+            fault = self.cfg.faults.get(str(self.rank))
+            after = int(fault.get("after", 0)) if fault and inject is not None else -1
+            for r in range(min(n_rounds, ahead)):
+                post_receives(r)
+            for r, round_steps in enumerate(plan):
+                if r == after:
+                    inject(fault["kind"])
+                first = True
+                for i, s in round_steps:
+                    call, inboxes, outboxes, drops, last = segments[s]
+                    computing = call is not None
+                    local = locals_.get(i)
+                    if local is None:
+                        local = locals_[i] = {}
+                    t0 = clock()
+                    for box in inboxes:
+                        bufs = take(computing)
+                        if box.name is not None:
+                            local[box.name] = bufs[0]
+                        else:
+                            local.update(zip(box.names, bufs))
+                    stamp = 0.0      # the last clock reading, when nothing was done since (0: none)
+                    if first:
+                        first = False
+                        if r + ahead < n_rounds:
+                            stamp = post_receives(r + ahead)
+                    if computing:
+                        lend()     # what lands or leaves while the sub-model runs is timestamped when it does
+                        t1 = steps.run(i, s, local)
+                        stamp = steps.ended
+                    else:
+                        t1 = stamp = stamp or clock()
+                        per_segment[i].append(0.0)
+                    for box in outboxes:
+                        box.log.start.append(stamp or clock())
+                        stamp = 0.0
+                        if box.delay_s > 0:
+                            flight.send_later(lambda box=box, view=dict(local): box.post(view), box.delay_s,
+                                              box.edge, box.log)
+                        else:
+                            works, keep = box.post(local)
+                            sent(works, box.edge, box.log, keep)
+                    if shared.error is not None:     # another thread failed (read, not called: per step)
+                        raise Stop()
+                    idle[i] += t1 - t0
+                    if last:
+                        del locals_[i]
+                    else:
+                        for name in drops:
+                            del local[name]
+                if next_free <= r and frees[next_free] <= r:
+                    while next_free <= r and frees[next_free] <= r:   # its inputs are done here: free once sent
+                        pool.retire(frames.pop(next_free), flight.posted_sends)
+                        next_free += 1
+                    pool.recycle(flight.settle())
+            flight.finish()
+        except Stop:
+            pass
+        except BaseException as exc:  # noqa: BLE001
+            shared.fail(exc)
+        flight.close()
+        flight.join()           # at once after a failure, which is reported at once
 
 
 def load_executors(cfg: RunConfig, manifest: Manifest, rank: int, backend: str) -> list[Executor | None]:
@@ -287,101 +495,23 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path, hos
     if backend == TORCH_CUDA:   # its copies from the receive buffers are asynchronous
         from hetsplit.runtime.gpu import pool_fence
         pool.fence = pool_fence()
-    recvs = [s.recv for s in w.segments]      # message ids, in the order they are posted and taken
-    sends = [s.send for s in w.segments]
-    msgs = manifest.messages
-    names = {mid: [t.spec.name for t in msgs[mid].tensors] for mid in {m for s in w.segments for m in s.recv}}
-    rx_logs = {mid: MessageLog(mid, msgs[mid].src, msgs[mid].nbytes) for s in w.segments for mid in s.recv}
-    tx_logs = {mid: MessageLog(mid, msgs[mid].dst, msgs[mid].nbytes) for s in w.segments for mid in s.send}
-    shared = Shared()
-    flight = InFlight(wire, shared, idle=lambda: pool.recycle(flight.settle()))
-    n = cfg.inputs
-    lags = segment_lags(manifest)
-    plan = rounds([lags[rank, s.index] for s in w.segments], n, cfg.latency_inputs)
-    frees = frees_after(plan)
-    ahead = lookahead(manifest, lags, max(1, cfg.depth))
-    frames: dict[int, list] = {}
-
-    def post_receives(r: int) -> None:
-        frames[r] = io.pool.frame()
-        for _, j in plan[r]:
-            for mid in recvs[j]:
-                now = time.time()
-                works, got = io.post_recv(mid)
-                rx_logs[mid].start.append(now)
-                flight.expect(works, io.peer(mid, True), got, [rx_logs[mid]])
-
-    def post_sends(mids: list[int], local: dict[str, Any]) -> None:
-        for mid in mids:
-            log = tx_logs[mid]
-            log.start.append(time.time())
-            delay = io.delay_s(cfg, mid)
-            if delay > 0:
-                view = dict(local)
-                flight.send_later(functools.partial(io.post_send, mid, view), delay, io.peer(mid, False), [log])
-            else:
-                works, keep = io.post_send(mid, local)
-                flight.sent(works, io.peer(mid, False), [log], keep)
-
+    steps = Segments(exes, dropped_after(manifest, rank), cfg.inputs)
+    loop = StepLoop(manifest, rank, io, steps, cfg)
     meter = energy_meter("gpu" if on_gpu else "cpu")
     meter.start()
     gc.freeze()   # the stream's garbage is young: a full collection would walk the ~180k start-up objects
     #               of torch and onnxruntime (~40 ms)
-    flight.start()
-    idle = [0.0] * n
-    steps = Segments(exes, dropped_after(manifest, rank), n)
-    locals_: dict[int, dict[str, Any]] = {}   # each input's tensors here that a later segment still reads
     cpu0 = time.process_time()
-    last_segment, next_free = len(w.segments) - 1, 0
-    try:
-        fault = cfg.faults.get(str(rank))
-        for r in range(min(len(plan), ahead)):
-            post_receives(r)
-        for r, round_steps in enumerate(plan):
-            if fault and r == int(fault.get("after", 0)):
-                inject(fault["kind"])
-            for k, (i, s) in enumerate(round_steps):
-                computing = exes[s] is not None
-                local = locals_.get(i)
-                if local is None:
-                    local = locals_[i] = {}
-                t0 = time.time()
-                for _ in recvs[s]:
-                    got = flight.take(computing=computing)
-                    for mid, arrays in got.items():
-                        local.update(zip(names[mid], arrays))
-                if k == 0 and r + ahead < len(plan):
-                    post_receives(r + ahead)
-                if computing:
-                    flight.lend()     # what lands or leaves while the sub-model runs is timestamped when it does
-                t1 = steps.run(i, s, local)
-                post_sends(sends[s], local)
-                if shared.stop.is_set():
-                    raise Stop()
-                idle[i] += t1 - t0
-                if s == last_segment:
-                    del locals_[i]
-                else:
-                    steps.drop(s, local)
-            while next_free <= r and frees[next_free] <= r:     # its inputs are done here: free once sent
-                io.pool.retire(frames.pop(next_free), flight.posted_sends)
-                next_free += 1
-            io.pool.recycle(flight.settle())
-        flight.finish()
-    except Stop:
-        pass
-    except BaseException as exc:  # noqa: BLE001
-        shared.fail(exc)
-    flight.close()
-    flight.join()           # at once after a failure, which is reported at once
+    loop.run(inject)
     gc.unfreeze()           # a warm process collects what this run left before its next job
-    if shared.error is not None:
-        raise shared.error
+    if loop.shared.error is not None:
+        raise loop.shared.error
     cpu = time.process_time() - cpu0
     energy = meter.stop()
-    return {"compute_s": steps.compute, "idle_s": idle, "segment_compute_s": steps.per_segment,
+    return {"compute_s": steps.compute, "idle_s": loop.idle, "segment_compute_s": steps.per_segment,
             "threads": int(cfg.threads.get(w.device, 1)), "kind": "gpu" if on_gpu else "cpu", "executor": backend,
             "process_cpu_s": cpu, "compute_cpu_s": steps.cpu, "energy_j": energy,
             "energy_meter": meter.name if energy is not None else meter.reason,
-            "recv": [log.to_dict() for log in rx_logs.values()], "send": [log.to_dict() for log in tx_logs.values()]}
+            "recv": [log.to_dict() for log in loop.rx_logs.values()],
+            "send": [log.to_dict() for log in loop.tx_logs.values()]}
 

@@ -1,0 +1,102 @@
+"""The worker's step loop (``worker.StepLoop``) on an in-process transport: a relay gets every input in
+order and sends on what it received, each message end is logged once per input, receive buffers are
+reused (no more than ``depth`` + 1 of them for a relay waiting on itself), and an emulated latency is
+slept by the sender before it posts."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import pytest
+
+from hetsplit.runtime.config import RunConfig
+from hetsplit.runtime.manifest import Manifest, Message, Segment, TensorSpec, WireTensor, Worker
+from hetsplit.runtime.wire import Wire
+from hetsplit.runtime.worker import BufferPool, Segments, StepLoop, Transfers, dropped_after
+
+
+class Done:
+    def __init__(self, action=None):
+        self.action = action
+
+    def wait(self, timeout=None) -> bool:
+        if self.action is not None:
+            self.action()
+            self.action = None
+        return True
+
+
+class Loopback:
+    """A process group for one worker: receives fill in the next input's value (in posting order, per
+    tag), sends record a copy of what they carried."""
+
+    def __init__(self):
+        self.next = collections.Counter()
+        self.sent: list[tuple[int, int, float]] = []     # (peer, tag, value)
+
+    def recv(self, tensors, rank, tag):
+        value = self.next[tag]
+        self.next[tag] += 1
+
+        def land():
+            tensors[0].fill_(float(value))
+        return Done(land)
+
+    def send(self, tensors, rank, tag):
+        self.sent.append((rank, tag, float(tensors[0][0])))
+        return Done()
+
+
+def manifest(computing: bool) -> Manifest:
+    x, y = TensorSpec("x", (4,), "float32"), TensorSpec("y", (4,), "float32")
+    m0 = Message(0, "x", "driver", 0, "d", 1, (WireTensor(x, "x"),), tag=0)
+    m1 = Message(1, "y", "d", 1, "driver", 0, (WireTensor(y, "x"),), tag=5)
+    seg = Segment(0, ["relay"], "relay.onnx" if computing else None, inputs=[x], outputs=[], recv=[0], send=[1])
+    return Manifest("relay", {}, [x], [y], [m0, m1], [], [Worker(0, "driver"), Worker(1, "d", segments=[seg])])
+
+
+class Add:
+    """A sub-model stand-in: the input plus 0.5 into the tensor it sends (``x``, in place)."""
+
+    def call(self, local) -> None:
+        local["x"] = local["x"] + 0.5
+
+
+@pytest.mark.parametrize("computing", [False, True])
+def test_a_relay_sends_on_every_input_in_order_and_logs_each_end_once(computing):
+    n = 40
+    m = manifest(computing)
+    group = Loopback()
+    wire = Wire(group, "d", 10)
+    pool = BufferPool(wire.views)
+    io = Transfers(m, 1, wire, pool)
+    steps = Segments([Add() if computing else None], dropped_after(m, 1), n)
+    loop = StepLoop(m, 1, io, steps, RunConfig("", inputs=n, latency_inputs=2, depth=2))
+    loop.run()
+    assert loop.shared.error is None
+    shift = 0.5 if computing else 0.0
+    assert group.sent == [(0, 5, i + shift) for i in range(n)]
+    for log in (loop.rx_logs[0], loop.tx_logs[1]):
+        assert len(log.start) == len(log.done) == n
+        assert log.done == sorted(log.done) and all(a <= b for a, b in zip(log.start, log.done))
+    assert len(steps.per_segment) == n and all(len(p) == 1 for p in steps.per_segment)
+    made = sum(len(stack) for stack in pool.free.values())
+    assert made <= 3 + 2 * computing, made     # buffers cycle: a handful, not one per input
+
+
+def test_an_emulated_latency_is_slept_before_the_send():
+    n = 3
+    m = manifest(False)
+    group = Loopback()
+    wire = Wire(group, "d", 10)
+    io = Transfers(m, 1, wire, BufferPool(wire.views))
+    loop = StepLoop(m, 1, io, Segments([None], dropped_after(m, 1), n),
+                    RunConfig("", inputs=n, latency_inputs=n, delays_s={"1": {"0": 0.02}}))
+    assert loop.segments[0][2][0].delay_s == 0.02
+    loop.run()
+    assert loop.shared.error is None
+    assert [v for _, _, v in group.sent] == [0.0, 1.0, 2.0]
+    log = loop.tx_logs[1]
+    assert all(done - start >= 0.02 for start, done in zip(log.start, log.done))
+    assert np.isfinite(loop.idle).all()
