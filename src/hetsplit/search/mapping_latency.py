@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from hetsplit.cluster.links import wires
 from hetsplit.errors import HetsplitError
 from hetsplit.plan.tasks import SOURCE
 from hetsplit.search.mapping_milp import Payload, payloads_of
@@ -85,7 +86,7 @@ class LatencyModel:
         self.nm, self.links = nm, links
         self.unit = horizon_s / RESOLUTION
         cl = nm.problem.cluster
-        self.src, self.snk, self.ports = cl.source_index, cl.sink_index, cl.ports == "shared"
+        self.src, self.snk, self.ports = cl.source_index, cl.sink_index, cl.links.shared
         L, D = nm.num_layers, nm.num_devices
         self.m = m = cp_model.CpModel()
         h = RESOLUTION + L + 10
@@ -163,10 +164,7 @@ class LatencyModel:
 
     def _cost(self, nbytes: float, a: int, b: int) -> int:
         """Units to move ``nbytes`` from device a to b (0 on one device or without bytes)."""
-        if a == b or nbytes <= 0:
-            return 0
-        cl = self.nm.problem.cluster
-        return self._units(float(cl.latency_s[a, b] + nbytes / cl.bandwidth[a, b]))
+        return self._units(float(self.nm.problem.cluster.links.time(a, b, nbytes)))
 
     def _on(self, i: int) -> list[int]:
         return [d for d in range(self.nm.num_devices) if (i, d) in self.x]
@@ -223,7 +221,7 @@ class LatencyModel:
                         m.Add(self.start[j] >= end).OnlyEnforceIf([present, x[(j, b)]])
                 if sink_reads:
                     m.Add(self.makespan >= end).OnlyEnforceIf(present)
-                for r in ((("port", a), ("port", b)) if self.ports else (("link", a, b),)):
+                for r in wires(self.ports, a, b):
                     self._queues.setdefault(r, []).append(interval)
                 self.messages += 1
 
