@@ -1,9 +1,9 @@
 """The closed-form evaluator of mappings, over many device assignments of one TaskGraph (compiled).
 
 Semantics (docs/architecture.md, "The estimator"), for a stream of inputs:
-- per-device compute = the sum of its tasks' times; a link's busy time = its bytes / bandwidth +
-  its latency per message, where a message is one payload sent once from one device to another
-  (with ``ports="shared"``: a device port's busy time = every message in or out of the device); a
+- per-device compute = the sum of its tasks' times and of its message ends' CPU; a link's busy time =
+  its messages' times (``cluster.links``), where a message is one payload sent once from one device to
+  another (with ``ports="shared"``: a device port's busy time = every message in or out of it); a
   device's memory channel's busy time = its extra jobs (weight loads); throughput = 1 / the largest
   of these (compute, transfers and loads overlap);
 - latency = one input alone through the task DAG with transfers (``schedule.one_input``): each

@@ -11,7 +11,7 @@ Work items, per input ``i`` (N inputs) of one TaskGraph ``tg``:
   that device's type, plus what its segment and its messages' ends add (``segments.charged``);
 - a *transfer job* per message ``m`` of ``tg.messages()`` (one payload once from device ``src`` to
   ``dst``) on the wires ``cluster.links`` says it holds (its directed link, or with ``ports: shared``
-  both devices' ports), for the time it says (``latency + nbytes / bandwidth``);
+  both devices' ports), for the time ``cluster.links.message_time`` gives;
 - an *extra job* per ``ExtraJobs`` entry (an MCU's weight load) on its device's memory channel; on
   a cluster whose devices keep weights off chip the memory model (``memory.py``) gives these and
   the task costs, as it does for the closed form.

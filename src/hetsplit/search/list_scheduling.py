@@ -3,7 +3,7 @@ input, the ranks they order layers by, and one partitioner shape that writes the
 into the plan.
 
 Textbook assumptions, as in Topcuoglu et al. (2002) and the other papers: moving the tensors from
-layer i to layer j across devices u != v takes ``latency(u, v) + bytes(i, j) / bandwidth(u, v)`` (all
+layer i to layer j across devices u != v takes the link's message time for bytes(i, j) (``cluster.links``; all
 tensors between the pair as one transfer, however many links carry at once), nothing on one device;
 the model input is on every device at time 0. A layer is never put where its time is not finite.
 The estimator then queues messages on their links and moves the input from the cluster's source, so

@@ -5,7 +5,7 @@ The model (time in integer units of ``incumbent / RESOLUTION``, every duration r
 - ``x[i, d]``: layer i on device d (only where it can run there); an optional interval of layer i's
   time on d; one device runs one layer at a time (``NoOverlap``);
 - precedence with transfers: a layer starts after each layer it reads ends, plus, across devices u
-  != v, the message's time ``latency(u, v) + bytes / bandwidth(u, v)``; the model input leaves the
+  != v, the message's time (``cluster.links.message_time``); the model input leaves the
   cluster's source at 0, the outputs reach its sink (as the estimator's one-input schedule);
 - ``links=True`` also queues messages: one message per (payload, destination device), as the
   estimator sends them, an optional interval on its directed link (or on both devices' ports with

@@ -8,7 +8,7 @@ Constraints mirror the mapping evaluator (``estimate/mapping.py``) term for term
   costs its sender's device and its reader's);
 - links (when they can bind): ``y[p, b]`` = payload p is needed on device b (>= x[c, b] for every
   consumer c; the sink needs the model outputs), ``z[p, a, b]`` = p moves from a to b
-  (>= x[producer, a] + y[p, b] - 1); ``sum_p z[p, a, b] (latency_ab + bytes_p / bandwidth_ab) <= T``
+  (>= x[producer, a] + y[p, b] - 1); ``sum_p z[p, a, b] time_ab(bytes_p) <= T`` (``cluster.links``)
   per directed link, or, with ``links: {ports: shared}``, the sum over every message in or out of a
   device per device port;
 - memory (when it can bind): each device's tasks' memory + what it receives + what it sends (model
