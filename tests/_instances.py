@@ -211,18 +211,22 @@ def coupled_problem(seed: int) -> SplitProblem:
 
 
 
-def with_cut_costs(problem: SplitProblem, seed: int, zero_type: bool = True) -> SplitProblem:
+def with_cut_costs(problem: SplitProblem, seed: int, zero_type: bool = True, messages: bool = False) -> SplitProblem:
     """``problem`` with what cutting costs on each type (``_cut_costs.with_cut_costs``: call, executor and
     host bytes, unfused extras, on the scale of its layers) drawn from ``seed``, about half the unfused
-    extras 0 and, with ``zero_type``, the first of several types charged nothing (explicit zeros)."""
+    extras 0 and, with ``zero_type``, the first of several types charged nothing (explicit zeros); with
+    ``messages``, every link's message ends cost CPU too (``_cut_costs.with_message_costs``)."""
     from dataclasses import replace
 
     from _cut_costs import with_cut_costs as random_cut_costs
+    from _cut_costs import with_message_costs
 
     from hetsplit.costs.segment import SegmentCost
 
     rng = np.random.default_rng(10_000 + seed)
     pr = random_cut_costs(problem, rng)
+    if messages:
+        pr = with_message_costs(pr, rng)
     c = pr.costs
     assert c.unfused_s is not None
     segment = dict(c.segment)

@@ -264,3 +264,29 @@ def test_link_precedence_property(spec):
     assert np.all(np.isinf(np.diag(c.bandwidth)))
     if all("between" in o for o in spec["links"]["overrides"]):
         assert np.array_equal(c.bandwidth, c.bandwidth.T)
+
+
+def test_a_medium_carries_what_each_message_end_costs_its_device():
+    """``message: {cpu, byte}`` of a medium becomes every link's CPU per message end (``cluster.links``);
+    a device pays the largest figure of its links, a preset without one charges nothing, and a key the
+    loader does not know is refused by name."""
+    c = cluster_from_dict({
+        "devices": [{"name": "a", "preset": "xeon-w3323"}, {"name": "b", "preset": "xeon-w3323"},
+                    {"name": "c", "preset": "xeon-w3323"}],
+        "media": {"fast": {"preset": "gbe", "message": {"cpu": "0.2ms", "byte": "0.5ns/B"}}},
+        "links": {"default": "gbe", "overrides": [{"between": ["a", "b"], "medium": "fast"}]}})
+    assert c.message_cpu_s[0, 1] == c.message_cpu_s[1, 0] == pytest.approx(2e-4)
+    assert c.message_cpu_byte_s[0, 1] == pytest.approx(5e-10)
+    assert c.message_cpu_s[0, 2] == 0.0 and c.message_cpu_s[1, 1] == 0.0
+    assert list(c.links.end_s) == pytest.approx([2e-4, 2e-4, 0.0])
+    assert c.links.end(0, 1e6) == pytest.approx(2e-4 + 5e-4)
+    assert c.links.end(0, 0.0) == 0.0
+    with pytest.raises(ClusterError, match=r"media\.fast\.message\.cycles: unknown key"):
+        cluster_from_dict({"devices": [{"name": "a", "preset": "xeon-w3323"}, {"name": "b", "preset": "xeon-w3323"}],
+                           "media": {"fast": {"preset": "gbe", "message": {"cycles": 3}}}, "links": {"default": "fast"}})
+
+
+def test_the_local_built_in_charges_the_runtimes_message_end():
+    c = load_cluster("local")
+    if c.num_devices > 1:
+        assert c.links.end_s[0] > 0 and c.links.end_byte_s[0] > 0

@@ -124,7 +124,7 @@ def literal_algorithm_1(p, alpha):
     return bounds[::-1], devs[::-1], best
 
 
-@pytest.mark.parametrize("cuts", [False, True])
+@pytest.mark.parametrize("cuts", [False, True, "messages"])
 @pytest.mark.parametrize("seed", range(25))
 def test_vectorized_dp_equals_the_literal_pseudo_code(seed, cuts):
     rng = np.random.default_rng(seed)
@@ -138,7 +138,7 @@ def test_vectorized_dp_equals_the_literal_pseudo_code(seed, cuts):
     t, e = np.round(rng.uniform(0.5, 3, (n, d)), 1), np.round(rng.uniform(0.5, 3, (n, d)), 1)
     p = problem(g, cl, t, e)
     if cuts:
-        p = with_cut_costs(p, seed)
+        p = with_cut_costs(p, seed, messages=cuts == "messages")
     for alpha in (0.0, 0.3, 1.0):
         try:
             bounds, devs, cost = literal_algorithm_1(p, alpha)
@@ -151,11 +151,12 @@ def test_vectorized_dp_equals_the_literal_pseudo_code(seed, cuts):
         assert (bounds, devs) == (r.bounds, r.devices)
 
 
-@pytest.mark.parametrize("seed", range(6000, 6040))
-def test_alpha_one_reaches_the_oracle_bottleneck_when_cuts_cost(seed):
+@pytest.mark.parametrize("seed, messages", [(s, False) for s in range(6000, 6040)] + [(s, True) for s in range(6040, 6070)])
+def test_alpha_one_reaches_the_oracle_bottleneck_when_cuts_cost(seed, messages):
     """alpha = 1 is a min-max DP over (layers placed, devices used, next device): with every stage
-    charged as one segment it reaches the brute force's least bottleneck."""
-    p = with_cut_costs(random_problem(seed, n_dev=int(np.random.default_rng(seed).integers(1, 5))), seed)
+    charged as one segment (and its messages' ends) it reaches the brute force's least bottleneck."""
+    p = with_cut_costs(random_problem(seed, n_dev=int(np.random.default_rng(seed).integers(1, 5))), seed,
+                       messages=messages)
     o = oracle_or_none(p)
     if o is None:
         with pytest.raises(InfeasibleError):

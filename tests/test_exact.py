@@ -29,25 +29,28 @@ def test_exact_equals_oracle(seed):
     assert close(plan.metrics.energy_j, m.energy_j[m.bottleneck_s <= best * (1 + 1e-9)].min())
 
 
-@pytest.mark.parametrize("seed", seeds(80, 5000))
-def test_exact_and_pareto_equal_oracle_when_cuts_cost(seed):
-    """Every stage pays one segment (call, boundary bytes, its first layer's unfused extra): the
-    solvers' tables charge it as the evaluator does, so they stay exact."""
-    p = with_cut_costs(random_problem(seed), seed, zero_type=seed % 2 == 0)
-    assert p.costs.charges_cuts
+@pytest.mark.parametrize("seed, messages", [(s, False) for s in seeds(80, 5000)] + [(s, True) for s in seeds(40, 5400)])
+def test_exact_and_pareto_equal_oracle_when_cuts_cost(seed, messages):
+    """Every stage pays one segment (call, boundary bytes, its first layer's unfused extra) and, with
+    ``messages``, the CPU of its messages' ends (``cluster.links``): the solvers' tables charge them as
+    the evaluator does, so they stay exact."""
+    p = with_cut_costs(random_problem(seed), seed, zero_type=seed % 2 == 0, messages=messages)
+    assert p.costs.charges_cuts and p.cluster.links.charges_ends == (messages and p.num_devices > 1)
     assert_solvers_match_oracle(p)
 
 
-@pytest.mark.parametrize("seed", seeds(20, 5100))
-def test_exact_equals_oracle_on_boards_when_cuts_cost(seed):
-    """Whole boards as interchangeable units: the segment cost is per type, so the symmetry holds."""
-    p = with_cut_costs(board_problem(seed), seed)
+@pytest.mark.parametrize("seed, messages", [(s, False) for s in seeds(20, 5100)] + [(s, True) for s in seeds(10, 5150)])
+def test_exact_equals_oracle_on_boards_when_cuts_cost(seed, messages):
+    """Whole boards as interchangeable units: the segment cost is per type, and units are classed with
+    their links' message figures, so the symmetry holds."""
+    p = with_cut_costs(board_problem(seed), seed, messages=messages)
     assert_solvers_match_oracle(p)
 
 
-@pytest.mark.parametrize("seed", seeds(20, 5200))
-def test_exact_with_constraints_when_cuts_cost(seed):
-    p = with_cut_costs(random_problem(seed, source=True, sink=True), seed)
+@pytest.mark.parametrize("seed, messages", [(s, False) for s in seeds(20, 5200)] + [(s, True) for s in seeds(20, 5250)])
+def test_exact_with_constraints_when_cuts_cost(seed, messages):
+    """A source and a sink: their messages' ends are charged only to the stages' devices."""
+    p = with_cut_costs(random_problem(seed, source=True, sink=True), seed, messages=messages)
     assert_solvers_match_oracle(p, PipelineConstraints(first_stage_devices=(p.cluster.names[0],), max_stages=2))
 
 
@@ -158,15 +161,16 @@ def test_sparse_tie_break_equals_the_dense_one(cuts):
 
 
 @pytest.mark.parametrize("vector_limit", [0, None])
-@pytest.mark.parametrize("seed", seeds(25, 5300))
-def test_additive_value_dp_splits_a_stage_with_its_segment(seed, vector_limit, monkeypatch):
-    """The fast additive DP keeps ``value - pre_in[k]``: with cut costs a stage is still the start's
-    part plus the end's, so the least-latency plan equals the oracle's (both sweeps)."""
+@pytest.mark.parametrize("seed, messages", [(s, False) for s in seeds(25, 5300)] + [(s, True) for s in seeds(15, 5350)])
+def test_additive_value_dp_splits_a_stage_with_its_segment(seed, messages, vector_limit, monkeypatch):
+    """The fast additive DP keeps ``value - pre_in[k]``: with cut costs (and message ends) a stage is
+    still the start's part plus the end's, so the least-latency plan equals the oracle's (both sweeps)."""
     from hetsplit.search import value_dp as vdp
 
     if vector_limit is not None:
         monkeypatch.setattr(vdp, "VECTOR_LIMIT", vector_limit)
-    p = with_cut_costs(random_problem(seed), seed)
+    p = with_cut_costs(random_problem(seed, source=messages or None, sink=messages or None), seed,
+                       messages=messages)
     o = oracle_or_none(p)
     cm = build_classes(p)
     vr = vdp.value_dp(cm, np.inf, "latency", None)

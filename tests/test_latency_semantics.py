@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from _cut_costs import with_message_costs
 from _instances import random_problem
 from factories import cluster, problem
 from test_mapping_eval import one_input_latency, random_mapping, random_sharded_plan
@@ -18,6 +19,7 @@ from hetsplit.costs.build import build_problem
 from hetsplit.errors import PlanError
 from hetsplit.estimate import MappingEvaluator, SimOptions, evaluate, evaluate_mappings, simulate
 from hetsplit.estimate.schedule import ExtraJobs
+from hetsplit.estimate.segments import charged
 from hetsplit.estimate.task_costs import task_costs
 from hetsplit.graph import zoo
 from hetsplit.plan.check import check_plan
@@ -33,9 +35,11 @@ def alexnet_nx():
     return build_problem(zoo.load("alexnet"), load_cluster("jetson-xavier-nx-4"))
 
 
-def with_ports(pr, shared: bool):
-    """The same problem on a cluster whose devices share one port each (or per-link wires)."""
-    return replace(pr, cluster=replace(pr.cluster, ports="shared" if shared else "links"))
+def with_ports(pr, shared: bool, ends: np.random.Generator | None = None):
+    """The same problem on a cluster whose devices share one port each (or per-link wires); with ``ends``,
+    every message's ends cost random CPU (``cluster.links``) drawn from it."""
+    pr = replace(pr, cluster=replace(pr.cluster, ports="shared" if shared else "links"))
+    return pr if ends is None else with_message_costs(pr, ends)
 
 
 def linear_extension(tg: TaskGraph, rng: np.random.Generator) -> list[int]:
@@ -82,12 +86,14 @@ def both_latencies(pr, tg: TaskGraph, extras: ExtraJobs | None = None) -> tuple[
 
 
 @settings(max_examples=60, deadline=None)
-@given(seed=st.integers(0, 10**6), shared=st.booleans(), ordered=st.booleans(), extra=st.booleans())
-def test_one_input_latency_is_the_simulators_on_random_sharded_mappings(alexnet_nx, seed, shared, ordered, extra):
-    """Shards, concats, flat and tree sums, run orders, shared ports and extra jobs: the compiled
-    schedule and the event simulator (two implementations of one rule) agree to 1e-9."""
+@given(seed=st.integers(0, 10**6), shared=st.booleans(), ordered=st.booleans(), extra=st.booleans(),
+       ends=st.booleans())
+def test_one_input_latency_is_the_simulators_on_random_sharded_mappings(alexnet_nx, seed, shared, ordered, extra, ends):
+    """Shards, concats, flat and tree sums, run orders, shared ports, extra jobs and message ends: the
+    compiled schedule and the event simulator (two implementations of one rule) agree to 1e-9, and so
+    do their throughputs' busiest resources."""
     rng = np.random.default_rng(seed)
-    pr = with_ports(alexnet_nx, shared)
+    pr = with_ports(alexnet_nx, shared, rng if ends else None)
     plan = random_sharded_plan(pr, rng)
     tg = check_plan(pr.graph, pr.cluster, plan)
     if ordered:
@@ -96,6 +102,12 @@ def test_one_input_latency_is_the_simulators_on_random_sharded_mappings(alexnet_
     extras = random_extras(tg, rng, 0.01) if extra else None
     closed, simulated = both_latencies(pr, tg, extras)
     assert closed == pytest.approx(simulated, rel=1e-9)
+    if ends:          # each device's compute: the kernel's, the simulator's charged task costs
+        batch = evaluate_mappings(pr, tg, extras=None if extras is None else [extras])
+        costs = charged(pr, tg, task_costs(pr, tg))
+        per = np.zeros(pr.num_devices)
+        np.add.at(per, tg.device, costs.time_s[np.arange(tg.num_tasks), pr.device_type[tg.device]])
+        assert np.allclose(batch.compute_s_per_device[0], per, rtol=1e-12, atol=0)
 
 
 @settings(max_examples=40, deadline=None)
@@ -134,15 +146,16 @@ def test_the_closed_form_counts_each_memory_channel_in_the_bottleneck():
 
 
 @settings(max_examples=60, deadline=None)
-@given(seed=st.integers(0, 10**6), shared=st.booleans())
-def test_one_input_latency_is_the_simulators_on_random_dags(seed, shared):
-    """Random DAGs with skips, sources and sinks: closed form = simulator = the plain reference."""
+@given(seed=st.integers(0, 10**6), shared=st.booleans(), ends=st.booleans())
+def test_one_input_latency_is_the_simulators_on_random_dags(seed, shared, ends):
+    """Random DAGs with skips, sources and sinks (and message ends): closed form = simulator = the plain
+    reference."""
     rng = np.random.default_rng(seed)
-    pr = with_ports(random_problem(seed, inf_prob=0.0), shared)
+    pr = with_ports(random_problem(seed, inf_prob=0.0), shared, rng if ends else None)
     tg = check_plan(pr.graph, pr.cluster, random_mapping(pr, rng))
     closed, simulated = both_latencies(pr, tg)
     assert closed == pytest.approx(simulated, rel=1e-9)
-    assert closed == pytest.approx(one_input_latency(pr, tg, task_costs(pr, tg)), rel=1e-9)
+    assert closed == pytest.approx(one_input_latency(pr, tg, charged(pr, tg, task_costs(pr, tg))), rel=1e-9)
 
 
 def test_work_conserving_beats_index_order_when_a_later_task_is_ready_first():

@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from _cut_costs import with_cut_costs
+from _cut_costs import with_cut_costs, with_message_costs
 from _instances import random_problem
 from hetsplit.errors import PlanError
 from hetsplit.search import make_partitioner
@@ -22,20 +22,22 @@ def every_mapping(nm: NodeMapping) -> np.ndarray:
     return every[nm.feasible[np.arange(nm.num_layers)[None, :], every].all(axis=1)]
 
 
-def instance(seed: int, scale: float, **kw) -> NodeMapping:
+def instance(seed: int, scale: float, messages: bool = False, **kw) -> NodeMapping:
     rng = np.random.default_rng(seed)
     pr = random_problem(seed, n_layers=int(rng.integers(4, 8)), n_dev=int(rng.integers(2, 4)), **kw)
     try:
-        return NodeMapping(with_cut_costs(pr, rng, scale))
+        pr = with_cut_costs(pr, rng, scale)
+        return NodeMapping(with_message_costs(pr, rng, scale) if messages else pr)
     except PlanError:
         pytest.skip("a layer no device can run")
 
 
-@pytest.mark.parametrize("seed", range(30))
-def test_the_throughput_milp_finds_the_least_charged_bottleneck(seed: int) -> None:
-    """Cut costs of the order of a layer (seeds < 15) or ten times that: the MILP's optimum is the least
-    bottleneck the closed form gives any mapping, segments charged by the rule."""
-    nm = instance(seed, 1.0 if seed < 15 else 10.0, inf_prob=0.0, mem_slack=100.0)
+@pytest.mark.parametrize("seed, messages", [(s, False) for s in range(30)] + [(s, True) for s in range(30, 60)])
+def test_the_throughput_milp_finds_the_least_charged_bottleneck(seed: int, messages: bool) -> None:
+    """Cut costs of the order of a layer (seeds < 15, 30..44) or ten times that: the MILP's optimum is the
+    least bottleneck the closed form gives any mapping, segments charged by the rule and, with
+    ``messages``, every message's two ends (``cluster.links``), sources and sinks drawn from the seed."""
+    nm = instance(seed, 1.0 if seed % 30 < 15 else 10.0, messages, inf_prob=0.0, mem_slack=100.0)
     batch = nm.evaluator.evaluate(every_mapping(nm), latency=False)
     best = float(batch.bottleneck_s[batch.fits].min())
     for every_term in (True, False):

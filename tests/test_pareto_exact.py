@@ -12,10 +12,12 @@ from hetsplit.search.oracle import brute_force
 from hetsplit.search.pareto_exact import compare_to_front
 
 
-@pytest.mark.parametrize("seed, cuts", [(s, False) for s in seeds(100, 1000)] + [(s, True) for s in seeds(40, 1500)])
+@pytest.mark.parametrize("seed, cuts", [(s, False) for s in seeds(100, 1000)] + [(s, True) for s in seeds(40, 1500)]
+                         + [(s, "messages") for s in seeds(30, 1600)])
 def test_front_equals_oracle(seed, cuts):
-    """With ``cuts`` each stage pays one segment; energy does not, so the front moves only along its bottleneck."""
-    p = with_cut_costs(random_problem(seed), seed) if cuts else random_problem(seed)
+    """With ``cuts`` each stage pays one segment (and with ``messages`` its messages' ends); energy does
+    not, so the front moves only along its bottleneck."""
+    p = with_cut_costs(random_problem(seed), seed, messages=cuts == "messages") if cuts else random_problem(seed)
     o = oracle_or_none(p)
     if o is None:
         with pytest.raises(InfeasibleError):

@@ -12,10 +12,12 @@ from hetsplit.search.oracle import brute_force
 from hetsplit.search.pipeedge import last_output_cut_bytes
 
 
-@pytest.mark.parametrize("seed, cuts", [(s, False) for s in seeds(60, 3000)] + [(s, True) for s in seeds(40, 3100)])
+@pytest.mark.parametrize("seed, cuts", [(s, False) for s in seeds(60, 3000)] + [(s, True) for s in seeds(40, 3100)]
+                         + [(s, "messages") for s in seeds(30, 3200)])
 def test_pipeedge_reaches_the_optimal_bottleneck_and_never_beats_the_oracle(seed, cuts):
-    """With ``cuts`` each stage pays one segment (call, boundary bytes, unfused first layer) in the DP's tables too."""
-    p = with_cut_costs(random_problem(seed), seed) if cuts else random_problem(seed)
+    """With ``cuts`` each stage pays one segment (call, boundary bytes, unfused first layer) in the DP's tables
+    too; with ``messages`` also its messages' ends (``cluster.links``)."""
+    p = with_cut_costs(random_problem(seed), seed, messages=cuts == "messages") if cuts else random_problem(seed)
     o = oracle_or_none(p)
     if o is None:
         with pytest.raises(InfeasibleError):

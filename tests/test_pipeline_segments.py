@@ -29,6 +29,12 @@ def task_graph_compute(problem: SplitProblem, tg: TaskGraph) -> np.ndarray:
             out[task.device] += float(costs.unfused_s[first, t])
     for device, nbytes in tg.segment_boundary_bytes():
         out[device] += costs.segment_cost(problem.cluster.types[types[device]]).seconds(nbytes)
+    links = problem.cluster.links
+    for m in tg.messages():            # each end of a message run by a task: its device's CPU per end
+        if m.producer >= 0:
+            out[m.src] += links.end_s[m.src] + links.end_byte_s[m.src] * m.nbytes
+        if m.consumers[0] >= 0:
+            out[m.dst] += links.end_s[m.dst] + links.end_byte_s[m.dst] * m.nbytes
     return out
 
 
@@ -44,11 +50,13 @@ def random_pipeline(rng: np.random.Generator, problem: SplitProblem) -> tuple[li
     return bounds, devices
 
 
-@pytest.mark.parametrize("seed", range(40))
-def test_closed_form_equals_the_task_graph_segments(seed):
+@pytest.mark.parametrize("seed, messages", [(s, False) for s in range(40)] + [(s, True) for s in range(40, 70)])
+def test_closed_form_equals_the_task_graph_segments(seed, messages):
+    """Also with message ends charged (``cluster.links``) and, then, a source and a sink that run no task."""
     rng = np.random.default_rng(seed)
+    ends = dict(source=bool(rng.random() < 0.5), sink=bool(rng.random() < 0.5)) if messages else {}
     p = with_cut_costs(random_problem(seed, n_layers=int(rng.integers(1, 9)), n_dev=int(rng.integers(2, 5)),
-                                      inf_prob=0.0), seed)
+                                      inf_prob=0.0, **ends), seed, messages=messages)
     assert p.costs.charges_cuts
     for _ in range(5):
         bounds, devices = random_pipeline(rng, p)

@@ -130,17 +130,24 @@ def test_a_negative_or_infinite_segment_cost_is_refused():
 
 
 def test_the_local_clusters_problem_carries_the_runtimes_segment_cost(monkeypatch):
-    """One owner: a plan made on this machine's ``local`` cluster is costed with the segment cost the
-    runtime's calibration measured (what ``here`` charges); any other cluster keeps its own."""
+    """One owner: a plan made on this machine's ``local`` cluster is costed with the segment cost and the
+    message ends' CPU the runtime's calibration measured (what ``here`` charges); any other cluster keeps
+    its own."""
     from hetsplit.runtime import calibration
     from hetsplit.workflow import load_problem
 
-    monkeypatch.setattr(calibration, "runtime_costs", lambda recalibrate=False: runtime(7e-5, 3e-10))
+    from dataclasses import replace
+
+    ends = replace(runtime(7e-5, 3e-10), worker_end_s=1.3e-4, worker_byte_s=2e-10)
+    monkeypatch.setattr(calibration, "runtime_costs", lambda recalibrate=False: ends)
     local = load_problem("resnet8", "local")
     for t in local.costs.types:
         got = local.costs.segment_cost(t)
         assert (got.call_s, got.byte_s, got.host_byte_s) == (7e-5, 3e-10, 0.0)
     assert local.costs.charges_cuts
+    if local.num_devices > 1:      # and each message end costs a worker what the calibration measured
+        assert list(local.cluster.links.end_s) == [1.3e-4] * local.num_devices
+        assert list(local.cluster.links.end_byte_s) == [2e-10] * local.num_devices
     other = load_problem("resnet8", "jetson-xavier-nx-4")
     for t in other.costs.types:   # its presets' own figures, not the runtime's
         got = other.costs.segment_cost(t)

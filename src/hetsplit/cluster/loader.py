@@ -61,7 +61,9 @@ SEGMENT_PARAMS = {"call": "segment_call_s", "byte": "segment_byte_s", "host_byte
 LINK_KEYS = ("default", "overrides", "ports")
 OVERRIDE_KEYS = ("between", "from", "to", "medium")
 GROUP_KEYS = ("devices", "medium")
-MEDIUM_KEYS = ("preset", "name") + tuple(MEDIUM_FIGURES)
+MEDIUM_KEYS = ("preset", "name", "message") + tuple(MEDIUM_FIGURES)
+# what each end of a message costs its device's CPU (cluster.links): the ``message:`` key of a medium
+MESSAGE_KEYS = ("cpu", "byte")
 MAX_DEVICES = 1024   # link tables are D x D (32 MiB at 1,024); a million devices would ask for terabytes
 # parameter names a device entry may carry inline (next to name, preset...) rather than under params:
 _MEDIUM_ONLY = {"bandwidth", "latency", "energy_per_byte", "memory"}
@@ -167,7 +169,7 @@ class _Builder:
         names = [e.name for e in entries]
         groups, group_media = self.groups(data.get("groups") or {}, entries)
         devices = self.assign_types(entries)
-        bw, lat, en, mnames = self.links(data, names, groups, group_media)
+        bw, lat, en, mnames, cpu, cpu_byte = self.links(data, names, groups, group_media)
         roles = {}
         for role in ("source", "sink"):
             value = data.get(role)
@@ -176,7 +178,8 @@ class _Builder:
             roles[role] = value
         return Cluster(name=str(data.get("name") or default_name), devices=devices, bandwidth=bw, latency_s=lat,
                        energy_per_byte=en, medium_names=mnames, groups=groups, origin=self.origin,
-                       description=str(data.get("description", "")), ports=self.ports(data), **roles)
+                       description=str(data.get("description", "")), ports=self.ports(data),
+                       message_cpu_s=cpu, message_cpu_byte_s=cpu_byte, **roles)
 
     # ---- devices --------------------------------------------------------------------------------
     def devices(self, raw: Any) -> list[_Entry]:
@@ -357,13 +360,15 @@ class _Builder:
         return str(value)
 
     def links(self, data: dict[str, Any], names: list[str], groups: dict[str, list[str]], group_media: dict[str, Medium]
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[list[str]]]:
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[list[str]], np.ndarray, np.ndarray]:
         n = len(names)
         raw = self.mapping(data.get("links") or {}, "links")
         self.reject_unknown(raw, LINK_KEYS, "links")
         bw = np.full((n, n), np.inf)
         lat = np.zeros((n, n))
         en = np.zeros((n, n))
+        cpu = np.zeros((n, n))
+        cpu_byte = np.zeros((n, n))
         mnames = [["" for _ in range(n)] for _ in range(n)]
         index = {name: i for i, name in enumerate(names)}
 
@@ -372,6 +377,7 @@ class _Builder:
                 for v in vs:
                     if u != v:
                         bw[u, v], lat[u, v], en[u, v] = medium.bandwidth, medium.latency_s, medium.energy_per_byte
+                        cpu[u, v], cpu_byte[u, v] = medium.message_cpu_s, medium.message_cpu_byte_s
                         mnames[u][v] = medium.name
 
         if "default" in raw:
@@ -407,7 +413,7 @@ class _Builder:
                     self.members(item["to"], f"{where}.to", index, groups), medium)
             else:
                 raise self.err(where, "say which links: between: [a, b] or from: a, to: b")
-        return bw, lat, en, mnames
+        return bw, lat, en, mnames, cpu, cpu_byte
 
     def members(self, name: Any, where: str, index: dict[str, int], groups: dict[str, list[str]]) -> list[int]:
         if name in index:
@@ -448,11 +454,24 @@ class _Builder:
                 values[key] = parse_quantity(spec[key], qkind, f"{self.origin}: {where}.{key}", warn_bare=True)
         if not values["bandwidth"] > 0:
             raise self.err(f"{where}.bandwidth", "must be > 0")
-        changed = any(k in spec for k in MEDIUM_FIGURES)
-        fallback = "custom" if base is None else f"{base.name}*" if changed else base.name
-        name = spec.get("name") or default_name or fallback
+        cpu, cpu_byte = (base.message_cpu_s, base.message_cpu_byte_s) if base else (0.0, 0.0)
+        if "message" in spec:
+            cpu, cpu_byte = self.message(spec["message"], f"{where}.message", cpu, cpu_byte)
+        changed = base is not None and any(k in spec for k in (*MEDIUM_FIGURES, "message"))
+        name = spec.get("name") or default_name or (f"{base.name}*" if changed else base.name if base else "custom")
         return Medium(str(name), values["bandwidth"], values["latency"], values["energy"],
-                      source=f"{self.origin}: {where}")
+                      source=f"{self.origin}: {where}", message_cpu_s=cpu, message_cpu_byte_s=cpu_byte)
+
+    def message(self, value: Any, where: str, cpu: float, cpu_byte: float) -> tuple[float, float]:
+        """A medium's ``message: {cpu: 0.13ms, byte: 0.3ns/B}`` (each optional, else ``cpu``/``cpu_byte``):
+        the CPU each end of a message costs its device, fixed and per byte (SI)."""
+        spec = self.mapping(value, where)
+        self.reject_unknown(spec, MESSAGE_KEYS, where, "cpu: seconds of CPU per message end; byte: per byte")
+        if "cpu" in spec:
+            cpu = parse_quantity(spec["cpu"], "time", f"{self.origin}: {where}.cpu")
+        if "byte" in spec:
+            cpu_byte = time_per_byte(spec["byte"], f"{self.origin}: {where}.byte")
+        return cpu, cpu_byte
 
     # ---- helpers --------------------------------------------------------------------------------
     def mapping(self, value: Any, where: str) -> dict[str, Any]:

@@ -13,9 +13,11 @@ from hetsplit.errors import HetsplitError
 LOCAL_TEMPLATE = "local"      # the built-in cluster whose device and link stand for this machine's processes
 
 
-def local_cluster(devices: list[str], name: str = "local-processes", link_latency_s: float | None = None) -> Cluster:
+def local_cluster(devices: list[str], name: str = "local-processes", link_latency_s: float | None = None,
+                  message_cpu: tuple[float, float] | None = None) -> Cluster:
     """A cluster of ``devices`` (the plan's unit names), each a ``local-cpu`` worker process, joined by
-    the ``local`` built-in's loopback link (its latency ``link_latency_s`` when given, e.g. measured)."""
+    the ``local`` built-in's loopback link (its latency ``link_latency_s`` when given, e.g. measured; the
+    CPU each message end costs, fixed and per byte, ``message_cpu`` when given)."""
     from hetsplit.cluster.examples import builtin_spec
     from hetsplit.cluster.loader import cluster_from_dict
 
@@ -27,8 +29,12 @@ def local_cluster(devices: list[str], name: str = "local-processes", link_latenc
                                        "plan's units (the built-in local cluster's device and loopback link)",
                 devices=[{**template, "name": d} for d in devices])
     spec.pop("groups", None)
+    link = dict(spec["links"]["default"])
     if link_latency_s is not None:
-        spec["links"] = {"default": {**spec["links"]["default"], "latency": f"{float(link_latency_s)!r}s"}}
+        link["latency"] = f"{float(link_latency_s)!r}s"
+    if message_cpu is not None:
+        link["message"] = {"cpu": f"{float(message_cpu[0])!r}s", "byte": float(message_cpu[1])}
+    spec["links"] = {"default": link}
     return cluster_from_dict(spec, origin=f"built-in {LOCAL_TEMPLATE}, renamed to the plan's units")
 
 

@@ -22,7 +22,9 @@ PRESET_DIR = Path(__file__).parent / "presets"
 MEDIUM = "medium"  # the ``kind`` of a medium preset
 _COMMON_KEYS = ("format", "name", "kind", "description", "references", "notes")
 _DEVICE_KEYS = _COMMON_KEYS + ("model", "type", "memory", "params")
-_MEDIUM_KEYS = _COMMON_KEYS + ("bandwidth", "latency", "energy")
+_MEDIUM_KEYS = _COMMON_KEYS + ("bandwidth", "latency", "energy", "message_cpu", "message_byte")
+# optional medium figures: each end of a message's CPU (cluster.links), fixed and per byte; absent: 0
+MESSAGE_FIGURES = {"message_cpu": "time", "message_byte": "time_per_byte"}
 # medium figure -> quantity kind
 MEDIUM_FIGURES = {"bandwidth": "bandwidth", "latency": "time", "energy": "energy_per_byte"}
 
@@ -56,7 +58,9 @@ class Preset:
                                f"media are {preset_names(MEDIUM)}")
         f = self.figures
         return Medium(self.name, f["bandwidth"], f["latency"], f["energy"],
-                      source="; ".join(f"{k}: {self.sources[k]}" for k in MEDIUM_FIGURES))
+                      source="; ".join(f"{k}: {self.sources[k]}" for k in (*MEDIUM_FIGURES, *MESSAGE_FIGURES)
+                                       if k in self.sources),
+                      message_cpu_s=f.get("message_cpu", 0.0), message_cpu_byte_s=f.get("message_byte", 0.0))
 
 
 def preset_names(kind: str | None = None) -> list[str]:
@@ -129,6 +133,11 @@ def _load_preset_file(path_str: str, mtime_ns: int, size: int) -> Preset:  # noq
     if kind == MEDIUM:
         figures = {key: parse_quantity(_figure(data, key, path, written, sources), qkind, f"{path}: {key}")
                    for key, qkind in MEDIUM_FIGURES.items()}
+        for key in MESSAGE_FIGURES:
+            if key in data:
+                value = _figure(data, key, path, written, sources)
+                figures[key] = (parse_quantity(value, "time", f"{path}: {key}") if key == "message_cpu"
+                                else _time_per_byte(value, f"{path}: {key}"))
         if not figures["bandwidth"] > 0:
             raise ClusterError(f"{path}: bandwidth must be > 0")
         return Preset(**common, figures=figures, written=written, sources=sources)
@@ -169,3 +178,9 @@ def _reject_unknown(data: dict[str, Any], allowed: tuple[str, ...], where: str, 
             close = difflib.get_close_matches(str(key), allowed, n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
             raise ClusterError(f"{where}: {prefix}{key}: unknown key; {hint}allowed keys are {', '.join(allowed)}")
+
+
+def _time_per_byte(value: Any, where: str) -> float:
+    from hetsplit.cluster.loader import time_per_byte
+
+    return time_per_byte(value, where)

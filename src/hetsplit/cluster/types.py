@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from hetsplit.cluster.links import LinkTables, end_time, message_energy, message_time, seconds_per_byte
 from hetsplit.errors import ClusterError
 
 DEVICE_KINDS = ("cpu", "gpu", "cim", "mcu", "imc", "dpu")
@@ -22,19 +23,26 @@ PORTS = ("links", "shared")  # how messages share the wires: per directed link, 
 
 @dataclass(frozen=True)
 class Medium:
-    """A link technology: bandwidth (bytes/s), latency (s) and energy (J/byte)."""
+    """A link technology: bandwidth (bytes/s), latency (s per message), energy (J/byte) and what each end
+    of a message costs its device's CPU (s per message, s per byte); ``cluster.links`` says how they are
+    charged."""
 
     name: str
     bandwidth: float
     latency_s: float = 0.0
     energy_per_byte: float = 0.0
     source: str = ""  # where the figures come from
+    message_cpu_s: float = 0.0       # CPU per message end, fixed part
+    message_cpu_byte_s: float = 0.0  # ... per byte
 
     def transfer_time(self, nbytes: float) -> float:
-        return 0.0 if nbytes <= 0 else self.latency_s + nbytes / self.bandwidth
+        return float(message_time(self.latency_s, seconds_per_byte(self.bandwidth), float(nbytes)))
 
     def transfer_energy(self, nbytes: float) -> float:
-        return nbytes * self.energy_per_byte
+        return float(message_energy(self.energy_per_byte, float(nbytes)))
+
+    def end_cpu(self, nbytes: float) -> float:
+        return float(end_time(self.message_cpu_s, self.message_cpu_byte_s, float(nbytes)))
 
 
 @dataclass(frozen=True)
@@ -80,8 +88,15 @@ class Cluster:
     description: str = ""          # what the cluster models, where its set-up comes from
     ports: str = "links"           # "links": every directed link carries its own messages; "shared": a
     #                                device has one port that its messages in and out take in turn
+    message_cpu_s: np.ndarray | None = None       # D x D: CPU each end of a message costs, fixed (None: 0)
+    message_cpu_byte_s: np.ndarray | None = None  # D x D: ... per byte (None: 0)
 
     def __post_init__(self) -> None:
+        d = len(self.devices)
+        if self.message_cpu_s is None:
+            self.message_cpu_s = np.zeros((d, d))
+        if self.message_cpu_byte_s is None:
+            self.message_cpu_byte_s = np.zeros((d, d))
         self.validate()
 
     def validate(self) -> None:
@@ -94,7 +109,8 @@ class Cluster:
             raise ClusterError(f"{where}: duplicate device names {sorted(dup)}; give each device its own name")
         d = len(self.devices)
         for label, m in (("bandwidth", self.bandwidth), ("latency_s", self.latency_s),
-                         ("energy_per_byte", self.energy_per_byte)):
+                         ("energy_per_byte", self.energy_per_byte), ("message_cpu_s", self.message_cpu_s),
+                         ("message_cpu_byte_s", self.message_cpu_byte_s)):
             if m.shape != (d, d):
                 raise ClusterError(f"{where}: link matrix {label} has shape {m.shape}, expected {(d, d)}")
         off = ~np.eye(d, dtype=bool)
@@ -167,16 +183,26 @@ class Cluster:
     def sink_index(self) -> int | None:
         return None if self.sink is None else self.index(self.sink)
 
+    def with_message_cpu(self, cpu_s: float, byte_s: float) -> "Cluster":
+        """This cluster with every link's message ends costing ``cpu_s`` + ``byte_s`` per byte of CPU."""
+        from dataclasses import replace
+
+        off = ~np.eye(self.num_devices, dtype=bool)
+        return replace(self, message_cpu_s=np.where(off, float(cpu_s), 0.0),
+                       message_cpu_byte_s=np.where(off, float(byte_s), 0.0))
+
+    @cached_property
+    def links(self) -> LinkTables:
+        """The link tables every cost reads (``cluster.links``)."""
+        return LinkTables.of(self)
+
     def transfer_time(self, u: int, v: int, nbytes: float | np.ndarray) -> float | np.ndarray:
         """Seconds to move ``nbytes`` from device u to v (0 on the same device or for 0 bytes)."""
-        nb = np.asarray(nbytes, dtype=np.float64)
-        t = np.where(nb > 0, self.latency_s[u, v] + nb / self.bandwidth[u, v], 0.0)
-        return t if t.ndim else float(t)
+        return self.links.time(u, v, nbytes)
 
     def transfer_energy(self, u: int, v: int, nbytes: float | np.ndarray) -> float | np.ndarray:
         """Joules to move ``nbytes`` from device u to v."""
-        e = np.asarray(nbytes, dtype=np.float64) * self.energy_per_byte[u, v]
-        return e if e.ndim else float(e)
+        return self.links.energy(u, v, nbytes)
 
 
 def uniform_links(n: int, medium: Medium) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[list[str]]]:

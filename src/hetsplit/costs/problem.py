@@ -76,8 +76,32 @@ class SplitProblem:
     # ---- stage costs (vectorized: i, j, d broadcast) --------------------------------------------
     def stage_time(self, i: Index, j: Index, d: Index) -> Broadcast:
         """Compute seconds of layers i..j-1 on device d as one segment: the layers' times plus what the
-        segment costs beyond them (``segment_time``)."""
-        return self.costs.range_time(i, j, self.device_type[d]) + self.segment_time(i, j, d)
+        segment costs beyond them (``segment_time``) and its messages' ends (``message_end_time``)."""
+        return (self.costs.range_time(i, j, self.device_type[d]) + self.segment_time(i, j, d)
+                + self.message_end_time(i, j, d))
+
+    def message_end_time(self, i, j, d):
+        """CPU a stage of layers i..j-1 on device d spends on its messages' ends (``cluster.links``):
+        receiving cut i and sending cut j (``receive_end_time``, ``send_end_time``). 0 for an empty stage."""
+        i_arr, j_arr = np.asarray(i), np.asarray(j)
+        t = np.where(j_arr > i_arr, self.receive_end_time(i_arr, d) + self.send_end_time(j_arr, d), 0.0)
+        return t if np.ndim(t) else float(t)
+
+    def receive_end_time(self, k, d):
+        """CPU device d spends receiving cut k as a stage's first cut: from the stage before (k > 0, on
+        another device) or the model input from the cluster's source when that is another device."""
+        src = self.cluster.source_index
+        k, d = np.asarray(k), np.asarray(d)
+        moves = (k > 0) | ((d != src) if src is not None else False)
+        return moves * self.cluster.links.end(d, self.cut_bytes[k])
+
+    def send_end_time(self, k, d):
+        """CPU device d spends sending cut k as a stage's last cut: to the stage after (k < L) or the
+        outputs to the cluster's sink when that is another device."""
+        snk = self.cluster.sink_index
+        k, d = np.asarray(k), np.asarray(d)
+        moves = (k < self.num_layers) | ((d != snk) if snk is not None else False)
+        return moves * self.cluster.links.end(d, self.cut_bytes[k])
 
     def layers_time(self, i: Index, j: Index, d: Index) -> Broadcast:
         """Seconds of layers i..j-1 on device d as the whole model's run times them (no cut charged)."""
@@ -108,14 +132,10 @@ class SplitProblem:
     # ---- communication -------------------------------------------------------------------------
     def cut_time(self, k: Index, u: Index, v: Index) -> Broadcast:
         """Seconds to move the tensors live across cut k from device u to v (0 if u == v)."""
-        nb = self.cut_bytes[k]
-        same = np.asarray(u) == np.asarray(v)
-        t = np.where(same | (nb <= 0), 0.0, self.cluster.latency_s[u, v] + nb / self.cluster.bandwidth[u, v])
-        return t if np.ndim(t) else float(t)
+        return self.cluster.links.time(u, v, self.cut_bytes[k])
 
     def cut_energy(self, k: Index, u: Index, v: Index) -> Broadcast:
-        e = self.cut_bytes[k] * self.cluster.energy_per_byte[u, v]
-        return e if np.ndim(e) else float(e)
+        return self.cluster.links.energy(u, v, self.cut_bytes[k])
 
     def fits(self, i: Index, j: Index, d: Index) -> Broadcast:
         return self.stage_mem(i, j, d) <= self.memory_bytes[d]

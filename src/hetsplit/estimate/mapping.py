@@ -1,9 +1,9 @@
 """The closed-form evaluator of mappings, over many device assignments of one TaskGraph (compiled).
 
 Semantics (docs/architecture.md, "The estimator"), for a stream of inputs:
-- per-device compute = the sum of its tasks' times; a link's busy time = its bytes / bandwidth +
-  its latency per message, where a message is one payload sent once from one device to another
-  (with ``ports="shared"``: a device port's busy time = every message in or out of the device); a
+- per-device compute = the sum of its tasks' times and of its message ends' CPU; a link's busy time =
+  its messages' times (``cluster.links``), where a message is one payload sent once from one device to
+  another (with ``ports="shared"``: a device port's busy time = every message in or out of it); a
   device's memory channel's busy time = its extra jobs (weight loads); throughput = 1 / the largest
   of these (compute, transfers and loads overlap);
 - latency = one input alone through the task DAG with transfers (``schedule.one_input``): each
@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 from numba import get_num_threads, njit, prange
 
+from hetsplit.cluster.links import end_time_jit, message_energy_jit, message_time_jit, wire_ids
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import PlanError
 from hetsplit.estimate.batch import BatchMetrics
@@ -77,7 +78,7 @@ class MappingEvaluator:
         types = problem.device_type  # per (task, device): time, energy, memory at 3 * (t * D + d) + 0, 1, 2
         self._tables = np.ascontiguousarray(np.stack([a[:, types] for a in (
             self.costs.time_s, self.costs.energy_j, self.costs.mem_bytes)], axis=-1).ravel(), dtype=np.float64)
-        self._links = _link_tables(problem)
+        self._links = problem.cluster.links.flat()
 
     def check_devices(self, devices: np.ndarray | None, bounds: bool = True) -> np.ndarray:
         """Assignments of the given task graph's tasks, validated (N x T); ``bounds=False`` leaves the
@@ -140,11 +141,13 @@ class MappingEvaluator:
 
     def kernel_net(self) -> tuple[Any, ...]:
         """The cluster as ``plan_figures`` reads it (``net``): link tables, memory per device, source, sink,
-        shared ports."""
+        shared ports, then each device's CPU per message end (fixed, per byte; ``cluster.links``)."""
         cl = self.problem.cluster
+        lk = cl.links
         return (*self._links, self.problem.memory_bytes.astype(np.float64),
                 -1 if cl.source_index is None else cl.source_index,
-                -1 if cl.sink_index is None else cl.sink_index, cl.ports == "shared")
+                -1 if cl.sink_index is None else cl.sink_index, lk.shared, lk.end_s.copy(), lk.end_byte_s.copy(),
+                lk.charges_ends)
 
     def metrics(self, out: tuple[np.ndarray, ...], extras: list[ExtraJobs] | None = None) -> BatchMetrics:
         """The BatchMetrics of the kernel's outputs (``kernel_outputs``) and the plans' extra jobs."""
@@ -191,16 +194,6 @@ def evaluate_mappings(problem: SplitProblem, tg: TaskGraph, devices: np.ndarray 
                       costs: TaskCosts | None = None, extras: list[ExtraJobs] | None = None) -> BatchMetrics:
     """Metrics of N device assignments of ``tg`` (default: its own assignment)."""
     return MappingEvaluator(problem, tg, costs).evaluate(devices, extras=extras)
-
-
-def _link_tables(problem: SplitProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Latency, seconds per byte and joules per byte of every (u, v) pair, flattened (u * D + v);
-    zero on the diagonal (a device does not send to itself)."""
-    cl = problem.cluster
-    off = ~np.eye(problem.num_devices, dtype=bool)
-    with np.errstate(divide="ignore"):
-        per_byte = np.where(off, 1.0 / cl.bandwidth, 0.0)
-    return (np.where(off, cl.latency_s, 0.0).ravel(), per_byte.ravel(), np.where(off, cl.energy_per_byte, 0.0).ravel())
 
 
 def parallel_chunks(n: int, jobs: int = 0) -> int:
@@ -392,23 +385,37 @@ def plan_segments(row, has_ov, ov_time, ov_bytes, e_src, e_dst, e_bytes, out_ptr
 
 
 @njit(cache=True, inline="always")
-def _send(busy, u, v, pair, x, top, top_res, shared_ports, up):
-    """Charge a message of ``x`` seconds from device u to v (unsigned; ``pair``: u * D + v) to its link, or
-    to both devices' ports; the busiest resource so far (``_charge``)."""
+def _send(busy, u, v, x, top, top_res, shared_ports, ud):
+    """Charge a message of ``x`` seconds from device u to v (unsigned) to the wires it holds
+    (``cluster.links.wire_ids``: its link, or both devices' ports); the busiest resource so far (``_charge``)."""
+    w0, w1 = wire_ids(shared_ports, u, v, ud, np.uint64(0))
+    top, top_res = _charge(busy, w0, x, top, top_res)
     if shared_ports:
-        top, top_res = _charge(busy, up + u, x, top, top_res)
-        return _charge(busy, up + v, x, top, top_res)
-    return _charge(busy, pair, x, top, top_res)
+        return _charge(busy, w1, x, top, top_res)
+    return top, top_res
 
 
 @njit(cache=True, inline="always")
 def _record(e, x, u, v, n_dev, shared_ports, xfer, r0, r1):
     """What one input's schedule reads of edge e's message (``x`` seconds, u -> v): its time and resources."""
     xfer[e] = x
+    w0, w1 = wire_ids(shared_ports, u, v, n_dev, n_dev)
+    r0[e] = w0
     if shared_ports:
-        r0[e], r1[e] = n_dev + n_dev * n_dev + u, n_dev + n_dev * n_dev + v
-    else:
-        r0[e] = n_dev + u * n_dev + v
+        r1[e] = w1
+
+
+@njit(cache=True, inline="always")
+def _ends(acc, dur, with_latency, u, v, sender, reader, nb, end_s, end_b):
+    """Charge a message's two ends (``cluster.links``) to the compute of devices u and v (unsigned), and to
+    the durations of the task that sends it and the task that first reads it."""
+    cs = end_time_jit(end_s[u], end_b[u], nb)
+    cr = end_time_jit(end_s[v], end_b[v], nb)
+    acc[np.uint64(3) * u] += cs
+    acc[np.uint64(3) * v] += cr
+    if with_latency:
+        dur[sender] += cs
+        dur[reader] += cr
 
 
 @njit(cache=True, inline="always")
@@ -434,7 +441,7 @@ def plan_figures(p0, rows, has_ov, ov_time, ov_energy, ov_mem, ov_bytes, tables,
      g_tasks, s_on, s_in_ptr, s_in_edges, s_b_ptr, s_b_edges, s_prev, s_unfused, s_call, s_byte, s_type, s_types,
      s_shard) = st
     sg = (s_on, s_in_ptr, s_in_edges, s_b_ptr, s_b_edges, s_prev, s_unfused, s_call, s_byte, s_type, s_types, s_shard)
-    lat, per_byte, joule, capacity, source, sink, shared_ports = net
+    lat, per_byte, joule, capacity, source, sink, shared_ports, end_s, end_b, ends = net
     x_ptr, x_dur, x_res, x_after, x_before = xj
     (compute, energy_dev, mem_dev, participates, latency, comm_e, comm_t, task_e, max_busy, max_link, bottleneck,
      fits, valid) = out
@@ -444,7 +451,7 @@ def plan_figures(p0, rows, has_ov, ov_time, ov_energy, ov_mem, ov_bytes, tables,
     n_dev = len(capacity)
     ports = n_dev * n_dev                # ``busy``: links u * D + v, then ports; schedule resources are D more
     # the hot loops index with unsigned integers: numba adds no wrap-around of negative indices to them
-    u1, u2, u3, ud, up, none = np.uint64(1), np.uint64(2), np.uint64(3), np.uint64(n_dev), np.uint64(ports), NO_RESOURCE
+    u1, u2, u3, ud, none = np.uint64(1), np.uint64(2), np.uint64(3), np.uint64(n_dev), NO_RESOURCE
     p_src, p_dst, p_edge = e_src[plain].astype(np.uint64), e_dst[plain].astype(np.uint64), plain.astype(np.uint64)
     p_bytes = e_bytes[plain]
     for i in range(rows.shape[0]):
@@ -490,14 +497,16 @@ def plan_figures(p0, rows, has_ov, ov_time, ov_energy, ov_mem, ov_bytes, tables,
             uu, vu = np.uint64(row[p_src[ju]]), np.uint64(row[p_dst[ju]])
             pu = uu * ud + vu
             if nb > 0 and uu != vu:
-                x = lat[pu] + nb * per_byte[pu]
-                eb = nb * joule[pu]
+                x = message_time_jit(lat[pu], per_byte[pu], nb)
+                eb = message_energy_jit(joule[pu], nb)
+                if ends:
+                    _ends(acc, dur, with_latency, uu, vu, p_src[ju], p_dst[ju], nb, end_s, end_b)
                 acc[u3 * uu + u1] += eb
                 acc[u3 * uu + u2] += nb
                 acc[u3 * vu + u2] += nb
                 c_e += eb
                 c_t += x
-                top, top_res = _send(busy, uu, vu, pu, x, top, top_res, shared_ports, up)
+                top, top_res = _send(busy, uu, vu, x, top, top_res, shared_ports, ud)
         for g in range(g_tasks):             # a payload read by several tasks: a message per other device
             lo, hi = g_ptr[g], g_ptr[g + 1]
             for j in range(lo, hi):
@@ -513,11 +522,14 @@ def plan_figures(p0, rows, has_ov, ov_time, ov_energy, ov_mem, ov_bytes, tables,
                     moved_edge[vu] = e
                     carrier[e] = e
                     pu = uu * ud + vu
-                    x = lat[pu] + nb * per_byte[pu]
-                    eb = nb * joule[pu]
+                    x = message_time_jit(lat[pu], per_byte[pu], nb)
+                    eb = message_energy_jit(joule[pu], nb)
+                    if ends:
+                        _ends(acc, dur, with_latency, uu, vu, np.uint64(e_src[e]), np.uint64(e_dst[e]), nb, end_s,
+                              end_b)
                     if with_latency:
                         _record(e, x, np.int64(uu), np.int64(vu), n_dev, shared_ports, xfer, r0, r1)
-                    top, top_res = _send(busy, uu, vu, pu, x, top, top_res, shared_ports, up)
+                    top, top_res = _send(busy, uu, vu, x, top, top_res, shared_ports, ud)
                     n_msg += 1
                     acc[u3 * uu + u1] += eb
                     acc[u3 * uu + u2] += nb
@@ -550,11 +562,21 @@ def plan_figures(p0, rows, has_ov, ov_time, ov_energy, ov_mem, ov_bytes, tables,
                 carrier[e] = moved_edge[v] if moves else -1
                 if sent:
                     pair = u * n_dev + v
-                    x = lat[pair] + nb * per_byte[pair]
-                    eb = nb * joule[pair]
+                    x = message_time_jit(lat[pair], per_byte[pair], nb)
+                    eb = message_energy_jit(joule[pair], nb)
+                    if ends:      # the source and the sink run no task: their ends are charged nothing
+                        if s >= 0:
+                            c = end_time_jit(end_s[u], end_b[u], nb)
+                            acc[3 * u] += c
+                            if with_latency:
+                                dur[s] += c
+                        if q >= 0:
+                            c = end_time_jit(end_s[v], end_b[v], nb)
+                            acc[3 * v] += c
+                            if with_latency:
+                                dur[q] += c
                     _record(e, x, u, v, n_dev, shared_ports, xfer, r0, r1)
-                    top, top_res = _send(busy, np.uint64(u), np.uint64(v), np.uint64(pair), x, top, top_res,
-                                         shared_ports, up)
+                    top, top_res = _send(busy, np.uint64(u), np.uint64(v), x, top, top_res, shared_ports, ud)
                     n_msg += 1
                     acc[3 * u + 1] += eb
                     c_e += eb
@@ -588,7 +610,8 @@ def plan_figures(p0, rows, has_ov, ov_time, ov_energy, ov_mem, ov_bytes, tables,
             nb = ov_bytes[i, e] if has_ov else e_bytes[e]
             carrier[e] = e if u != v and nb > 0 else -1
             if carrier[e] >= 0:
-                _record(e, lat[u * n_dev + v] + nb * per_byte[u * n_dev + v], u, v, n_dev, shared_ports, xfer, r0, r1)
+                _record(e, message_time_jit(lat[u * n_dev + v], per_byte[u * n_dev + v], nb), u, v, n_dev, shared_ports,
+                        xfer, r0, r1)
                 n_msg += 1
         for t in range(rows.shape[1]):       # a task of no duration that sends nothing holds no device
             held[t] = rows[i, t]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from hetsplit.cluster.links import wire_ids
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import PlanError
 from hetsplit.estimate.batch import BatchMetrics, concat_metrics
@@ -58,11 +59,12 @@ def _busiest(tt: np.ndarray, lu: np.ndarray, lv: np.ndarray, n_dev: int, shared:
     port, which carries every transfer in or out of it. Returns (time, N x 2 (u, v); (d, d) for a
     port; -1 when nothing moves); ties go to the lowest wire index (links u * D + v, then ports)."""
     n = len(tt)
+    w0, w1 = wire_ids(shared, lu.astype(np.int64), lv.astype(np.int64), n_dev, 0)   # ``cluster.links``
     if shared:
-        wire = np.concatenate([n_dev * n_dev + lu, n_dev * n_dev + lv], axis=1)
+        wire = np.concatenate([w0, w1], axis=1)
         time = np.concatenate([tt, tt], axis=1)
     else:
-        wire, time = lu * n_dev + lv, tt
+        wire, time = w0, tt
     wire = np.where(time > 0, wire, -1)
     width = n_dev * n_dev + n_dev
     flat = (np.arange(n)[:, None] * width + wire)[wire >= 0]
@@ -150,7 +152,7 @@ def evaluate_pipelines(problem: SplitProblem, bounds: np.ndarray, devices: np.nd
         te = np.stack(transfers_e, axis=1)
         lu = np.stack([lk[0] for lk in links], axis=1)
         lv = np.stack([lk[1] for lk in links], axis=1)
-        max_tr, link = _busiest(tt, lu, lv, n_dev, problem.cluster.ports == "shared")
+        max_tr, link = _busiest(tt, lu, lv, n_dev, problem.cluster.links.shared)
         comm_t, comm_e = tt.sum(axis=1), te.sum(axis=1)
     else:
         max_tr = np.zeros(n)

@@ -36,8 +36,10 @@ def runs_here(cluster: Cluster) -> bool:
 def workers_problem(graph: Graph, profile: Profile, devices: list[str],
                     link_latency_s: float | None = None, segment: SegmentCost | None = None) -> SplitProblem:
     """The SplitProblem of ``graph`` on ``devices`` as local-cpu worker processes, costs from ``profile``
-    (links: the loopback link, at ``link_latency_s`` when given; what a segment costs a worker:
-    ``segment`` when given, e.g. the runtime's calibration, in place of the profile's)."""
+    (links: the loopback link, at ``link_latency_s`` when given, its message ends costing the workers
+    nothing there: the ``here`` fidelity charges every process's ends itself, the driver's included; what a
+    segment costs a worker: ``segment`` when given, e.g. the runtime's calibration, in place of the
+    profile's)."""
     from hetsplit.costs import build_problem
     from hetsplit.costs.profiler import LOCAL_CPU
 
@@ -50,7 +52,7 @@ def workers_problem(graph: Graph, profile: Profile, devices: list[str],
     costs = profile.costs.select([LOCAL_CPU])
     if segment is not None:
         costs = replace(costs, segment={LOCAL_CPU: segment})
-    return build_problem(graph, local_cluster(devices, link_latency_s=link_latency_s), costs)
+    return build_problem(graph, local_cluster(devices, link_latency_s=link_latency_s, message_cpu=(0.0, 0.0)), costs)
 
 
 def _first_diff(a: list[str], b: list[str]) -> str:

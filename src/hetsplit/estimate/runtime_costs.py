@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from hetsplit.cluster.links import end_time
 from hetsplit.costs.segment import SegmentCost
 
 
@@ -33,10 +34,10 @@ class RuntimeCosts:
     measured_segments: list[dict[str, Any]] = field(default_factory=list)   # per toy segment: the segment fit's
 
     def end_cpu_s(self, at_driver: bool, nbytes: float) -> float:
-        """CPU one end of a message of ``nbytes`` costs its process."""
+        """CPU one end of a message of ``nbytes`` costs its process (the link rule's ``end_time``)."""
         if at_driver:
-            return self.driver_end_s + self.driver_byte_s * float(nbytes)
-        return self.worker_end_s + self.worker_byte_s * float(nbytes)
+            return float(end_time(self.driver_end_s, self.driver_byte_s, float(nbytes)))
+        return float(end_time(self.worker_end_s, self.worker_byte_s, float(nbytes)))
 
     @property
     def segment(self) -> SegmentCost:

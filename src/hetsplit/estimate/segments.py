@@ -13,7 +13,10 @@ its devices:
   another segment. Shards and combines never pay it.
 
 ``segment_charges`` applies it to one TaskGraph; the compiled closed form (``mapping.plan_figures``)
-applies the same rule to every device assignment it evaluates, computing the segments itself.
+applies the same rule to every device assignment it evaluates, computing the segments itself. Both
+also charge each message's two ends (``cluster.links``): the CPU its sender and its first reader at the
+destination spend, on those two tasks (``message_end_charges``; the source and the sink run no task and
+are charged nothing).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from hetsplit.plan.tasks import TaskGraph
 WHOLE_KINDS = ("layer", "stage")   # tasks that compute whole layers (they pay a broken fusion)
 SEGMENT_PART = "segment call"      # the part of a task's time its segment's call and boundary bytes add
 UNFUSED_PART = "unfused"           # ... and what a layer cut off from the layer before it adds
+MESSAGE_PART = "message ends"      # ... and the CPU of the ends of the messages it sends and first reads
 
 
 @dataclass(frozen=True)
@@ -90,18 +94,33 @@ def segment_charges(problem: SplitProblem, tg: TaskGraph) -> SegmentCharges:
     return SegmentCharges(segment, unfused)
 
 
+def message_end_charges(tg: TaskGraph) -> np.ndarray:
+    """Per task (T): the CPU of the message ends it handles (``cluster.links``): each message's sending
+    end on its producer, its receiving end on its first reader at the destination."""
+    links = tg.cluster.links
+    out = np.zeros(tg.num_tasks)
+    for m in tg.messages():
+        if m.producer >= 0:
+            out[m.producer] += links.end(m.src, m.nbytes)
+        if m.consumers and m.consumers[0] >= 0:
+            out[m.consumers[0]] += links.end(m.dst, m.nbytes)
+    return out
+
+
 def charged(problem: SplitProblem, tg: TaskGraph, costs: TaskCosts) -> TaskCosts:
-    """``costs`` (of ``tg``'s tasks) with ``segment_charges`` added to each task's time on its own device's
-    type, as parts of their own (``SEGMENT_PART``, ``UNFUSED_PART``). ``costs`` itself when nothing is
-    charged."""
-    if not problem.costs.charges_cuts:
+    """``costs`` (of ``tg``'s tasks) with ``segment_charges`` and ``message_end_charges`` added to each
+    task's time on its own device's type, as parts of their own (``SEGMENT_PART``, ``UNFUSED_PART``,
+    ``MESSAGE_PART``). ``costs`` itself when nothing is charged."""
+    cuts, ends = problem.costs.charges_cuts, tg.cluster.links.charges_ends
+    if not (cuts or ends):
         return costs
     got = segment_charges(problem, tg)
     rows = np.arange(tg.num_tasks)
     cols = problem.device_type[tg.device]
     parts = {k: v.copy() for k, v in costs.parts.items()} or {"compute": costs.time_s.copy()}
     time = costs.time_s.copy()
-    for name, extra in ((SEGMENT_PART, got.segment_s), (UNFUSED_PART, got.unfused_s)):
+    charges = [(SEGMENT_PART, got.segment_s), (UNFUSED_PART, got.unfused_s)] if cuts else []
+    for name, extra in charges + ([(MESSAGE_PART, message_end_charges(tg))] if ends else []):
         add = np.zeros_like(time)
         add[rows, cols] = extra
         parts[name] = add

@@ -8,10 +8,10 @@ utilization and the timeline (docs/architecture.md, "The estimator").
 Work items, per input ``i`` (N inputs) of one TaskGraph ``tg``:
 
 - a *compute job* per task ``t`` on device ``tg.tasks[t].device``, taking ``TaskCosts.time_s`` of
-  that device's type;
+  that device's type, plus what its segment and its messages' ends add (``segments.charged``);
 - a *transfer job* per message ``m`` of ``tg.messages()`` (one payload once from device ``src`` to
-  ``dst``) on the directed link ``(src, dst)`` (with ``cluster.ports == "shared"``: holding the
-  ports of both devices), taking ``latency_s[src, dst] + nbytes / bandwidth[src, dst]``;
+  ``dst``) on the wires ``cluster.links`` says it holds (its directed link, or with ``ports: shared``
+  both devices' ports), for the time ``cluster.links.message_time`` gives;
 - an *extra job* per ``ExtraJobs`` entry (an MCU's weight load) on its device's memory channel; on
   a cluster whose devices keep weights off chip the memory model (``memory.py``) gives these and
   the task costs, as it does for the closed form.
@@ -62,6 +62,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
+from hetsplit.cluster.links import wires
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import HetsplitError, PlanError
 from hetsplit.limits import check_memory
@@ -250,7 +251,7 @@ def _compile(problem: SplitProblem, tg: TaskGraph, costs: TaskCosts, messages: l
                         f"{time_s[bad[0]]}); place it on a device that can")
     resource, names, kinds = _resources(tg, messages, extras)
     duration = [float(x) for x in time_s] + \
-        [float(cl.latency_s[m.src, m.dst] + m.nbytes / cl.bandwidth[m.src, m.dst]) for m in messages] + \
+        [float(cl.links.time(m.src, m.dst, m.nbytes)) for m in messages] + \
         [float(x) for x in extras.duration_s]
     tokens = _tokens(tg, messages)
     for x, before in enumerate(extras.before):
@@ -281,16 +282,14 @@ def _resources(tg: TaskGraph, messages: list[Message], extras: ExtraJobs
     links that carry messages (or with ``ports="shared"`` the devices' ports), then the devices'
     memory channels that extra jobs use (each group in index order)."""
     names = tg.cluster.names
-    shared = tg.cluster.ports == "shared"
+    shared = tg.cluster.links.shared
     devices = sorted({int(d) for d in tg.device})
-    wires = sorted({w for m in messages for w in ([("port", m.src), ("port", m.dst)] if shared
-                                                   else [("link", m.src, m.dst)])})
+    held = sorted({w for m in messages for w in wires(shared, m.src, m.dst)})
     channels = sorted({int(d) for d in extras.device})
-    keys = [("device", d) for d in devices] + wires + [("memory", d) for d in channels]
+    keys = [("device", d) for d in devices] + held + [("memory", d) for d in channels]
     index = {k: r for r, k in enumerate(keys)}
     resource: list[tuple[int, ...]] = [(index[("device", int(d))],) for d in tg.device]
-    resource += [(index[("port", m.src)], index[("port", m.dst)]) if shared else (index[("link", m.src, m.dst)],)
-                 for m in messages]
+    resource += [tuple(index[w] for w in wires(shared, m.src, m.dst)) for m in messages]
     resource += [(index[("memory", int(d))],) for d in extras.device]
     label: dict[str, Callable[[tuple[Any, ...]], str]] = {"device": lambda k: names[k[1]], "link": lambda k: f"{names[k[1]]}->{names[k[2]]}",
              "port": lambda k: f"{names[k[1]]} port", "memory": lambda k: f"{names[k[1]]} memory"}
@@ -531,7 +530,7 @@ def _energy(problem: SplitProblem, tg: TaskGraph, costs: TaskCosts,
     np.add.at(per, tg.device, costs.on(tg.device[None, :], problem.device_type)[1][0])
     comm = 0.0
     for m in messages:
-        e = m.nbytes * float(cl.energy_per_byte[m.src, m.dst])
+        e = float(cl.links.energy(m.src, m.dst, m.nbytes))
         per[m.src] += e
         comm += e
     charged = set(int(d) for d in tg.device) | set(np.flatnonzero(per > 0).tolist())

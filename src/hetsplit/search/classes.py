@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hetsplit.cluster.links import message_energy, message_time
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import HetsplitError, InfeasibleError
 from hetsplit.estimate.evaluate import make_plan
@@ -156,7 +157,7 @@ def build_classes(problem: SplitProblem, constraints: PipelineConstraints = Pipe
     first = set(constraints.first_stage_indices(problem))
     last = set(constraints.last_stage_indices(problem))
     src, snk = cl.source_index, cl.sink_index
-    bw, lat, epb = cl.bandwidth, cl.latency_s, cl.energy_per_byte
+    lk = cl.links
     ucs = unit_classes(problem, first, last, units)
     max_stages = min(constraints.max_stages or n_dev, n_dev, L)
     space = StateSpace([len(c) for c in ucs], [len(c[0]) for c in ucs], max_stages)
@@ -201,19 +202,19 @@ def build_classes(problem: SplitProblem, constraints: PipelineConstraints = Pipe
             if pd is None:
                 continue
             a, b = pd
-            tr_time[:, u, m] = np.where(cb <= 0, 0.0, lat[a, b] + cb / bw[a, b])
-            tr_energy[:, u, m] = cb * epb[a, b]
+            tr_time[:, u, m] = message_time(lk.latency_s[a, b], lk.per_byte_s[a, b], cb)
+            tr_energy[:, u, m] = message_energy(lk.joule_per_byte[a, b], cb)
     src_time = np.zeros(C)
     src_energy = np.zeros(C)
     snk_time = np.zeros(C)
     snk_energy = np.zeros(C)
     for c, r in enumerate(reps):
         if src is not None:
-            src_time[c] = 0.0 if (r == src or cb[0] <= 0) else lat[src, r] + cb[0] / bw[src, r]
-            src_energy[c] = cb[0] * epb[src, r]
+            src_time[c] = lk.time(src, r, cb[0])
+            src_energy[c] = lk.energy(src, r, cb[0])
         if snk is not None:
-            snk_time[c] = 0.0 if (r == snk or cb[L] <= 0) else lat[r, snk] + cb[L] / bw[r, snk]
-            snk_energy[c] = cb[L] * epb[r, snk]
+            snk_time[c] = lk.time(r, snk, cb[L])
+            snk_energy[c] = lk.energy(r, snk, cb[L])
         if r not in first or space.initial(c) < 0:
             src_time[c] = np.inf
         if r not in last:

@@ -107,7 +107,7 @@ def shared_link(problem: SplitProblem) -> SharedLink | None:
     one link (no source or sink, the same device, a transfer that moves nothing, shared ports)."""
     cl = problem.cluster
     s, k, L = cl.source_index, cl.sink_index, problem.num_layers
-    if cl.ports == "shared" or s is None or k is None or s == k or L < 2:
+    if cl.links.shared or s is None or k is None or s == k or L < 2:
         return None
     t_in, t_out = problem.cut_time(0, s, k), problem.cut_time(L, s, k)
     if t_in <= 0 or t_out <= 0:
@@ -129,7 +129,7 @@ def solve_for_estimator(problem: SplitProblem, constraints: PipelineConstraints,
     returned as they are, marked as optimal for per-cut transfers only.
     """
     plans = solve(constraints, None)
-    if problem.cluster.ports == "shared":
+    if problem.cluster.links.shared:
         for p in plans:
             _mark_per_cut(p)
         return plans

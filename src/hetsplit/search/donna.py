@@ -43,12 +43,12 @@ def normalizers(problem: SplitProblem) -> tuple[float, float]:
     costs = problem.costs
     finite_t = np.where(np.isfinite(costs.time_s), costs.time_s, 0.0).sum(axis=0)
     finite_e = np.where(np.isfinite(costs.energy_j), costs.energy_j, 0.0).sum(axis=0)
-    cl = problem.cluster
+    lk = problem.cluster.links
     off = ~np.eye(problem.num_devices, dtype=bool)
     max_cut = float(problem.cut_bytes.max()) if problem.num_layers else 0.0
     if off.any() and max_cut > 0:
-        comm_t = float((cl.latency_s[off] + max_cut / cl.bandwidth[off]).max())
-        comm_e = float((max_cut * cl.energy_per_byte[off]).max())
+        comm_t = float(lk.time(*np.nonzero(off), max_cut).max())
+        comm_e = float(lk.energy(*np.nonzero(off), max_cut).max())
     else:
         comm_t = comm_e = 0.0
     tn = float(finite_t.max()) + comm_t

@@ -2,7 +2,7 @@
 
 1. Upward rank: ``rank(i) = mean_w(i) + max over successors j of (mean_c(i, j) + rank(j))``, where
    mean_w is the layer's mean time over the devices that can run it and mean_c the mean over device
-   pairs of moving the tensors from i to j (latency + bytes / bandwidth).
+   pairs of moving the tensors from i to j (the link's message time, ``cluster.links``).
 2. Layers in decreasing rank (a topological order) each go to the device giving the earliest finish
    time, with insertion: a layer may fill an idle gap between layers already on the device.
 The textbook assumptions and how the plan reports the schedule: ``search/list_scheduling.py``.

@@ -3,7 +3,7 @@ input, the ranks they order layers by, and one partitioner shape that writes the
 into the plan.
 
 Textbook assumptions, as in Topcuoglu et al. (2002) and the other papers: moving the tensors from
-layer i to layer j across devices u != v takes ``latency(u, v) + bytes(i, j) / bandwidth(u, v)`` (all
+layer i to layer j across devices u != v takes the link's message time for bytes(i, j) (``cluster.links``; all
 tensors between the pair as one transfer, however many links carry at once), nothing on one device;
 the model input is on every device at time 0. A layer is never put where its time is not finite.
 The estimator then queues messages on their links and moves the input from the cluster's source, so
@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hetsplit.cluster.links import message_time
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.plan.types import Plan
 from hetsplit.search.node_mapping import NodeMapping, OneMappingPartitioner
@@ -147,8 +148,7 @@ def layer_edge_bytes(nm: NodeMapping) -> dict[tuple[int, int], float]:
 
 def comm_time(nm: NodeMapping, nbytes: float, u: int, v: int) -> float:
     """Seconds to move ``nbytes`` from device u to v (0 on one device)."""
-    cl = nm.problem.cluster
-    return 0.0 if u == v or nbytes <= 0 else float(cl.latency_s[u, v] + nbytes / cl.bandwidth[u, v])
+    return float(nm.problem.cluster.links.time(u, v, nbytes))
 
 
 def mean_times(nm: NodeMapping) -> np.ndarray:
@@ -158,11 +158,11 @@ def mean_times(nm: NodeMapping) -> np.ndarray:
 
 def mean_comm(nm: NodeMapping, edge_bytes: dict[tuple[int, int], float]) -> dict[tuple[int, int], float]:
     """Per layer pair, the mean over device pairs u != v of moving its tensors (0 without bytes)."""
-    cl = nm.problem.cluster
+    lk = nm.problem.cluster.links
     off = ~np.eye(nm.num_devices, dtype=bool)
-    lat = float(cl.latency_s[off].mean()) if nm.num_devices > 1 else 0.0
-    per_byte = float((1.0 / cl.bandwidth[off]).mean()) if nm.num_devices > 1 else 0.0
-    return {k: (lat + b * per_byte if b > 0 else 0.0) for k, b in edge_bytes.items()}
+    lat = float(lk.latency_s[off].mean()) if nm.num_devices > 1 else 0.0
+    per_byte = float(lk.per_byte_s[off].mean()) if nm.num_devices > 1 else 0.0
+    return {k: float(message_time(lat, per_byte, b)) for k, b in edge_bytes.items()}
 
 
 def upward_ranks(nm: NodeMapping, edge_bytes: dict[tuple[int, int], float]) -> np.ndarray:

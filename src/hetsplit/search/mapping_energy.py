@@ -34,9 +34,9 @@ def solve_energy(nm: NodeMapping, time_limit_s: float) -> MilpResult:
     c = np.zeros(b.m.n)
     for (i, d), k in b.x.items():
         c[k] += energy[i, d] / scale
-    joule = pr.cluster.energy_per_byte
+    lk = pr.cluster.links
     for var, a, v, nbytes in b.sent:
-        c[var] += nbytes * joule[a, v] / scale
+        c[var] += lk.energy(a, v, nbytes) / scale
     res, devices, bound = solve_milp(b, c, time_limit_s)
     return MilpResult(devices, max(0.0, bound * scale), res.status == 0, res.status == 2, True, False, memory,
                       time.perf_counter() - t0, str(res.message))

@@ -5,7 +5,7 @@ The model (time in integer units of ``incumbent / RESOLUTION``, every duration r
 - ``x[i, d]``: layer i on device d (only where it can run there); an optional interval of layer i's
   time on d; one device runs one layer at a time (``NoOverlap``);
 - precedence with transfers: a layer starts after each layer it reads ends, plus, across devices u
-  != v, the message's time ``latency(u, v) + bytes / bandwidth(u, v)``; the model input leaves the
+  != v, the message's time (``cluster.links.message_time``); the model input leaves the
   cluster's source at 0, the outputs reach its sink (as the estimator's one-input schedule);
 - ``links=True`` also queues messages: one message per (payload, destination device), as the
   estimator sends them, an optional interval on its directed link (or on both devices' ports with
@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from hetsplit.cluster.links import wires
 from hetsplit.errors import HetsplitError
 from hetsplit.plan.tasks import SOURCE
 from hetsplit.search.mapping_milp import Payload, payloads_of
@@ -90,7 +91,7 @@ class LatencyModel:
         self.nm, self.links = nm, links
         self.unit = horizon_s / RESOLUTION
         cl = nm.problem.cluster
-        self.src, self.snk, self.ports = cl.source_index, cl.sink_index, cl.ports == "shared"
+        self.src, self.snk, self.ports = cl.source_index, cl.sink_index, cl.links.shared
         L, D = nm.num_layers, nm.num_devices
         self.m = m = cp_model.CpModel()
         h = RESOLUTION + L + 10
@@ -168,10 +169,7 @@ class LatencyModel:
 
     def _cost(self, nbytes: float, a: int, b: int) -> int:
         """Units to move ``nbytes`` from device a to b (0 on one device or without bytes)."""
-        if a == b or nbytes <= 0:
-            return 0
-        cl = self.nm.problem.cluster
-        return self._units(float(cl.latency_s[a, b] + nbytes / cl.bandwidth[a, b]))
+        return self._units(float(self.nm.problem.cluster.links.time(a, b, nbytes)))
 
     def _on(self, i: int) -> list[int]:
         return [d for d in range(self.nm.num_devices) if (i, d) in self.x]
@@ -228,7 +226,7 @@ class LatencyModel:
                         m.Add(self.start[j] >= end).OnlyEnforceIf([present, x[(j, b)]])
                 if sink_reads:
                     m.Add(self.makespan >= end).OnlyEnforceIf(present)
-                for r in ((("port", a), ("port", b)) if self.ports else (("link", a, b),)):
+                for r in wires(self.ports, a, b):
                     self._queues.setdefault(r, []).append(interval)
                 self.messages += 1
 

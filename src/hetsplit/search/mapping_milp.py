@@ -3,10 +3,12 @@
 Variables: ``x[i, d]`` = layer i on device d (binary, only where d can run i) and the bottleneck T.
 Constraints mirror the mapping evaluator (``estimate/mapping.py``) term for term:
 
-- compute: ``sum_i time[i, d] x[i, d] <= T`` for every device d;
+- compute: ``sum_i time[i, d] x[i, d] <= T`` for every device d, plus its segments' costs and, when the
+  links charge them, the CPU of the message ends its tasks handle (``cluster.links``: each ``z`` below
+  costs its sender's device and its reader's);
 - links (when they can bind): ``y[p, b]`` = payload p is needed on device b (>= x[c, b] for every
   consumer c; the sink needs the model outputs), ``z[p, a, b]`` = p moves from a to b
-  (>= x[producer, a] + y[p, b] - 1); ``sum_p z[p, a, b] (latency_ab + bytes_p / bandwidth_ab) <= T``
+  (>= x[producer, a] + y[p, b] - 1); ``sum_p z[p, a, b] time_ab(bytes_p) <= T`` (``cluster.links``)
   per directed link, or, with ``links: {ports: shared}``, the sum over every message in or out of a
   device per device port;
 - memory (when it can bind): each device's tasks' memory + what it receives + what it sends (model
@@ -30,6 +32,7 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix
 
+from hetsplit.cluster.links import message_time
 from hetsplit.plan.tasks import SINK, SOURCE
 from hetsplit.search.node_mapping import NodeMapping
 from hetsplit.search.units import Symmetry
@@ -321,13 +324,17 @@ class Builder:
                     coef[self.x[(g, dev)]] = coef.get(self.x[(g, dev)], 0.0) + 1.0
                     self.m.row(coef, -np.inf, 0.0)
 
-    def traffic(self, payloads: list[Payload], links: bool, memory: bool) -> None:
-        """y, z variables and the link-load and memory rows that read them.
+    def traffic(self, payloads: list[Payload], links: bool, memory: bool,
+                ends: list[dict[int, float]] | None = None) -> None:
+        """y, z variables and the link-load and memory rows that read them; with ``ends`` (per device, terms
+        of its load), each message's two ends (``cluster.links``) added to the loads of the devices
+        whose tasks send and first read it (the source and the sink run no task: not charged).
 
         The TaskGraph lists a payload's edges to the sink after those to layers, so a device that
         runs a consumer receives (and holds) the payload, the sink receives it without holding it,
         and the producer holds every message it sends plus every output it delivers."""
         nm, m, cl = self.nm, self.m, self.nm.problem.cluster
+        lk = cl.links
         n_dev = nm.num_devices
         src, snk = cl.source_index, cl.sink_index
         link_rows: dict[tuple[int, int], dict[int, float]] = {}
@@ -335,6 +342,10 @@ class Builder:
 
         def add(row: dict[int, float], var: int, value: float) -> None:
             row[var] = row.get(var, 0.0) + value
+
+        def end(d: int, var: int, nbytes: float) -> None:
+            if ends is not None and (c := float(lk.end(d, nbytes))) > 0:
+                add(ends[d], var, c / self.time_unit)
 
         for d in range(n_dev):
             for i in np.flatnonzero(nm.feasible[:, d]):
@@ -356,19 +367,23 @@ class Builder:
                 for b in range(n_dev):
                     if a == b:
                         continue
-                    cost = float(cl.latency_s[a, b] + p.nbytes / cl.bandwidth[a, b]) / self.time_unit
+                    cost = float(cl.links.time(a, b, p.nbytes)) / self.time_unit
                     held = p.nbytes / self.byte_unit
                     y = reads[b]
                     to_sink = p.to_sink and b == snk and sender is not None
                     if to_sink and sender is not None:                                          # one message, read there or not
                         add(link_rows.setdefault((a, b), {}), sender, cost)
                         self.sent.append((sender, a, b, p.nbytes))
+                        end(a, sender, p.nbytes)
                     if y is None:
                         continue
                     z = y if sender is None else self._both(sender, y)
+                    end(b, z, p.nbytes)                                  # a task on b reads it
                     if not to_sink:
                         add(link_rows.setdefault((a, b), {}), z, cost)
                         self.sent.append((z, a, b, p.nbytes))
+                        if sender is not None:
+                            end(a, z, p.nbytes)
                     if sender is not None:                               # a layer's payload: both hold it
                         add(mem_rows[b], z, held)
                         add(mem_rows[a], z, held)
@@ -377,7 +392,7 @@ class Builder:
                     if y is not None:
                         add(mem_rows[b], y, p.nbytes / self.byte_unit)
         if links:
-            for coef in _resource_rows(link_rows, cl.ports == "shared"):
+            for coef in _resource_rows(link_rows, cl.links.shared):
                 m.row({**coef, self.t: -1.0}, -np.inf, 0.0)
         if memory:
             for d, coef in enumerate(mem_rows):
@@ -421,14 +436,13 @@ def memory_could_bind(nm: NodeMapping) -> bool:
 
 def could_bind(nm: NodeMapping, payloads: list[Payload], bound: float) -> tuple[bool, bool]:
     """Can link loads reach ``bound``? Can any device's memory overflow?"""
-    cl = nm.problem.cluster
+    lk = nm.problem.cluster.links
     off = ~np.eye(nm.num_devices, dtype=bool)
     worst_link = 0.0
     if nm.num_devices > 1 and payloads:
-        lat = float(cl.latency_s[off].max())
-        per_byte = float((1.0 / cl.bandwidth[off]).max())
-        worst_link = sum(lat + p.nbytes * per_byte for p in payloads)
-        if cl.ports == "shared":      # a port may take a payload to every other device
+        lat, per_byte = float(lk.latency_s[off].max()), float(lk.per_byte_s[off].max())
+        worst_link = sum(float(message_time(lat, per_byte, p.nbytes)) for p in payloads)
+        if lk.shared:      # a port may take a payload to every other device
             worst_link *= nm.num_devices - 1
     traffic = 2.0 * sum(p.nbytes for p in payloads)
     mem = nm.problem.costs.mem_bytes[:, nm.problem.device_type]
@@ -451,18 +465,23 @@ def solve_bottleneck(nm: NodeMapping, time_limit_s: float, model_every_term: boo
                           "not run: a known mapping meets the lower bound")
     payloads = payloads_of(nm)
     links, memory = (True, True) if model_every_term else could_bind(nm, payloads, compute_lower_bound(nm))
+    ends = nm.problem.cluster.links.charges_ends     # message ends load the devices: always modelled
     n_z = len(payloads) * nm.num_devices * (nm.num_devices - 1)
     exact = True
-    if (links or memory) and n_z > MAX_LINK_VARIABLES:
-        links = memory = exact = False
+    if (links or memory or ends) and n_z > MAX_LINK_VARIABLES:
+        links = memory = ends = exact = False
     cuts = nm.problem.costs.charges_cuts
-    groups = _twins(nm) if not (links or memory or cuts) else [[i] for i in range(nm.num_layers)]
+    groups = _twins(nm) if not (links or memory or cuts or ends) else [[i] for i in range(nm.num_layers)]
     memories = nm.problem.memory_bytes[np.isfinite(nm.problem.memory_bytes)]
     time_unit = compute_lower_bound(nm) or 1.0
     b = Builder(nm, groups, time_unit, float(memories.max()) if len(memories) else 1.0)
-    b.compute(b.segments() if cuts else None)
+    extra = b.segments() if cuts else None
+    if ends:               # the ends' terms join the devices' loads: traffic first
+        extra = extra or [dict() for _ in range(nm.num_devices)]
+        b.traffic(payloads, links, memory, extra)
+    b.compute(extra)
     b.symmetry()
-    if links or memory:
+    if (links or memory) and not ends:
         b.traffic(payloads, links, memory)
     c = np.zeros(b.m.n)
     c[b.t] = 1.0

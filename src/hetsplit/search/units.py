@@ -39,7 +39,7 @@ class Symmetry:
         special = {cl.source_index, cl.sink_index} - {None}
         self.color = [(int(problem.device_type[d]), float(problem.memory_bytes[d]), d in first, d in last,
                        d if d in special else -1) for d in range(n)]
-        self.links = (cl.bandwidth, cl.latency_s, cl.energy_per_byte)
+        self.links = link_matrices(cl)
         self.n = n
 
     def exchange_ok(self, a: list[int], b: list[int]) -> bool:
@@ -99,7 +99,7 @@ def candidate_partitions(problem: SplitProblem, max_values: int = 32) -> list[li
     cl, n = problem.cluster, problem.num_devices
     if n < 2:
         return []
-    key = np.stack([cl.bandwidth, cl.latency_s, cl.energy_per_byte], axis=-1)
+    key = np.stack(link_matrices(cl), axis=-1)
     off = ~np.eye(n, dtype=bool)
     values = Counter(map(tuple, key[off].tolist())).most_common(max_values)
     hits = [(key == np.array(v)).all(axis=-1) & off for v, _ in values]
@@ -154,3 +154,9 @@ def unit_classes(problem: SplitProblem, first: set[int], last: set[int],
                 if _score(ucs) < _score(best):
                     best = ucs
     return best
+
+
+def link_matrices(cl) -> tuple[np.ndarray, ...]:
+    """Every D x D figure of a cluster's links that costs a message (``cluster.links``): devices are
+    interchangeable only where all of them agree."""
+    return (cl.bandwidth, cl.latency_s, cl.energy_per_byte, cl.message_cpu_s, cl.message_cpu_byte_s)

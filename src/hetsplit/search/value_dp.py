@@ -200,8 +200,8 @@ def _separable(cm: ClassModel, primary: str) -> tuple[np.ndarray, np.ndarray]:
     """(pre_in, pre_out), each (L+1, C): the additive ``primary``'s stage k..j-1 on label c is
     ``pre_out[j, c] - pre_in[k, c]`` wherever it is finite (``cm.time`` / ``cm.energy``). Energy:
     prefix sums. Time (``SplitProblem.stage_time``, one segment per stage): ``pre_out`` = prefix +
-    the call + the bytes leaving by cut j; ``pre_in`` = prefix - the bytes entering by cut k - layer
-    k's unfused extra (k > 0)."""
+    the call + the bytes leaving by cut j + sending cut j's message end; ``pre_in`` = prefix - the bytes
+    entering by cut k - layer k's unfused extra (k > 0) - receiving cut k's message end."""
     p = cm.problem
     t = p.device_type[cm.label_device]
     if primary == "energy":
@@ -210,13 +210,15 @@ def _separable(cm: ClassModel, primary: str) -> tuple[np.ndarray, np.ndarray]:
     c = p.costs
     assert c.unfused_s is not None
     pre = c.time_prefix[:, t]                                        # (L+1, C)
+    k, reps = np.arange(cm.num_layers + 1)[:, None], cm.label_device[None, :]
+    recv, send = p.receive_end_time(k, reps), p.send_end_time(k, reps)   # message ends (``cluster.links``)
     if not c.charges_cuts:
-        return pre, pre
+        return pre - recv, pre + send
     L = cm.num_layers
     per_byte = c.segment_byte_s[t][None, :] * p.cut_bytes[:, None]   # (L+1, C)
     unfused = np.zeros((L + 1, len(t)))
     unfused[1:L] = c.unfused_s[1:L][:, t]
-    return pre - per_byte - unfused, pre + c.segment_call_s[t][None, :] + per_byte
+    return pre - per_byte - unfused - recv, pre + c.segment_call_s[t][None, :] + per_byte + send
 
 
 VECTOR_LIMIT = 4_000_000  # C * L * M up to which the fast DP handles all labels of a cut at once

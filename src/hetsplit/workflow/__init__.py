@@ -100,17 +100,21 @@ def load_problem(model: str, cluster: str | Cluster, decode_context: int | None 
 
 def with_runtime_segment_cost(problem: SplitProblem, recalibrate: bool = False) -> SplitProblem:
     """On this machine's ``local`` cluster (``runs_here``): ``problem`` with what a segment costs its
-    workers as the runtime's calibration measured it (``runtime.calibration.runtime_costs``, cached; the
-    ``here`` fidelity charges the same figure), on every type, in place of any other; any other cluster
-    as it is."""
+    workers and what each end of a message costs their CPU (every link's ``message`` figures,
+    ``cluster.links``) as the runtime's calibration measured them (``runtime.calibration.runtime_costs``,
+    cached; the ``here`` fidelity charges the same figures), in place of any other; any other cluster as
+    it is."""
     from dataclasses import replace
 
     if not runs_here(problem.cluster):
         return problem
     from hetsplit.runtime.calibration import runtime_costs
 
-    segment = runtime_costs(recalibrate).segment
-    return replace(problem, costs=replace(problem.costs, segment={t: segment for t in problem.costs.types}))
+    runtime = runtime_costs(recalibrate)
+    segment = runtime.segment
+    cluster = problem.cluster.with_message_cpu(runtime.worker_end_s, runtime.worker_byte_s)
+    return replace(problem, cluster=cluster,
+                   costs=replace(problem.costs, segment={t: segment for t in problem.costs.types}))
 
 
 def split_decode_name(model: str, decode_context: int | None) -> tuple[str, int | None]:
