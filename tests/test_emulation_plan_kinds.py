@@ -65,7 +65,7 @@ def test_a_link_bound_sharded_mapping_streams_at_the_simulators_throughput(tmp_p
     compute = max(d.compute_s for d in report.devices)
     ratio = report.throughput / sim.throughput
     print(f"link-bound mapping: measured {report.throughput:.3f}/s, simulated {sim.throughput:.3f}/s "
-          f"(ratio {ratio:.3f}); link a->b {link['nbytes']} B/input, wire {link['wire_mean_s'] * 1e3:.0f} ms; "
+          f"(ratio {ratio:.3f}); link a->b {link.nbytes} B/input, wire {link.wire_mean_s * 1e3:.0f} ms; "
           f"slowest device's compute {compute * 1e3:.1f} ms/input")
     assert compute < 0.3 / sim.throughput, "compute, not the link, bounds this run: the check would not be fair"
     assert 0.85 <= ratio <= 1.15
@@ -110,7 +110,7 @@ def test_a_tensor_parallel_plan_runs_over_emulated_links_and_devices(tmp_path):
     per_input = 1.0 / report.throughput
     for d in report.devices:
         share = devices.shares[d.device]
-        print(f"{d['device']}: share {share:.3f}, CPU {d['cpu_per_input_s'] * 1e3:.2f} ms per input of "
+        print(f"{d.device}: share {share:.3f}, CPU {d.cpu_per_input_s * 1e3:.2f} ms per input of "
               f"{per_input * 1e3:.2f} ms")
         assert d.cpu_per_input_s <= share * per_input * 1.2 + 0.001, (d, share, per_input)
     assert report.emulated.throughput == pytest.approx(report.throughput * devices.dilation)

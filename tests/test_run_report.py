@@ -62,7 +62,7 @@ def test_an_older_run_report_without_a_format_still_reads():
 
 
 @pytest.mark.parametrize("doc, says", [({"format": "hetsplit.run.report/9"}, "hetsplit.run.report/9"),
-                                       ({"model": "m"}, "lacks devices, hops, verify"),
+                                       ({"model": "m", "inputs": 2}, "lacks devices, hops, throughput"),
                                        ([1, 2], "expected a JSON object")])
 def test_a_document_that_is_no_run_report_is_refused_naming_why(doc, says):
     with pytest.raises(RuntimeFailure, match=says):

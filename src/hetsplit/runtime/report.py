@@ -250,7 +250,7 @@ class RunReport:
         if isinstance(doc, dict) and doc.get("format", FORMAT) != FORMAT:
             raise RuntimeFailure(f"{where}: format {doc['format']!r} is not {FORMAT}; give the JSON of "
                                  "`hetsplit run --out`")
-        missing = [k for k in ("devices", "hops", "verify") if k not in doc] if isinstance(doc, dict) else []
+        missing = [k for k in _REQUIRED if k not in doc] if isinstance(doc, dict) else []
         if missing:
             raise RuntimeFailure(f"{where}: not a run report of `hetsplit run --out` (it lacks {', '.join(missing)}); "
                                  "give that file")
@@ -265,6 +265,10 @@ class RunReport:
         return cls(**dataclasses.asdict(plain), **lists,
                    verify=Verification.from_dict(doc.get("verify") or {}, f"{where}, verify"),
                    emulated=EmulatedRun.from_dict(emulated, f"{where}, emulated") if emulated else None)
+
+
+_REQUIRED = ("model", "devices", "hops", "inputs", "throughput", "latency_s", "latency_loaded_s", "latencies_s",
+             "verify", "stage_bound_throughput")
 
 
 @dataclass(frozen=True)

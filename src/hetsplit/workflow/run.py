@@ -70,9 +70,14 @@ class RunRequest:
     def __post_init__(self) -> None:
         from hetsplit.runtime.hosts import HostMap
         from hetsplit.runtime.peer_config import MAX_INPUTS, MAX_THREADS, MAX_TIMEOUT_S
+        from hetsplit.runtime.rendezvous import check_port
 
-        if self.inputs > MAX_INPUTS:
-            raise UsageError(f"--inputs {self.inputs}: give at most {MAX_INPUTS:,} inputs")
+        if not 1 <= self.inputs <= MAX_INPUTS:
+            raise UsageError(f"--inputs {self.inputs}: give 1 to {MAX_INPUTS:,} inputs (with none, nothing is "
+                             "measured or verified)")
+        if self.latency_inputs is not None and self.latency_inputs < 0:
+            raise UsageError(f"--latency-inputs {self.latency_inputs}: give 0 or more inputs sent one at a time")
+        check_port(self.port)
         cores = len(os.sched_getaffinity(0))
         if self.threads > MAX_THREADS or (not self.hosts and self.threads > cores):
             most = MAX_THREADS if self.hosts else cores
@@ -210,6 +215,8 @@ def run_split(plan: Plan, graph: Graph, model_path: str | Path, cluster: Cluster
     from hetsplit.runtime.hosts import HostMap
     from hetsplit.runtime.peer_config import check_inputs, steps_per_input
 
+    if cluster is None and (request.emulate_links or request.emulate_devices):
+        raise UsageError("--emulate-links and --emulate-devices shape the run to the plan's cluster: give --cluster")
     with contextlib.ExitStack() as stack:
         split_dir = request.split_dir or (request.run_dir / "split" if request.run_dir else None) or Path(
             stack.enter_context(tempfile.TemporaryDirectory(prefix="hetsplit-split-")))
@@ -220,8 +227,7 @@ def run_split(plan: Plan, graph: Graph, model_path: str | Path, cluster: Cluster
         if not request.cpu_only and not request.hosts and (note := no_cuda_note(kinds)):
             hooks.note(note)
         devices = None
-        if request.emulate_devices:
-            assert cluster is not None   # RunJob loads it as required
+        if request.emulate_devices and cluster is not None:
             with hooks.step("costing the plan's devices and this machine's"):
                 devices = device_emulation_of(plan, graph, cluster, request.profile)
             hooks.emulating(devices)
@@ -230,7 +236,8 @@ def run_split(plan: Plan, graph: Graph, model_path: str | Path, cluster: Cluster
                           startup_timeout_s=request.timeout_s, port=request.port, run_dir=request.run_dir,
                           pin=request.pin, threads={w.device: request.threads for w in manifest.stages}, kinds=kinds,
                           cpu_only=request.cpu_only, devices=devices, hosts=hosts,
-                          links=LinkMatrix.from_cluster(manifest, cluster) if request.emulate_links else None,
+                          links=LinkMatrix.from_cluster(manifest, cluster) if request.emulate_links and cluster
+                          else None,
                           announce=_announcer(hooks.announce, request.ssh, stack) if hosts else None)
         return run_manifest(manifest, opts)
 
