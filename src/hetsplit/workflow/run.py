@@ -214,6 +214,7 @@ def run_split(plan: Plan, graph: Graph, model_path: str | Path, cluster: Cluster
     from hetsplit.runtime import LinkMatrix, RunOptions, run_manifest, split_model
     from hetsplit.runtime.hosts import HostMap
     from hetsplit.runtime.peer_config import check_inputs, steps_per_input
+    from hetsplit.workflow import device_emulation
 
     if cluster is None and (request.emulate_links or request.emulate_devices):
         raise UsageError("--emulate-links and --emulate-devices shape the run to the plan's cluster: give --cluster")
@@ -229,7 +230,7 @@ def run_split(plan: Plan, graph: Graph, model_path: str | Path, cluster: Cluster
         devices = None
         if request.emulate_devices and cluster is not None:
             with hooks.step("costing the plan's devices and this machine's"):
-                devices = device_emulation_of(plan, graph, cluster, request.profile)
+                devices = device_emulation(plan, graph, cluster, request.profile)
             hooks.emulating(devices)
         hosts = HostMap.parse(request.hosts) if request.hosts else None
         opts = RunOptions(inputs=request.inputs, latency_inputs=request.first_alone, timeout_s=request.timeout_s,
@@ -261,12 +262,6 @@ def no_cuda_note(kinds: dict[str, str]) -> str | None:
     many = len(gpus) > 1
     return (f"no CUDA GPU here; {'devices' if many else 'device'} {', '.join(gpus)} "
             f"{'compute' if many else 'computes'} on the CPU")
-
-
-def device_emulation_of(plan: Plan, graph: Graph, cluster: Cluster, profile: str | None) -> "DeviceEmulation":
-    from hetsplit.workflow import device_emulation
-
-    return device_emulation(plan, graph, cluster, profile)
 
 
 def _announcer(tell: Callable[[list["WorkerCommand"]], None], ssh: bool, stack: contextlib.ExitStack
