@@ -72,8 +72,10 @@ class RunRequest:
         from hetsplit.runtime.peer_config import MAX_INPUTS, MAX_THREADS, MAX_TIMEOUT_S
         from hetsplit.runtime.rendezvous import check_port
 
-        if not 1 <= self.inputs <= MAX_INPUTS:
-            raise UsageError(f"--inputs {self.inputs}: give 1 to {MAX_INPUTS:,} inputs (with none, nothing is "
+        if self.inputs > MAX_INPUTS:
+            raise UsageError(f"--inputs {self.inputs}: give at most {MAX_INPUTS:,} inputs")
+        if self.inputs < 1:
+            raise UsageError(f"--inputs {self.inputs}: a run streams at least 1 input (with none, nothing is "
                              "measured or verified)")
         if self.latency_inputs is not None and self.latency_inputs < 0:
             raise UsageError(f"--latency-inputs {self.latency_inputs}: give 0 or more inputs sent one at a time")
