@@ -83,7 +83,7 @@ class HopRun:
     wire_s: float
     payload: str = ""
     collective: str | None = None        # gather, scatter, ... (None: point to point)
-    plan_nbytes: int = 0
+    plan_nbytes: float | None = None   # what the plan's TaskGraph counts (None: not known)
     tensors: list[str] = field(default_factory=list)
     wire_all_s: list[float] = field(default_factory=list)
 
@@ -255,16 +255,19 @@ class RunReport:
             raise RuntimeFailure(f"{where}: not a run report of `hetsplit run --out` (it lacks {', '.join(missing)}); "
                                  "give that file")
         plain = _read(_Plain, doc, where)
-        lists = {}
-        for key, kind in (("devices", DeviceRun), ("hops", HopRun), ("links", LinkRun)):
-            items = doc.get(key) or []
-            if not isinstance(items, list):
-                raise RuntimeFailure(f"{where}: '{key}' must be a list of objects")
-            lists[key] = [kind.from_dict(x, f"{where}, {key}[{i}]") for i, x in enumerate(items)]  # type: ignore
         emulated = doc.get("emulated")
-        return cls(**dataclasses.asdict(plain), **lists,
+        return cls(**dataclasses.asdict(plain), devices=_items(DeviceRun, doc, "devices", where),
+                   hops=_items(HopRun, doc, "hops", where), links=_items(LinkRun, doc, "links", where),
                    verify=Verification.from_dict(doc.get("verify") or {}, f"{where}, verify"),
                    emulated=EmulatedRun.from_dict(emulated, f"{where}, emulated") if emulated else None)
+
+
+def _items(kind: Any, doc: dict[str, Any], key: str, where: str) -> list[Any]:
+    """``doc[key]``, a list of ``kind``'s JSON objects (absent: none)."""
+    items = doc.get(key) or []
+    if not isinstance(items, list):
+        raise RuntimeFailure(f"{where}: '{key}' must be a list of objects")
+    return [kind.from_dict(x, f"{where}, {key}[{i}]") for i, x in enumerate(items)]
 
 
 _REQUIRED = ("model", "devices", "hops", "inputs", "throughput", "latency_s", "latency_loaded_s", "latencies_s",

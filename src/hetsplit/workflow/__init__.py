@@ -504,4 +504,4 @@ def device_emulation(plan: Plan, graph: Graph, cluster: Cluster, profile: str | 
 
 
 # the run-and-compare job (workflow.run), re-exported: the README's short path ends in run_here and compare_run
-from hetsplit.workflow.run import compare_run, read_run_doc, run_comparison, run_here  # noqa: E402
+from hetsplit.workflow.run import compare_run, read_run_doc, run_comparison, run_here  # noqa: E402,F401

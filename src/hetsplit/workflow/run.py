@@ -36,7 +36,7 @@ from hetsplit.workflow.comparison import Comparison, Row, Simulated
 
 if TYPE_CHECKING:
     from hetsplit.runtime.device_emulation import DeviceEmulation
-    from hetsplit.runtime.hosts import HostMap, WorkerCommand
+    from hetsplit.runtime.hosts import WorkerCommand
     from hetsplit.runtime.manifest import Manifest
 
 
@@ -313,10 +313,9 @@ def compare_report(report: RunReport, plan: Plan, graph: Graph, cluster: Cluster
 
         here = compare_run_here(report, plan, graph, model, options.profile, request.first_alone,
                                 recalibrate=options.recalibrate)
-        notes = list(here.notes)
-        if request.threads != 1:
-            notes.append(f"the run used {request.threads} threads per device; the prediction assumes 1")
-        return Comparison(report, here.rows(), notes, "here", here=here)
+        threads = [f"the run used {request.threads} threads per device; the prediction assumes 1"]
+        return Comparison(report, here.rows(), here.notes + (threads if request.threads != 1 else []), "here",
+                          here=here)
     notes: list[str] = []
     simulated = None
     if options.fidelity == "closed":
