@@ -107,16 +107,21 @@ def plan_index(plans_file: Path, prefer: tuple[str, ...], devices: set[str]) -> 
 
 
 def summary_row(label: str, run_json: Path) -> dict:
-    doc = json.loads(run_json.read_text())
-    m, p = doc["measured"], doc.get("predicted", {})
-    return {"run": label, "verified": m["verify"]["ok"], "outputs": m["verify"]["outputs_checked"],
-            "max_abs_err": m["verify"]["max_abs_err"],
-            "executors": {d["device"]: d["executor"] for d in m["devices"]},
-            "compute_s": {d["device"]: d["compute_s"] for d in m["devices"]},
-            "segments": {d["device"]: d.get("segments", 1) for d in m["devices"]},
-            "predicted_compute_s": p.get("compute_s_per_device"),
-            "throughput": m["throughput"], "predicted_throughput": p.get("throughput"),
-            "latency_s": m["latency_s"], "predicted_latency_s": p.get("latency_s")}
+    from hetsplit.workflow.comparison import Comparison
+    from hetsplit.workflow.run import read_run_doc
+
+    run = read_run_doc(run_json)
+    if not isinstance(run, Comparison) or run.report is None:
+        raise SystemExit(f"{run_json}: not a run compared with its prediction (hetsplit run --compare --out)")
+    m, p, v = run.report, run.predicted, run.report.verify
+    return {"run": label, "verified": v is not None and v.ok, "outputs": v.outputs_checked if v else 0,
+            "max_abs_err": v.max_abs_err if v else None,
+            "executors": {d.device: d.executor for d in m.devices},
+            "compute_s": {d.device: d.compute_s for d in m.devices},
+            "segments": {d.device: d.segments for d in m.devices},
+            "predicted_compute_s": p.compute_s_per_device if p else None,
+            "throughput": m.throughput, "predicted_throughput": p.throughput if p else None,
+            "latency_s": m.latency_s, "predicted_latency_s": p.latency_s if p else None}
 
 
 def main(argv: list[str] | None = None) -> int:

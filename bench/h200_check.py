@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from segment_cost import per_segment  # noqa: E402  (a sibling bench script)
+from segment_cost import per_segment, read_run  # noqa: E402  (a sibling bench script)
 
 from hetsplit.costs.problem import SplitProblem  # noqa: E402
 from hetsplit.costs.profiler.torch_onnx import unmarked  # noqa: E402
@@ -53,6 +53,7 @@ from hetsplit.plan.check import check_plan  # noqa: E402
 from hetsplit.plan.tasks import TaskGraph  # noqa: E402
 from hetsplit.plan.types import Plan  # noqa: E402
 from hetsplit.workflow import PlanRequest, load_problem, search_plans  # noqa: E402
+from hetsplit.workflow.comparison import Comparison  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "h200-16c"
 TARGET = 0.25
@@ -115,19 +116,21 @@ def predicted_throughput(problem: SplitProblem, plan: Plan) -> tuple[float, dict
     return float(got.throughput[0]), per_device(problem, tg, charged(problem, tg, task_costs(problem, tg)))
 
 
-def fit_segments(problem: SplitProblem, tg: TaskGraph, report: dict) -> dict[str, SegmentCost]:
+def fit_segments(problem: SplitProblem, tg: TaskGraph, report: Comparison) -> dict[str, SegmentCost]:
     """Per device type, its ``SegmentCost`` fitted on one run: (measured compute - its tasks' costs) /
     segments (``segment_cost.per_segment``) as ``call_s``."""
     layers = per_device(problem, tg, task_costs(problem, tg))
     counts = {problem.cluster.names[d]: len(s) for d, s in tg.segments.items()}
-    for d in report["measured"]["devices"]:
-        if counts.get(d["device"]) != d["segments"]:
-            raise SystemExit(f"{d['device']}: the run made {d['segments']} segments, the TaskGraph {counts}")
+    assert report.report is not None
+    measured = {d.device: d for d in report.report.devices}
+    for d in measured.values():
+        if counts.get(d.device) != d.segments:
+            raise SystemExit(f"{d.device}: the run made {d.segments} segments, the TaskGraph {counts}")
     fitted = per_segment(report, layers)
     out: dict[str, SegmentCost] = {}
     for dev, call_s in fitted.items():
         t = problem.cluster.types[problem.device_type[problem.cluster.names.index(dev)]]
-        m = next(d["compute_s"] for d in report["measured"]["devices"] if d["device"] == dev)
+        m = measured[dev].compute_s
         out[t] = SegmentCost(call_s, 0.0, 0.0, (
             f"fitted on the {FIT.name} run ({FIT.report}, bench/h200_check.py): {dev} computed "
             f"{m * 1e3:.3f} ms per input against its tasks' {layers[dev] * 1e3:.3f} ms over {counts[dev]} "
@@ -157,7 +160,7 @@ def prepare(src: Path, dst: Path) -> dict[str, SegmentCost]:
             path.write_text(json.dumps(doc, indent=1))
     probs = problems(dst)
     tg = check_plan(probs[FIT.model].graph, probs[FIT.model].cluster, plan_of(dst, FIT))
-    fitted = fit_segments(probs[FIT.model], tg, json.loads((dst / FIT.report).read_text()))
+    fitted = fit_segments(probs[FIT.model], tg, read_run(dst / FIT.report))
     for m in MODELS:
         for kind, t in (("cpu", CPU_TYPE), ("gpu", GPU_TYPE)):
             path = dst / f"{kind}.{m}.json"
@@ -188,13 +191,14 @@ def main(argv: list[str] | None = None) -> int:
         for run in RUNS:
             pr = probs[run.model]
             thr, compute = predicted_throughput(pr, plan_of(work, run))
-            report = json.loads((work / run.report).read_text())
-            meas = report["measured"]["throughput"]
+            report = read_run(work / run.report).report
+            assert report is not None
+            meas = report.throughput
             err = thr / meas - 1
             ok += abs(err) <= TARGET
             held = "fitted on" if run is FIT else "held out"
-            devs = ", ".join(f"{d['device']} {compute[d['device']] * 1e3:.2f} ms ({d['compute_s'] * 1e3:.2f})"
-                             for d in report["measured"]["devices"])
+            devs = ", ".join(f"{d.device} {compute[d.device] * 1e3:.2f} ms ({d.compute_s * 1e3:.2f})"
+                             for d in report.devices)
             print(f"{run.name:32} {meas:8.1f}/s {thr:8.1f}/s {err:+7.1%}  {devs}  [{held}]")
         print(f"{ok} of {len(RUNS)} runs within +-{TARGET:.0%}")
         print()

@@ -292,18 +292,18 @@ def pipeline_efficiency(model: str, stages: int, inputs: int, pin: bool = False)
     r = run_plan(plan, graph, path, RunOptions(inputs=inputs, timeout_s=120, pin=pin))
     return {"model": model, "stages": stages, "inputs": inputs, "pinned": pin, "throughput": r.throughput,
             "stage_bound_throughput": r.stage_bound_throughput, "efficiency": r.pipeline_efficiency,
-            "stage_compute_s": [d["compute_s"] for d in r.devices],
-            "hop_wire_s": {f"{h['from']}->{h['to']}": h["wire_s"] for h in r.hops}}
+            "stage_compute_s": [d.compute_s for d in r.devices],
+            "hop_wire_s": {f"{h.src}->{h.dst}": h.wire_s for h in r.hops}}
 
 
 def _beside(label: str, report, plan, graph, cluster, inputs: int, note: str) -> dict:
     """A run's throughput beside the plan's ``closed`` and ``simulated`` figures on ``cluster``."""
-    from hetsplit.runtime.measure import predict
+    from hetsplit.workflow.run import predict
 
     closed, sim = predict(plan, graph, cluster, None, inputs)
-    return {"plan": label, "inputs": inputs, "verified": bool(report.verify["ok"]), "measured": report.throughput,
-            "closed": closed.throughput, "simulated": sim["throughput"], "note": note,
-            "compute_s": {d["device"]: d["compute_s"] for d in report.devices}}
+    return {"plan": label, "inputs": inputs, "verified": report.verify is not None and report.verify.ok,
+            "measured": report.throughput, "closed": closed.throughput, "simulated": sim.throughput, "note": note,
+            "compute_s": {d.device: d.compute_s for d in report.devices}}
 
 
 SLOW_LINK = """name: slow-link
@@ -349,7 +349,7 @@ def tensor_parallel_here(model: str, inputs: int) -> dict:
     graph, path = resolve_model(model)
     report = run_plan(plan, graph, path, RunOptions(inputs=inputs + 1, latency_inputs=1, timeout_s=120),
                       cluster=problem.cluster)
-    messages = sum(h.get("messages", 1) for h in report.extra.get("links", []))
+    messages = sum(link.messages for link in report.links)
     return _beside(f"{model} tensor-parallel on local (2 workers)", report, plan, graph, problem.cluster, inputs,
                    f"{messages} messages per input; the plan's figures charge messages no CPU (the `here` "
                    "fidelity, `run --here`, adds the runtime's per-message costs)")

@@ -34,22 +34,33 @@ adds to it.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
+
+from hetsplit.workflow.comparison import Comparison
+from hetsplit.workflow.run import read_run_doc
 
 DATA = Path(__file__).resolve().parent / "data" / "h200-16c"
 RUNS = {"mapping": "run.resnet50.map-opt.json", "tensor-parallel": "run.mobilebert.tensor-parallel.json"}
 
 
-def devices(run: dict, predicted: dict[str, float] | None = None) -> dict[str, tuple[float, float, int]]:
-    """Per device of a run report: (measured compute per input, predicted, segments per input); the
-    prediction is the report's unless ``predicted`` (device -> seconds per input) is given."""
-    pred = predicted if predicted is not None else run["predicted"]["compute_s_per_device"]
-    return {d["device"]: (d["compute_s"], pred[d["device"]], d["segments"]) for d in run["measured"]["devices"]}
+def read_run(path: Path) -> Comparison:
+    """A ``hetsplit run --compare --out`` document, with its measurements and the plan's predicted metrics."""
+    run = read_run_doc(path)
+    if not isinstance(run, Comparison) or run.report is None or run.predicted is None:
+        raise SystemExit(f"{path}: not a run compared with its plan's metrics (hetsplit run --compare --out)")
+    return run
 
 
-def per_segment(run: dict, predicted: dict[str, float] | None = None) -> dict[str, float]:
+def devices(run: Comparison, predicted: dict[str, float] | None = None) -> dict[str, tuple[float, float, int]]:
+    """Per device of a compared run: (measured compute per input, predicted, segments per input); the
+    prediction is the run's unless ``predicted`` (device -> seconds per input) is given."""
+    assert run.report is not None and run.predicted is not None
+    pred = predicted if predicted is not None else run.predicted.compute_s_per_device
+    return {d.device: (d.compute_s, pred[d.device], d.segments) for d in run.report.devices}
+
+
+def per_segment(run: Comparison, predicted: dict[str, float] | None = None) -> dict[str, float]:
     """The fitted seconds per segment of each device of ``run``: (measured - predicted) / segments, not
     below 0 (``predicted`` as in ``devices``)."""
     return {dev: max(0.0, (m - p) / k) for dev, (m, p, k) in devices(run, predicted).items()}
@@ -67,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.per_call:
         return per_call(args.data, args.seconds, args.split_dir)
-    runs = {name: json.loads((args.data / f).read_text()) for name, f in RUNS.items()}
+    runs = {name: read_run(args.data / f) for name, f in RUNS.items()}
     for fit, held in (("mapping", "tensor-parallel"), ("tensor-parallel", "mapping")):
         s = per_segment(runs[fit])
         print(f"fitted on the {fit} run: " + ", ".join(f"{d} {v * 1e3:.3f} ms per segment" for d, v in s.items()))
@@ -76,15 +87,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  held out, the {held} run's {dev} ({k} segments): measured {m * 1e3:.2f} ms, predicted today "
                   f"{p * 1e3:.2f} ms (x{m / p:.2f}), with the term {with_term * 1e3:.2f} ms (x{m / with_term:.2f})")
     mapping = runs["mapping"]
-    alone = json.loads((args.data / "run.resnet50.gpu0.json").read_text())
+    alone = read_run(args.data / "run.resnet50.gpu0.json")
     s = per_segment(runs["tensor-parallel"])
     bound = max(p + k * s[dev] for dev, (_, p, k) in devices(mapping).items())
     (_, p_gpu, k_gpu), = devices(alone).values()
     gpu_bound = p_gpu + k_gpu * s["gpu0"]
     print(f"ResNet-50 with the tensor-parallel run's fit (held out): the mapping {1 / bound:.1f}/s (today "
-          f"{mapping['predicted']['throughput']:.1f}/s, measured {mapping['measured']['throughput']:.1f}/s), the GPU "
-          f"alone {1 / gpu_bound:.1f}/s (today {alone['predicted']['throughput']:.1f}/s, measured "
-          f"{alone['measured']['throughput']:.1f}/s): compute bounds only, links and waits left out")
+          f"{mapping.predicted.throughput:.1f}/s, measured {mapping.report.throughput:.1f}/s), the GPU "
+          f"alone {1 / gpu_bound:.1f}/s (today {alone.predicted.throughput:.1f}/s, measured "
+          f"{alone.report.throughput:.1f}/s): compute bounds only, links and waits left out")
     return 0
 
 

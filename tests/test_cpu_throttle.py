@@ -135,15 +135,15 @@ def test_a_workers_time_per_input_scales_with_its_quota(vgg8_split, tmp_path):
             run_dir = tmp_path / f"run{share}-{attempt}"
             report = run_manifest(vgg8_split, RunOptions(inputs=20, latency_inputs=0, timeout_s=30, devices=emu,
                                                          run_dir=run_dir))
-            assert report.verify["ok"]
-            dev = report.extra["device_emulation"]
+            assert report.verify.ok
+            dev = report.device_emulation
             assert dev["dilation"] == 2.0 and dev["cgroup"] in ("v1", "v2") and dev["period_us"] == 10000
             assert dev["groups"] == {"1": {"share": share, "quota_us": round(share * 10000), "period_us": 10000}}
-            emulated = report.extra["emulated"]
-            assert emulated["throughput"] == pytest.approx(report.throughput * 2)
-            assert emulated["compute_s"]["local-cpu0"] == pytest.approx(report.devices[0]["compute_s"] / 2)
+            emulated = report.emulated
+            assert emulated.throughput == pytest.approx(report.throughput * 2)
+            assert emulated.compute_s["local-cpu0"] == pytest.approx(report.devices[0].compute_s / 2)
             assert not ours() and not processes_of(run_dir)
-            runs.append((1.0 / report.throughput, report.devices[0]["cpu_per_input_s"]))
+            runs.append((1.0 / report.throughput, report.devices[0].cpu_per_input_s))
         per_input[share], cpu[share] = min(runs, key=lambda r: r[0] / r[1])
         print(f"share {share}: {per_input[share] * 1e3:.1f} ms per input, {cpu[share] * 1e3:.1f} ms CPU per input, "
               f"time x share / CPU = {per_input[share] * share / cpu[share]:.3f}")
@@ -183,8 +183,8 @@ def test_throttle_and_link_emulation_compose(tmp_path):
     report = run_manifest(manifest, RunOptions(
         inputs=4, timeout_s=20, run_dir=tmp_path / "run", devices=DeviceEmulation({"local-cpu1": 1.0}, 2.0),
         links=LinkMatrix.uniform(manifest.world_size, 1e8, 1e-4)))
-    assert report.verify["ok"] and set(report.extra["device_emulation"]["groups"]) == {"2"}
-    assert report.extra["emulation"]["namespaces"] == manifest.world_size
-    shaped = {(s["from_rank"], s["to_rank"]): s["bandwidth"] for s in report.extra["emulation"]["shaped"]}
+    assert report.verify.ok and set(report.device_emulation["groups"]) == {"2"}
+    assert report.emulation["namespaces"] == manifest.world_size
+    shaped = {(s["from_rank"], s["to_rank"]): s["bandwidth"] for s in report.emulation["shaped"]}
     assert shaped[(1, 2)] == pytest.approx(5e7)        # links dilated with compute: bandwidth / D
     assert not ours()

@@ -8,7 +8,7 @@ import pytest
 from factories import chain_graph, cluster, problem
 from hetsplit.errors import UsageError
 from hetsplit.plan.types import Plan, Stage
-from hetsplit.runtime.device_emulation import DeviceEmulation, emulated_metrics, emulated_rows, plan_emulation
+from hetsplit.runtime.device_emulation import DeviceEmulation, plan_emulation
 from hetsplit.runtime.netem import LinkMatrix
 
 GRAPH = chain_graph([8, 8, 8, 8])
@@ -72,12 +72,15 @@ def test_bad_emulations_are_refused():
 
 
 def test_emulated_metrics_and_dilated_links():
-    doc = {"throughput": 10.0, "latency_s": 0.4, "latency_loaded_s": 0.8,
-           "devices": [{"device": "d0", "compute_s": 0.2}]}
-    emu = emulated_metrics(doc, 4.0)
-    assert emu == {"throughput": 40.0, "latency_s": 0.1, "latency_loaded_s": 0.2, "compute_s": {"d0": 0.05}}
-    rows = emulated_rows({"throughput": 20.0, "latency_s": 0.1, "compute_s_per_device": {"d0": 0.1}}, emu)
-    assert [r["ratio"] for r in rows] == pytest.approx([2.0, 1.0, 0.5])
+    from hetsplit.plan.types import Metrics
+    from hetsplit.runtime.report import DeviceRun, EmulatedRun, RunReport
+    from hetsplit.workflow.run import emulated_rows
+
+    report = RunReport("m", [DeviceRun("d0", 0.2, 0.2)], [], 4, 10.0, 0.4, 0.8, [], None, 0.0)
+    emu = EmulatedRun.of(report, 4.0)
+    assert emu == EmulatedRun(4.0, 40.0, 0.1, 0.2, {"d0": 0.05})
+    predicted = Metrics(20.0, 0.05, "stage d0", 0.1, 1.0, {"d0": 1.0}, {"d0": 0.1}, {"d0": 1.0}, True, 0.1)
+    assert [r.ratio for r in emulated_rows(predicted, emu)] == pytest.approx([2.0, 1.0, 0.5])
     links = LinkMatrix.uniform(3, 1e6, 1e-3).dilated(4.0)
     assert links.bandwidth[1, 2] == 2.5e5 and links.latency_s[1, 2] == 4e-3 and np.isinf(links.bandwidth[0, 1])
 

@@ -59,13 +59,13 @@ def test_a_link_bound_sharded_mapping_streams_at_the_simulators_throughput(tmp_p
     manifest = split_model(plan, graph, path, tmp_path / "split", cluster=cl)
     report = run_manifest(manifest, RunOptions(inputs=inputs + 1, latency_inputs=1, timeout_s=30,
                                                links=LinkMatrix.from_cluster(manifest, cl), run_dir=tmp_path / "run"))
-    assert report.verify["ok"] and report.extra["plan_kind"] == "mapping"
-    link = next(x for x in report.extra["links"] if (x["from"], x["to"]) == ("a", "b"))
-    assert link["nbytes"] == 16 * 64 * 64 * 4 + 8 * 64 * 64 * 4       # the stem's output and a's shard
-    compute = max(d["compute_s"] for d in report.devices)
+    assert report.verify.ok and report.plan_kind == "mapping"
+    link = next(x for x in report.links if (x.src, x.dst) == ("a", "b"))
+    assert link.nbytes == 16 * 64 * 64 * 4 + 8 * 64 * 64 * 4       # the stem's output and a's shard
+    compute = max(d.compute_s for d in report.devices)
     ratio = report.throughput / sim.throughput
     print(f"link-bound mapping: measured {report.throughput:.3f}/s, simulated {sim.throughput:.3f}/s "
-          f"(ratio {ratio:.3f}); link a->b {link['nbytes']} B/input, wire {link['wire_mean_s'] * 1e3:.0f} ms; "
+          f"(ratio {ratio:.3f}); link a->b {link.nbytes} B/input, wire {link.wire_mean_s * 1e3:.0f} ms; "
           f"slowest device's compute {compute * 1e3:.1f} ms/input")
     assert compute < 0.3 / sim.throughput, "compute, not the link, bounds this run: the check would not be fair"
     assert 0.85 <= ratio <= 1.15
@@ -97,21 +97,21 @@ def test_a_tensor_parallel_plan_runs_over_emulated_links_and_devices(tmp_path):
     links = LinkMatrix.from_cluster(manifest, cl)
     report = run_manifest(manifest, RunOptions(inputs=8, latency_inputs=1, timeout_s=60, links=links,
                                                devices=devices, run_dir=tmp_path / "run"))
-    assert report.verify["ok"] and report.extra["plan_kind"] == "mapping"
-    assert "gather" in {h["collective"] for h in report.hops}   # the sums of the sharded layers
-    emu = report.extra["emulation"]
+    assert report.verify.ok and report.plan_kind == "mapping"
+    assert "gather" in {h.collective for h in report.hops}   # the sums of the sharded layers
+    emu = report.emulation
     assert emu["namespaces"] == manifest.world_size == 4
     shaped = {(s["from_rank"], s["to_rank"]): s["bandwidth"] for s in emu["shaped"]}
     workers = [w.rank for w in manifest.stages]
     assert set(shaped) == {(i, j) for i in workers for j in workers if i != j}
     assert all(bw == pytest.approx(50e6 / devices.dilation) for bw in shaped.values())
-    groups = report.extra["device_emulation"]["groups"]
+    groups = report.device_emulation["groups"]
     assert set(groups) == {str(r) for r in workers}
     per_input = 1.0 / report.throughput
     for d in report.devices:
-        share = devices.shares[d["device"]]
-        print(f"{d['device']}: share {share:.3f}, CPU {d['cpu_per_input_s'] * 1e3:.2f} ms per input of "
+        share = devices.shares[d.device]
+        print(f"{d.device}: share {share:.3f}, CPU {d.cpu_per_input_s * 1e3:.2f} ms per input of "
               f"{per_input * 1e3:.2f} ms")
-        assert d["cpu_per_input_s"] <= share * per_input * 1.2 + 0.001, (d, share, per_input)
-    assert report.extra["emulated"]["throughput"] == pytest.approx(report.throughput * devices.dilation)
+        assert d.cpu_per_input_s <= share * per_input * 1.2 + 0.001, (d, share, per_input)
+    assert report.emulated.throughput == pytest.approx(report.throughput * devices.dilation)
     assert nothing_left(tmp_path / "run")

@@ -18,7 +18,7 @@ import pytest
 from hetsplit.costs.machine_load import LoadWatch, read_clock
 from hetsplit.estimate.processes import workers_problem
 from hetsplit.experiments.here_accuracy import MODEL, branching_mapping, run_here, two_stage_plan
-from hetsplit.experiments.mapping_run import profile_here
+from hetsplit.workflow.here import profile_here
 from hetsplit.runtime import calibration as rc
 from hetsplit.runtime import resolve_model
 

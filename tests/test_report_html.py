@@ -48,9 +48,11 @@ def test_transfers_of_every_plan_equal_its_taskgraph_messages(planned):
 
 def test_cluster_timeline_and_run_sections(planned):
     problem, plans = planned
-    run_doc = {"rows": [{"metric": "throughput (1/s)", "predicted": 100.0, "measured": 205.0, "ratio": 2.05}],
-               "notes": ["measured throughput is 2.05x the prediction (above it)"]}
-    details = report_details(problem, plans, run_doc=run_doc)
+    from hetsplit.workflow.comparison import Comparison, Row
+
+    run = Comparison(None, [Row("throughput (1/s)", 100.0, 205.0)],
+                     ["measured throughput is 2.05x the prediction (above it)"])
+    details = report_details(problem, plans, run=run)
     page = plans_html(plans, "t", details)
     cluster = _section(page, "cluster")
     assert all(f"<td class=l>{name}</td>" in cluster for name in problem.cluster.names)
@@ -63,16 +65,15 @@ def test_cluster_timeline_and_run_sections(planned):
 
 
 def test_a_bare_run_report_is_set_beside_the_plans_metrics(planned):
-    from hetsplit.runtime.measure import RunReport
+    from hetsplit.runtime.report import DeviceRun, RunReport
 
     problem, plans = planned
     plan = plans[0]
-    devices = [{"device": d, "compute_s": 1e-3, "compute_mean_s": 1e-3} for d in plan.devices]
-    doc = RunReport(plan.model, devices, [], 10, 2 * plan.metrics.throughput, 1e-3, 1e-3, [], {}, 1.0).to_dict()
-    details = report_details(problem, plans, featured=0, run_doc=doc)
-    rows = {r["metric"]: r for r in details.run["rows"]}
-    assert rows["throughput (1/s)"]["ratio"] == pytest.approx(2.0)
-    assert any("the stage bound" in n for n in details.run["notes"])  # measured far above a stage bound of 1/s
+    devices = [DeviceRun(d, 1e-3, 1e-3) for d in plan.devices]
+    report = RunReport(plan.model, devices, [], 10, 2 * plan.metrics.throughput, 1e-3, 1e-3, [], None, 1.0)
+    details = report_details(problem, plans, featured=0, run=RunReport.from_dict(report.to_dict()))
+    assert details.run.row("throughput (1/s)").ratio == pytest.approx(2.0)
+    assert any("the stage bound" in n for n in details.run.notes)  # measured far above a stage bound of 1/s
 
 
 def test_bottleneck_digits_tell_plans_apart():

@@ -12,7 +12,7 @@ from hetsplit.costs import local_calibration as lc
 from hetsplit.estimate import RuntimeCosts, predict_here
 from hetsplit.errors import HetsplitError
 from hetsplit.estimate.processes import DRIVER, ends_cpu, message_ends, workers_problem
-from hetsplit.experiments.mapping_run import profile_here
+from hetsplit.workflow.here import profile_here
 from hetsplit.plan.check import check_plan
 from hetsplit.runtime import calibration as rc
 from hetsplit.runtime import segment_calibration

@@ -90,7 +90,7 @@ def test_hosts_refused_up_front_when_malformed_or_combined_with_emulation(files,
 
 
 def test_profile_notes_name_a_co_load_that_does_not_match_the_run():
-    from hetsplit.runtime.measure import profile_notes
+    from hetsplit.workflow.run_notes import profile_notes
 
     meta = {"device": "local-cpu", "whole_model": {}, "threads": 1, "model": "resnet50"}
     assert profile_notes({**meta, "co_load": 1}, workers=2, cores=2) == []
@@ -128,12 +128,12 @@ def test_run_compare_notes_a_profile_taken_without_co_load(files, tmp_path):
 
 
 def test_overhead_note_when_the_runs_own_cpu_takes_a_share_of_full_cores():
-    from hetsplit.runtime.measure import RunReport, overhead_note
+    from hetsplit.runtime.report import DeviceRun, RunReport
+    from hetsplit.workflow.run_notes import overhead_note
 
     def report(driver_s: float, extra_s: float) -> RunReport:
-        devices = [{"device": f"local-cpu{i}", "kind": "cpu", "threads": 1, "compute_mean_s": 2e-3,
-                    "cpu_per_input_s": 2e-3 + extra_s} for i in range(2)]
-        return RunReport("m", devices, [], 10, 1.0, 1.0, 1.0, [], {}, 1.0, {"driver_cpu_per_input_s": driver_s})
+        devices = [DeviceRun(f"local-cpu{i}", 2e-3, 2e-3, cpu_per_input_s=2e-3 + extra_s) for i in range(2)]
+        return RunReport("m", devices, [], 10, 1.0, 1.0, 1.0, [], None, 1.0, driver_cpu_per_input_s=driver_s)
 
     note = overhead_note(report(0.6e-3, 0.4e-3), cores=2)      # (0.6 + 2 x 0.4) / 2 = 0.7 ms of a 2 ms stage
     assert note is not None and "driver 0.60 ms" in note and "35%" in note

@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import socket
 import time
+from pathlib import Path
 
 import pytest
 
@@ -105,3 +106,24 @@ def test_a_wrong_output_fails_verification(split, tmp_path):
     onnx.save(model, str(path))
     msg, _ = run_failing(load_manifest(bad), tmp_path / "run")
     assert "differs from the unsplit model" in msg and "max abs error" in msg
+
+
+def test_a_failed_run_without_a_run_dir_keeps_the_logs_its_message_names(split, tmp_path, monkeypatch):
+    """The logs a run keeps in a temporary folder are removed after a run that succeeds, and kept after one
+    that fails, so the log its message names is there to read."""
+    import re
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))   # where the run's temporary folder goes
+    manifest = load_manifest(split)
+    report = run_manifest(manifest, RunOptions(inputs=3, timeout_s=TIMEOUT_S, startup_timeout_s=30))
+    assert report.run_dir is None and not list(tmp_path.glob("hetsplit-run-*"))
+    opts = RunOptions(inputs=6, timeout_s=TIMEOUT_S, startup_timeout_s=30, faults={"2": {"kind": "die", "after": 2}})
+    with pytest.raises(RuntimeFailure) as info:
+        run_manifest(manifest, opts)
+    logs = re.findall(r"log: (\S+\.log)", str(info.value))
+    assert logs, str(info.value)
+    for log in logs:
+        assert Path(log).is_file() and Path(log).is_relative_to(tmp_path), (log, str(info.value))
+    folder = Path(logs[0]).parent
+    assert folder.name.startswith("hetsplit-run-") and not processes_of(folder)

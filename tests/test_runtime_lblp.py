@@ -14,7 +14,8 @@ import math
 import pytest
 
 from hetsplit.cluster.local import local_cluster
-from hetsplit.experiments.mapping_run import MappingRunOptions, MappingRunResult, run_mapping
+from hetsplit.experiments.mapping_run import MappingRunOptions, run_mapping
+from hetsplit.workflow.here import HereComparison
 from hetsplit.search import make_partitioner
 from hetsplit.workflow import load_problem
 
@@ -30,7 +31,7 @@ def plan():
 
 
 @pytest.fixture(scope="module")
-def result(plan) -> MappingRunResult:
+def result(plan) -> HereComparison:
     return run_mapping("resnet8", plan, MappingRunOptions(inputs=INPUTS, latency_inputs=3, profile_repeats=10))
 
 
@@ -98,7 +99,7 @@ def test_the_result_is_a_json_document(result):
 def test_run_command_compares_here_with_a_saved_profile(plan, tmp_path):
     from hetsplit.cli.main import main
     from hetsplit.costs.profile import save_profile
-    from hetsplit.experiments.mapping_run import profile_here
+    from hetsplit.workflow.here import profile_here
     from hetsplit.plan.io import save_plan
 
     save_plan(plan, tmp_path / "plan.json")
@@ -119,7 +120,7 @@ def test_predicted_latency_takes_the_profiles_alone_factor(plan, result):
     from dataclasses import replace
 
     from hetsplit.estimate import predict_here
-    from hetsplit.experiments.mapping_run import profile_here
+    from hetsplit.workflow.here import profile_here
     from hetsplit.runtime import resolve_model
     from hetsplit.runtime.calibration import runtime_costs
 

@@ -172,20 +172,20 @@ def assert_messages_match_the_taskgraph(manifest, g, plan, cl):
 
 
 def assert_run(report, manifest, g, plan, cl, n):
-    assert report.verify["ok"] and report.verify["outputs_checked"] == n
-    assert report.verify["max_abs_err"] < 1e-4
+    assert report.verify.ok and report.verify.outputs_checked == n
+    assert report.verify.max_abs_err < 1e-4
     sent: dict[str, float] = {}
     names = plan_cluster(plan, cl).names
     for m in taskgraph_messages(g, plan, cl):
         sent[names[m.src]] = sent.get(names[m.src], 0.0) + m.nbytes
-    assert {d["device"]: d["send_workers_bytes"] for d in report.devices} == \
+    assert {d.device: d.send_workers_bytes for d in report.devices} == \
         {d: sent.get(d, 0.0) for d in plan.devices}
     for d in report.devices:
-        assert d["compute_s"] > 0 and d["peak_rss_bytes"] > 0 and d["cpu_per_input_s"] > 0
-    assert all(len(h["wire_all_s"]) == n for h in report.hops)      # every message moved for every input
+        assert d.compute_s > 0 and d.peak_rss_bytes > 0 and d.cpu_per_input_s > 0
+    assert all(len(h.wire_all_s) == n for h in report.hops)      # every message moved for every input
     assert len(report.hops) == len(manifest.messages)
     assert report.throughput > 0 and report.latency_s > 0
-    return report.verify["max_abs_err"]
+    return report.verify.max_abs_err
 
 
 # ---- runs with real processes -----------------------------------------------------------------------
@@ -243,7 +243,7 @@ def test_a_manifest_whose_sum_combine_moved_in_gloo_collectives_still_runs(model
     assert [msg.tag for msg in old.messages if msg.collective is None] == \
         [d["tag"] for d in doc["messages"] if d["collective"] is None]
     report = run_manifest(old, RunOptions(inputs=3, timeout_s=30, run_dir=tmp_path / "run"))
-    assert report.verify["ok"] and report.verify["outputs_checked"] == 3 and report.verify["max_abs_err"] < 1e-4
+    assert report.verify.ok and report.verify.outputs_checked == 3 and report.verify.max_abs_err < 1e-4
     assert not processes_of(tmp_path / "run")
 
 

@@ -32,11 +32,11 @@ def test_emulated_link_follows_the_link_model(tmp_path, bandwidth, latency_s, in
     links = LinkMatrix.uniform(3, bandwidth, latency_s)
     report = run_plan(plan, graph, path, RunOptions(inputs=inputs, timeout_s=30, links=links,
                                                     run_dir=tmp_path / "run"))
-    assert report.verify["ok"]
-    hop = next(h for h in report.hops if (h["from"], h["to"]) == ("edge", "cloud"))
-    predicted = latency_s + hop["nbytes"] / bandwidth
-    assert hop["nbytes"] == graph.cut_bytes[2]
-    assert 0.8 <= hop["wire_s"] / predicted <= 1.2, (hop["wire_s"], predicted, hop["wire_all_s"])
+    assert report.verify.ok
+    hop = next(h for h in report.hops if (h.src, h.dst) == ("edge", "cloud"))
+    predicted = latency_s + hop.nbytes / bandwidth
+    assert hop.nbytes == graph.cut_bytes[2]
+    assert 0.8 <= hop.wire_s / predicted <= 1.2, (hop.wire_s, predicted, hop.wire_all_s)
     assert not processes_of(tmp_path / "run")
 
 
@@ -55,13 +55,13 @@ def test_a_mapping_runs_over_emulated_links_at_their_bandwidth(tmp_path):
     report = run_plan(plan, graph, path, RunOptions(inputs=3, latency_inputs=3, timeout_s=30,
                                                     links=LinkMatrix.uniform(3, bandwidth, latency_s),
                                                     run_dir=tmp_path / "run"))
-    assert report.verify["ok"] and report.extra["plan_kind"] == "mapping"
-    links = {(x["from"], x["to"]): x for x in report.extra["links"]}
+    assert report.verify.ok and report.plan_kind == "mapping"
+    links = {(x.src, x.dst): x for x in report.links}
     for pair in (("a", "b"), ("b", "a")):
         link = links[pair]
-        assert link["messages"] == 2 and link["nbytes"] == 2 * 32 * 64 * 64 * 4
-        predicted = link["nbytes"] / bandwidth + link["messages"] * latency_s
-        assert 0.8 <= link["wire_mean_s"] / predicted <= 1.2, (pair, link, predicted)
+        assert link.messages == 2 and link.nbytes == 2 * 32 * 64 * 64 * 4
+        predicted = link.nbytes / bandwidth + link.messages * latency_s
+        assert 0.8 <= link.wire_mean_s / predicted <= 1.2, (pair, link, predicted)
     assert not processes_of(tmp_path / "run")
 
 

@@ -56,9 +56,9 @@ def test_a_pool_runs_two_different_plans_in_the_same_warm_processes(toy, pool, t
     second = run_plan(plan_of(graph, [0, 6, graph.num_layers]), graph, path,
                       RunOptions(inputs=3, latency_inputs=1, timeout_s=20, pool=pool, run_dir=tmp_path / "b"))
     for report in (first, second):
-        assert report.verify["ok"] and report.verify["outputs_checked"] == 3
-        assert [d["device"] for d in report.devices] == ["local-cpu0", "local-cpu1"]
-        assert all(d["compute_s"] > 0 and d["peak_rss_bytes"] > 0 for d in report.devices)
+        assert report.verify.ok and report.verify.outputs_checked == 3
+        assert [d.device for d in report.devices] == ["local-cpu0", "local-cpu1"]
+        assert all(d.compute_s > 0 and d.peak_rss_bytes > 0 for d in report.devices)
     assert pool.started == started    # no process started for either run: both found them warm
     assert {p.pid for ps in pool.idle.values() for p in ps} == pids
     assert (tmp_path / "b" / "rank1.log").exists()
@@ -76,7 +76,7 @@ def test_a_warm_worker_that_dies_mid_run_ends_the_run_with_a_message(toy, pool, 
     assert time.perf_counter() - t0 < 60
     after = run_plan(plan_of(graph, [0, 4, graph.num_layers]), graph, path,       # the pool recovers
                      RunOptions(inputs=2, latency_inputs=1, timeout_s=20, pool=pool, run_dir=tmp_path / "ok"))
-    assert after.verify["ok"]
+    assert after.verify.ok
 
 
 def test_closing_a_pool_ends_its_processes(pool):

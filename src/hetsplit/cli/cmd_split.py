@@ -46,9 +46,10 @@ def run(args) -> int:
 
 def note_unchecked(plan, cluster) -> None:
     """Say when the plan's devices cannot be checked: its cluster was not found and none was given."""
-    if cluster is None and plan.cluster:
-        print(f"note: the plan's cluster {plan.cluster!r} was not found; its devices are checked only against "
-              "each other (give --cluster to check them)", file=sys.stderr)
+    from hetsplit.workflow.run import unchecked_note
+
+    if (note := unchecked_note(plan, cluster)) is not None:
+        print(f"note: {note}", file=sys.stderr)
 
 
 def print_manifest(manifest, console: Console) -> None:

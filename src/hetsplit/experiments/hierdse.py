@@ -48,6 +48,7 @@ from hetsplit.errors import HetsplitError
 from hetsplit.experiments.claims import FAILS, HOLDS, PARTLY, Claim, ClaimSet, direction, inconclusive
 from hetsplit.graph.input_shapes import InputShapes
 from hetsplit.plan.types import Plan
+from hetsplit.runtime.report import DeviceRun
 from hetsplit.search.hierarchical import (HierarchicalOptions, HierarchicalResult, Measurement, MeasuredPoint,
                                           PlanMeasurer, hierarchical_explore)
 
@@ -147,44 +148,43 @@ class RunMeasurer:
 
         t0 = time.perf_counter()
         emu = self.emulation(plan)
-        opts = RunOptions(inputs=self.options.inputs, latency_inputs=self.options.latency_inputs,
-                          timeout_s=self.options.timeout_s, devices=emu, pool=self.pool)
         try:
             with tempfile.TemporaryDirectory(prefix=f"{SCRATCH}{os.getpid()}-", dir=_shm_dir()) as d:
                 split_model(plan, self.graph, self.model_path, Path(d) / "split", check=False,
                             cluster=self.problem.cluster)
                 manifest = load_manifest(Path(d) / "split")
-                if self.options.emulate_links:
-                    opts.links = LinkMatrix.from_cluster(manifest, self.problem.cluster)
-                opts.run_dir = Path(d) / "run"
-                report = run_manifest(manifest, opts)
-                driver = read_driver_doc(opts.run_dir) or {}
-                start_rss = {row["rank"]: _start_rss(opts.run_dir, row["rank"]) for row in report.devices}
+                links = LinkMatrix.from_cluster(manifest, self.problem.cluster) if self.options.emulate_links else None
+                run_dir = Path(d) / "run"
+                report = run_manifest(manifest, RunOptions(
+                    inputs=self.options.inputs, latency_inputs=self.options.latency_inputs,
+                    timeout_s=self.options.timeout_s, devices=emu, pool=self.pool, links=links, run_dir=run_dir))
+                driver = read_driver_doc(run_dir) or {}
+                start_rss = {row.rank: _start_rss(run_dir, row.rank) for row in report.devices}
         except HetsplitError as exc:          # RuntimeFailure included: a failed run is a result
             return Measurement(seconds=time.perf_counter() - t0, error=str(exc))
         dilation = emu.dilation if emu is not None else 1.0
-        memory = max(max(0.0, float(row.get("peak_rss_bytes") or 0) - (start_rss[row["rank"]] or self.baseline_rss))
+        memory = max(max(0.0, float(row.peak_rss_bytes or 0) - (start_rss[row.rank] or self.baseline_rss))
                      for row in report.devices)
         energy = max(self.device_energy(plan, d, dilation) for d in report.devices)
         return Measurement(throughput=report.throughput * dilation, memory_per_device_bytes=memory,
                            energy_per_device_j=energy, seconds=time.perf_counter() - t0,
                            details={"dilation": emu.dilation if emu is not None else None,
-                                    "verified": bool(report.verify.get("ok", True)),
+                                    "verified": report.verify is None or report.verify.ok,
                                     "latency_s": report.latency_s / dilation, "inputs": report.inputs,
                                     "interval_s": output_intervals(driver, dilation)})
 
-    def device_energy(self, plan: Plan, row: dict, dilation: float) -> float:
+    def device_energy(self, plan: Plan, row: DeviceRun, dilation: float) -> float:
         """A device's energy per input: metered where the runtime read a meter, else its measured busy
         time (emulated) x its cost model's power, plus the cost model's energy of what it sends."""
-        if row.get("energy_j") is not None:
-            return float(row["energy_j"])
-        name = row["device"]
+        if row.energy_j is not None:
+            return float(row.energy_j)
+        name = row.device
         dev = self.problem.cluster.devices[self.problem.cluster.index(name)]
         power = self.power_w[dev.type]
         m = plan.metrics
         predicted_compute_j = power * m.compute_s_per_device.get(name, 0.0) if m is not None else 0.0
         sends_j = (m.energy_per_device_j.get(name, 0.0) - predicted_compute_j) if m is not None else 0.0
-        return power * float(row["compute_mean_s"]) / dilation + max(0.0, sends_j)
+        return power * float(row.compute_mean_s) / dilation + max(0.0, sends_j)
 
 
 def _start_rss(run_dir: Path, rank: int) -> float | None:

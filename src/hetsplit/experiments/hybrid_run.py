@@ -4,7 +4,7 @@ For each chromosome (naive; advanced with p = 2, 4, ...) NSGA-II explores ``mode
 ``workers`` local worker processes (``cluster.local.local_cluster``: ``local-cpu`` devices joined by the
 loopback link), so every plan's predicted metrics are for *this machine*: the per-layer costs come from
 a ``hetsplit.profile/1`` of this CPU, one thread per layer under the co-load of the run
-(``mapping_run.profile_here``, measured on the spot by default; ``HybridRunOptions.profile`` names a
+(``workflow.here.profile_here``, measured on the spot by default; ``HybridRunOptions.profile`` names a
 saved one instead, e.g. from ``hetsplit profile MODEL --threads 1 --co-load 1``). The profiles under
 ``bench/data/epyc-milan-1t`` are not used by default: they were taken without co-load. A profile
 measured on the spot is noisy, so the explored plans vary from run to run; pass a saved one to repeat.
@@ -42,7 +42,8 @@ from typing import Any, Callable
 from hetsplit.costs.profile import Profile
 from hetsplit.errors import HetsplitError
 from hetsplit.estimate.processes import workers_problem
-from hetsplit.experiments.mapping_run import MappingRunOptions, MappingRunResult, profile_here, run_mapping
+from hetsplit.experiments.mapping_run import MappingRunOptions, run_mapping
+from hetsplit.workflow.here import HereComparison, profile_here
 from hetsplit.plan.types import Plan
 from hetsplit.search.explore import THESIS_OBJECTIVES, ExploreOptions, ExploreResult, explore
 
@@ -119,7 +120,7 @@ class HybridRunRow:
     measured_energy_per_device_j: float | None
     max_abs_err: float
     outputs_checked: int
-    run: MappingRunResult = field(repr=False)
+    run: HereComparison = field(repr=False)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -226,25 +227,23 @@ def energy_unavailable_reason() -> str:
     return describe(meter_for("cpu"))
 
 
-def measured_row(label: str, pick: PickedPlan, run: MappingRunResult, baseline: int | None) -> HybridRunRow:
+def measured_row(label: str, pick: PickedPlan, run: HereComparison, baseline: int | None) -> HybridRunRow:
     """One picked plan's prediction (its explored metrics and the run's re-costing) beside its run."""
     m = pick.plan.metrics
     if m is None:
         raise HetsplitError(f"{label}: an explored plan has no metrics; explore() fills them")
-    devices = run.report.devices if run.report is not None else []
+    devices = run.report.devices
     notes = list(run.notes)
-    reported = [d.get("peak_rss_bytes") for d in devices]
-    peaks = [float(r) for r in reported if r]
-    measured_mem = max(peaks) if reported and len(peaks) == len(reported) else None
+    reported = [d.peak_rss_bytes for d in devices]
+    measured_mem = float(max(reported)) if reported and all(reported) else None
     if measured_mem is None:
         notes.append("memory: not measured (a worker reported no peak RSS)")
     else:
         notes.append("memory: measured is the largest worker's peak RSS (VmHWM), interpreter, torch and onnxruntime "
                      "included" + ("" if baseline is None else
                                    f"; an idle process with those imports peaks at {baseline / 1e6:.1f} MB"))
-    energy = [d.get("energy_j") for d in devices]
-    known = [float(e) for e in energy if e is not None]
-    measured_energy = max(known) if energy and len(known) == len(energy) else None
+    energy = [d.energy_j for d in devices]
+    measured_energy = max(energy) if energy and all(e is not None for e in energy) else None
     if measured_energy is None:
         notes.append(f"energy: not measured ({energy_unavailable_reason()}); the predicted value rests on the "
                      "profile's assumed power per busy core")

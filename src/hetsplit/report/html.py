@@ -22,6 +22,7 @@ from hetsplit.report.tables import describe_params, distinct_digits, energy_text
     versus_single
 from hetsplit.units import format_quantity
 from hetsplit.workflow import ReportDetails
+from hetsplit.workflow.comparison import Comparison
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
@@ -161,14 +162,14 @@ def _timeline_section(k: int, result: SimResult) -> str:
             f"utilization {util}.</p><img alt='timeline of plan {k}' src='{image}'></section>")
 
 
-def _run_section(k: int, run: dict[str, Any]) -> str:
+def _run_section(k: int, run: Comparison) -> str:
     """A run's measurements beside the prediction of the plan it ran, with the run's notes."""
     def cell(v: Any, spec: str = ".4g") -> str:
         return "-" if v is None else format(v, spec)
 
-    rows = [f"<tr><td class=l>{html.escape(r['metric'])}</td><td>{cell(r['predicted'])}</td>"
-            f"<td>{cell(r['measured'])}</td><td>{cell(r.get('ratio'), '.3f')}</td></tr>" for r in run["rows"]]
-    notes = "".join(f"<li>{html.escape(n)}</li>" for n in run.get("notes", []))
+    rows = [f"<tr><td class=l>{html.escape(r.metric)}</td><td>{cell(r.predicted)}</td>"
+            f"<td>{cell(r.measured)}</td><td>{cell(r.ratio, '.3f')}</td></tr>" for r in run.rows]
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in run.notes)
     return (f"<section id=measured><h2>Measured vs predicted (plan {k})</h2>"
             + _table(["metric", "predicted", "measured", "measured/predicted"], rows, "measured")
             + (f"<ul>{notes}</ul>" if notes else "") + "</section>")

@@ -5,7 +5,7 @@
   them (see ``runtime.manifest``; ``/1`` files still read)
 - ``run_plan(plan, graph, model_path, RunOptions) -> RunReport`` and ``run_manifest`` (``hetsplit run``):
   one driver (``runtime.driver``) and one worker program (``runtime.worker``) for every plan kind
-- ``compare(report, predicted_metrics, cluster)``: predicted beside measured
+- ``RunReport`` (``runtime.report``): what a run measured, typed; ``hetsplit.run.report/1`` its JSON
 - ``LinkMatrix`` / ``emulation_available()``: links shaped with namespaces, veth and tc
 - ``calibration.runtime_costs()``: the runtime's own per-message costs on this machine (toy runs,
   cached when trusted), which the ``here`` fidelity charges
@@ -14,11 +14,12 @@ See docs/architecture.md.
 """
 
 from hetsplit.runtime.manifest import FORMAT, Edge, Manifest, TensorSpec, Worker, load_manifest
-from hetsplit.runtime.measure import RunReport, compare, summarize
+from hetsplit.runtime.measure import summarize
+from hetsplit.runtime.report import DeviceRun, HopRun, LinkRun, RunReport
 from hetsplit.runtime.netem import LinkMatrix, emulation_available
 from hetsplit.runtime.run import RunOptions, resolve_model, run_manifest, run_plan
 from hetsplit.runtime.split import split_model
 
-__all__ = ["FORMAT", "Edge", "LinkMatrix", "Manifest", "RunOptions", "RunReport", "TensorSpec", "Worker",
-           "compare", "emulation_available", "load_manifest", "resolve_model", "run_manifest", "run_plan",
+__all__ = ["FORMAT", "DeviceRun", "Edge", "HopRun", "LinkMatrix", "LinkRun", "Manifest", "RunOptions", "RunReport",
+           "TensorSpec", "Worker", "emulation_available", "load_manifest", "resolve_model", "run_manifest", "run_plan",
            "split_model", "summarize"]

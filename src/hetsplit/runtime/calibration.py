@@ -56,6 +56,7 @@ from typing import Any
 from hetsplit.costs import calibration_store, machine_probe
 from hetsplit.errors import HetsplitError
 from hetsplit.estimate.runtime_costs import RuntimeCosts
+from hetsplit.runtime.report import DeviceRun
 
 VERSION = 9                    # bump when the recipe or the worker changes: old cache entries are ignored
 FOLDER = "runtime-calibration"
@@ -94,10 +95,10 @@ def runtime_key() -> dict[str, Any]:
 
 # ---- one toy run ------------------------------------------------------------------------------------
 
-def own_compute_cpu(device: dict[str, Any]) -> float:
+def own_compute_cpu(device: DeviceRun) -> float:
     """A worker's CPU per input inside its sub-model: measured (one compute thread), else its mean wall time."""
-    cpu = device.get("compute_cpu_per_input_s")
-    return float(device["compute_mean_s"] if cpu is None else cpu)
+    cpu = device.compute_cpu_per_input_s
+    return float(device.compute_mean_s if cpu is None else cpu)
 
 
 def measure_run(run: CalibrationRun, workdir: Path) -> dict[str, Any]:
@@ -107,7 +108,7 @@ def measure_run(run: CalibrationRun, workdir: Path) -> dict[str, Any]:
     beyond compute per message, and the busier stage's wait per end beyond its CPU."""
     from hetsplit.plan.types import Plan, Stage
     from hetsplit.runtime import RunOptions, run_manifest, split_model
-    from hetsplit.runtime.measure import read_driver_doc, stream_throughput
+    from hetsplit.runtime.measure import stream_throughput
     from hetsplit.runtime.toy import toy_model
 
     here = workdir / f"toy-{run.channels}x{run.size}"
@@ -124,19 +125,21 @@ def measure_run(run: CalibrationRun, workdir: Path) -> dict[str, Any]:
     worker_ends = [t.nbytes for w in manifest.stages for e in w.recv + w.send for t in e.tensors]
     driver_ends = [t.nbytes for e in manifest.driver.recv + manifest.driver.send for t in e.tensors]
     devices = report.devices
-    if any(d.get("cpu_per_input_s") is None for d in devices) or report.extra.get("driver_cpu_per_input_s") is None:
+    cpu = {d.device: d.cpu_per_input_s for d in devices}
+    driver_cpu = report.driver_cpu_per_input_s
+    if driver_cpu is None or any(c is None for c in cpu.values()):
         raise HetsplitError("the runtime calibration's toy run did not measure its processes' CPU time")
-    beyond = sum(max(0.0, float(d["cpu_per_input_s"]) - own_compute_cpu(d)) for d in devices)
-    throughput = stream_throughput(report, LATENCY_INPUTS, read_driver_doc(here / "run"))
-    busiest = max(devices, key=lambda d: float(d["cpu_per_input_s"]))
+    beyond = sum(max(0.0, float(cpu[d.device] or 0.0) - own_compute_cpu(d)) for d in devices)
+    throughput = stream_throughput(report, LATENCY_INPUTS)
+    busiest = max(cpu, key=lambda d: float(cpu[d] or 0.0))
     ends = {w.device: sum(len(e.tensors) for e in w.recv + w.send) for w in manifest.stages}
-    wait = (max(0.0, 1.0 / throughput - float(busiest["cpu_per_input_s"])) / ends[busiest["device"]]
+    wait = (max(0.0, 1.0 / throughput - float(cpu[busiest] or 0.0)) / ends[busiest]
             if throughput > 0 else 0.0)
     return {"channels": run.channels, "size": run.size, "inputs": run.inputs,
             "worker_ends": len(worker_ends), "worker_bytes": float(sum(worker_ends)),
             "worker_cpu_beyond_compute_s": beyond,
             "driver_ends": len(driver_ends), "driver_bytes": float(sum(driver_ends)),
-            "driver_cpu_s": float(report.extra["driver_cpu_per_input_s"]),
+            "driver_cpu_s": float(driver_cpu),
             "latency_beyond_compute_s": latency_beyond_compute(report.latencies_s, here / "run",
                                                               [w.rank for w in manifest.stages]),
             "messages_on_path": len(manifest.driver.recv) + len(manifest.driver.send) + len(manifest.stages) - 1,

@@ -92,24 +92,3 @@ def plan_emulation(plan: Plan, problem: SplitProblem, host_problem: SplitProblem
     source = host_problem.costs.sources.get(host_type, "")
     host = f"{host_problem.cluster.name} {host_type}" + (f" ({source})" if source else "")
     return DeviceEmulation(shares, float(dilation), host)
-
-
-def emulated_metrics(report_doc: dict, dilation: float) -> dict:
-    """A run's measured throughput, latency and per-device compute brought back to emulated time."""
-    return {"throughput": report_doc["throughput"] * dilation, "latency_s": report_doc["latency_s"] / dilation,
-            "latency_loaded_s": report_doc["latency_loaded_s"] / dilation,
-            "compute_s": {d["device"]: d["compute_s"] / dilation for d in report_doc["devices"]}}
-
-
-def emulated_rows(predicted: dict, emulated: dict) -> list[dict]:
-    """Rows of ``runtime.compare``'s table: the plan's predictions beside the emulated metrics."""
-    comp = predicted.get("compute_s_per_device", {}) or {}
-    rows = [{"metric": "throughput, emulated (1/s)", "predicted": predicted.get("throughput"),
-             "measured": emulated["throughput"]},
-            {"metric": "latency, emulated (s)", "predicted": predicted.get("latency_s"),
-             "measured": emulated["latency_s"]}]
-    rows += [{"metric": f"compute {d}, emulated (s)", "predicted": comp.get(d), "measured": t}
-             for d, t in emulated["compute_s"].items()]
-    for r in rows:
-        r["ratio"] = r["measured"] / r["predicted"] if r["predicted"] else None
-    return rows

@@ -4,30 +4,34 @@ every plan kind), stream inputs, measure and verify."""
 from __future__ import annotations
 
 import contextlib
+import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from hetsplit.cluster.types import Cluster
-from hetsplit.errors import UsageError
+from hetsplit.errors import RuntimeFailure, UsageError
 from hetsplit.graph.types import Graph
 from hetsplit.plan.types import Plan
 from hetsplit.runtime.config import RunConfig
-from hetsplit.runtime.device_emulation import DeviceEmulation, emulated_metrics
+from hetsplit.runtime.device_emulation import DeviceEmulation
 from hetsplit.runtime.hosts import HostMap, Hosted, WorkerCommand
 from hetsplit.runtime.rendezvous import check_port
 from hetsplit.runtime.launch import Launcher
 from hetsplit.runtime.leftovers import remove_leftovers
 from hetsplit.runtime.manifest import Manifest, load_manifest
-from hetsplit.runtime.measure import RunReport, summarize
+from hetsplit.runtime.measure import summarize
+from hetsplit.runtime.report import EmulatedRun, RunReport
 from hetsplit.runtime.split import split_model
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunOptions:
-    """How to run (the CLI's flags); ``links`` turns on link emulation (see ``runtime.netem``); ``kinds``
-    (device -> cpu | gpu) lets a GPU device compute on its host's GPU, unless ``cpu_only``."""
+    """How to run (the CLI's flags), built once; ``links`` turns on link emulation (see ``runtime.netem``);
+    ``kinds`` (device -> cpu | gpu) lets a GPU device compute on its host's GPU, unless ``cpu_only``;
+    ``run_dir`` keeps the processes' logs and records (without it they go to a temporary folder, removed
+    after a run that succeeds and kept after one that fails, whose message names its logs)."""
 
     inputs: int = 8
     latency_inputs: int = 2
@@ -88,9 +92,21 @@ def run_manifest(manifest: Manifest, opts: RunOptions) -> RunReport:
     """Run an already split plan (its manifest); raises RuntimeFailure on any fault. With ``opts.hosts`` the
     devices it names run on other hosts (``runtime.hosts``: one ``hetsplit worker`` each), the rest here."""
     removed = remove_leftovers()   # what earlier runs of this tool, killed, left (their own names only)
+    run_dir = Path(opts.run_dir) if opts.run_dir else Path(tempfile.mkdtemp(prefix="hetsplit-run-"))
+    try:
+        report = _run(manifest, opts, run_dir)
+    except BaseException as exc:
+        if opts.run_dir is None and not (isinstance(exc, RuntimeFailure) and str(run_dir) in str(exc)):
+            shutil.rmtree(run_dir, ignore_errors=True)     # kept when the message names a log in it
+        raise
+    if opts.run_dir is None:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return replace(report, run_dir=str(run_dir) if opts.run_dir else None, removed_leftovers=removed)
+
+
+def _run(manifest: Manifest, opts: RunOptions, run_dir: Path) -> RunReport:
+    """``run_manifest`` in ``run_dir``: its logs and records."""
     with contextlib.ExitStack() as stack:
-        run_dir = opts.run_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="hetsplit-run-")))
-        run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         cfg = make_config(Path(manifest.directory or ".") / "manifest.json", opts)
         if opts.pin:
@@ -100,6 +116,7 @@ def run_manifest(manifest: Manifest, opts: RunOptions) -> RunReport:
         if opts.devices is not None:
             throttle = stack.enter_context(_throttle(manifest, opts.devices))
             cfg.cgroups = throttle.procs_files()
+        emu = None
         if opts.links is not None:
             from hetsplit.runtime.netem import Emulation
 
@@ -121,16 +138,12 @@ def run_manifest(manifest: Manifest, opts: RunOptions) -> RunReport:
             launcher = opts.pool.launcher(manifest, cfg, run_dir, ranks=ranks, wrap=wrap)
         else:
             launcher = Launcher(manifest, cfg, run_dir, ranks=ranks, wrap=wrap, peers=peers)
-        docs = launcher.run()
-        report = summarize(manifest, docs)
-        report.extra["run_dir"] = str(run_dir) if opts.run_dir else None
-        if removed:
-            report.extra["removed_leftovers"] = removed
-        if opts.links is not None:
-            report.extra["emulation"] = emu.describe()
+        report = summarize(manifest, launcher.run())
+        if emu is not None:
+            report = replace(report, emulation=emu.describe())
         if throttle is not None and opts.devices is not None:
-            report.extra["device_emulation"] = {**opts.devices.describe(), **throttle.describe()}
-            report.extra["emulated"] = emulated_metrics(report.to_dict(), opts.devices.dilation)
+            report = replace(report, device_emulation={**opts.devices.describe(), **throttle.describe()},
+                             emulated=EmulatedRun.of(report, opts.devices.dilation))
         return report
 
 

@@ -35,7 +35,8 @@ from hetsplit.search.map_opt import OBJECTIVES as MAPPING_OBJECTIVES
 if TYPE_CHECKING:
     from hetsplit.runtime.device_emulation import DeviceEmulation
     from hetsplit.costs.profile import Profile
-    from hetsplit.runtime.measure import RunReport
+    from hetsplit.runtime.report import RunReport
+    from hetsplit.workflow.comparison import Comparison
 
 
 def is_profile_path(spec: str) -> bool:
@@ -352,32 +353,6 @@ def profile_module(module: Any, example_input: Any, path: str | Path, device: st
     return profile_module_on(load_onnx(onnx_path), module, tuple(example_input.shape), device, warmup, repeats)
 
 
-def run_here(plan: Plan, problem: SplitProblem, model: str | Path | None = None, inputs: int = 8,
-             split_dir: str | Path | None = None) -> "RunReport":
-    """Split ``plan`` into per-device ONNX sub-models and run them as processes on this machine (every
-    output verified against the unsplit model); ``model``: the zoo name or .onnx file (default: the one
-    ``problem`` was loaded from), at the input shapes the plan records."""
-    from hetsplit.runtime import RunOptions, resolve_model, run_plan
-
-    if model is None and problem.graph.meta.get("from_profile"):
-        raise UsageError(f"the problem was loaded from the profile {problem.graph.source}, which holds no model to "
-                         "split: give model= (the zoo name or .onnx file it was taken of)")
-    spec = str(model) if model is not None else problem.graph.source.removeprefix("zoo:")
-    graph, path = resolve_model(spec, plan_input_shapes(plan, None) or None)
-    report = run_plan(plan, graph, path, RunOptions(inputs=inputs), split_dir, problem.cluster)
-    assert report is not None   # a run on this host reports
-    return report
-
-
-def compare_run(report: "RunReport", plan: Plan, problem: SplitProblem) -> list[dict[str, Any]]:
-    """Measured beside predicted: rows of ``{"metric", "predicted", "measured", ...}``."""
-    from hetsplit.runtime import compare
-
-    if plan.metrics is None:
-        raise HetsplitError("the plan has no predicted metrics to compare with; give a plan from search_plans")
-    return compare(report, plan.metrics, problem.cluster)["rows"]
-
-
 @dataclass
 class BaselineComparison:
     """A plan against a baseline plan: speed-up, energy ratio, per-device energy ratio."""
@@ -481,55 +456,26 @@ def import_autodice(mapping_path: str | Path, problem: SplitProblem, horizontal_
     return plan
 
 
-def read_run_doc(path: str | Path) -> dict[str, Any]:
-    """A run's JSON (``hetsplit run --out``, with or without ``--compare``), its shape checked."""
-    from hetsplit.jsonfile import read_json
-    from hetsplit.runtime.measure import RunReport
-
-    doc = read_json(path, HetsplitError, "no such run file")
-    if isinstance(doc, dict) and "rows" in doc:
-        if not isinstance(doc["rows"], list) or not all(isinstance(r, dict) for r in doc["rows"]):
-            raise HetsplitError(f"{path}: 'rows' of a run comparison must be a list of objects")
-        return doc
-    RunReport.from_dict(doc, str(path))
-    return doc
-
-
-def run_comparison(run_doc: dict[str, Any], plan: Plan, cluster: Cluster) -> dict[str, Any]:
-    """Measured beside predicted for a run's JSON: a ``run --compare`` document as it is, a bare run
-    report (``run --out`` without ``--compare``) set beside ``plan``'s metrics."""
-    from hetsplit.runtime.measure import RunReport, compare, overhead_note
-
-    if "rows" in run_doc:
-        return {"rows": run_doc["rows"], "notes": list(run_doc.get("notes", []))}
-    if plan.metrics is None:
-        raise HetsplitError("the run's JSON holds no predictions and the plan has no metrics to compare it with")
-    report = RunReport.from_dict(run_doc)
-    doc = compare(report, plan.metrics, cluster)
-    notes = [overhead_note(report, predicted_throughput=plan.metrics.throughput), report.efficiency_note()]
-    return {"rows": doc["rows"], "notes": [n for n in notes if n]}
-
-
 @dataclass
 class ReportDetails:
     """What the HTML report draws beyond the plans: ``cluster`` (``cluster.describe.cluster_to_dict``), each
-    plan's ``transfers`` by plan index, the ``featured`` plan's simulated ``timeline`` and its ``run``
-    (``{"rows": [...], "notes": [...]}`` as ``run_comparison`` gives). Plain data: ``report.html`` draws it."""
+    plan's ``transfers`` by plan index, the ``featured`` plan's simulated ``timeline`` and its ``run`` (the
+    ``Comparison`` ``run_comparison`` gives). ``report.html`` draws it."""
 
     cluster: dict[str, Any]
     transfers: dict[int, list[Transfer]] = field(default_factory=dict)
     featured: int = 0
     timeline: SimResult | None = None
-    run: dict[str, Any] | None = None
+    run: "Comparison | None" = None
     recommendation: Recommendation | None = None
 
 
 def report_details(problem: SplitProblem, plans: list[Plan], featured: int | None = None,
-                   run_doc: dict[str, Any] | None = None, timeline_inputs: int = 8,
+                   run: "RunReport | Comparison | None" = None, timeline_inputs: int = 8,
                    recommendation: Recommendation | None = None) -> ReportDetails:
     """What the HTML report draws beside the plan table (``ReportDetails``): the cluster, each plan's
     transfers, the simulated timeline of the featured plan (default: the one ``load_plan`` picks), with
-    ``run_doc`` its run measured against the prediction, and the ``recommendation`` (default:
+    ``run`` (``read_run_doc``) its run measured against the prediction, and the ``recommendation`` (default:
     ``recommend_plans`` by throughput)."""
     from hetsplit.cluster.describe import cluster_to_dict
     from hetsplit.plan.check import check_plan
@@ -547,11 +493,11 @@ def report_details(problem: SplitProblem, plans: list[Plan], featured: int | Non
     if not 0 <= k < len(plans):
         raise PlanError(f"no plan #{k}; the set has {len(plans)} plans (0..{len(plans) - 1})")
     timeline = simulate(problem, graphs[k], SimOptions(inputs=timeline_inputs)) if k in graphs else None
-    run = run_comparison(run_doc, plans[k], problem.cluster) if run_doc is not None else None
+    compared = run_comparison(run, plans[k], problem.cluster) if run is not None else None
     if recommendation is None:
         recommendation = recommend_plans(problem, plans)
     return ReportDetails(cluster_to_dict(problem.cluster), {i: plan_transfers(tg) for i, tg in graphs.items()},
-                         k, timeline, run, recommendation)
+                         k, timeline, compared, recommendation)
 
 
 def device_emulation(plan: Plan, graph: Graph, cluster: Cluster, profile: str | None = None,
@@ -565,3 +511,7 @@ def device_emulation(plan: Plan, graph: Graph, cluster: Cluster, profile: str | 
     problem = build_problem(graph, cluster, load_profile(profile).costs if profile else None)
     host = build_problem(graph, load_cluster_spec("local"))
     return plan_emulation(plan, problem, host, cores or usable_cores())
+
+
+# the run-and-compare job (workflow.run), re-exported: the README's short path ends in run_here and compare_run
+from hetsplit.workflow.run import compare_run, read_run_doc, run_comparison, run_here  # noqa: E402,F401
