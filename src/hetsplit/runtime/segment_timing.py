@@ -1,0 +1,116 @@
+"""A split's segments timed one by one in this process, each through the executor call the runtime makes.
+
+``time_segments(manifest, ...)`` loads every segment's sub-model into the executor a worker would give it
+on this host's CPU (``executor.make_executor``, onnxruntime, the worker's thread count) and passes one
+input through the whole split in one process: the driver's messages first, then each device's segments in
+order, each run as soon as the messages it receives have been sent, its own sends delivered after it
+(``Message.arrays``: what a worker puts on the wire). Every call on a device in ``measure`` is timed alone
+(``Executor.call``, as ``worker.Segments.run`` times it), over ``warmup + repeats`` passes; a segment's
+figure is its median. The passes hand real tensors from segment to segment, so every sub-model computes
+what it would in a run, without processes, messages or other devices computing at the same time (a
+caller that wants the load of the run's other workers keeps other cores busy, ``CoLoad``).
+Used by ``hetsplit profile`` (a model cut into 1, 2, 4, 8 segments: what a segment costs a CPU beyond its
+layers) and ``hetsplit plan --refine`` (the finalists' own segments).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Collection
+
+import numpy as np
+
+from hetsplit.errors import RuntimeFailure
+from hetsplit.runtime.driver import make_inputs
+from hetsplit.runtime.executor import ORT_CPU, Executor, SegmentSpec, make_executor
+from hetsplit.runtime.manifest import Manifest
+
+
+@dataclass(frozen=True)
+class SegmentTime:
+    """One segment's measured call: its device, its index there, its tasks, the bytes of its inputs and
+    outputs (what crosses its boundary) and its median seconds per call (NaN: not measured)."""
+
+    device: str
+    index: int
+    tasks: tuple[str, ...]
+    boundary_bytes: float
+    seconds: float
+    calls: int
+
+
+def load_segment_executors(manifest: Manifest, threads: int = 1) -> dict[tuple[int, int], Executor]:
+    """Per (rank, segment) that computes something: its onnxruntime CPU executor, as a worker loads it."""
+    exes: dict[tuple[int, int], Executor] = {}
+    for w in manifest.stages:
+        for s in w.segments:
+            if s.submodel:
+                exes[(w.rank, s.index)] = make_executor(ORT_CPU, manifest.submodel_path(w.rank, s.index),
+                                                        SegmentSpec.of(w.device, s), threads)
+    return exes
+
+
+def one_pass(manifest: Manifest, exes: dict[tuple[int, int], Executor], feeds: dict[str, np.ndarray],
+             timed: Collection[str]) -> dict[tuple[int, int], float]:
+    """One input through every segment in a dataflow order; seconds of each call on a ``timed`` device."""
+    local: dict[int, dict[str, Any]] = {w.rank: {} for w in manifest.workers}
+    local[0].update(feeds)
+    sent: set[int] = set()
+
+    def deliver(mid: int) -> None:
+        m = manifest.message(mid)
+        local[m.dst_rank].update(zip((t.spec.name for t in m.tensors), m.arrays(local[m.src_rank])))
+        sent.add(mid)
+
+    for m in manifest.sent_by(0):
+        deliver(m.id)
+    nxt = {w.rank: 0 for w in manifest.stages}
+    took: dict[tuple[int, int], float] = {}
+    left = sum(len(w.segments) for w in manifest.stages)
+    while left:
+        progressed = False
+        for w in manifest.stages:
+            while nxt[w.rank] < len(w.segments) and set(w.segments[nxt[w.rank]].recv) <= sent:
+                s = w.segments[nxt[w.rank]]
+                exe = exes.get((w.rank, s.index))
+                t0 = time.perf_counter()
+                if exe is not None:
+                    exe.call(local[w.rank])
+                if w.device in timed:                  # a segment with nothing to compute makes no call: 0
+                    took[(w.rank, s.index)] = time.perf_counter() - t0 if exe is not None else 0.0
+                for mid in s.send:
+                    deliver(mid)
+                nxt[w.rank] += 1
+                left -= 1
+                progressed = True
+        if not progressed:
+            stuck = [f"{w.device} segment {nxt[w.rank]}" for w in manifest.stages if nxt[w.rank] < len(w.segments)]
+            raise RuntimeFailure(f"timing the split's segments: no segment can run ({', '.join(stuck)} wait for "
+                                 "messages no segment sends)")
+    return took
+
+
+def time_segments(manifest: Manifest, measure: Collection[str] | None = None, threads: int = 1,
+                  repeats: int = 5, warmup: int = 1, seed: int = 0) -> list[SegmentTime]:
+    """Every segment of ``manifest`` (worker order, then segment order) with its median call time over
+    ``repeats`` passes after ``warmup`` when its device is in ``measure`` (default: every device), else NaN."""
+    if repeats < 1 or warmup < 0:
+        raise RuntimeFailure(f"timing segments needs repeats >= 1 and warmup >= 0, got {repeats} and {warmup}")
+    timed = set(w.device for w in manifest.stages) if measure is None else set(measure)
+    exes = load_segment_executors(manifest, threads)
+    feeds = make_inputs(manifest.inputs, 1, seed)[0]
+    runs: dict[tuple[int, int], list[float]] = {}
+    for k in range(warmup + repeats):
+        took = one_pass(manifest, exes, feeds, timed)
+        if k >= warmup:
+            for key, seconds in took.items():
+                runs.setdefault(key, []).append(seconds)
+    out = []
+    for w in manifest.stages:
+        for s in w.segments:
+            got = runs.get((w.rank, s.index), [])
+            nbytes = float(sum(t.nbytes for t in s.inputs) + sum(t.nbytes for t in s.outputs))
+            out.append(SegmentTime(w.device, s.index, tuple(s.tasks), nbytes,
+                                   float(np.median(got)) if got else float("nan"), len(got)))
+    return out
