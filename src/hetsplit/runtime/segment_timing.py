@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Collection
+from typing import Any, Callable, Collection
 
 import numpy as np
 
@@ -25,6 +25,10 @@ from hetsplit.errors import RuntimeFailure
 from hetsplit.runtime.driver import make_inputs
 from hetsplit.runtime.executor import ORT_CPU, Executor, SegmentSpec, make_executor
 from hetsplit.runtime.manifest import Manifest
+
+
+STATISTICS: dict[str, Callable[[list[float]], float]] = {"median": lambda v: float(np.median(v)),
+                                                        "min": lambda v: float(np.min(v))}
 
 
 @dataclass(frozen=True)
@@ -51,10 +55,18 @@ def load_segment_executors(manifest: Manifest, threads: int = 1) -> dict[tuple[i
     return exes
 
 
+CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.thread_time}
+
+
 def one_pass(manifest: Manifest, exes: dict[tuple[int, int], Executor], feeds: dict[str, np.ndarray],
-             timed: Collection[str]) -> dict[tuple[int, int], float]:
-    """One input through every segment in a dataflow order; seconds of each call on a ``timed`` device."""
+             timed: Collection[str], clock: Callable[[], float] = time.perf_counter,
+             driver: dict[str, Any] | None = None) -> dict[tuple[int, int], float]:
+    """One input through every segment in a dataflow order; seconds of each call on a ``timed`` device
+    (by ``clock``). ``driver``, when given, ends up holding the driver's tensors: the feeds and the model
+    outputs sent back to it."""
     local: dict[int, dict[str, Any]] = {w.rank: {} for w in manifest.workers}
+    if driver is not None:
+        local[0] = driver
     local[0].update(feeds)
     sent: set[int] = set()
 
@@ -74,11 +86,11 @@ def one_pass(manifest: Manifest, exes: dict[tuple[int, int], Executor], feeds: d
             while nxt[w.rank] < len(w.segments) and set(w.segments[nxt[w.rank]].recv) <= sent:
                 s = w.segments[nxt[w.rank]]
                 exe = exes.get((w.rank, s.index))
-                t0 = time.perf_counter()
+                t0 = clock()
                 if exe is not None:
                     exe.call(local[w.rank])
                 if w.device in timed:                  # a segment with nothing to compute makes no call: 0
-                    took[(w.rank, s.index)] = time.perf_counter() - t0 if exe is not None else 0.0
+                    took[(w.rank, s.index)] = clock() - t0 if exe is not None else 0.0
                 for mid in s.send:
                     deliver(mid)
                 nxt[w.rank] += 1
@@ -92,17 +104,25 @@ def one_pass(manifest: Manifest, exes: dict[tuple[int, int], Executor], feeds: d
 
 
 def time_segments(manifest: Manifest, measure: Collection[str] | None = None, threads: int = 1,
-                  repeats: int = 5, warmup: int = 1, seed: int = 0) -> list[SegmentTime]:
-    """Every segment of ``manifest`` (worker order, then segment order) with its median call time over
-    ``repeats`` passes after ``warmup`` when its device is in ``measure`` (default: every device), else NaN."""
+                  repeats: int = 5, warmup: int = 1, seed: int = 0, clock: str = "wall",
+                  statistic: str = "median") -> list[SegmentTime]:
+    """Every segment of ``manifest`` (worker order, then segment order) with its call time over ``repeats``
+    passes after ``warmup`` (``statistic``: median or min) when its device is in ``measure`` (default: every
+    device), else NaN. ``clock="cpu"`` (one thread only: onnxruntime then computes in the calling thread)
+    times each call by this thread's CPU time, which leaves out the time other processes held the core."""
     if repeats < 1 or warmup < 0:
         raise RuntimeFailure(f"timing segments needs repeats >= 1 and warmup >= 0, got {repeats} and {warmup}")
+    if clock not in CLOCKS or (clock == "cpu" and threads != 1):
+        raise RuntimeFailure(f"timing segments by clock {clock!r} with {threads} thread(s): the clock is wall, or "
+                             "cpu with one thread")
+    if statistic not in STATISTICS:
+        raise RuntimeFailure(f"timing segments: statistic {statistic!r}; choose one of {', '.join(STATISTICS)}")
     timed = set(w.device for w in manifest.stages) if measure is None else set(measure)
     exes = load_segment_executors(manifest, threads)
     feeds = make_inputs(manifest.inputs, 1, seed)[0]
     runs: dict[tuple[int, int], list[float]] = {}
     for k in range(warmup + repeats):
-        took = one_pass(manifest, exes, feeds, timed)
+        took = one_pass(manifest, exes, feeds, timed, CLOCKS[clock])
         if k >= warmup:
             for key, seconds in took.items():
                 runs.setdefault(key, []).append(seconds)
@@ -112,5 +132,5 @@ def time_segments(manifest: Manifest, measure: Collection[str] | None = None, th
             got = runs.get((w.rank, s.index), [])
             nbytes = float(sum(t.nbytes for t in s.inputs) + sum(t.nbytes for t in s.outputs))
             out.append(SegmentTime(w.device, s.index, tuple(s.tasks), nbytes,
-                                   float(np.median(got)) if got else float("nan"), len(got)))
+                                   float(STATISTICS[statistic](got)) if got else float("nan"), len(got)))
     return out
