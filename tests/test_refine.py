@@ -24,6 +24,7 @@ from hetsplit.plan import Plan
 from hetsplit.plan.check import check_plan
 from hetsplit.plan.types import Stage
 from hetsplit.runtime import split_model
+from hetsplit.runtime.cpu_segment_probe import unfused_from
 from hetsplit.runtime.driver import make_inputs
 from hetsplit.runtime.segment_timing import load_segment_executors, one_pass, time_segments
 from hetsplit.workflow import load_problem
@@ -205,5 +206,23 @@ def test_profile_on_local_cpu_measures_and_writes_the_segment_cost(tmp_path):
     prof = profile_from_dict(doc)
     assert prof.costs.segment["local-cpu"].call_s == pytest.approx(seg["call_s"])
     assert profile_to_dict(prof)["device_types"]["local-cpu"]["segment"]["byte_s"] == pytest.approx(seg["byte_s"])
+    # a layer cut off from the one before it: nothing for layer 0, never negative, and only where the
+    # whole-model profile gave it less than half of what it took alone (a fused-away Add)
+    unfused = np.asarray(doc["device_types"]["local-cpu"].get("unfused_s", [0.0] * len(doc["layers"])))
+    assert unfused[0] == 0 and (unfused >= 0).all()
+    share = np.asarray(doc["device_types"]["local-cpu"]["time_s"])
+    assert (share[unfused > 0] < unfused[unfused > 0]).all()
+    assert doc["unfused"]["layers"] == int((unfused > 0).sum())
     assert main(["profile", MODEL, "--threads", "1", "--repeats", "2", "--no-segments", "--out", str(out)]) == 0
     assert "segment" not in json.loads(out.read_text())["device_types"]["local-cpu"]
+
+
+def test_unfused_extra_is_charged_only_to_a_layer_whose_share_was_fused_away():
+    alone = np.array([5e-5, 4e-5, 3e-5, 6e-5])
+    share = np.array([4e-5, 0.0, 2.5e-5, 1e-5])      # layer 1 fused away, layer 3 mostly
+    segment = np.full(4, 1e-5)
+    got = unfused_from(alone, share, segment)
+    # layer 0 never pays; layer 1 pays its own time (3e-5); layer 2's share is its own work; layer 3: 5e-5 - 1e-5
+    np.testing.assert_allclose(got, [0.0, 3e-5, 0.0, 4e-5])
+    # a layer measured faster alone than its segment's fitted cost pays nothing
+    assert unfused_from(np.array([1e-5, 5e-6]), np.array([0.0, 0.0]), np.full(2, 1e-5)).tolist() == [0.0, 0.0]

@@ -7,6 +7,12 @@ call (``segment_timing.time_segments``: onnxruntime on the CPU, the profile's th
 median time less its layers' profiled time (``layer_s``, from the same machine's whole-model profile) is
 what the cut added; ``costs.segment_fit.fit_segments`` fits ``call_s + byte_s x`` its boundary bytes to it
 over every segment of every cut, as the GPU profiler does (``costs.profiler.segment_probe``).
+
+What a layer pays when a cut separates it from the layer before it (``CostTable.unfused_s``): the model is
+also cut into one segment per layer and each layer timed alone the same way; a layer whose share of the
+whole-model profile is under ``FUSED_SHARE`` of its time alone (less its segment's fitted cost) had its
+work done inside another layer's fused kernel there (a residual Add folded into its convolution), and
+pays the difference when cut off; every other layer pays nothing (its share already is its own work).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from hetsplit.runtime.segment_timing import time_segments
 from hetsplit.runtime.split import split_model
 
 CUTS = (1, 2, 4, 8)
+FUSED_SHARE = 0.5    # a layer whose whole-model share is below this part of its own time alone was fused away
 
 
 def layer_ranges(num_layers: int, k: int) -> list[np.ndarray]:
@@ -61,3 +68,27 @@ def probe_segment_cost(graph: Graph, onnx_path: Path, layer_s: np.ndarray, threa
         f"runtime splits a plan and each run as a worker's onnxruntime call ({threads} thread(s), median of "
         f"{repeats}; {len(rows)} segments), segment time less its layers' profiled time fitted as call + bytes x "
         "its boundary bytes")), rows
+
+
+def unfused_from(alone_s: np.ndarray, layer_s: np.ndarray, segment_s: np.ndarray) -> np.ndarray:
+    """Per layer: what it pays beyond its whole-model share when cut off from the layer before it, from its
+    time alone as a segment (``alone_s``), its share (``layer_s``) and its segment's fitted cost
+    (``segment_s``); 0 for layer 0 and wherever the share is not under ``FUSED_SHARE`` of its own time."""
+    own = np.maximum(np.asarray(alone_s, dtype=float) - segment_s, 0.0)
+    extra = np.where(layer_s < FUSED_SHARE * own, own - layer_s, 0.0)
+    extra[:1] = 0.0
+    return extra
+
+
+def probe_unfused(graph: Graph, onnx_path: Path, layer_s: np.ndarray, cost: SegmentCost, threads: int = 1,
+                  repeats: int = 5, warmup: int = 1) -> np.ndarray:
+    """``unfused_from`` with every layer of ``graph`` timed alone, one segment each, as a worker's call."""
+    alone = np.zeros(graph.num_layers)
+    segment = np.zeros(graph.num_layers)
+    with tempfile.TemporaryDirectory(prefix="hetsplit-unfused-") as tmp:
+        plan = Plan(graph.name, "runtime", "unfused probe", assign={n: f"layer{i}" for i, n in enumerate(graph.names)})
+        manifest = split_model(plan, graph, onnx_path, Path(tmp) / "layers")
+        for seg in time_segments(manifest, threads=threads, repeats=repeats, warmup=warmup):
+            i = int(seg.device.removeprefix("layer"))
+            alone[i], segment[i] = seg.seconds, cost.seconds(seg.boundary_bytes)
+    return unfused_from(alone, np.asarray(layer_s, dtype=float), segment)

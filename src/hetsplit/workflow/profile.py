@@ -1,6 +1,7 @@
 """``hetsplit profile``'s job: a model's per-layer costs (``costs.profiler``) and, on this machine's CPU,
-what a segment costs it beyond its layers, measured through the runtime's own executor calls
-(``runtime.cpu_segment_probe``; the GPU profiler measures its own, ``costs.profiler.segment_probe``)."""
+what a segment costs it beyond its layers and what a layer cut off from the one it was fused with pays,
+measured through the runtime's own executor calls (``runtime.cpu_segment_probe``; the GPU profiler
+measures its segment cost itself, ``costs.profiler.segment_probe``)."""
 
 from __future__ import annotations
 
@@ -57,17 +58,26 @@ def model_file(spec: str) -> Path:
 
 
 def with_cpu_segment_cost(prof: Profile, spec: str, repeats: int = 5) -> Profile:
-    """``prof`` (a ``local-cpu`` profile of ``spec``) with its type's segment cost measured here: the model
-    cut into segments, each timed as a worker's onnxruntime call at the profile's threads and co-load
-    (``runtime.cpu_segment_probe``); the rows it was fitted on in ``meta["segment_rows"]``."""
+    """``prof`` (a ``local-cpu`` profile of ``spec``) with its type's segment cost and unfused extras measured
+    here: the model cut into segments (and into one segment per layer), each timed as a worker's onnxruntime
+    call at the profile's threads and co-load (``runtime.cpu_segment_probe``); the rows the segment cost was
+    fitted on in ``meta["segment_rows"]``, the unfused extras summed in ``meta["unfused"]``."""
     from hetsplit.costs.profiler.coload import CoLoad
-    from hetsplit.runtime.cpu_segment_probe import probe_segment_cost
+    from hetsplit.runtime.cpu_segment_probe import FUSED_SHARE, probe_segment_cost, probe_unfused
 
     path = model_file(spec)
     device_type = prof.costs.types[0]
     threads = int(prof.meta.get("threads", 1))
+    layer_s = prof.costs.time_s[:, 0]
     with CoLoad(path, int(prof.meta.get("co_load", 0) or 0), threads):
-        cost, rows = probe_segment_cost(prof.graph, path, prof.costs.time_s[:, 0], threads, repeats=repeats)
+        cost, rows = probe_segment_cost(prof.graph, path, layer_s, threads, repeats=repeats)
+        unfused = probe_unfused(prof.graph, path, layer_s, cost, threads, repeats=repeats)
     prof.costs.segment[device_type] = cost
+    assert prof.costs.unfused_s is not None
+    prof.costs.unfused_s[:, 0] = unfused
     prof.meta["segment_rows"] = rows
+    prof.meta["unfused"] = {"layers": int((unfused > 0).sum()), "sum_s": float(unfused.sum()),
+                            "note": f"each layer timed alone as a worker's call; a layer whose whole-model share is "
+                                    f"under {FUSED_SHARE:g} of its own time (less its segment's fitted cost) pays "
+                                    "the difference when a cut separates it from the layer before it"}
     return prof
