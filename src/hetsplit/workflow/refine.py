@@ -140,15 +140,15 @@ class RefinedPlan:
 
 @dataclass
 class Refinement:
-    """What ``refine_plans`` did: the refined plans (finalists first, in their modelled order), the
-    finalists' plan indices by modelled rank (``before``) and by refined rank (``after``), and notes."""
+    """What ``refine_plans`` did: the refined plans (finalists first, in their modelled order; a plan on no
+    device measurable here is not among them and keeps its figures), the finalists' plan indices by
+    modelled rank (``before``) and by refined rank (``after``), notes, and each device's type."""
 
     objective: str
     plans: list[RefinedPlan] = field(default_factory=list)
     before: list[int] = field(default_factory=list)
     after: list[int] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-
     types: dict[str, str] = field(default_factory=dict)    # device -> its type in the plans' problem
 
     def cut_extra(self, index: int) -> tuple[float, float] | None:
@@ -237,8 +237,8 @@ def refine_plans(problem: SplitProblem, plans: list[Plan], options: RefineOption
                          "model: plan the model itself (zoo name or .onnx file)")
     found = Refinement(options.objective, types={d.name: d.type for d in problem.cluster.devices})
     found.before = finalists(plans, options.top, options.objective)
-    chosen = found.before + [i for i in dict.fromkeys(extra or []) if i not in found.before]
     here = measurable_devices(problem)
+    chosen = [i for i in dict.fromkeys(found.before + list(extra or [])) if here & set(plans[i].devices)]
     if not here:
         found.notes.append(f"no device of {problem.cluster.name} can be measured here (none is one of this machine's "
                            "cores, model 'local'): every figure stays modelled")
