@@ -22,7 +22,7 @@ from hetsplit.estimate import estimate_plan
 from hetsplit.graph import zoo
 from hetsplit.plan import Plan
 from hetsplit.plan.check import check_plan
-from hetsplit.plan.types import Stage
+from hetsplit.plan.types import Combine, Shard, Stage
 from hetsplit.runtime import split_model
 from hetsplit.runtime.cpu_segment_probe import unfused_from
 from hetsplit.runtime.driver import make_inputs
@@ -49,6 +49,17 @@ def pipeline(problem, cut: int) -> Plan:
 def alternating(problem) -> Plan:
     plan = Plan(problem.graph.name, problem.cluster.name, "test",
                 assign={n: f"local-cpu{k % 2}" for k, n in enumerate(problem.graph.names)})
+    plan.metrics = estimate_plan(problem, plan)
+    return plan
+
+
+def sharded(problem) -> Plan:
+    """Everything on local-cpu0 but the first block's first conv, its output channels split over both."""
+    names = problem.graph.names
+    assign = {n: "local-cpu0" for n in names}
+    assign[names[1]] = (Shard("local-cpu0", "out", 0, 8), Shard("local-cpu1", "out", 8, 16))
+    plan = Plan(problem.graph.name, problem.cluster.name, "test", assign=assign,
+                combine={names[1]: Combine("concat", "local-cpu0")})
     plan.metrics = estimate_plan(problem, plan)
     return plan
 
@@ -92,7 +103,8 @@ def test_time_segments_gives_each_segment_its_boundary_bytes_and_a_figure_only_w
 
 # ---- the refined problem: measured segments, the one estimator ----------------------------------------
 
-@pytest.mark.parametrize("make", [lambda p: pipeline(p, 9), alternating, single], ids=["pipeline", "mapping", "single"])
+@pytest.mark.parametrize("make", [lambda p: pipeline(p, 9), alternating, sharded, single],
+                         ids=["pipeline", "mapping", "sharded", "single"])
 def test_the_refined_estimate_charges_each_device_exactly_its_measured_segments(problem, make):
     plan = make(problem)
     tg = check_plan(problem.graph, problem.cluster, plan)
@@ -155,6 +167,18 @@ def test_refine_reorders_plans_whose_modelled_segment_cost_is_wrong():
             assert seconds == pytest.approx(sum(s.measured_s for s in r.segments if s.device == device), rel=1e-9)
     extra = found.cut_extra(0)
     assert extra is not None and extra[0] > 0.05      # modelled: tens of ms of bytes; measured: what it was
+
+
+@pytest.mark.parametrize("make", [alternating, sharded], ids=["mapping", "sharded"])
+def test_the_runtimes_segments_are_the_estimates_and_each_is_charged_what_it_measured(problem, make):
+    plans = [make(problem)]
+    found = refine_plans(problem, plans, RefineOptions(top=1, repeats=1, warmup=0, co_load=0))
+    (r,) = found.plans
+    tg = check_plan(problem.graph, problem.cluster, plans[0])
+    assert len(r.segments) == sum(len(segs) for segs in tg.segments.values())
+    assert all(s.measured_s >= 0 for s in r.segments) and r.label == MEASURED
+    for device, seconds in plans[0].metrics.compute_s_per_device.items():
+        assert seconds == pytest.approx(sum(s.measured_s for s in r.segments if s.device == device), rel=1e-9)
 
 
 def test_a_cluster_with_no_device_here_keeps_every_figure_modelled():
