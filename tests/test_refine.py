@@ -171,9 +171,10 @@ def test_refine_reorders_plans_whose_modelled_segment_cost_is_wrong():
 
 @pytest.mark.parametrize("make", [alternating, sharded], ids=["mapping", "sharded"])
 def test_the_runtimes_segments_are_the_estimates_and_each_is_charged_what_it_measured(problem, make):
-    plans = [make(problem)]
+    plans = [make(problem), make(problem)]          # the second: the same placement found again
     found = refine_plans(problem, plans, RefineOptions(top=1, repeats=1, warmup=0, co_load=0))
     (r,) = found.plans
+    assert found.same == {1: 0} and plans[1].metrics is plans[0].metrics and found.labels(2)[1] == MEASURED
     tg = check_plan(problem.graph, problem.cluster, plans[0])
     assert len(r.segments) == sum(len(segs) for segs in tg.segments.values())
     assert all(s.measured_s >= 0 for s in r.segments) and r.label == MEASURED

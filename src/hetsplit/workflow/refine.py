@@ -43,7 +43,7 @@ from hetsplit.errors import HetsplitError, UsageError
 from hetsplit.estimate import estimate_plan, task_costs
 from hetsplit.estimate.accuracy import OBJECTIVES, SINGLE, figure, plan_kind
 from hetsplit.estimate.segments import segment_charges
-from hetsplit.plan import Plan
+from hetsplit.plan import Plan, mark_pareto
 from hetsplit.plan.check import check_plan
 from hetsplit.plan.tasks import TaskGraph
 from hetsplit.plan.types import Metrics
@@ -142,7 +142,8 @@ class RefinedPlan:
 class Refinement:
     """What ``refine_plans`` did: the refined plans (finalists first, in their modelled order; a plan on no
     device measurable here is not among them and keeps its figures), the finalists' plan indices by
-    modelled rank (``before``) and by refined rank (``after``), notes, and each device's type."""
+    modelled rank (``before``) and by refined rank (``after``), notes, each device's type, and the plans
+    that share a refined plan's placement (``same``: they take its figures)."""
 
     objective: str
     plans: list[RefinedPlan] = field(default_factory=list)
@@ -150,6 +151,7 @@ class Refinement:
     after: list[int] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     types: dict[str, str] = field(default_factory=dict)    # device -> its type in the plans' problem
+    same: dict[int, int] = field(default_factory=dict)     # plan index -> the refined plan of its placement
 
     def cut_extra(self, index: int) -> tuple[float, float] | None:
         """What cutting costs plan ``index`` beyond the whole model on one device, modelled and measured: its
@@ -185,7 +187,7 @@ class Refinement:
 
     def labels(self, count: int) -> dict[int, str]:
         """Per plan index below ``count``: what its figures are (measured or modelled)."""
-        return {i: (r.label if (r := self.of(i)) is not None else MODELLED) for i in range(count)}
+        return {i: (r.label if (r := self.of(self.same.get(i, i))) is not None else MODELLED) for i in range(count)}
 
 
 def rank_key(metrics: Metrics, objective: str) -> float:
@@ -196,6 +198,11 @@ def rank_key(metrics: Metrics, objective: str) -> float:
     return -value if objective == "throughput" else value
 
 
+def placement(plan: Plan) -> str:
+    """What runs where in ``plan`` (two plans alike in it run alike)."""
+    return repr(sorted(plan.placements().items()))
+
+
 def finalists(plans: list[Plan], top: int, objective: str) -> list[int]:
     """The indices of the ``top`` best plans that fit, one per placement, best first."""
     order = sorted((i for i, p in enumerate(plans) if p.metrics is not None and p.metrics.fits),
@@ -203,9 +210,9 @@ def finalists(plans: list[Plan], top: int, objective: str) -> list[int]:
     seen: set[str] = set()
     out: list[int] = []
     for i in order:
-        placement = repr(sorted(plans[i].placements().items()))
-        if placement not in seen:
-            seen.add(placement)
+        where = placement(plans[i])
+        if where not in seen:
+            seen.add(where)
             out.append(i)
         if len(out) == top:
             break
@@ -258,6 +265,11 @@ def refine_plans(problem: SplitProblem, plans: list[Plan], options: RefineOption
     for i in chosen:
         found.plans.append(refine_one(problem, plans[i], i, measured[i], here))
         plans[i].metrics = found.plans[-1].refined
+    done = {placement(plans[r.index]): r.index for r in found.plans}
+    for i, p in enumerate(plans):      # another plan of a measured placement (DONNA's alphas): the same figures
+        twin = done.get(placement(p)) if i not in chosen and p.metrics is not None else None
+        if twin is not None:
+            p.metrics, found.same[i] = plans[twin].metrics, twin
     found.after = sorted(found.before, key=lambda i: rank_key(plans[i].metrics, options.objective))
     found.notes.append(
         f"refined: {len(found.before)} plan(s) measured here, each segment timed as a worker's onnxruntime call "
@@ -340,13 +352,15 @@ def measured_problem(problem: SplitProblem, tg: TaskGraph, measured: dict[int, l
 
 
 def refine_search(problem: SplitProblem, found: "PlanSearch", options: RefineOptions) -> Refinement:
-    """``refine_plans`` on a search's plans, its single-device plans measured too, and its recommendation
-    made again from the refined figures (a split judged against a single device measured alike)."""
+    """``refine_plans`` on a search's plans, its single-device plans measured too, and its Pareto marks and
+    recommendation made again from the refined figures (a split judged against a single device measured
+    alike)."""
     from hetsplit.workflow import recommend_plans
 
     singles = [i for i, p in enumerate(found.plans) if single_device(problem, p)]
     refinement = refine_plans(problem, found.plans, options, singles)
     if refinement.plans:
+        mark_pareto(found.plans, found.front)
         found.recommendation = recommend_plans(problem, found.plans, options.objective,
                                                [found.plans[i] for i in singles] or None)
         if not singles:
