@@ -26,9 +26,20 @@ from hetsplit.plan.types import Combine, Shard, Stage
 from hetsplit.runtime import split_model
 from hetsplit.runtime.cpu_segment_probe import unfused_from
 from hetsplit.runtime.driver import make_inputs
-from hetsplit.runtime.segment_timing import load_segment_executors, one_pass, time_segments
+from hetsplit.runtime.segment_timing import (
+    load_segment_executors,
+    one_pass,
+    time_segments,
+)
 from hetsplit.workflow import load_problem
-from hetsplit.workflow.refine import MEASURED, MODELLED, RefineOptions, finalists, measured_problem, refine_plans
+from hetsplit.workflow.refine import (
+    MEASURED,
+    MODELLED,
+    RefineOptions,
+    finalists,
+    measured_problem,
+    refine_plans,
+)
 
 MODEL = "resnet8"
 

@@ -26,7 +26,7 @@ import numpy as np
 from hetsplit.costs.segment import SegmentCost
 from hetsplit.costs.segment_fit import fit_segments
 from hetsplit.graph.types import Graph
-from hetsplit.plan.types import Plan
+from hetsplit.plan.types import Placement, Plan
 from hetsplit.runtime.segment_timing import time_segments
 from hetsplit.runtime.split import split_model
 
@@ -47,7 +47,7 @@ def probe_rows(graph: Graph, onnx_path: Path, layer_s: np.ndarray, threads: int 
     with tempfile.TemporaryDirectory(prefix="hetsplit-segprobe-") as tmp:
         for k in cuts:
             ranges = layer_ranges(graph.num_layers, k)
-            assign = {graph.names[int(i)]: f"seg{j}" for j, r in enumerate(ranges) for i in r}
+            assign: dict[str, Placement] = {graph.names[int(i)]: f"seg{j}" for j, r in enumerate(ranges) for i in r}
             plan = Plan(graph.name, "runtime", "segment probe", assign=assign)
             manifest = split_model(plan, graph, onnx_path, Path(tmp) / f"cut{k}")
             for j, seg in enumerate(time_segments(manifest, threads=threads, repeats=repeats, warmup=warmup)):
@@ -86,7 +86,8 @@ def probe_unfused(graph: Graph, onnx_path: Path, layer_s: np.ndarray, cost: Segm
     alone = np.zeros(graph.num_layers)
     segment = np.zeros(graph.num_layers)
     with tempfile.TemporaryDirectory(prefix="hetsplit-unfused-") as tmp:
-        plan = Plan(graph.name, "runtime", "unfused probe", assign={n: f"layer{i}" for i, n in enumerate(graph.names)})
+        assign: dict[str, Placement] = {n: f"layer{i}" for i, n in enumerate(graph.names)}
+        plan = Plan(graph.name, "runtime", "unfused probe", assign=assign)
         manifest = split_model(plan, graph, onnx_path, Path(tmp) / "layers")
         for seg in time_segments(manifest, threads=threads, repeats=repeats, warmup=warmup):
             i = int(seg.device.removeprefix("layer"))

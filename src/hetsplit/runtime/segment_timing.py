@@ -16,8 +16,9 @@ layers) and ``hetsplit plan --refine`` (the finalists' own segments).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import Any, Callable, Collection
+from typing import Any
 
 import numpy as np
 
@@ -25,7 +26,6 @@ from hetsplit.errors import RuntimeFailure
 from hetsplit.runtime.driver import make_inputs
 from hetsplit.runtime.executor import ORT_CPU, Executor, SegmentSpec, make_executor
 from hetsplit.runtime.manifest import Manifest
-
 
 STATISTICS: dict[str, Callable[[list[float]], float]] = {"median": lambda v: float(np.median(v)),
                                                         "min": lambda v: float(np.min(v))}
@@ -117,7 +117,7 @@ def time_segments(manifest: Manifest, measure: Collection[str] | None = None, th
                              "cpu with one thread")
     if statistic not in STATISTICS:
         raise RuntimeFailure(f"timing segments: statistic {statistic!r}; choose one of {', '.join(STATISTICS)}")
-    timed = set(w.device for w in manifest.stages) if measure is None else set(measure)
+    timed = {w.device for w in manifest.stages} if measure is None else set(measure)
     exes = load_segment_executors(manifest, threads)
     feeds = make_inputs(manifest.inputs, 1, seed)[0]
     runs: dict[tuple[int, int], list[float]] = {}

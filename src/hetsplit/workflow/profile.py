@@ -63,7 +63,11 @@ def with_cpu_segment_cost(prof: Profile, spec: str, repeats: int = 5) -> Profile
     call at the profile's threads and co-load (``runtime.cpu_segment_probe``); the rows the segment cost was
     fitted on in ``meta["segment_rows"]``, the unfused extras summed in ``meta["unfused"]``."""
     from hetsplit.costs.profiler.coload import CoLoad
-    from hetsplit.runtime.cpu_segment_probe import FUSED_SHARE, probe_segment_cost, probe_unfused
+    from hetsplit.runtime.cpu_segment_probe import (
+        FUSED_SHARE,
+        probe_segment_cost,
+        probe_unfused,
+    )
 
     path = model_file(spec)
     device_type = prof.costs.types[0]

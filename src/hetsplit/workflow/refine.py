@@ -31,7 +31,7 @@ import math
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -198,6 +198,13 @@ def rank_key(metrics: Metrics, objective: str) -> float:
     return -value if objective == "throughput" else value
 
 
+def metrics_of(plan: Plan) -> Metrics:
+    """The plan's estimated metrics (a plan is refined only once it has them)."""
+    if plan.metrics is None:
+        raise HetsplitError(f"plan {plan.algorithm} has no estimated metrics to refine; estimate it first")
+    return plan.metrics
+
+
 def placement(plan: Plan) -> str:
     """What runs where in ``plan`` (two plans alike in it run alike)."""
     return repr(sorted(plan.placements().items()))
@@ -206,7 +213,7 @@ def placement(plan: Plan) -> str:
 def finalists(plans: list[Plan], top: int, objective: str) -> list[int]:
     """The indices of the ``top`` best plans that fit, one per placement, best first."""
     order = sorted((i for i, p in enumerate(plans) if p.metrics is not None and p.metrics.fits),
-                   key=lambda i: rank_key(plans[i].metrics, objective))
+                   key=lambda i: rank_key(metrics_of(plans[i]), objective))
     seen: set[str] = set()
     out: list[int] = []
     for i in order:
@@ -270,7 +277,7 @@ def refine_plans(problem: SplitProblem, plans: list[Plan], options: RefineOption
         twin = done.get(placement(p)) if i not in chosen and p.metrics is not None else None
         if twin is not None:
             p.metrics, found.same[i] = plans[twin].metrics, twin
-    found.after = sorted(found.before, key=lambda i: rank_key(plans[i].metrics, options.objective))
+    found.after = sorted(found.before, key=lambda i: rank_key(metrics_of(plans[i]), options.objective))
     found.notes.append(
         f"refined: {len(found.before)} plan(s) measured here, each segment timed as a worker's onnxruntime call "
         f"({options.statistic} of {options.repeats} by the {options.clock} clock, one thread, {co_load} other "
@@ -299,8 +306,18 @@ def refine_one(problem: SplitProblem, plan: Plan, index: int, times: list[Segmen
             measured.setdefault(d, []).append((tasks, t.seconds))
     refined = measured_problem(problem, tg, measured)
     used = list(dict.fromkeys(plan.devices))
-    return RefinedPlan(index, plan.metrics, estimate_plan(refined, plan, "closed"), figures,
+    return RefinedPlan(index, metrics_of(plan), estimate_plan(refined, plan, "closed"), figures,
                        tuple(d for d in used if d in here), tuple(d for d in used if d not in here))
+
+
+class Column(NamedTuple):
+    """One device type's column of a cost table."""
+
+    time_s: np.ndarray
+    energy_j: np.ndarray
+    mem_bytes: np.ndarray
+    unfused_s: np.ndarray
+    energy_known: bool
 
 
 def measured_problem(problem: SplitProblem, tg: TaskGraph, measured: dict[int, list[tuple[list[int], float]]]
@@ -310,7 +327,14 @@ def measured_problem(problem: SplitProblem, tg: TaskGraph, measured: dict[int, l
     if not measured:
         return problem
     table, costs = problem.costs, task_costs(problem, tg)
-    columns: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, bool]] = {}
+    unfused, known = table.unfused_s, table.energy_known
+    assert unfused is not None and known is not None       # CostTable fills both
+
+    def column(k: int, scale: np.ndarray | float = 1.0, cut_free: bool = False) -> Column:
+        return Column(table.time_s[:, k] * scale, table.energy_j[:, k] * scale, table.mem_bytes[:, k],
+                      np.zeros(table.num_layers) if cut_free else unfused[:, k], bool(known[k]))
+
+    columns = {t: column(table.type_index(t)) for t in table.types}
     devices = list(problem.cluster.devices)
     for d, segs in measured.items():
         k = int(problem.device_type[d])
@@ -327,31 +351,25 @@ def measured_problem(problem: SplitProblem, tg: TaskGraph, measured: dict[int, l
                     w = table.time_s[layer, k] if tg.tasks[n].kind != "shard" else costs.time_s[n, k]
                     num[layer] += factor * w
                     den[layer] += w
-        scale = np.where(den > 0, num / np.where(den > 0, den, 1.0), 1.0)
         name = f"{devices[d].type}@{devices[d].name}"
-        columns[name] = (table.time_s[:, k] * scale, table.energy_j[:, k] * scale, table.mem_bytes[:, k],
-                         bool(table.energy_known[k]))
+        columns[name] = column(k, np.where(den > 0, num / np.where(den > 0, den, 1.0), 1.0), cut_free=True)
         devices[d] = replace(devices[d], type=name)
-    cluster = replace(problem.cluster, devices=devices)
     types = list(dict.fromkeys(dev.type for dev in devices))
-    old = {t: table.type_index(t) for t in table.types}
-
-    def col(t: str, j: int) -> np.ndarray:
-        return columns[t][j] if t in columns else (table.time_s, table.energy_j, table.mem_bytes)[j][:, old[t]]
+    fresh = {dev.type for dev in devices} - set(table.types)
+    def stacked(f: str) -> np.ndarray:
+        return np.stack([getattr(columns[t], f) for t in types], 1)
 
     refined = CostTable(
-        table.layer_names, types, np.stack([col(t, 0) for t in types], 1), np.stack([col(t, 1) for t in types], 1),
-        np.stack([col(t, 2) for t in types], 1),
+        table.layer_names, types, stacked("time_s"), stacked("energy_j"), stacked("mem_bytes"),
         {t: ("measured here: the plan's segments timed as the runtime's calls, the layers of each scaled to it"
-             if t in columns else table.sources.get(t, "")) for t in types},
-        {t: (SegmentCost(source="inside the measured segment times") if t in columns else table.segment[t])
-         for t in types if t in columns or t in table.segment},
-        np.stack([np.zeros(table.num_layers) if t in columns else table.unfused_s[:, old[t]] for t in types], 1),
-        np.array([columns[t][3] if t in columns else table.energy_known[old[t]] for t in types], dtype=bool))
-    return SplitProblem(problem.graph, cluster, refined, problem.scope)
+             if t in fresh else table.sources.get(t, "")) for t in types},
+        {t: (SegmentCost(source="inside the measured segment times") if t in fresh else table.segment[t])
+         for t in types if t in fresh or t in table.segment},
+        stacked("unfused_s"), np.array([columns[t].energy_known for t in types], dtype=bool))
+    return SplitProblem(problem.graph, replace(problem.cluster, devices=devices), refined, problem.scope)
 
 
-def refine_search(problem: SplitProblem, found: "PlanSearch", options: RefineOptions) -> Refinement:
+def refine_search(problem: SplitProblem, found: PlanSearch, options: RefineOptions) -> Refinement:
     """``refine_plans`` on a search's plans, its single-device plans measured too, and its Pareto marks and
     recommendation made again from the refined figures (a split judged against a single device measured
     alike)."""
