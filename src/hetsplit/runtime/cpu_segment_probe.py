@@ -3,8 +3,8 @@
 The model is cut into k segments of consecutive layers (k = 1, 2, 4, 8; about equal layer counts), split
 into sub-models as the runtime splits any plan (``split_model``: the layers of segment j mapped to a device
 of their own, so each device runs one segment), and every segment is timed through the worker's executor
-call (``segment_timing.time_segments``: onnxruntime on the CPU, the profile's thread count). A segment's
-median time less its layers' profiled time (``layer_s``, from the same machine's whole-model profile) is
+call (``segment_timing.time_segments``: onnxruntime on the CPU, the profile's threads, clock and statistic).
+A segment's time less its layers' profiled time (``layer_s``, from the same machine's whole-model profile) is
 what the cut added; ``costs.segment_fit.fit_segments`` fits ``call_s + byte_s x`` its boundary bytes to it
 over every segment of every cut, as the GPU profiler does (``costs.profiler.segment_probe``).
 
@@ -18,6 +18,7 @@ pays the difference when cut off; every other layer pays nothing (its share alre
 from __future__ import annotations
 
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +40,24 @@ def layer_ranges(num_layers: int, k: int) -> list[np.ndarray]:
     return [r for r in np.array_split(np.arange(num_layers), min(k, num_layers)) if r.size]
 
 
-def probe_rows(graph: Graph, onnx_path: Path, layer_s: np.ndarray, threads: int = 1, cuts: tuple[int, ...] = CUTS,
-               repeats: int = 5, warmup: int = 1) -> list[dict[str, Any]]:
-    """Per segment of every cut: its boundary bytes, its median call time and its layers' time (``layer_s``,
+@dataclass(frozen=True)
+class Timing:
+    """How the probe times each call, as the profile timed its layers: ``threads``, the ``clock`` (wall, or
+    cpu with one thread) and the ``statistic`` over ``repeats`` calls (median or min)."""
+
+    threads: int = 1
+    clock: str = "wall"
+    statistic: str = "median"
+    repeats: int = 5
+    warmup: int = 1
+
+    def describe(self) -> str:
+        return f"{self.threads} thread(s), {self.statistic} of {self.repeats} by the {self.clock} clock"
+
+
+def probe_rows(graph: Graph, onnx_path: Path, layer_s: np.ndarray, timing: Timing = Timing(),
+               cuts: tuple[int, ...] = CUTS) -> list[dict[str, Any]]:
+    """Per segment of every cut: its boundary bytes, its call time and its layers' time (``layer_s``,
     seconds per layer of ``graph``)."""
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="hetsplit-segprobe-") as tmp:
@@ -50,24 +66,25 @@ def probe_rows(graph: Graph, onnx_path: Path, layer_s: np.ndarray, threads: int 
             assign: dict[str, Placement] = {graph.names[int(i)]: f"seg{j}" for j, r in enumerate(ranges) for i in r}
             plan = Plan(graph.name, "runtime", "segment probe", assign=assign)
             manifest = split_model(plan, graph, onnx_path, Path(tmp) / f"cut{k}")
-            for j, seg in enumerate(time_segments(manifest, threads=threads, repeats=repeats, warmup=warmup)):
+            for j, seg in enumerate(time_segments(manifest, threads=timing.threads, repeats=timing.repeats,
+                                                  warmup=timing.warmup, clock=timing.clock,
+                                                  statistic=timing.statistic)):
                 mine = ranges[int(seg.device.removeprefix("seg"))]
                 rows.append({"cut": len(ranges), "segment": j, "boundary_bytes": seg.boundary_bytes,
                              "measured_s": seg.seconds, "layers_s": float(layer_s[mine].sum())})
     return rows
 
 
-def probe_segment_cost(graph: Graph, onnx_path: Path, layer_s: np.ndarray, threads: int = 1,
-                       cuts: tuple[int, ...] = CUTS, repeats: int = 5) -> tuple[SegmentCost, list[dict[str, Any]]]:
+def probe_segment_cost(graph: Graph, onnx_path: Path, layer_s: np.ndarray, timing: Timing = Timing(),
+                       cuts: tuple[int, ...] = CUTS) -> tuple[SegmentCost, list[dict[str, Any]]]:
     """The fitted ``SegmentCost`` of this machine's CPU on ``graph`` (its source saying how) and its rows."""
-    rows = probe_rows(graph, onnx_path, layer_s, threads, cuts, repeats)
+    rows = probe_rows(graph, onnx_path, layer_s, timing, cuts)
     call_s, byte_s = fit_segments(rows)
     done = sorted({r["cut"] for r in rows})
     return SegmentCost(call_s, byte_s, 0.0, (
         f"measured: the model cut into {'/'.join(map(str, done))} segments of consecutive layers, split as the "
-        f"runtime splits a plan and each run as a worker's onnxruntime call ({threads} thread(s), median of "
-        f"{repeats}; {len(rows)} segments), segment time less its layers' profiled time fitted as call + bytes x "
-        "its boundary bytes")), rows
+        f"runtime splits a plan and each run as a worker's onnxruntime call ({timing.describe()}; {len(rows)} "
+        "segments), segment time less its layers' profiled time fitted as call + bytes x its boundary bytes")), rows
 
 
 def unfused_from(alone_s: np.ndarray, layer_s: np.ndarray, segment_s: np.ndarray) -> np.ndarray:
@@ -80,8 +97,8 @@ def unfused_from(alone_s: np.ndarray, layer_s: np.ndarray, segment_s: np.ndarray
     return extra
 
 
-def probe_unfused(graph: Graph, onnx_path: Path, layer_s: np.ndarray, cost: SegmentCost, threads: int = 1,
-                  repeats: int = 5, warmup: int = 1) -> np.ndarray:
+def probe_unfused(graph: Graph, onnx_path: Path, layer_s: np.ndarray, cost: SegmentCost,
+                  timing: Timing = Timing()) -> np.ndarray:
     """``unfused_from`` with every layer of ``graph`` timed alone, one segment each, as a worker's call."""
     alone = np.zeros(graph.num_layers)
     segment = np.zeros(graph.num_layers)
@@ -89,7 +106,8 @@ def probe_unfused(graph: Graph, onnx_path: Path, layer_s: np.ndarray, cost: Segm
         assign: dict[str, Placement] = {n: f"layer{i}" for i, n in enumerate(graph.names)}
         plan = Plan(graph.name, "runtime", "unfused probe", assign=assign)
         manifest = split_model(plan, graph, onnx_path, Path(tmp) / "layers")
-        for seg in time_segments(manifest, threads=threads, repeats=repeats, warmup=warmup):
+        for seg in time_segments(manifest, threads=timing.threads, repeats=timing.repeats, warmup=timing.warmup,
+                                 clock=timing.clock, statistic=timing.statistic):
             i = int(seg.device.removeprefix("layer"))
             alone[i], segment[i] = seg.seconds, cost.seconds(seg.boundary_bytes)
     return unfused_from(alone, np.asarray(layer_s, dtype=float), segment)

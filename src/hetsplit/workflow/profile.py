@@ -60,11 +60,14 @@ def model_file(spec: str) -> Path:
 def with_cpu_segment_cost(prof: Profile, spec: str, repeats: int = 5) -> Profile:
     """``prof`` (a ``local-cpu`` profile of ``spec``) with its type's segment cost and unfused extras measured
     here: the model cut into segments (and into one segment per layer), each timed as a worker's onnxruntime
-    call at the profile's threads and co-load (``runtime.cpu_segment_probe``); the rows the segment cost was
+    call at the profile's threads, co-load, clock and statistic (``runtime.cpu_segment_probe``: the median
+    unless the profile took the minimum; the CPU clock where the profile's whole model was timed by it, one
+    thread); the rows the segment cost was
     fitted on in ``meta["segment_rows"]``, the unfused extras summed in ``meta["unfused"]``."""
     from hetsplit.costs.profiler.coload import CoLoad
     from hetsplit.runtime.cpu_segment_probe import (
         FUSED_SHARE,
+        Timing,
         probe_segment_cost,
         probe_unfused,
     )
@@ -73,9 +76,12 @@ def with_cpu_segment_cost(prof: Profile, spec: str, repeats: int = 5) -> Profile
     device_type = prof.costs.types[0]
     threads = int(prof.meta.get("threads", 1))
     layer_s = prof.costs.time_s[:, 0]
+    clock = prof.meta.get("whole_model", {}).get("clock", "wall")
+    timing = Timing(threads, clock if threads == 1 else "wall",
+                    "min" if prof.meta.get("statistic") == "min" else "median", repeats)
     with CoLoad(path, int(prof.meta.get("co_load", 0) or 0), threads):
-        cost, rows = probe_segment_cost(prof.graph, path, layer_s, threads, repeats=repeats)
-        unfused = probe_unfused(prof.graph, path, layer_s, cost, threads, repeats=repeats)
+        cost, rows = probe_segment_cost(prof.graph, path, layer_s, timing)
+        unfused = probe_unfused(prof.graph, path, layer_s, cost, timing)
     prof.costs.segment[device_type] = cost
     assert prof.costs.unfused_s is not None
     prof.costs.unfused_s[:, 0] = unfused
