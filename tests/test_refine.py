@@ -24,7 +24,7 @@ from hetsplit.plan import Plan
 from hetsplit.plan.check import check_plan
 from hetsplit.plan.types import Combine, Shard, Stage
 from hetsplit.runtime import split_model
-from hetsplit.runtime.cpu_segment_probe import unfused_from
+from hetsplit.runtime.cpu_segment_probe import fit_scaled, unfused_from
 from hetsplit.runtime.driver import make_inputs
 from hetsplit.runtime.segment_timing import (
     load_segment_executors,
@@ -246,11 +246,22 @@ def test_profile_on_local_cpu_measures_and_writes_the_segment_cost(tmp_path):
     # whole-model profile gave it less than half of what it took alone (a fused-away Add)
     unfused = np.asarray(doc["device_types"]["local-cpu"].get("unfused_s", [0.0] * len(doc["layers"])))
     assert unfused[0] == 0 and (unfused >= 0).all()
-    share = np.asarray(doc["device_types"]["local-cpu"]["time_s"])
+    share = np.asarray(doc["device_types"]["local-cpu"]["time_s"]) * doc["segment_probe_scale"]
     assert (share[unfused > 0] < unfused[unfused > 0]).all()
     assert doc["unfused"]["layers"] == int((unfused > 0).sum())
     assert main(["profile", MODEL, "--threads", "1", "--repeats", "2", "--no-segments", "--out", str(out)]) == 0
     assert "segment" not in json.loads(out.read_text())["device_types"]["local-cpu"]
+
+
+def test_the_probe_fit_recovers_a_machine_scale_a_call_and_a_byte_cost():
+    rng = np.random.default_rng(5)
+    rows = [{"layers_s": float(x), "boundary_bytes": float(b), "measured_s": 1.3 * x + 4e-5 + 2e-10 * b}
+            for x, b in zip(rng.uniform(1e-4, 5e-2, 15), rng.uniform(1e3, 6e6, 15))]
+    scale, call_s, byte_s = fit_scaled(rows)
+    assert (scale, call_s, byte_s) == pytest.approx((1.3, 4e-5, 2e-10), rel=1e-6)
+    # a machine that merely slowed down between the profile and the probe: no cost per call or byte
+    slowed = [{**r, "measured_s": 1.25 * r["layers_s"]} for r in rows]
+    assert fit_scaled(slowed) == pytest.approx((1.25, 0.0, 0.0), abs=1e-12)
 
 
 def test_unfused_extra_is_charged_only_to_a_layer_whose_share_was_fused_away():

@@ -4,9 +4,13 @@ The model is cut into k segments of consecutive layers (k = 1, 2, 4, 8; about eq
 into sub-models as the runtime splits any plan (``split_model``: the layers of segment j mapped to a device
 of their own, so each device runs one segment), and every segment is timed through the worker's executor
 call (``segment_timing.time_segments``: onnxruntime on the CPU, the profile's threads, clock and statistic).
-A segment's time less its layers' profiled time (``layer_s``, from the same machine's whole-model profile) is
-what the cut added; ``costs.segment_fit.fit_segments`` fits ``call_s + byte_s x`` its boundary bytes to it
-over every segment of every cut, as the GPU profiler does (``costs.profiler.segment_probe``).
+A segment's time is fitted as ``scale x`` its layers' profiled time (``layer_s``, from the same machine's
+whole-model profile) ``+ call_s + byte_s x`` its boundary bytes over every segment of every cut, each term
+>= 0, by the least relative error (``fit_scaled``). ``scale`` takes up how the machine moved between the
+profile and the probe (a shared machine's load slows every segment alike, which a fit of the excess alone
+would read as a cost per call: ResNet-50 on the loaded 2-core VM, 1.26x, fitted 0.63 ms per call without
+it); every cut computes the whole model once, so only what grows with the cuts is left to the call and
+the bytes. The GPU profiler fits the excess alone (``costs.segment_fit``), its layers timed in the same run.
 
 What a layer pays when a cut separates it from the layer before it (``CostTable.unfused_s``): the model is
 also cut into one segment per layer and each layer timed alone the same way; a layer whose share of the
@@ -25,7 +29,8 @@ from typing import Any
 import numpy as np
 
 from hetsplit.costs.segment import SegmentCost
-from hetsplit.costs.segment_fit import fit_segments
+from hetsplit.costs.segment_fit import FLOOR_S
+from hetsplit.errors import HetsplitError
 from hetsplit.graph.types import Graph
 from hetsplit.plan.types import Placement, Plan
 from hetsplit.runtime.segment_timing import time_segments
@@ -75,16 +80,34 @@ def probe_rows(graph: Graph, onnx_path: Path, layer_s: np.ndarray, timing: Timin
     return rows
 
 
+def fit_scaled(rows: list[dict[str, Any]]) -> tuple[float, float, float]:
+    """``(scale, call_s, byte_s)``, each >= 0: ``measured_s ~ scale x layers_s + call_s + byte_s x
+    boundary_bytes`` with the least relative error over ``rows``."""
+    if not rows:
+        raise HetsplitError("segment probe: no segment was measured")
+    from scipy.optimize import nnls
+
+    y = np.array([r["measured_s"] for r in rows], dtype=float)
+    a = np.array([[r["layers_s"], 1.0, r["boundary_bytes"]] for r in rows], dtype=float)
+    w = 1.0 / np.maximum(y, FLOOR_S)
+    norm = np.maximum(np.abs(a * w[:, None]).max(axis=0), 1e-300)      # columns of one size for the solver
+    coef, _ = nnls(a * w[:, None] / norm, y * w)
+    scale, call_s, byte_s = (coef / norm).tolist()
+    return scale, call_s, byte_s
+
+
 def probe_segment_cost(graph: Graph, onnx_path: Path, layer_s: np.ndarray, timing: Timing = Timing(),
-                       cuts: tuple[int, ...] = CUTS) -> tuple[SegmentCost, list[dict[str, Any]]]:
-    """The fitted ``SegmentCost`` of this machine's CPU on ``graph`` (its source saying how) and its rows."""
+                       cuts: tuple[int, ...] = CUTS) -> tuple[SegmentCost, float, list[dict[str, Any]]]:
+    """The fitted ``SegmentCost`` of this machine's CPU on ``graph`` (its source saying how), the scale of the
+    profile's layer times to the probe's machine (``fit_scaled``) and the rows."""
     rows = probe_rows(graph, onnx_path, layer_s, timing, cuts)
-    call_s, byte_s = fit_segments(rows)
+    scale, call_s, byte_s = fit_scaled(rows)
     done = sorted({r["cut"] for r in rows})
     return SegmentCost(call_s, byte_s, 0.0, (
         f"measured: the model cut into {'/'.join(map(str, done))} segments of consecutive layers, split as the "
         f"runtime splits a plan and each run as a worker's onnxruntime call ({timing.describe()}; {len(rows)} "
-        "segments), segment time less its layers' profiled time fitted as call + bytes x its boundary bytes")), rows
+        f"segments), segment time fitted as the profile's layer times x{scale:.3f} + call + bytes x its boundary "
+        "bytes")), scale, rows
 
 
 def unfused_from(alone_s: np.ndarray, layer_s: np.ndarray, segment_s: np.ndarray) -> np.ndarray:
@@ -99,7 +122,8 @@ def unfused_from(alone_s: np.ndarray, layer_s: np.ndarray, segment_s: np.ndarray
 
 def probe_unfused(graph: Graph, onnx_path: Path, layer_s: np.ndarray, cost: SegmentCost,
                   timing: Timing = Timing()) -> np.ndarray:
-    """``unfused_from`` with every layer of ``graph`` timed alone, one segment each, as a worker's call."""
+    """``unfused_from`` with every layer of ``graph`` timed alone, one segment each, as a worker's call
+    (``layer_s``: the profile's layer times at the probe's machine, ``fit_scaled``'s scale applied)."""
     alone = np.zeros(graph.num_layers)
     segment = np.zeros(graph.num_layers)
     with tempfile.TemporaryDirectory(prefix="hetsplit-unfused-") as tmp:

@@ -80,12 +80,13 @@ def with_cpu_segment_cost(prof: Profile, spec: str, repeats: int = 5) -> Profile
     timing = Timing(threads, clock if threads == 1 else "wall",
                     "min" if prof.meta.get("statistic") == "min" else "median", repeats)
     with CoLoad(path, int(prof.meta.get("co_load", 0) or 0), threads):
-        cost, rows = probe_segment_cost(prof.graph, path, layer_s, timing)
-        unfused = probe_unfused(prof.graph, path, layer_s, cost, timing)
+        cost, scale, rows = probe_segment_cost(prof.graph, path, layer_s, timing)
+        unfused = probe_unfused(prof.graph, path, layer_s * scale, cost, timing)
     prof.costs.segment[device_type] = cost
     assert prof.costs.unfused_s is not None
     prof.costs.unfused_s[:, 0] = unfused
     prof.meta["segment_rows"] = rows
+    prof.meta["segment_probe_scale"] = scale
     prof.meta["unfused"] = {"layers": int((unfused > 0).sum()), "sum_s": float(unfused.sum()),
                             "note": f"each layer timed alone as a worker's call; a layer whose whole-model share is "
                                     f"under {FUSED_SHARE:g} of its own time (less its segment's fitted cost) pays "
