@@ -13,7 +13,8 @@ it); every cut computes the whole model once, so only what grows with the cuts i
 the bytes. The GPU profiler fits the excess alone (``costs.segment_fit``), its layers timed in the same run.
 
 What a layer pays when a cut separates it from the layer before it (``CostTable.unfused_s``): the model is
-also cut into one segment per layer and each layer timed alone the same way; a layer whose share of the
+also cut into one segment per layer and each layer timed alone the same way (every split's passes
+interleaved with the others'); a layer whose share of the
 whole-model profile is under ``FUSED_SHARE`` of its time alone (less its segment's fitted cost) had its
 work done inside another layer's fused kernel there (a residual Add folded into its convolution), and
 pays the difference when cut off; every other layer pays nothing (its share already is its own work).
@@ -33,7 +34,7 @@ from hetsplit.costs.segment_fit import FLOOR_S
 from hetsplit.errors import HetsplitError
 from hetsplit.graph.types import Graph
 from hetsplit.plan.types import Placement, Plan
-from hetsplit.runtime.segment_timing import time_segments
+from hetsplit.runtime.segment_timing import DEFAULT_TIMING, Timing, time_splits
 from hetsplit.runtime.split import split_model
 
 CUTS = (1, 2, 4, 8)
@@ -45,39 +46,31 @@ def layer_ranges(num_layers: int, k: int) -> list[np.ndarray]:
     return [r for r in np.array_split(np.arange(num_layers), min(k, num_layers)) if r.size]
 
 
-@dataclass(frozen=True)
-class Timing:
-    """How the probe times each call, as the profile timed its layers: ``threads``, the ``clock`` (wall, or
-    cpu with one thread) and the ``statistic`` over ``repeats`` calls (median or min)."""
-
-    threads: int = 1
-    clock: str = "wall"
-    statistic: str = "median"
-    repeats: int = 5
-    warmup: int = 1
-
-    def describe(self) -> str:
-        return f"{self.threads} thread(s), {self.statistic} of {self.repeats} by the {self.clock} clock"
-
-
-def probe_rows(graph: Graph, onnx_path: Path, layer_s: np.ndarray, timing: Timing = Timing(),
-               cuts: tuple[int, ...] = CUTS) -> list[dict[str, Any]]:
+def probe_rows(graph: Graph, onnx_path: Path, layer_s: np.ndarray, timing: Timing = DEFAULT_TIMING,
+               cuts: tuple[int, ...] = CUTS) -> tuple[list[dict[str, Any]], np.ndarray]:
     """Per segment of every cut: its boundary bytes, its call time and its layers' time (``layer_s``,
-    seconds per layer of ``graph``)."""
-    rows: list[dict[str, Any]] = []
+    seconds per layer of ``graph``); and per layer, its time alone as a segment with its boundary bytes
+    (L x 2). Every split's passes interleaved (``time_splits``), so load that drifts slows them alike."""
+    cut_ranges = [layer_ranges(graph.num_layers, k) for k in cuts]
+    plans = [{graph.names[int(i)]: f"seg{j}" for j, r in enumerate(ranges) for i in r} for ranges in cut_ranges]
+    plans.append({n: f"seg{i}" for i, n in enumerate(graph.names)})          # every layer alone
     with tempfile.TemporaryDirectory(prefix="hetsplit-segprobe-") as tmp:
-        for k in cuts:
-            ranges = layer_ranges(graph.num_layers, k)
-            assign: dict[str, Placement] = {graph.names[int(i)]: f"seg{j}" for j, r in enumerate(ranges) for i in r}
-            plan = Plan(graph.name, "runtime", "segment probe", assign=assign)
-            manifest = split_model(plan, graph, onnx_path, Path(tmp) / f"cut{k}")
-            for j, seg in enumerate(time_segments(manifest, threads=timing.threads, repeats=timing.repeats,
-                                                  warmup=timing.warmup, clock=timing.clock,
-                                                  statistic=timing.statistic)):
-                mine = ranges[int(seg.device.removeprefix("seg"))]
-                rows.append({"cut": len(ranges), "segment": j, "boundary_bytes": seg.boundary_bytes,
-                             "measured_s": seg.seconds, "layers_s": float(layer_s[mine].sum())})
-    return rows
+        manifests = []
+        for k, assign in enumerate(plans):
+            typed: dict[str, Placement] = dict(assign)
+            manifests.append(split_model(Plan(graph.name, "runtime", "segment probe", assign=typed), graph,
+                                         onnx_path, Path(tmp) / f"split{k}"))
+        timed = time_splits(manifests, timing=timing)
+    rows: list[dict[str, Any]] = []
+    for ranges, segs in zip(cut_ranges, timed):
+        for j, seg in enumerate(segs):
+            mine = ranges[int(seg.device.removeprefix("seg"))]
+            rows.append({"cut": len(ranges), "segment": j, "boundary_bytes": seg.boundary_bytes,
+                         "measured_s": seg.seconds, "layers_s": float(layer_s[mine].sum())})
+    alone = np.zeros((graph.num_layers, 2))
+    for seg in timed[-1]:
+        alone[int(seg.device.removeprefix("seg"))] = (seg.seconds, seg.boundary_bytes)
+    return rows, alone
 
 
 def fit_scaled(rows: list[dict[str, Any]]) -> tuple[float, float, float]:
@@ -96,18 +89,31 @@ def fit_scaled(rows: list[dict[str, Any]]) -> tuple[float, float, float]:
     return scale, call_s, byte_s
 
 
-def probe_segment_cost(graph: Graph, onnx_path: Path, layer_s: np.ndarray, timing: Timing = Timing(),
-                       cuts: tuple[int, ...] = CUTS) -> tuple[SegmentCost, float, list[dict[str, Any]]]:
-    """The fitted ``SegmentCost`` of this machine's CPU on ``graph`` (its source saying how), the scale of the
-    profile's layer times to the probe's machine (``fit_scaled``) and the rows."""
-    rows = probe_rows(graph, onnx_path, layer_s, timing, cuts)
+def probe_segment_cost(graph: Graph, onnx_path: Path, layer_s: np.ndarray, timing: Timing = DEFAULT_TIMING,
+                       cuts: tuple[int, ...] = CUTS) -> SegmentProbe:
+    """What the probe finds on ``graph`` (``probe_rows``, ``fit_scaled``, ``unfused_from``)."""
+    rows, alone = probe_rows(graph, onnx_path, layer_s, timing, cuts)
     scale, call_s, byte_s = fit_scaled(rows)
     done = sorted({r["cut"] for r in rows})
-    return SegmentCost(call_s, byte_s, 0.0, (
+    cost = SegmentCost(call_s, byte_s, 0.0, (
         f"measured: the model cut into {'/'.join(map(str, done))} segments of consecutive layers, split as the "
         f"runtime splits a plan and each run as a worker's onnxruntime call ({timing.describe()}; {len(rows)} "
         f"segments), segment time fitted as the profile's layer times x{scale:.3f} + call + bytes x its boundary "
-        "bytes")), scale, rows
+        "bytes"))
+    segment_s = np.array([cost.seconds(b) for b in alone[:, 1]])
+    return SegmentProbe(cost, scale, rows, unfused_from(alone[:, 0], np.asarray(layer_s, dtype=float) * scale,
+                                                         segment_s))
+
+
+@dataclass(frozen=True)
+class SegmentProbe:
+    """The probe's findings: the type's segment cost, the scale of the profile's layer times to the probe's
+    machine, the rows fitted, and per layer its unfused extra."""
+
+    cost: SegmentCost
+    scale: float
+    rows: list[dict[str, Any]]
+    unfused_s: np.ndarray
 
 
 def unfused_from(alone_s: np.ndarray, layer_s: np.ndarray, segment_s: np.ndarray) -> np.ndarray:
@@ -118,20 +124,3 @@ def unfused_from(alone_s: np.ndarray, layer_s: np.ndarray, segment_s: np.ndarray
     extra = np.where(layer_s < FUSED_SHARE * own, own - layer_s, 0.0)
     extra[:1] = 0.0
     return extra
-
-
-def probe_unfused(graph: Graph, onnx_path: Path, layer_s: np.ndarray, cost: SegmentCost,
-                  timing: Timing = Timing()) -> np.ndarray:
-    """``unfused_from`` with every layer of ``graph`` timed alone, one segment each, as a worker's call
-    (``layer_s``: the profile's layer times at the probe's machine, ``fit_scaled``'s scale applied)."""
-    alone = np.zeros(graph.num_layers)
-    segment = np.zeros(graph.num_layers)
-    with tempfile.TemporaryDirectory(prefix="hetsplit-unfused-") as tmp:
-        assign: dict[str, Placement] = {n: f"layer{i}" for i, n in enumerate(graph.names)}
-        plan = Plan(graph.name, "runtime", "unfused probe", assign=assign)
-        manifest = split_model(plan, graph, onnx_path, Path(tmp) / "layers")
-        for seg in time_segments(manifest, threads=timing.threads, repeats=timing.repeats, warmup=timing.warmup,
-                                 clock=timing.clock, statistic=timing.statistic):
-            i = int(seg.device.removeprefix("layer"))
-            alone[i], segment[i] = seg.seconds, cost.seconds(seg.boundary_bytes)
-    return unfused_from(alone, np.asarray(layer_s, dtype=float), segment)

@@ -16,7 +16,7 @@ layers) and ``hetsplit plan --refine`` (the finalists' own segments).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,34 +103,69 @@ def one_pass(manifest: Manifest, exes: dict[tuple[int, int], Executor], feeds: d
     return took
 
 
+@dataclass(frozen=True)
+class Timing:
+    """How calls are timed: ``threads`` per executor, the ``clock`` ("wall", or "cpu" with one thread:
+    onnxruntime then computes in the calling thread, and this thread's CPU time leaves out the time other
+    processes held the core), the ``statistic`` over ``repeats`` passes (median or min) after ``warmup``."""
+
+    threads: int = 1
+    clock: str = "wall"
+    statistic: str = "median"
+    repeats: int = 5
+    warmup: int = 1
+
+    def __post_init__(self) -> None:
+        if self.repeats < 1 or self.warmup < 0:
+            raise RuntimeFailure(f"timing segments needs repeats >= 1 and warmup >= 0, got {self.repeats} and "
+                                 f"{self.warmup}")
+        if self.clock not in CLOCKS or (self.clock == "cpu" and self.threads != 1):
+            raise RuntimeFailure(f"timing segments by clock {self.clock!r} with {self.threads} thread(s): the clock "
+                                 "is wall, or cpu with one thread")
+        if self.statistic not in STATISTICS:
+            raise RuntimeFailure(f"timing segments: statistic {self.statistic!r}; choose one of "
+                                 f"{', '.join(STATISTICS)}")
+
+    def describe(self) -> str:
+        return f"{self.threads} thread(s), {self.statistic} of {self.repeats} by the {self.clock} clock"
+
+
+DEFAULT_TIMING = Timing()
+
+
+def time_splits(manifests: Sequence[Manifest], measure: Sequence[Collection[str] | None] | None = None,
+                timing: Timing = DEFAULT_TIMING, seed: int = 0) -> list[list[SegmentTime]]:
+    """``time_segments`` of several splits at once, their passes interleaved (each round passes one input
+    through every split in turn), so that a machine whose load drifts slows them alike rather than whichever
+    was timed last. ``measure[i]``: the devices timed in split i (None: all)."""
+    measure = list(measure) if measure is not None else [None] * len(manifests)
+    timed = [{w.device for w in m.stages} if want is None else set(want) for m, want in zip(manifests, measure)]
+    exes = [load_segment_executors(m, timing.threads) for m in manifests]
+    feeds = [make_inputs(m.inputs, 1, seed)[0] for m in manifests]
+    runs: list[dict[tuple[int, int], list[float]]] = [{} for _ in manifests]
+    for k in range(timing.warmup + timing.repeats):
+        for i, m in enumerate(manifests):
+            took = one_pass(m, exes[i], feeds[i], timed[i], CLOCKS[timing.clock])
+            if k >= timing.warmup:
+                for key, seconds in took.items():
+                    runs[i].setdefault(key, []).append(seconds)
+    out: list[list[SegmentTime]] = []
+    for m, got_by in zip(manifests, runs):
+        rows = []
+        for w in m.stages:
+            for s in w.segments:
+                got = got_by.get((w.rank, s.index), [])
+                nbytes = float(sum(t.nbytes for t in s.inputs) + sum(t.nbytes for t in s.outputs))
+                rows.append(SegmentTime(w.device, s.index, tuple(s.tasks), nbytes,
+                                        float(STATISTICS[timing.statistic](got)) if got else float("nan"), len(got)))
+        out.append(rows)
+    return out
+
+
 def time_segments(manifest: Manifest, measure: Collection[str] | None = None, threads: int = 1,
                   repeats: int = 5, warmup: int = 1, seed: int = 0, clock: str = "wall",
                   statistic: str = "median") -> list[SegmentTime]:
     """Every segment of ``manifest`` (worker order, then segment order) with its call time over ``repeats``
-    passes after ``warmup`` (``statistic``: median or min) when its device is in ``measure`` (default: every
-    device), else NaN. ``clock="cpu"`` (one thread only: onnxruntime then computes in the calling thread)
-    times each call by this thread's CPU time, which leaves out the time other processes held the core."""
-    if repeats < 1 or warmup < 0:
-        raise RuntimeFailure(f"timing segments needs repeats >= 1 and warmup >= 0, got {repeats} and {warmup}")
-    if clock not in CLOCKS or (clock == "cpu" and threads != 1):
-        raise RuntimeFailure(f"timing segments by clock {clock!r} with {threads} thread(s): the clock is wall, or "
-                             "cpu with one thread")
-    if statistic not in STATISTICS:
-        raise RuntimeFailure(f"timing segments: statistic {statistic!r}; choose one of {', '.join(STATISTICS)}")
-    timed = {w.device for w in manifest.stages} if measure is None else set(measure)
-    exes = load_segment_executors(manifest, threads)
-    feeds = make_inputs(manifest.inputs, 1, seed)[0]
-    runs: dict[tuple[int, int], list[float]] = {}
-    for k in range(warmup + repeats):
-        took = one_pass(manifest, exes, feeds, timed, CLOCKS[clock])
-        if k >= warmup:
-            for key, seconds in took.items():
-                runs.setdefault(key, []).append(seconds)
-    out = []
-    for w in manifest.stages:
-        for s in w.segments:
-            got = runs.get((w.rank, s.index), [])
-            nbytes = float(sum(t.nbytes for t in s.inputs) + sum(t.nbytes for t in s.outputs))
-            out.append(SegmentTime(w.device, s.index, tuple(s.tasks), nbytes,
-                                   float(STATISTICS[statistic](got)) if got else float("nan"), len(got)))
-    return out
+    passes after ``warmup`` (``statistic``: median or min, ``clock``: see ``Timing``) when its device is in
+    ``measure`` (default: every device), else NaN."""
+    return time_splits([manifest], [measure], Timing(threads, clock, statistic, repeats, warmup), seed)[0]

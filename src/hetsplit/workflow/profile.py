@@ -65,28 +65,23 @@ def with_cpu_segment_cost(prof: Profile, spec: str, repeats: int = 5) -> Profile
     thread); the rows the segment cost was
     fitted on in ``meta["segment_rows"]``, the unfused extras summed in ``meta["unfused"]``."""
     from hetsplit.costs.profiler.coload import CoLoad
-    from hetsplit.runtime.cpu_segment_probe import (
-        FUSED_SHARE,
-        Timing,
-        probe_segment_cost,
-        probe_unfused,
-    )
+    from hetsplit.runtime.cpu_segment_probe import FUSED_SHARE, probe_segment_cost
+    from hetsplit.runtime.segment_timing import Timing
 
     path = model_file(spec)
     device_type = prof.costs.types[0]
     threads = int(prof.meta.get("threads", 1))
-    layer_s = prof.costs.time_s[:, 0]
     clock = prof.meta.get("whole_model", {}).get("clock", "wall")
     timing = Timing(threads, clock if threads == 1 else "wall",
                     "min" if prof.meta.get("statistic") == "min" else "median", repeats)
     with CoLoad(path, int(prof.meta.get("co_load", 0) or 0), threads):
-        cost, scale, rows = probe_segment_cost(prof.graph, path, layer_s, timing)
-        unfused = probe_unfused(prof.graph, path, layer_s * scale, cost, timing)
-    prof.costs.segment[device_type] = cost
+        found = probe_segment_cost(prof.graph, path, prof.costs.time_s[:, 0], timing)
+    unfused = found.unfused_s
+    prof.costs.segment[device_type] = found.cost
     assert prof.costs.unfused_s is not None
     prof.costs.unfused_s[:, 0] = unfused
-    prof.meta["segment_rows"] = rows
-    prof.meta["segment_probe_scale"] = scale
+    prof.meta["segment_rows"] = found.rows
+    prof.meta["segment_probe_scale"] = found.scale
     prof.meta["unfused"] = {"layers": int((unfused > 0).sum()), "sum_s": float(unfused.sum()),
                             "note": f"each layer timed alone as a worker's call; a layer whose whole-model share is "
                                     f"under {FUSED_SHARE:g} of its own time (less its segment's fitted cost) pays "

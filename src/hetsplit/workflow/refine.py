@@ -7,8 +7,9 @@ objective):
 
 1. the plan is split into its sub-models as the runtime splits it (``runtime.split_model``) and every
    segment is timed through a worker's executor call on this machine's CPU (``runtime.segment_timing``:
-   one input passed through the whole split in one process, the median of ``repeats`` passes, by default
-   by this thread's CPU time, which a shared machine's other processes do not inflate), while
+   one input passed through the whole split in one process, the median of ``repeats`` passes, the
+   finalists' passes interleaved so that a drifting load slows them alike, by default by this thread's
+   CPU time, which a shared machine's other processes do not inflate), while
    ``co_load`` other cores run the whole model (the load the calibrated ``local`` costs were measured
    under). Only devices with a profile source here are measured: this machine's cores (model ``local``);
    every other device keeps its modelled figures (its segments run here only to hand on real tensors);
@@ -244,7 +245,7 @@ def refine_plans(problem: SplitProblem, plans: list[Plan], options: RefineOption
     from hetsplit.costs.profiler.coload import CoLoad
     from hetsplit.runtime import split_model
     from hetsplit.runtime.run import resolve_model
-    from hetsplit.runtime.segment_timing import time_segments
+    from hetsplit.runtime.segment_timing import Timing, time_splits
 
     if problem.graph.meta.get("from_profile") and options.model is None:
         raise UsageError(f"--refine runs the plans' sub-models, and the profile {problem.graph.source} holds no "
@@ -265,10 +266,11 @@ def refine_plans(problem: SplitProblem, plans: list[Plan], options: RefineOption
     with tempfile.TemporaryDirectory(prefix="hetsplit-refine-") as tmp:
         manifests = {i: split_model(plans[i], graph, path, Path(tmp) / f"plan{i}", cluster=problem.cluster)
                      for i in chosen}
+        timing = Timing(1, options.clock, options.statistic, options.repeats, options.warmup)
         with CoLoad(path, co_load, 1):      # this process on a core of its own, the helpers on others
-            measured = {i: time_segments(manifests[i], measure=here & set(plans[i].devices), threads=1,
-                                         repeats=options.repeats, warmup=options.warmup, clock=options.clock,
-                                         statistic=options.statistic) for i in chosen}
+            times = time_splits([manifests[i] for i in chosen], [here & set(plans[i].devices) for i in chosen],
+                                timing)     # interleaved: a load that drifts slows every plan alike
+        measured = dict(zip(chosen, times))
     for i in chosen:
         found.plans.append(refine_one(problem, plans[i], i, measured[i], here))
         plans[i].metrics = found.plans[-1].refined
