@@ -72,6 +72,8 @@ PROCESSES: dict[str, object] = {
                          "test_co_load_helpers_run_pinned_and_are_reaped_even_on_interrupt",
                          "test_co_load_refuses_more_helpers_than_cores_and_a_helper_that_cannot_start",
                          "test_profile_with_co_load_records_it_and_leaves_nothing_behind"},
+    "test_refine.py": {"test_refine_reorders_plans_whose_modelled_segment_cost_is_wrong",
+                       "test_plan_refine_marks_measured_figures_and_plain_plan_says_modelled"},
     "test_report_html.py": {"test_report_renders_in_headless_chromium"},
     "test_reproduce_hierdse.py": {"test_a_real_measured_run_of_a_pipeline_plan",
                                   "test_a_terminated_emulated_run_removes_its_namespaces",

@@ -5,14 +5,15 @@ from __future__ import annotations
 import json
 import sys
 
-from hetsplit.cli.common import add_command, add_input_shape_option, input_shapes, progress
+from hetsplit.cli.common import add_command, add_input_shape_option, input_shapes, int_range, progress
 from hetsplit.report.console import wide_console
 from hetsplit.report.files import write_plan_outputs
-from hetsplit.report.tables import here_table, print_plans
+from hetsplit.report.tables import here_table, print_plans, refine_table
 from hetsplit.search import PipelineConstraints, partitioner_names
 from hetsplit.search.map_opt import OBJECTIVES as MAPPING_OBJECTIVES
-from hetsplit.workflow import (PlanRequest, costs_notes, load_problem, output_dir, predict_plans_here, report_details,
-                               search_plans)
+from hetsplit.workflow import (PlanRequest, costs_notes, load_problem, output_dir, predict_plans_here,
+                               recommendation_objective, report_details, search_plans)
+from hetsplit.workflow.refine import RefineOptions, refine_search
 
 
 def register(sub) -> None:
@@ -23,7 +24,8 @@ def register(sub) -> None:
                      "hetsplit plan resnet18 --cluster imce-12 --algo lblp wb rr rd heft map-opt --time-budget 30",
                      "hetsplit plan yolov8n --cluster jetson-xavier-nx-4 --algo heft peft map-opt --objective latency",
                      "hetsplit plan yolov8n --cluster jetson-xavier-nx-4 --algo map-pareto --time-budget 20",
-                     "hetsplit plan tinyllama-42m --cluster siracusa-8 --algo tensor-parallel exact --decode 128"])
+                     "hetsplit plan tinyllama-42m --cluster siracusa-8 --algo tensor-parallel exact --decode 128",
+                     "hetsplit plan resnet50 --cluster local --algo exact map-opt --refine 3"])
     p.add_argument("model", help="zoo name, .onnx file, or hetsplit.profile/1 .json file")
     p.add_argument("--cluster", "-c", required=True, help="built-in cluster name (see `hetsplit clusters`) or YAML")
     p.add_argument("--algo", "-a", nargs="+", default=["donna"], metavar="ALGO",
@@ -51,6 +53,10 @@ def register(sub) -> None:
                    help="tensor-parallel: all-reduce in groups of K, 0 = flat (default 4, as Bochem et al.)")
     p.add_argument("--recalibrate", action="store_true",
                    help="measure this machine's local devices anew (else their calibration is cached per machine)")
+    p.add_argument("--refine", type=int_range(1), default=None, metavar="K",
+                   help="measure the K best plans (and the single-device ones) here: their sub-models run segment "
+                        "by segment on this machine's cores (the local cluster's devices; other devices keep their "
+                        "modelled figures), re-estimated with the measured segments and re-ranked")
     p.add_argument("--out", "-o", default=None, metavar="DIR", help="write DIR/plans.json, DIR/pareto.png and DIR/report.html")
     p.add_argument("--json", action="store_true", help="print the plan set as JSON")
     add_input_shape_option(p)
@@ -76,25 +82,45 @@ def run(args) -> int:
     with progress(f"searching ({', '.join(args.algo)})"):
         found = search_plans(problem, request)
     plans = found.plans
+    refined = None
+    if args.refine:
+        with progress(f"measuring the {args.refine} best plan(s) here, segment by segment (--refine)"):
+            refined = refine_search(problem, found, RefineOptions(args.refine,
+                                                                  objective=recommendation_objective(request)))
+    figures = refined.labels(len(plans)) if refined is not None else {i: "modelled" for i in range(len(plans))}
     if args.json:
         refused = [{"algorithm": a, "reason": why} for a, why in found.refusals.items()]
         rec = {"recommendation": found.recommendation.to_dict()} if found.recommendation is not None else {}
         json.dump({"format": "hetsplit.planset/1", "plans": [p.to_dict() for p in plans],
-                   **({"refused": refused} if refused else {}), **rec}, sys.stdout, indent=1)
+                   **({"refused": refused} if refused else {}), **rec,
+                   **({"refine": refined.to_dict()} if refined is not None else {})}, sys.stdout, indent=1)
         print()
     else:
         print_plans(plans, f"{problem.graph.name} on {problem.cluster.name} "
                            f"({problem.num_layers} layers, {problem.num_devices} devices)", console, found.front,
-                    found.recommendation)
+                    found.recommendation, figures)
+        if refined is not None and refined.plans:
+            console.print(refine_table(refined, plans, "refined: the best plans measured here, segment by segment"))
+    if refined is None:
+        console.print("note: segment figures are modelled (each segment's call, boundary bytes and unfused layers "
+                      "charged by the cost table); --refine K measures the K best plans' segments here",
+                      markup=False, highlight=False)
+    for note in refined.notes if refined is not None else []:
+        console.print(f"note: {note}", markup=False, highlight=False)
     for note in costs_notes(problem):
         console.print(f"note: {note}", markup=False, highlight=False)
     for note in found.notes:
         console.print(f"note: {note}", markup=False, highlight=False)
     for algorithm, why in found.refusals.items():
         console.print(f"note: {algorithm} refused, its plans are missing: {why}", markup=False, highlight=False)
-    with progress("costing the plans for this machine's processes (the runtime's own costs: measured on first "
-                  "use, ~20 s)"):
-        here = predict_plans_here(problem, plans, recalibrate=args.recalibrate)
+    here = None
+    if refined is not None and refined.plans:
+        console.print("note: the run-here table is left out with --refine: the refined plans' figures are "
+                      "measured here already", markup=False, highlight=False)
+    else:
+        with progress("costing the plans for this machine's processes (the runtime's own costs: measured on first "
+                      "use, ~20 s)"):
+            here = predict_plans_here(problem, plans, recalibrate=args.recalibrate)
     if here is not None:
         if here.predictions:
             console.print(here_table(here, plans, f"run here: the workers and the driver share "

@@ -44,6 +44,9 @@ def register(sub) -> None:
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="override a modelled device's parameter (repeatable), e.g. l2_bytes=4194304")
     p.add_argument("--out", default=None, metavar="FILE", help="write the hetsplit.profile/1 JSON here")
+    p.add_argument("--no-segments", action="store_true",
+                   help="local-cpu: skip measuring what a segment (one sub-model call of the runtime) costs beyond "
+                        "its layers (the model cut into 1, 2, 4, 8 segments, each timed as a worker's call)")
     p.add_argument("--layers", type=int_range(0), default=40, metavar="N", help="show at most N layers (default 40)")
     add_input_shape_option(p)
     p.set_defaults(func=run)
@@ -61,17 +64,17 @@ def _params(pairs: list[str]) -> dict[str, str]:
 
 def run(args) -> int:
     from hetsplit.costs.profile import save_profile
-    from hetsplit.costs.profiler import profile_model
     from hetsplit.outpath import output_file
     from hetsplit.units import parse_quantity
+    from hetsplit.workflow.profile import ProfileRequest, profile
 
     power = None if args.power is None else parse_quantity(args.power, "power", "--power")
     output_file(args.out)
     with progress(f"profiling {args.model} on {args.device}"):
-        prof = profile_model(args.model, args.device, repeats=args.repeats, warmup=args.warmup,
-                             threads=args.threads, power_w=power, params=_params(args.param),
-                             statistic=args.statistic, clock=args.clock, co_load=args.co_load,
-                             input_shapes=input_shapes(args))
+        prof = profile(args.model, ProfileRequest(
+            args.device, repeats=args.repeats, warmup=args.warmup, threads=args.threads, power_w=power,
+            params=_params(args.param), statistic=args.statistic, clock=args.clock, co_load=args.co_load,
+            input_shapes=input_shapes(args), segments=not args.no_segments))
     show(prof, args.layers)
     if args.out:
         path = save_profile(prof, args.out)
@@ -112,6 +115,11 @@ def show(prof, max_layers: int) -> None:
             console.print(f"co-load: {meta['co_load']} helper(s) on CPUs {helpers} ran the model meanwhile; "
                           f"measured on CPUs {','.join(map(str, meta['measured_on_cpus']))}")
         energy = meta.get("energy", {})
+        if col in c.segment:
+            seg = c.segment[col]
+            console.print(f"a segment beyond its layers: {format_quantity(seg.call_s, 's')} per call + "
+                          f"{seg.per_byte_s * 1e9:.3g} ns per boundary byte ({seg.source})", markup=False,
+                          highlight=False)
         console.print(f"energy: {energy.get('status')} ({energy.get('meter')})")
         mem = meta.get("memory", {})
         if mem.get("peak_rss_bytes"):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from rich.console import Console, JustifyMethod
 from rich.markup import escape
@@ -17,6 +17,7 @@ from hetsplit.units import format_quantity
 if TYPE_CHECKING:
     from hetsplit.estimate.accuracy import Recommendation
     from hetsplit.workflow import HerePredictions
+    from hetsplit.workflow.refine import Refinement
 
 UNKNOWN = "unknown"   # how a figure nobody measured or estimated (NaN) is printed
 
@@ -93,10 +94,12 @@ def plan_row(plan: Plan) -> dict[str, Any]:
     }
 
 
-def plans_table(plans: list[Plan], title: str = "", rec: "Recommendation | None" = None) -> Table:
+def plans_table(plans: list[Plan], title: str = "", rec: "Recommendation | None" = None,
+                figures: Mapping[int, str] | None = None) -> Table:
     """A rich table of plans with their metrics; Pareto-optimal rows are starred. With ``rec``: the
     recommended row marked ✔, each split's gain over the best single device beside its kind's measured
-    error, and that device's row (added below when the set lacks it, numbered "-")."""
+    error, and that device's row (added below when the set lacks it, numbered "-"). With ``figures`` (plan
+    index -> "measured", "modelled", ...): a column saying what each plan's segment figures are."""
     table = Table(title=title or None, show_lines=False, header_style="bold")
     columns: list[tuple[str, JustifyMethod]] = [("", "left"), ("#", "right"), ("found by", "left"), (escape("stages (device[layers])"), "left"),
                ("thru/s", "right"), ("bottleneck", "left"), ("latency", "right"), ("energy", "right"),
@@ -104,6 +107,8 @@ def plans_table(plans: list[Plan], title: str = "", rec: "Recommendation | None"
     if rec is not None:
         columns.insert(0, ("rec", "center"))
         columns.append(("vs best single", "left"))
+    if figures is not None:
+        columns.append(("segments", "left"))
     for col, justify in columns:
         table.add_column(col, justify=justify)
     rows: list[tuple[int | None, Plan]] = list(enumerate(plans))
@@ -119,6 +124,8 @@ def plans_table(plans: list[Plan], title: str = "", rec: "Recommendation | None"
         if rec is not None:
             chosen = rec.recommended == i if i is not None else not rec.recommends_split
             cells = ["✔" if chosen else ""] + cells + [escape("best single" if i is None else versus_single(rec, i))]
+        if figures is not None:
+            cells.append(escape(figures.get(i, "modelled") if i is not None else "modelled"))
         table.add_row(*cells)
     return table
 
@@ -138,6 +145,39 @@ def here_table(found: "HerePredictions", plans: list[Plan], title: str = "") -> 
     return table
 
 
+def refine_table(found: "Refinement", plans: list[Plan], title: str = "") -> Table:
+    """The finalists measured here (``plan --refine``): each plan's modelled and refined figure, its rank
+    before and after, over its measured segments what the estimate gave them (layers + cuts) against what
+    they measured, and what cutting adds, modelled and measured: the segments' sum less the whole model as
+    one segment on that device type (``Refinement.cut_extra``; "-" where no such single device was measured)."""
+    table = Table(title=title or None, header_style="bold")
+    figure = found.objective
+    for col in ("#", "found by", escape("stages (device[layers])"), f"modelled {figure}", f"refined {figure}",
+                "rank", "segments measured", "modelled / measured", "cuts add: modelled / measured", "figures"):
+        table.add_column(col, justify="left" if col in ("found by", "figures") or col.startswith("stages")
+                         else "right")
+
+    def show(m: Any) -> str:
+        if figure == "throughput":
+            return f"{m.throughput:.4g}/s"
+        return format_quantity(m.latency_s, "s") if figure == "latency" else energy_text(m.energy_j)
+
+    for i in found.before:
+        r = found.of(i)
+        if r is None:
+            continue
+        modelled, measured, _, _ = r.totals()
+        count = sum(1 for s in r.segments if s.measured_s == s.measured_s)
+        extra = found.cut_extra(i)
+        cuts = "-" if extra is None else f"{format_quantity(extra[0], 's')} / {format_quantity(extra[1], 's')}"
+        table.add_row(str(i), escape(describe_params(plans[i])), escape(describe_stages(plans[i])), show(r.modelled),
+                      show(r.refined), f"{found.before.index(i) + 1} → {found.after.index(i) + 1}",
+                      f"{count} of {len(r.segments)}",
+                      f"{format_quantity(modelled, 's')} / {format_quantity(measured, 's')}",
+                      cuts, escape(r.label))
+    return table
+
+
 def thin_front(front: list[Plan], keep: int) -> list[Plan]:
     """At most ``keep`` plans of a front, spread evenly by throughput rank, both ends kept."""
     ordered = sorted(front, key=lambda p: -p.costed.throughput)
@@ -148,11 +188,12 @@ def thin_front(front: list[Plan], keep: int) -> list[Plan]:
 
 
 def print_plans(plans: list[Plan], title: str = "", console: Console | None = None,
-                front: tuple[str, ...] = DEFAULT_FRONT, rec: "Recommendation | None" = None) -> None:
+                front: tuple[str, ...] = DEFAULT_FRONT, rec: "Recommendation | None" = None,
+                figures: Mapping[int, str] | None = None) -> None:
     """The plan table, what its ★ marks (a front over ``front``'s figures) and, with ``rec``, the
-    recommendation and the measured errors it weighed."""
+    recommendation and the measured errors it weighed; ``figures``: see ``plans_table``."""
     console = console or wide_console()
-    console.print(plans_table(plans, title, rec))
+    console.print(plans_table(plans, title, rec, figures))
     if any(p.pareto for p in plans):
         console.print(f"★ = Pareto-optimal in {front_label(front)} among plans that fit")
     for line in recommendation_lines(rec) if rec is not None else []:

@@ -190,21 +190,23 @@ def recommendation_objective(request: PlanRequest) -> str:
     return request.objective or "throughput"
 
 
-def recommend_plans(problem: SplitProblem, plans: list[Plan], objective: str = "throughput") -> Recommendation:
+def recommend_plans(problem: SplitProblem, plans: list[Plan], objective: str = "throughput",
+                    singles: list[Plan] | None = None) -> Recommendation:
     """The plan to recommend among ``plans`` (evaluated on ``problem``) by ``objective``: a split only when
-    its predicted gain over the best single device (the ``single`` partitioner's plans, by the same
-    estimate) exceeds its kind's measured error (``estimate.accuracy``), else that single device, with a
-    note saying why. Plans of another model or cluster are not judged."""
+    its predicted gain over the best single device (``singles``, default the ``single`` partitioner's plans,
+    by the same estimate) exceeds its kind's measured error (``estimate.accuracy``), else that single device,
+    with a note saying why. Plans of another model or cluster are not judged."""
     kinds: list[str | None] = []
     for p in plans:
         try:
             kinds.append(plan_kind(problem, p))
         except PlanError:
             kinds.append(None)
-    try:
-        singles = make_partitioner("single").solve(problem)
-    except HetsplitError:
-        singles = []
+    if singles is None:
+        try:
+            singles = make_partitioner("single").solve(problem)
+        except HetsplitError:
+            singles = []
     return recommend(plans, kinds, singles, objective)
 
 
