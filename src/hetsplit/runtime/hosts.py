@@ -46,6 +46,7 @@ from hetsplit.runtime.launch import Launcher
 from hetsplit.runtime.manifest import MANIFEST_FILE, Manifest, load_manifest
 from hetsplit.runtime.peer_config import published, remote_ranks, steps_per_input, worker_config
 from hetsplit.runtime.store_auth import StoreKey, Unauthenticated, declared, fetch, get_sealed, put, set_sealed
+from hetsplit.storeprobe import check_timeout
 
 BEAT_S = 0.25            # how often a worker says it is alive (and checks the driver is)
 LOST_AFTER_S = 5.0       # a worker silent this long is taken for dead (at most the run's --timeout)
@@ -298,24 +299,9 @@ class JoinOptions:
     run_dir: Path | None = None    # keep the sub-models and logs here (default: a temporary directory)
 
     def __post_init__(self) -> None:
-        from hetsplit.runtime.peer_config import MAX_TIMEOUT_S
-
-        rendezvous.check_port(self.port, "--join")
-        if self.port == 0:
-            raise UsageError("--join HOST:PORT: give the port the driver printed (not 0)")
-        if not self.token:
-            raise UsageError("--token: give the run token the driver printed (or --token-file FILE, or set "
-                             "HETSPLIT_TOKEN)")
-        if not self.devices:
-            raise UsageError("--device: name the device (or devices, comma-separated) this host runs")
-        twice = sorted({d for d in self.devices if self.devices.count(d) > 1})
-        if twice:
-            raise UsageError(f"--device names {', '.join(twice)} twice; name each device once")
-        if not 0 < self.timeout_s <= MAX_TIMEOUT_S:
-            raise UsageError(f"--timeout {self.timeout_s}: give a number of seconds > 0 and at most "
-                             f"{MAX_TIMEOUT_S:g} (a week)")
-        if self.run_dir is not None and self.run_dir.exists() and not self.run_dir.is_dir():
-            raise UsageError(f"--run-dir {self.run_dir}: is an existing file, not a folder; give another path")
+        if not self.token or not self.devices or not 1 <= self.port <= 65535:
+            raise UsageError("a worker needs the driver's port, the run token and its devices")
+        check_timeout(self.timeout_s, "--timeout")
 
 
 def submodel_cap() -> int:
