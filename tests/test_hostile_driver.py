@@ -506,3 +506,34 @@ def test_the_driver_refuses_a_beat_or_report_forged_without_the_token(split, for
         assert doc["ok"] is False and f"device {DEVICE}" in doc["error"] and "not authenticated" in doc["error"]
     finally:
         hosted.close({}, None)
+
+
+# ---- 4: the token is printed once, never on a worker's command line ----------------------------------------
+
+def test_the_driver_prints_the_token_once_and_no_worker_command_carries_it(split, capsys):
+    import contextlib
+
+    from hetsplit.cli.cmd_run import _announce
+    from hetsplit.runtime.hosts import HostMap, Hosted
+
+    manifest = load_manifest(split)
+    shown = []
+    hosted = Hosted(manifest, HostMap({DEVICE: "127.0.0.1", "c": "127.0.0.1"}), shown.extend)
+    hosted.open(RunConfig(str(split / "manifest.json"), inputs=2, timeout_s=10, startup_timeout_s=10, token=TOKEN))
+    try:
+        assert shown and all("--token" not in c.argv and TOKEN not in c.text() for c in shown)
+        with contextlib.ExitStack() as stack:
+            _announce(False, stack)(shown)
+        err = capsys.readouterr().err
+        assert err.count(TOKEN) == 1 and len(shown) == 2, err
+    finally:
+        hosted.close({}, None)
+
+
+def test_a_command_run_over_ssh_reads_the_token_from_its_input_not_its_command_line():
+    from hetsplit.runtime.hosts import WorkerCommand
+
+    cmd = WorkerCommand("b", "host", ["sh", "-c", 'printf %s "$HETSPLIT_TOKEN"'], TOKEN)
+    assert TOKEN not in cmd.remote_shell() and TOKEN not in repr(cmd)
+    p = subprocess.run(["sh", "-c", cmd.remote_shell()], input=TOKEN + "\n", capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0 and p.stdout == TOKEN, p

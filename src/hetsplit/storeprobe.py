@@ -20,6 +20,7 @@ from hetsplit.errors import RuntimeFailure, UsageError
 
 MAX_TIMEOUT_S = 7 * 86400.0       # a week: any longer wait is a mistake (or an attack), not a setting
 TOKEN_KEY = "hetsplit/token-sha256"
+TOKEN_ENV = "HETSPLIT_TOKEN"      # where a worker reads the run's token (or --token-file)
 _VALIDATE, _GET, _CHECK, _PING = 0, 3, 5, 13           # torch TCPStore's query types
 _VALIDATION_MAGIC = 0x3C85F7CE
 _READY = 0

@@ -178,13 +178,17 @@ def _announce(ssh: bool, stack: contextlib.ExitStack):
     from hetsplit.lifetime import die_with_parent
 
     def announce(commands) -> None:
+        print(f"the run's token (printed once; give it to each worker in $HETSPLIT_TOKEN or a --token-file): "
+              f"{commands[0].token}", file=sys.stderr)
         print("the driver waits for one worker per device on the other hosts; run there:", file=sys.stderr)
         for c in commands:
             print(f"  [{c.host}] {c.text()}", file=sys.stderr)
         if ssh:
-            for c in commands:
-                p = subprocess.Popen(["ssh", "-o", "BatchMode=yes", c.host, c.text()], stdin=subprocess.DEVNULL,
+            for c in commands:      # the token goes on the remote shell's input, never on a command line
+                p = subprocess.Popen(["ssh", "-o", "BatchMode=yes", c.host, c.remote_shell()], stdin=subprocess.PIPE,
                                      stdout=sys.stderr, preexec_fn=die_with_parent())   # stdout: the report
+                p.stdin.write(f"{c.token}\n".encode())
+                p.stdin.close()
                 stack.callback(_end, p)
 
     return announce

@@ -6,14 +6,12 @@ import os
 from pathlib import Path
 
 from hetsplit.cli.common import add_command
-
-TOKEN_ENV = "HETSPLIT_TOKEN"
+from hetsplit.storeprobe import TOKEN_ENV
 
 
 def register(sub) -> None:
     p = add_command(sub, "worker", "run a device of a run across hosts (the command `hetsplit run --hosts` prints)",
-                    ["hetsplit worker --join 10.0.0.1:29500 --token 3f2a... --device gpu0",
-                     "hetsplit worker --join 10.0.0.1:29500 --token-file run.token --device cpu1,cpu2 --run-dir logs/",
+                    [                     "hetsplit worker --join 10.0.0.1:29500 --token-file run.token --device cpu1,cpu2 --run-dir logs/",
                      "HETSPLIT_TOKEN=3f2a... hetsplit worker --join 10.0.0.1:29500 --device gpu0"])
     p.add_argument("--join", required=True, metavar="HOST:PORT", help="the driver's rendezvous (printed by the run)")
     p.add_argument("--token", default=None,
