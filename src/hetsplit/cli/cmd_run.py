@@ -19,6 +19,7 @@ from hetsplit.errors import UsageError
 from hetsplit.plan.io import load_plan
 from hetsplit.report.console import wide_console
 from hetsplit.units import format_quantity
+from hetsplit.outpath import write_text
 
 
 def register(sub) -> None:
@@ -301,7 +302,7 @@ def _finish(args, report, plan, graph, cluster) -> int:
     else:
         print_report(report, console)
     if args.out:
-        Path(args.out).write_text(json.dumps(doc, indent=1))
+        write_text(Path(args.out), json.dumps(doc, indent=1))
         console.print(f"wrote {args.out}")
     return 0
 
