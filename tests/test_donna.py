@@ -163,3 +163,32 @@ def test_alpha_one_reaches_the_oracle_bottleneck_when_cuts_cost(seed):
         return
     (plan,) = make_partitioner("donna", alphas=(1.0,)).solve(p)
     assert close(plan.metrics.bottleneck_s, o.min_bottleneck())
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_compiled_dp_equals_the_earlier_numpy_dp_exactly(seed):
+    """The kernel (search/donna.py) against the all-numpy version it replaced (tests/_donna_reference.py):
+    identical bounds, devices and costs, bit for bit, on random instances with ties, memories, cut costs,
+    sources, sinks and first/last-stage constraints."""
+    from _donna_reference import reference_donna_dp
+
+    rng = np.random.default_rng(seed)
+    p = random_problem(seed, n_layers=int(rng.integers(1, 12)), n_dev=int(rng.integers(1, 6)))
+    if seed % 2:
+        p = with_cut_costs(p, seed)
+    d = p.num_devices
+    cons = [PipelineConstraints()]
+    if d > 1:
+        cons.append(PipelineConstraints(first_stage_devices=(p.cluster.devices[0].name,),
+                                        last_stage_devices=(p.cluster.devices[-1].name,), max_stages=2))
+    for c in cons:
+        for alpha in (0.0, 0.2, 0.5, 1.0):
+            try:
+                want = reference_donna_dp(p, alpha, c)
+            except InfeasibleError:
+                with pytest.raises(InfeasibleError):
+                    donna_dp(p, alpha, c)
+                continue
+            got = donna_dp(p, alpha, c)
+            assert (got.bounds, got.devices) == (want.bounds, want.devices)
+            assert (got.cost, got.h_t, got.h_e) == (want.cost, want.h_t, want.h_e)
