@@ -61,12 +61,13 @@ def load_model_or_profile(spec: str, input_shapes: InputShapes | None = None) ->
     return load_model(spec, input_shapes), None
 
 
-def load_cluster_spec(spec: str, recalibrate: bool = False) -> Cluster:
+def load_cluster_spec(spec: str, recalibrate: bool = False, confined: bool = False) -> Cluster:
     """A cluster by built-in name or YAML path; ``recalibrate``: measure this machine's ``local``
-    devices anew (``costs.local_calibration``) when the cluster has any."""
-    from hetsplit.cluster import load_cluster
+    devices anew (``costs.local_calibration``) when the cluster has any; ``confined``: the files it names
+    must lie in its folder (``cluster.loader.load_cluster``)."""
+    from hetsplit.cluster.loader import load_cluster
 
-    cl = load_cluster(spec)
+    cl = load_cluster(spec, confined)
     if recalibrate and any(d.model == LOCAL_MODEL for d in cl.devices):
         local_costs(recalibrate=True)
     return cl
@@ -454,7 +455,7 @@ def _plan_cluster_file(path: str, recalibrate: bool) -> Cluster:
         raise ClusterError(f"the plan's cluster_file {path} is not a .yaml file; a plan may name only a cluster "
                            f"YAML; {fix}")
     try:
-        return load_cluster_spec(path, recalibrate)
+        return load_cluster_spec(path, recalibrate, confined=True)     # it may name only files beside it
     except HetsplitError:
         raise ClusterError(f"the plan's cluster_file {path} is not a readable hetsplit cluster; {fix}") from None
 
