@@ -192,3 +192,16 @@ def test_the_compiled_dp_equals_the_earlier_numpy_dp_exactly(seed):
             got = donna_dp(p, alpha, c)
             assert (got.bounds, got.devices) == (want.bounds, want.devices)
             assert (got.cost, got.h_t, got.h_e) == (want.cost, want.h_t, want.h_e)
+
+
+def test_a_time_budget_cuts_the_alpha_sweep_and_says_so():
+    """DONNA stops after the alpha that spends --time-budget, keeps the plans found and marks them; the
+    plan search turns the mark into a note (a budget too small for one alpha still returns that alpha)."""
+    from hetsplit.workflow import PlanRequest, search_plans
+
+    p = random_problem(3, n_layers=6, n_dev=3)
+    plans = make_partitioner("donna", time_budget_s=1e-9).solve(p)
+    assert len(plans) == 1 and "alphas 0.2, 0.4, 0.6, 0.8, 1 not run" in plans[0].params["cut_by_time_budget"]
+    assert len(make_partitioner("donna", time_budget_s=3600).solve(p)) == 6
+    found = search_plans(p, PlanRequest(algorithms=("donna",), time_budget_s=1e-9, baselines=False))
+    assert any("donna was cut by --time-budget" in n for n in found.notes), found.notes

@@ -22,6 +22,7 @@ Complexity: O(L^2 * 2^D * D^2): per start layer, the stage costs in numpy and th
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -253,12 +254,19 @@ class Donna:
     alphas: tuple[float, ...] = DEFAULT_ALPHAS
     constraints: PipelineConstraints = field(default_factory=PipelineConstraints)
     name: str = "donna"
+    time_budget_s: float | None = None    # stop after the alpha that passes it (None: run every alpha)
 
     def solve(self, problem: SplitProblem) -> list[Plan]:
         require_known_energy(problem, "DONNA with an alpha below 1 (0: least energy)", any(a < 1 for a in self.alphas))
+        deadline = None if self.time_budget_s is None else time.monotonic() + self.time_budget_s
         plans = []
-        for alpha in self.alphas:
+        for k, alpha in enumerate(self.alphas):
             r = donna_dp(problem, float(alpha), self.constraints)
             plans.append(make_plan(problem, r.bounds, r.devices, self.name,
                                    {"alpha": float(alpha), "dp_cost": r.cost, **table_objective(problem)}))
+            left = self.alphas[k + 1:]
+            if left and deadline is not None and time.monotonic() > deadline:
+                for plan in plans:      # the search says it was cut, on the plans it returns
+                    plan.params["cut_by_time_budget"] = f"alphas {', '.join(f'{a:g}' for a in left)} not run"
+                break
         return plans

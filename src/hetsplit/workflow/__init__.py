@@ -135,7 +135,7 @@ class PlanRequest:
     constraints: PipelineConstraints = PipelineConstraints()
     baselines: bool = True  # add the single-device plans for comparison
     seed: int = 0
-    time_budget_s: float | None = None  # for searches that stop on time (map-opt); None: their default
+    time_budget_s: float | None = None  # for searches that stop on time (map-opt, donna); None: their default
     chips: int | None = None             # tensor-parallel: devices to split over (None: all)
     tree: int | None = None              # tensor-parallel: all-reduce group size (None: its default)
     objective: str | None = None         # map-opt: throughput, latency or energy (None: its default)
@@ -224,9 +224,15 @@ def search_plans(problem: SplitProblem, request: PlanRequest) -> PlanSearch:
             notes.append(f"{name} ran alpha 1 (throughput) only: the energy of device type(s) {', '.join(unknown)} "
                          "is unknown, so its default sweep towards energy (alpha < 1) was left out")
         try:
-            plans.extend(make_partitioner(name, **options).solve(problem))
+            found = make_partitioner(name, **options).solve(problem)
         except HetsplitError as exc:
             refused[name] = exc
+            continue
+        plans.extend(found)
+        cut = next((p.params["cut_by_time_budget"] for p in found if "cut_by_time_budget" in (p.params or {})), None)
+        if cut:
+            notes.append(f"{name} was cut by --time-budget {request.time_budget_s:g} s ({cut}); its best plans so "
+                         "far are kept")
     if refused and all(n in refused for n in request.algorithms):
         if len(refused) == 1:
             raise next(iter(refused.values()))
