@@ -56,6 +56,7 @@ def test_a_pipe_or_a_device_as_an_output_file_is_refused_before_any_work(plans, 
         assert "not a regular file" in err and "Traceback" not in err, err
 
 
+@pytest.mark.processes
 def test_a_second_command_writing_into_the_same_folder_is_refused(tmp_path, capsys):
     out = tmp_path / "out"
     out.mkdir()
