@@ -190,10 +190,13 @@ def start_across(net: NetHosts | Loopback, placement: dict[str, int], args: list
         if cli.poll() is not None or time.time() > end:
             run.stop()
             raise AssertionError(f"the run printed no worker commands: {err.read_text()[-3000:]}")
-        for line in err.read_text().splitlines():
+        lines = err.read_text().splitlines()
+        token = next((line.split()[-1] for line in lines if line.startswith("the run's token")), None)
+        for line in lines:
             if "] hetsplit worker " in line:
                 argv = shlex.split(line.split("] ", 1)[1])
-                run.commands[argv[argv.index("--device") + 1]] = argv
+                assert "--token" not in argv, "the printed worker command carries the token"
+                run.commands[argv[argv.index("--device") + 1]] = argv + ["--token", token]   # as a user might
         time.sleep(0.1)
     if start_workers:
         for device, argv in run.commands.items():   # each keeps its logs (--run-dir) for the tests to watch

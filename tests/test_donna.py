@@ -164,3 +164,45 @@ def test_alpha_one_reaches_the_oracle_bottleneck_when_cuts_cost(seed, messages):
         return
     (plan,) = make_partitioner("donna", alphas=(1.0,)).solve(p)
     assert close(plan.metrics.bottleneck_s, o.min_bottleneck())
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_compiled_dp_equals_the_earlier_numpy_dp_exactly(seed):
+    """The kernel (search/donna.py) against the all-numpy version it replaced (tests/_donna_reference.py):
+    identical bounds, devices and costs, bit for bit, on random instances with ties, memories, cut costs,
+    sources, sinks and first/last-stage constraints."""
+    from _donna_reference import reference_donna_dp
+
+    rng = np.random.default_rng(seed)
+    p = random_problem(seed, n_layers=int(rng.integers(1, 12)), n_dev=int(rng.integers(1, 6)))
+    if seed % 2:
+        p = with_cut_costs(p, seed)
+    d = p.num_devices
+    cons = [PipelineConstraints()]
+    if d > 1:
+        cons.append(PipelineConstraints(first_stage_devices=(p.cluster.devices[0].name,),
+                                        last_stage_devices=(p.cluster.devices[-1].name,), max_stages=2))
+    for c in cons:
+        for alpha in (0.0, 0.2, 0.5, 1.0):
+            try:
+                want = reference_donna_dp(p, alpha, c)
+            except InfeasibleError:
+                with pytest.raises(InfeasibleError):
+                    donna_dp(p, alpha, c)
+                continue
+            got = donna_dp(p, alpha, c)
+            assert (got.bounds, got.devices) == (want.bounds, want.devices)
+            assert (got.cost, got.h_t, got.h_e) == (want.cost, want.h_t, want.h_e)
+
+
+def test_a_time_budget_cuts_the_alpha_sweep_and_says_so():
+    """DONNA stops after the alpha that spends --time-budget, keeps the plans found and marks them; the
+    plan search turns the mark into a note (a budget too small for one alpha still returns that alpha)."""
+    from hetsplit.workflow import PlanRequest, search_plans
+
+    p = random_problem(3, n_layers=6, n_dev=3)
+    plans = make_partitioner("donna", time_budget_s=1e-9).solve(p)
+    assert len(plans) == 1 and "alphas 0.2, 0.4, 0.6, 0.8, 1 not run" in plans[0].params["cut_by_time_budget"]
+    assert len(make_partitioner("donna", time_budget_s=3600).solve(p)) == 6
+    found = search_plans(p, PlanRequest(algorithms=("donna",), time_budget_s=1e-9, baselines=False))
+    assert any("donna was cut by --time-budget" in n for n in found.notes), found.notes

@@ -392,24 +392,46 @@ def test_run_refuses_inputs_whose_bookkeeping_does_not_fit_in_memory(split, caps
     assert "--inputs 10,000,000: streaming that many inputs would need about" in err
 
 
-def test_a_worker_gives_up_on_a_peer_that_accepts_and_never_answers(capsys):
-    """Before, torch's client waited forever on such a peer; now --timeout bounds it (10% and a second)."""
+def _worker(port: int, timeout: str = "3", *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([HETSPLIT, "worker", "--join", f"127.0.0.1:{port}", "--token", TOKEN, "--device", DEVICE,
+                           "--timeout", timeout, *extra], capture_output=True, text=True, timeout=100)
+
+
+@pytest.mark.parametrize("peer", ["silent", "pings only", "another run"])
+def test_a_peer_that_is_not_this_run_is_left_within_the_timeout_before_torch_is_loaded(peer, capsys):
+    """Before, torch's client waited forever on a silent peer, and its import (seconds on a small board) came
+    first; now a plain socket speaks the store's handshake under --timeout before anything of torch loads."""
     import socket
-    import time
+    import sys
+
+    from hetsplit.cli import main as cli_main
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen(4)
-        t0 = time.monotonic()
-        assert main(["worker", "--join", f"127.0.0.1:{s.getsockname()[1]}", "--token", TOKEN, "--device", "b",
-                     "--timeout", "3"]) == 2
-        took = time.monotonic() - t0
-    assert "did not answer within 3 s" in capsys.readouterr().err
-    assert took < 3 * 1.1 + 1, took
+        if peer != "silent":
+            _fake_store(s, rendezvous.digest("cd" * 16) if peer == "another run" else None)
+        code = subprocess.run(
+            [sys.executable, "-c", "import sys; from hetsplit.cli.main import main; c = main(sys.argv[1:]); "
+             "print('torch' in sys.modules); sys.exit(c)", "worker", "--join", f"127.0.0.1:{s.getsockname()[1]}",
+             "--token", TOKEN, "--device", DEVICE, "--timeout", "2"], capture_output=True, text=True, timeout=100,
+            env={**os.environ, "PYTHONPATH": str(Path(cli_main.__file__).parents[2])})
+    said = {"silent": "did not answer within 2 s", "pings only": "did not answer within 2 s",
+            "another run": "it serves another run"}[peer]
+    assert code.returncode == 2 and said in code.stderr and "Traceback" not in code.stderr, code.stderr
+    assert code.stdout.strip() == "False", "torch was loaded before the peer was checked"
 
 
-def _answers_only_pings(sock) -> None:
-    """A peer that speaks the store protocol's handshake (validate, ping) and never answers anything else."""
+def test_a_worker_timeout_that_is_not_finite_positive_seconds_is_refused_naming_the_flag(capsys):
+    for value in ("inf", "1e300", "-1", "0", "nan"):
+        assert main(["worker", "--join", "127.0.0.1:9", "--token", TOKEN, "--device", "b", "--timeout", value]) == 2
+        err = capsys.readouterr().err
+        assert "--timeout" in err and "a week" in err and "Traceback" not in err, err
+
+
+def _fake_store(sock, digest: str | None) -> None:
+    """A peer that speaks the store protocol's handshake (validate, ping) and, with ``digest``, answers a check
+    and a get of the run token's key with it; it never answers anything else."""
     import struct
     import threading
 
@@ -417,11 +439,24 @@ def _answers_only_pings(sock) -> None:
         buf = b""
         while data := conn.recv(4096):
             buf += data
-            while len(buf) >= 5 and buf[0] in (0, 13):          # validate, ping: 1 byte + a 32-bit number
-                query, value = struct.unpack("<BI", buf[:5])
-                buf = buf[5:]
-                if query == 13:
-                    conn.sendall(struct.pack("<I", value))
+            while buf:
+                query = buf[0]
+                if query in (0, 13) and len(buf) >= 5:                  # validate, ping: 1 byte + a 32-bit number
+                    value = struct.unpack("<I", buf[1:5])[0]
+                    buf = buf[5:]
+                    if query == 13:
+                        conn.sendall(struct.pack("<I", value))
+                elif query in (3, 5) and digest is not None and len(buf) >= 9:     # get, check (one key)
+                    head = 9 if query == 3 else 17
+                    if len(buf) < head:
+                        break
+                    size = struct.unpack("<Q", buf[head - 8:head])[0]
+                    if len(buf) < head + size:
+                        break
+                    buf = buf[head + size:]
+                    conn.sendall(b"\x00" if query == 5 else struct.pack("<Q", len(digest)) + digest.encode())
+                else:
+                    break
 
     def accept() -> None:
         while True:
@@ -436,15 +471,14 @@ def _answers_only_pings(sock) -> None:
 
 def test_a_driver_that_takes_requests_and_never_replies_ends_the_worker_with_a_message(tmp_path):
     """torch's client waits forever for such a reply, where no signal handler runs; the worker's watchdog ends
-    it with exit 2 and a message once no store call completes for --timeout (plus 10%)."""
+    it with exit 2 and a message once no store call completes for --timeout (plus 5%)."""
     import socket
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen(8)
-        _answers_only_pings(s)
-        p = subprocess.run([HETSPLIT, "worker", "--join", f"127.0.0.1:{s.getsockname()[1]}", "--token", TOKEN,
-                            "--device", DEVICE, "--timeout", "3"], capture_output=True, text=True, timeout=100)
+        _fake_store(s, rendezvous.digest(TOKEN))           # the token checks out, then torch's calls stall
+        p = _worker(s.getsockname()[1])
     assert p.returncode == 2, p.stderr[-2000:]
     assert "stopped answering for 3 s" in p.stderr and "Traceback" not in p.stderr and "frame #" not in p.stderr
 
@@ -472,3 +506,34 @@ def test_the_driver_refuses_a_beat_or_report_forged_without_the_token(split, for
         assert doc["ok"] is False and f"device {DEVICE}" in doc["error"] and "not authenticated" in doc["error"]
     finally:
         hosted.close({}, None)
+
+
+# ---- 4: the token is printed once, never on a worker's command line ----------------------------------------
+
+def test_the_driver_prints_the_token_once_and_no_worker_command_carries_it(split, capsys):
+    import contextlib
+
+    from hetsplit.cli.cmd_run import _announce
+    from hetsplit.runtime.hosts import HostMap, Hosted
+
+    manifest = load_manifest(split)
+    shown = []
+    hosted = Hosted(manifest, HostMap({DEVICE: "127.0.0.1", "c": "127.0.0.1"}), shown.extend)
+    hosted.open(RunConfig(str(split / "manifest.json"), inputs=2, timeout_s=10, startup_timeout_s=10, token=TOKEN))
+    try:
+        assert shown and all("--token" not in c.argv and TOKEN not in c.text() for c in shown)
+        with contextlib.ExitStack() as stack:
+            _announce(False, stack)(shown)
+        err = capsys.readouterr().err
+        assert err.count(TOKEN) == 1 and len(shown) == 2, err
+    finally:
+        hosted.close({}, None)
+
+
+def test_a_command_run_over_ssh_reads_the_token_from_its_input_not_its_command_line():
+    from hetsplit.runtime.hosts import WorkerCommand
+
+    cmd = WorkerCommand("b", "host", ["sh", "-c", 'printf %s "$HETSPLIT_TOKEN"'], TOKEN)
+    assert TOKEN not in cmd.remote_shell() and TOKEN not in repr(cmd)
+    p = subprocess.run(["sh", "-c", cmd.remote_shell()], input=TOKEN + "\n", capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0 and p.stdout == TOKEN, p

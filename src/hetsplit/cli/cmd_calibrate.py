@@ -11,6 +11,7 @@ from hetsplit.cli.common import add_command, progress
 from hetsplit.errors import HetsplitError
 from hetsplit.report.console import wide_console
 from hetsplit.units import format_quantity
+from hetsplit.outpath import write_text
 
 
 def register(sub) -> None:
@@ -51,12 +52,12 @@ def run(args) -> int:
         except HetsplitError:  # a device type that is neither local nor a preset: a CPU of unknown memory
             kind, memory = "cpu", float(2**34)
         doc = preset_document(fitted, name, kind, memory, args.device)
-        Path(args.out).write_text(yaml.safe_dump(doc, sort_keys=False, width=120))
+        write_text(Path(args.out), yaml.safe_dump(doc, sort_keys=False, width=120))
         wide_console().print(f"wrote {args.out} (preset {name!r}; name it in a cluster as preset: {args.out})")
     if args.report:
-        Path(args.report).write_text(json.dumps({"device": args.device, "coefficients": fitted.coefficients,
-                                                 "terms": fitted.terms,
-                                                 "rows": [{"set": s, **a.row()} for s, a in rows]}, indent=1))
+        write_text(args.report, json.dumps({"device": args.device, "coefficients": fitted.coefficients,
+                                           "terms": fitted.terms,
+                                           "rows": [{"set": s, **a.row()} for s, a in rows]}, indent=1))
         wide_console().print(f"wrote {args.report}")
     return 0
 

@@ -40,7 +40,8 @@ def register(sub) -> None:
     p.add_argument("--no-baselines", action="store_true", help="leave out the single-device plans")
     p.add_argument("--seed", type=int, default=0, help="seed for stochastic algorithms")
     p.add_argument("--time-budget", type=float, default=None, metavar="S",
-                   help="seconds a time-bounded search may take (map-opt, map-pareto; default 10)")
+                   help="seconds a time-bounded search may take (map-opt, map-pareto: default 10; donna: stops its "
+                        "alpha sweep once spent, saying so; default none)")
     p.add_argument("--objective", choices=MAPPING_OBJECTIVES, default=None,
                    help="what map-opt optimizes: throughput (default), latency (one input) or energy; memory is "
                         "always respected (map-pareto: the front over all three)")

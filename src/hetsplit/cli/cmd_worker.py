@@ -6,14 +6,12 @@ import os
 from pathlib import Path
 
 from hetsplit.cli.common import add_command
-
-TOKEN_ENV = "HETSPLIT_TOKEN"
+from hetsplit.storeprobe import TOKEN_ENV
 
 
 def register(sub) -> None:
     p = add_command(sub, "worker", "run a device of a run across hosts (the command `hetsplit run --hosts` prints)",
-                    ["hetsplit worker --join 10.0.0.1:29500 --token 3f2a... --device gpu0",
-                     "hetsplit worker --join 10.0.0.1:29500 --token-file run.token --device cpu1,cpu2 --run-dir logs/",
+                    [                     "hetsplit worker --join 10.0.0.1:29500 --token-file run.token --device cpu1,cpu2 --run-dir logs/",
                      "HETSPLIT_TOKEN=3f2a... hetsplit worker --join 10.0.0.1:29500 --device gpu0"])
     p.add_argument("--join", required=True, metavar="HOST:PORT", help="the driver's rendezvous (printed by the run)")
     p.add_argument("--token", default=None,
@@ -62,21 +60,45 @@ def _stalled(opts, dog) -> None:
     os._exit(2)
 
 
-def run(args) -> int:
-    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")   # before torch loads: no c10d logs with C++ frames
+def _options(args):
+    """The worker's options, every flag checked before anything is reached or loaded (torch included)."""
     from hetsplit.errors import UsageError
+    from hetsplit.storeprobe import check_timeout
+
+    host, sep, port = args.join.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise UsageError(f"--join {args.join!r}: write HOST:PORT with the port the driver printed, e.g. 10.0.0.1:29500")
+    devices = [d.strip() for d in args.device.split(",") if d.strip()]
+    if not devices:
+        raise UsageError("--device: name the device (or devices, comma-separated) this host runs")
+    twice = sorted({d for d in devices if devices.count(d) > 1})
+    if twice:
+        raise UsageError(f"--device names {', '.join(twice)} twice; name each device once")
+    check_timeout(args.timeout, "--timeout")
+    run_dir = Path(args.run_dir) if args.run_dir else None
+    if run_dir is not None and run_dir.exists() and not run_dir.is_dir():
+        raise UsageError(f"--run-dir {run_dir}: is an existing file, not a folder; give another path")
+    return host.strip("[]"), int(port), read_token(args), devices, run_dir
+
+
+def run(args) -> int:
+    import hashlib
+
+    from hetsplit.storeprobe import probe
+
+    host, port, token, devices, run_dir = _options(args)
+    # a silent or foreign peer ends here, within --timeout, before torch is loaded (seconds on a small board)
+    probe(host, port, args.timeout, f"worker of {', '.join(devices)}", hashlib.sha256(token.encode()).hexdigest())
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")   # before torch loads: no c10d logs with C++ frames
     from hetsplit.runtime.hosts import JoinOptions, join_run
     from hetsplit.runtime.rendezvous import Watchdog
 
-    host, sep, port = args.join.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise UsageError(f"--join {args.join!r}: write HOST:PORT, e.g. 10.0.0.1:29500")
-    devices = [d.strip() for d in args.device.split(",") if d.strip()]
-    opts = JoinOptions(host.strip("[]"), int(port), read_token(args), devices, timeout_s=args.timeout, addr=args.addr,
-                       run_dir=Path(args.run_dir) if args.run_dir else None)
-    dog = Watchdog(opts.timeout_s * 1.1, lambda: _stalled(opts, dog))
+    opts = JoinOptions(host, port, token, devices, timeout_s=args.timeout, addr=args.addr, run_dir=run_dir)
+    # torch's own waits end at --timeout; the watchdog, for a call that never returns, 5% later (checked
+    # every 2.5%): every wait on the driver ends within --timeout plus 10%
+    dog = Watchdog(opts.timeout_s * 1.05, lambda: _stalled(opts, dog))
     with dog:
         docs = join_run(opts, dog)
-    finished = ", ".join(d.get("device", "?") for d in docs.values())
-    print(f"worker: {finished} finished; the driver reports the measurements")
+    devices_done = ", ".join(d.get("device", "?") for d in docs.values())
+    print(f"worker: {devices_done} finished; the driver reports the measurements")
     return 0

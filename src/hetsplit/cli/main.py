@@ -103,8 +103,13 @@ def _main(argv: list[str] | None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
+    from hetsplit import outpath
+
+    failed = True
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        failed = code != 0
+        return code
     except HetsplitError as exc:
         if args.debug:
             traceback.print_exc()
@@ -113,6 +118,8 @@ def _main(argv: list[str] | None) -> int:
     except KeyboardInterrupt as exc:
         print("terminated" if isinstance(exc, Terminated) else "interrupted", file=sys.stderr)
         return 143 if isinstance(exc, Terminated) else 130
+    finally:
+        outpath.release(failed)        # its output locks; on failure the empty folders it created
 
 
 if __name__ == "__main__":

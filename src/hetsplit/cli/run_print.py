@@ -12,6 +12,7 @@ from rich.table import Table
 
 from hetsplit.report.console import wide_console
 from hetsplit.runtime.report import RunReport
+from hetsplit.outpath import write_text
 from hetsplit.units import format_quantity
 from hetsplit.workflow.comparison import Row
 from hetsplit.workflow.run import RunHooks, RunOutcome
@@ -23,6 +24,8 @@ def hooks(progress: Callable[[str], Any]) -> RunHooks:
         print(f"note: {text}", file=sys.stderr)
 
     def announce(commands) -> None:
+        print(f"the run's token (printed once; give it to each worker in $HETSPLIT_TOKEN or a --token-file): "
+              f"{commands[0].token}", file=sys.stderr)
         print("the driver waits for one worker per device on the other hosts; run there:", file=sys.stderr)
         for c in commands:
             print(f"  [{c.host}] {c.text()}", file=sys.stderr)
@@ -43,7 +46,7 @@ def print_outcome(outcome: RunOutcome, as_json: bool, out: str | None) -> None:
     else:
         print_report(outcome.report, console)
     if out:
-        Path(out).write_text(json.dumps(outcome.to_dict(), indent=1))
+        write_text(Path(out), json.dumps(outcome.to_dict(), indent=1))
         console.print(f"wrote {out}")
 
 

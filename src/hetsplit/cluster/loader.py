@@ -102,8 +102,10 @@ def inline_param_keys() -> set[str]:
     return keys
 
 
-def load_cluster(spec: str | Path) -> Cluster:
-    """A cluster from a built-in name (``donna-2cpu-1gpu-1cim-hb-wcc``) or a YAML file path."""
+def load_cluster(spec: str | Path, confined: bool = False) -> Cluster:
+    """A cluster from a built-in name (``donna-2cpu-1gpu-1cim-hb-wcc``) or a YAML file path. ``confined``
+    (a cluster a plan names): every file it names (``profile:``, preset files) must resolve inside the
+    YAML's own folder, else it is refused before it is opened."""
     from hetsplit.cluster.examples import builtin_names, builtin_spec, is_builtin
 
     text = str(spec)
@@ -115,7 +117,7 @@ def load_cluster(spec: str | Path) -> Cluster:
             raise ClusterError(f"cluster file {text} does not exist; give a YAML path or a built-in cluster "
                                "name (hetsplit clusters lists them)")
         data = read_yaml(path, ClusterError, "no such cluster file")
-        return cluster_from_dict(data, origin=str(path), base_dir=path.parent, default_name=path.stem)
+        return _Builder(str(path), path.parent, path.parent.resolve() if confined else None).build(data, path.stem)
     names = builtin_names()
     close = difflib.get_close_matches(text, names, n=3)
     hint = f"did you mean {', '.join(close)}? " if close else ""
@@ -147,10 +149,26 @@ class _Entry:
 
 
 class _Builder:
-    def __init__(self, origin: str, base_dir: Path | None) -> None:
+    def __init__(self, origin: str, base_dir: Path | None, confine: Path | None = None) -> None:
         self.origin = origin
         self.base_dir = base_dir
+        self.confine = confine          # every file named must resolve inside it (None: anywhere)
         self.media: dict[str, Medium] = {}
+
+    def inside(self, value: str, where: str) -> None:
+        """Refuse a file path ``value`` that resolves outside ``confine`` (when set), before it is opened."""
+        if self.confine is None:
+            return
+        path = Path(value).expanduser()
+        if not path.is_absolute() and self.base_dir is not None:
+            path = self.base_dir / path
+        try:
+            real = path.resolve()
+        except (OSError, RuntimeError):
+            real = None
+        if real is None or not real.is_relative_to(self.confine):
+            raise self.err(where, "names a file outside the cluster file's folder; a cluster a plan names may "
+                                  "name only files beside it")
 
     def err(self, key: str, message: str) -> ClusterError:
         return ClusterError(f"{self.origin}: {key}: {message}" if key else f"{self.origin}: {message}")
@@ -218,6 +236,8 @@ class _Builder:
         preset = None
         if "preset" in item:
             try:
+                if str(item["preset"]).endswith((".yaml", ".yml")) or "/" in str(item["preset"]):
+                    self.inside(str(item["preset"]), f"{where}.preset")
                 preset = load_preset(str(item["preset"]), self.base_dir)
             except ClusterError as exc:
                 raise self.err(f"{where}.preset", str(exc)) from None
@@ -276,6 +296,7 @@ class _Builder:
         """A device's ``profile:`` as an absolute path (relative to the YAML file), which must exist."""
         if not isinstance(value, str) or not value:
             raise self.err(where, f"expected the path of a profile (hetsplit profile MODEL --out FILE), got {value!r}")
+        self.inside(value, where)
         path = Path(value).expanduser()
         if not path.is_absolute() and self.base_dir is not None:
             path = self.base_dir / path
@@ -433,6 +454,8 @@ class _Builder:
                 return self.media[spec]
             if spec in preset_names(MEDIUM) or spec.endswith((".yaml", ".yml")):
                 try:
+                    if spec.endswith((".yaml", ".yml")):
+                        self.inside(spec, where)
                     return load_preset(spec, self.base_dir).medium()
                 except ClusterError as exc:
                     raise self.err(where, str(exc)) from None

@@ -23,6 +23,7 @@ from hetsplit.costs.table import CostTable
 from hetsplit.errors import ProfileError
 from hetsplit.graph.types import INPUT, LAYER_KINDS, OTHER, Graph, Layer, Tensor
 from hetsplit.jsonfile import json_safe, read_json
+from hetsplit.outpath import write_text
 
 FORMAT = "hetsplit.profile/1"
 NO_ENERGY = ("; energy: none measured or estimated (energy status 'unavailable'): a plan using this device type "
@@ -237,7 +238,4 @@ def profile_to_dict(profile: Profile) -> dict:
 
 
 def save_profile(profile: Profile, path: str | Path) -> Path:
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(profile_to_dict(profile), indent=1))
-    return p
+    return write_text(path, json.dumps(profile_to_dict(profile), indent=1))

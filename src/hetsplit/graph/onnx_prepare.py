@@ -30,6 +30,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from hetsplit.errors import ModelError
+from hetsplit.graph.external_data import check_external_data
 from hetsplit.graph.input_shapes import fix_input_shapes, require_static_inputs
 from hetsplit.jsonfile import ONNX_MAX_BYTES, check_input
 from hetsplit.graph.onnx_ops import role
@@ -53,6 +54,7 @@ def read_model(model: str | Path | onnx.ModelProto) -> onnx.ModelProto:
     except Exception as exc:  # protobuf raises DecodeError and friends
         raise ModelError(f"{path}: not a readable ONNX model ({exc})") from None
     _check_names(model, path)
+    check_external_data(model, path)
     return model
 
 

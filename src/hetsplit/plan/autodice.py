@@ -53,6 +53,7 @@ from hetsplit.graph.shard import axis_size
 from hetsplit.graph.types import Graph, Layer
 from hetsplit.jsonfile import read_json
 from hetsplit.plan.types import Combine, Placement, Plan, Shard, Stage
+from hetsplit.outpath import write_text
 
 if TYPE_CHECKING:
     import onnx
@@ -211,10 +212,10 @@ def write_autodice(plan: Plan, graph: Graph, out_dir: str | Path, device_keys: d
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = [out / MAPPING_FILE]
-    written[0].write_text(_one_key_per_line(mapping))
+    write_text(written[0], _one_key_per_line(mapping))
     if horizontal:
         written.append(out / HORIZONTAL_FILE)
-        written[1].write_text(_one_key_per_line(horizontal))
+        write_text(written[1], _one_key_per_line(horizontal))
     return written
 
 

@@ -8,23 +8,18 @@ from typing import Any
 
 from hetsplit.errors import PlanError
 from hetsplit.jsonfile import read_json
+from hetsplit.outpath import write_text
 from hetsplit.plan.types import SET_FORMAT, Plan
 
 
 def save_plans(plans: list[Plan], path: str | Path, **extra: Any) -> Path:
     """Write a plan set: ``{"format": "hetsplit.planset/1", "plans": [...], ...extra}``."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
     doc = {"format": SET_FORMAT, **extra, "plans": [pl.to_dict() for pl in plans]}
-    p.write_text(json.dumps(doc, indent=1))
-    return p
+    return write_text(path, json.dumps(doc, indent=1))
 
 
 def save_plan(plan: Plan, path: str | Path) -> Path:
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(plan.to_dict(), indent=1))
-    return p
+    return write_text(path, json.dumps(plan.to_dict(), indent=1))
 
 
 def load_plans(path: str | Path) -> list[Plan]:

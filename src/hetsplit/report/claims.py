@@ -8,6 +8,7 @@ from pathlib import Path
 
 from hetsplit.experiments.claims import DERIVED, FITTED, INCONCLUSIVE, Claim, ClaimSet
 from hetsplit.jsonfile import json_safe
+from hetsplit.outpath import write_text
 
 
 def _num(value: float | None, unit: str) -> str:
@@ -67,5 +68,5 @@ def console_lines(cs: ClaimSet) -> list[str]:
 def write_claims_json(out: Path, cs: ClaimSet) -> Path:
     """``out``/claims.json: ``cs.to_dict()`` (format ``hetsplit.claims/1``, docs/claims.md), NaN as null."""
     path = out / "claims.json"
-    path.write_text(json.dumps(json_safe(cs.to_dict()), indent=1) + "\n")
+    write_text(path, json.dumps(json_safe(cs.to_dict()), indent=1) + "\n")
     return path

@@ -10,6 +10,7 @@ from hetsplit.experiments.claims import ClaimSet
 from hetsplit.experiments.donna import EdgeResult, Scenario, pct
 from hetsplit.plan.types import Plan
 from hetsplit.report.claims import claims_section, write_claims_json
+from hetsplit.outpath import write_text
 
 
 # ---- figures and files ---------------------------------------------------------------------------
@@ -141,7 +142,7 @@ def write_report(out: Path, scen: list[Scenario], gpu: dict[str, Plan], edge: li
         lines.append(f"| {s.name} | {distinct} | {len(s.front)} | {len(s.unsupported())} | {len(dom)}/{len(s.donna)} "
                      f"| {pct(best)} |")
     md = out / "claims.md"
-    md.write_text("\n".join(lines) + "\n")
+    write_text(md, "\n".join(lines) + "\n")
     data = {"format": "hetsplit.donna-repro/1",
             "claims": claims.to_dict(),
             "single_gpu": {m: _plan_summary(p) for m, p in gpu.items()},
@@ -153,5 +154,5 @@ def write_report(out: Path, scen: list[Scenario], gpu: dict[str, Plan], edge: li
             "edge": [{"model": e.model, "cloud": e.cloud, "donna": _plan_summary(e.donna),
                       "fastest": _plan_summary(e.fastest), "offload": _plan_summary(e.offload)} for e in edge]}
     js = out / "results.json"
-    js.write_text(json.dumps(data, indent=1, default=float))
+    write_text(js, json.dumps(data, indent=1, default=float))
     return paths + [md, write_claims_json(out, claims), js]

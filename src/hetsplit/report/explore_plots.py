@@ -12,6 +12,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from hetsplit.outpath import replacing  # noqa: E402
 import numpy as np  # noqa: E402
 
 DISPLAY = {"energy-per-device": ("energy per device", "J", 1.0), "memory-per-device": ("memory per device", "MB", 1e-6),
@@ -93,6 +94,7 @@ def search_time_plot(curves: dict[str, tuple[np.ndarray, np.ndarray]], path: str
 
 def _save(fig, path: Path) -> Path:
     fig.tight_layout()
-    fig.savefig(path)
+    with replacing(path) as tmp:        # a regular file, replaced atomically
+        fig.savefig(tmp)
     plt.close(fig)
     return path

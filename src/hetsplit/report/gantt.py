@@ -8,6 +8,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from hetsplit.outpath import replacing  # noqa: E402
 
 from hetsplit.estimate.simulate import SimResult  # noqa: E402
 
@@ -38,6 +39,7 @@ def gantt_plot(result: SimResult, path: str | Path, title: str = "") -> Path:
     ax.grid(True, axis="x", alpha=0.3)
     ax.set_title(title or f"{result.inputs} inputs, {result.throughput:.4g} inferences/s in steady state")
     fig.tight_layout()
-    fig.savefig(path)
+    with replacing(path) as tmp:        # a regular file, replaced atomically
+        fig.savefig(tmp)
     plt.close(fig)
     return path

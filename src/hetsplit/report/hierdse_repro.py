@@ -12,6 +12,7 @@ from hetsplit.experiments.claims import ClaimSet
 from hetsplit.experiments.hierdse import OBJECTIVE_NAMES, HierDseResults, best_at, horizon_s
 from hetsplit.report.claims import claims_section, write_claims_json
 from hetsplit.report.explore_plots import search_time_plot
+from hetsplit.outpath import write_text
 
 FORMAT = "hetsplit.hierdse-repro/1"
 CHECKPOINTS = (0.25, 0.5, 0.75, 1.0)     # fractions of the search time every experiment had
@@ -130,9 +131,9 @@ def write_report(out: Path, results: HierDseResults, claims: ClaimSet) -> list[P
     out.mkdir(parents=True, exist_ok=True)
     paths = [figure(results, out)]
     md = out / "claims.md"
-    md.write_text("\n".join(claims_lines(results, claims)))
+    write_text(md, "\n".join(claims_lines(results, claims)))
     js = out / "results.json"
-    js.write_text(json.dumps(results_dict(results, claims), indent=1, default=float))
+    write_text(js, json.dumps(results_dict(results, claims), indent=1, default=float))
     return paths + [md, write_claims_json(out, claims), js]
 
 

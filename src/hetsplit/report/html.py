@@ -23,6 +23,7 @@ from hetsplit.report.tables import describe_params, distinct_digits, energy_text
 from hetsplit.units import format_quantity
 from hetsplit.workflow import ReportDetails
 from hetsplit.workflow.comparison import Comparison
+from hetsplit.outpath import write_text
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
@@ -200,7 +201,4 @@ def plans_html(plans: list[Plan], title: str, details: ReportDetails | None = No
 def write_report(plans: list[Plan], path: str | Path, title: str, details: ReportDetails | None = None,
                  front: tuple[str, ...] = DEFAULT_FRONT) -> Path:
     """Write ``plans_html`` to ``path``; returns it."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(plans_html(plans, title, details, front), encoding="utf-8")
-    return path
+    return write_text(path, plans_html(plans, title, details, front))

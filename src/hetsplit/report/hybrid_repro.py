@@ -10,6 +10,7 @@ from hetsplit.experiments.hybrid import EXACT_OBJECTIVES, HybridResults, RunReco
 from hetsplit.report.claims import claims_section, write_claims_json
 from hetsplit.report.explore_plots import convergence_plot, hypervolume_plot
 from hetsplit.search.explore import THESIS_OBJECTIVES
+from hetsplit.outpath import write_text
 
 THESIS_FIGURES = {("alexnet", "cpu"): "Fig. 12", ("alexnet", "cpu+gpu"): "Fig. 13", ("vgg16", "cpu"): "Fig. 19",
                   ("vgg16", "cpu+gpu"): "Fig. 20", ("densenet121", "cpu"): "Fig. 25", ("densenet121", "cpu+gpu"): "Fig. 26"}
@@ -113,7 +114,7 @@ def write_report(out: Path, results: HybridResults, claims: ClaimSet) -> list[Pa
     out.mkdir(parents=True, exist_ok=True)
     paths = write_figures(results, out)
     md = out / "claims.md"
-    md.write_text("\n".join(claims_lines(results, claims)) + "\n")
+    write_text(md, "\n".join(claims_lines(results, claims)) + "\n")
     js = out / "results.json"
-    js.write_text(json.dumps(results_dict(results, claims), indent=1, default=list))
+    write_text(js, json.dumps(results_dict(results, claims), indent=1, default=list))
     return [md, write_claims_json(out, claims), js] + paths

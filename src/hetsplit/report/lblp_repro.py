@@ -16,6 +16,7 @@ from hetsplit.experiments.claims import ClaimSet
 from hetsplit.experiments.lblp import ALGORITHMS, TIE, Case, LblpResults, SearchComparison, Sweep, imc_units
 from hetsplit.experiments.lblp_claims import TableOneSide, Unit, table_one
 from hetsplit.report.claims import claims_section, write_claims_json
+from hetsplit.outpath import write_text
 
 FIGURE_NAMES = {"resnet8": "fig2_resnet8.png", "resnet18": "fig3_resnet18.png", "yolov8n": "fig_yolov8n.png"}
 LABELS = {"lblp": "LBLP", "wb": "WB", "rr": "RR", "rd": "RD", "heft": "HEFT", "map-opt": "map-opt"}
@@ -231,10 +232,10 @@ def write_report(out: Path, results: LblpResults, claims: ClaimSet,
         paths.append(plot_mix(results.mix, out / "fig4_mix.png"))
     if results.table:
         paths.append(out / "table1.md")
-        paths[-1].write_text("\n".join(table1_lines(results.table, results.table_layers)) + "\n")
+        write_text(paths[-1], "\n".join(table1_lines(results.table, results.table_layers)) + "\n")
     paths.append(out / "claims.md")
-    paths[-1].write_text("\n".join(claims_lines(results, claims, searches)) + "\n")
+    write_text(paths[-1], "\n".join(claims_lines(results, claims, searches)) + "\n")
     paths.append(write_claims_json(out, claims))
     paths.append(out / "results.json")
-    paths[-1].write_text(json.dumps(results_dict(results, claims, searches), indent=1, default=float))
+    write_text(paths[-1], json.dumps(results_dict(results, claims, searches), indent=1, default=float))
     return paths

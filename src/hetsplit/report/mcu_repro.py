@@ -23,6 +23,7 @@ from hetsplit.experiments.claims import ClaimSet  # noqa: E402
 from hetsplit.experiments.mcu import WORKLOAD, McuResults, PipelineRow, Point  # noqa: E402
 from hetsplit.jsonfile import json_safe  # noqa: E402
 from hetsplit.report.claims import claims_section, write_claims_json  # noqa: E402
+from hetsplit.outpath import write_text
 
 FORMAT = "hetsplit.mcu-repro/1"
 PART_LABELS = {"compute": "compute", "c2c": "chip-to-chip", "l2": "L2", "l3": "L3"}
@@ -237,9 +238,9 @@ def results_dict(results: McuResults, claims: ClaimSet) -> dict:
 def write_report(out: Path, results: McuResults, claims: ClaimSet) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     md = out / "claims.md"
-    md.write_text("\n".join(claims_lines(results, claims)) + "\n")
+    write_text(md, "\n".join(claims_lines(results, claims)) + "\n")
     cj = write_claims_json(out, claims)
     rj = out / "results.json"
-    rj.write_text(json.dumps(results_dict(results, claims), indent=1))
+    write_text(rj, json.dumps(results_dict(results, claims), indent=1))
     figures = [f(results, out) for f in (figure4, figure5, figure6, figure_pipeline)]
     return [md, cj, rj] + [p for p in figures if p is not None]

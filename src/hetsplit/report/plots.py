@@ -9,6 +9,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from hetsplit.outpath import replacing  # noqa: E402
 from matplotlib.artist import Artist  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.text import Annotation  # noqa: E402
@@ -92,6 +93,7 @@ def pareto_plot(plans: list[Plan], path: str | Path, title: str = "") -> Path:
     legend = ax.legend(fontsize=8)
     fig.tight_layout()
     place_labels(ax, _merged_labels(shown), avoid=[legend])
-    fig.savefig(path)
+    with replacing(path) as tmp:        # a regular file, replaced atomically
+        fig.savefig(tmp)
     plt.close(fig)
     return path

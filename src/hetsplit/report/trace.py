@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from hetsplit.estimate.simulate import SimResult
+from hetsplit.outpath import write_text
 
 US = 1e6  # trace times are microseconds
 
@@ -37,7 +38,4 @@ def trace_document(result: SimResult, title: str = "") -> dict[str, Any]:
 
 def write_trace(result: SimResult, path: str | Path, title: str = "") -> Path:
     """Write the trace JSON of ``result`` to ``path`` (parents created)."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(trace_document(result, title)))
-    return p
+    return write_text(path, json.dumps(trace_document(result, title)))

@@ -2,11 +2,13 @@
 
 ``hetsplit run PLAN MODEL --hosts gpu0=10.0.0.2,cpu1=10.0.0.3`` runs the driver and every device not
 named here; its launcher serves the run's rendezvous on ``--port`` (0: a free one) and prints, per
-device placed elsewhere, the one command to run on its host::
+device placed elsewhere, the one command to run on its host, and the run's token once::
 
-    hetsplit worker --join 10.0.0.1:29500 --token 3f2a... --device gpu0
+    HETSPLIT_TOKEN=3f2a... hetsplit worker --join 10.0.0.1:29500 --device gpu0
 
-(``--ssh`` runs exactly these commands over ssh). A worker host needs hetsplit and nothing else: the
+The printed commands never carry the token (a command line shows in the host's process list): the
+worker reads it from ``--token-file`` or ``$HETSPLIT_TOKEN`` (``--ssh`` runs these commands over ssh,
+handing the token on the command's standard input). A worker host needs hetsplit and nothing else: the
 worker joins the rendezvous with the run's token (``runtime.rendezvous``: another run's worker is
 refused), fetches the manifest and its device's sub-models from the store, runs its device's rank
 under a launcher of its own, beats every ``BEAT_S`` and sends back the rank's report (measurements,
@@ -34,7 +36,7 @@ import socket
 import shlex
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -46,6 +48,7 @@ from hetsplit.runtime.launch import Launcher
 from hetsplit.runtime.manifest import MANIFEST_FILE, Manifest, load_manifest
 from hetsplit.runtime.peer_config import published, remote_ranks, steps_per_input, worker_config
 from hetsplit.runtime.store_auth import StoreKey, Unauthenticated, declared, fetch, get_sealed, put, set_sealed
+from hetsplit.storeprobe import TOKEN_ENV, check_timeout
 
 BEAT_S = 0.25            # how often a worker says it is alive (and checks the driver is)
 LOST_AFTER_S = 5.0       # a worker silent this long is taken for dead (at most the run's --timeout)
@@ -97,19 +100,24 @@ class HostMap:
 
 @dataclass(frozen=True)
 class WorkerCommand:
-    """The command that serves ``device`` on ``host``."""
+    """The command that serves ``device`` on ``host`` (``argv``: without the token, which the worker reads
+    from ``$TOKEN_ENV`` or ``--token-file``)."""
 
     device: str
     host: str
     argv: list[str]
+    token: str = field(repr=False, default="")
 
     def text(self) -> str:
         return shlex.join(self.argv)
 
+    def remote_shell(self) -> str:
+        """The command for a POSIX shell on ``host`` (ssh) that reads the token from its first input line."""
+        return f"IFS= read -r {TOKEN_ENV} && export {TOKEN_ENV} && exec {self.text()}"
 
-def worker_argv(addr: str, port: int, token: str, device: str, timeout_s: float) -> list[str]:
-    return ["hetsplit", "worker", "--join", f"{addr}:{port}", "--token", token, "--device", device,
-            "--timeout", f"{timeout_s:g}"]
+
+def worker_argv(addr: str, port: int, device: str, timeout_s: float) -> list[str]:
+    return ["hetsplit", "worker", "--join", f"{addr}:{port}", "--device", device, "--timeout", f"{timeout_s:g}"]
 
 
 class Hosted:
@@ -148,8 +156,8 @@ class Hosted:
         self.beats = {r: (0, self.t_open) for r in self.remote}
         self.t_tick = 0.0
         self.commands = {r: WorkerCommand(self.manifest.worker(r).device, host,
-                                          worker_argv(addr, cfg.master_port, cfg.token, self.manifest.worker(r).device,
-                                                      cfg.timeout_s))
+                                          worker_argv(addr, cfg.master_port, self.manifest.worker(r).device,
+                                                      cfg.timeout_s), cfg.token)
                          for r, host in self.remote.items()}
         if self.announce is not None:
             self.announce(list(self.commands.values()))
@@ -188,8 +196,8 @@ class Hosted:
         lost = min(LOST_AFTER_S, self.cfg.timeout_s)
         if beats == 0 and now - since > self.cfg.startup_timeout_s:
             self._silent(rank, f"device {cmd.device}: no worker joined from {cmd.host} within "
-                               f"{self.cfg.startup_timeout_s:g} s{self._last_error(rank, who)}; run there: "
-                               f"{cmd.text()}")
+                               f"{self.cfg.startup_timeout_s:g} s{self._last_error(rank, who)}; run there, with the "
+                               f"run's token in ${TOKEN_ENV} or --token-file: {cmd.text()}")
         elif beats > 0 and now - since > lost:
             self._silent(rank, f"device {cmd.device} on {cmd.host} stopped answering for {lost:g} s: its "
                                "worker died or the host is unreachable")
@@ -298,24 +306,9 @@ class JoinOptions:
     run_dir: Path | None = None    # keep the sub-models and logs here (default: a temporary directory)
 
     def __post_init__(self) -> None:
-        from hetsplit.runtime.peer_config import MAX_TIMEOUT_S
-
-        rendezvous.check_port(self.port, "--join")
-        if self.port == 0:
-            raise UsageError("--join HOST:PORT: give the port the driver printed (not 0)")
-        if not self.token:
-            raise UsageError("--token: give the run token the driver printed (or --token-file FILE, or set "
-                             "HETSPLIT_TOKEN)")
-        if not self.devices:
-            raise UsageError("--device: name the device (or devices, comma-separated) this host runs")
-        twice = sorted({d for d in self.devices if self.devices.count(d) > 1})
-        if twice:
-            raise UsageError(f"--device names {', '.join(twice)} twice; name each device once")
-        if not 0 < self.timeout_s <= MAX_TIMEOUT_S:
-            raise UsageError(f"--timeout {self.timeout_s}: give a number of seconds > 0 and at most "
-                             f"{MAX_TIMEOUT_S:g} (a week)")
-        if self.run_dir is not None and self.run_dir.exists() and not self.run_dir.is_dir():
-            raise UsageError(f"--run-dir {self.run_dir}: is an existing file, not a folder; give another path")
+        if not self.token or not self.devices or not 1 <= self.port <= 65535:
+            raise UsageError("a worker needs the driver's port, the run token and its devices")
+        check_timeout(self.timeout_s, "--timeout")
 
 
 def submodel_cap() -> int:

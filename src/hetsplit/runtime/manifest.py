@@ -63,6 +63,7 @@ import numpy as np
 
 from hetsplit.errors import RuntimeFailure
 from hetsplit.jsonfile import read_json
+from hetsplit.outpath import write_text
 
 FORMAT = "hetsplit.manifest/2"
 MANIFEST_FILE = "manifest.json"
@@ -360,7 +361,7 @@ class Manifest:
 
     def save(self, path: str | Path) -> Path:
         p = Path(path)
-        p.write_text(json.dumps(self.to_dict(), indent=1))
+        write_text(p, json.dumps(self.to_dict(), indent=1))
         return p
 
 

@@ -28,10 +28,10 @@ from hetsplit.errors import RuntimeFailure
 from hetsplit.limits import memory_budget
 from hetsplit.runtime.config import RunConfig
 from hetsplit.runtime.manifest import Manifest
+from hetsplit.storeprobe import MAX_TIMEOUT_S     # a week (cmd_run reads it here)
 
 FORMAT = "hetsplit.peer-config/1"
 MAX_INPUTS = 100_000_000
-MAX_TIMEOUT_S = 7 * 86400.0       # a week: any longer wait is a mistake (or an attack), not a setting
 MAX_DEPTH = 64
 MAX_THREADS = 1024
 MAX_DELAY_S = 60.0

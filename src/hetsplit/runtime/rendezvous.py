@@ -15,8 +15,6 @@ from __future__ import annotations
 import datetime
 import hashlib
 import secrets
-import socket
-import struct
 import threading
 import time
 from pathlib import Path
@@ -25,13 +23,9 @@ from typing import Callable
 import torch.distributed as dist
 
 from hetsplit.errors import RuntimeFailure, UsageError
+from hetsplit.storeprobe import TOKEN_KEY, Refused, probe
 
-TOKEN_KEY = "hetsplit/token-sha256"
-_VALIDATE, _PING, _VALIDATION_MAGIC = 0, 13, 0x3C85F7CE     # torch TCPStore's query types and magic
-
-
-class Refused(RuntimeFailure):
-    """A process presented another run's token (or the port serves no hetsplit run)."""
+__all__ = ["TOKEN_KEY", "Refused", "Watchdog", "check_port", "digest", "join", "new_token", "scoped", "serve"]
 
 
 def new_token() -> str:
@@ -73,54 +67,12 @@ def serve(port: int, token: str, timeout_s: float, who: str = "driver") -> dist.
     return store
 
 
-def _probe(host: str, port: int, deadline: float, who: str) -> None:
-    """Wait until a store answers at ``host:port`` (connection refused: retried), by ``deadline``.
-
-    Spoken with a Python socket under its own timeouts, so a peer that accepts and never answers, or
-    nothing listening, ends in a message at the deadline: torch's client constructor holds the GIL while
-    it retries and can wait past its timeout (or forever on a silent peer). The probe is the store
-    protocol's own ping (a validate message, then a nonce the server echoes)."""
-    reached = False
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            break
-        try:
-            with socket.create_connection((host, port), timeout=left) as s:
-                reached = True
-                s.settimeout(max(1e-3, deadline - time.monotonic()))
-                nonce = secrets.randbits(32)
-                s.sendall(struct.pack("<BI", _VALIDATE, _VALIDATION_MAGIC) + struct.pack("<BI", _PING, nonce))
-                got = b""
-                while len(got) < 4:
-                    part = s.recv(4 - len(got))
-                    if not part:
-                        break
-                    got += part
-            if got == struct.pack("<I", nonce):
-                return
-            raise Refused(f"{who}: {host}:{port} is not the rendezvous of a hetsplit run (it does not speak the "
-                          "store's protocol)")
-        except socket.timeout:
-            break
-        except OSError:                     # refused, unreachable: the driver may not be up yet
-            time.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
-    if reached:
-        raise Refused(f"{who}: {host}:{port} is not the rendezvous of a hetsplit run (it did not answer within "
-                      "the timeout)")
-    raise RuntimeFailure(f"{who}: cannot reach the rendezvous at {host}:{port} within the timeout (nothing answers "
-                         "there: is the run started, the address and port right, a firewall open?)")
-
-
 def join(host: str, port: int, token: str, timeout_s: float, who: str, dog: "Watchdog | None" = None) -> dist.TCPStore:
     """Join the store at ``host:port`` and check that it serves the run of ``token`` (``Refused`` if not),
     all within ``timeout_s`` (the token's calls timed by ``dog`` when given)."""
     check_port(port)
     deadline = time.monotonic() + timeout_s
-    try:
-        _probe(host, port, deadline, who)
-    except RuntimeFailure as exc:
-        raise type(exc)(str(exc).replace("the timeout", f"{timeout_s:g} s")) from None
+    probe(host, port, timeout_s, who, digest(token))
     left = max(0.1, deadline - time.monotonic())
     try:
         store = dist.TCPStore(host, port, None, False, _td(left))
@@ -173,7 +125,7 @@ class Watchdog:
         self.last = time.monotonic()
 
     def _watch(self) -> None:
-        while not self.done.wait(min(0.25, self.seconds / 10)):
+        while not self.done.wait(min(0.25, self.seconds / 40)):
             if self.busy and time.monotonic() - self.last > self.seconds:
                 self.on_stall()
                 return

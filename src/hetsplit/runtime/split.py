@@ -24,6 +24,7 @@ from hetsplit.runtime.compile import DRIVER_DEV, Layout, layout, plan_cluster
 from hetsplit.runtime.manifest import (DRIVER, Collective, Manifest, Message, Segment, TensorSpec, WireTensor,
                                        Worker)
 from hetsplit.runtime.shard_onnx import Fragment, ShardSurgeon, np_dtype, probe
+from hetsplit.outpath import replacing
 
 
 def split_model(plan: Plan, graph: Graph, model_path: str | Path, out_dir: str | Path, check: bool = True,
@@ -144,7 +145,8 @@ def _segments(lay: Layout, d: int, frags: list[Fragment], surgeon: ShardSurgeon,
         if outputs:
             submodel = f"{safe_name(device)}-seg{s}.onnx"
             sub = surgeon.assemble([frags[n] for n in seg], inputs, outputs, where)
-            onnx.save(sub, str(out / submodel))
+            with replacing(out / submodel) as tmp:
+                onnx.save(sub, str(tmp))
             if check:
                 onnx.checker.check_model(str(out / submodel))
                 got = probe(sub, inputs, [t.name for t in outputs], where)

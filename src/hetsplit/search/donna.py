@@ -17,14 +17,16 @@ Where hetsplit's semantics differ from the paper's pseudo code (and why):
   and communication operations of all device types"): time terms are divided by the largest
   whole-model compute time over device types plus the largest single cut transfer time; energy
   terms by the largest whole-model compute energy plus the largest single cut transfer energy.
-Complexity: O(L^2 * 2^D * D^2), one array operation per start layer.
+Complexity: O(L^2 * 2^D * D^2): per start layer, the stage costs in numpy and the steps in a compiled kernel.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
+from numba import njit
 
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import InfeasibleError
@@ -87,10 +89,10 @@ def _member_table(n_dev: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def donna_dp(problem: SplitProblem, alpha: float, constraints: PipelineConstraints = PipelineConstraints()) -> DonnaResult:
     """Run Algorithm 1 for one alpha; raises InfeasibleError when no assignment exists.
 
-    The paper's loops over (i, s, u, j, v) are kept in order for i; for each i every state (s, u)
-    and every (j, v) is handled in one array operation. Ties resolve as the sequential pseudo code
-    does (strict "<", first state in (s, u) order wins), which tests check against a literal
-    transcription of the pseudo code.
+    The paper's loops over (i, s, u, j, v) are kept in order for i; for each i the stage costs are
+    computed in numpy and the steps taken in ``_donna_row`` (compiled). Ties resolve as the sequential
+    pseudo code does (strict "<", first state in (s, u) order wins), which tests check against a literal
+    transcription of the pseudo code and against the earlier all-numpy version.
     """
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha must be in [0, 1], got {alpha}")
@@ -100,17 +102,17 @@ def donna_dp(problem: SplitProblem, alpha: float, constraints: PipelineConstrain
                               "use --algo exact or pareto")
     tn, en = normalizers(problem)
     n_sub = 1 << n_dev
-    h_c = np.full((n_layers + 1, n_sub, n_dev), np.inf)
-    h_t = np.full_like(h_c, np.inf)
-    h_e = np.full_like(h_c, np.inf)
-    pred_i = np.full(h_c.shape, -1, dtype=np.int64)
-    pred_u = np.full(h_c.shape, -1, dtype=np.int64)
+    # the states (s, u, i): cost, normalized slowest stage and energy; laid out so that the kernel's
+    # inner loop over cuts is contiguous
+    hc = np.full((n_sub, n_dev, n_layers + 1), np.inf)
+    ht, he = np.full_like(hc, np.inf), np.full_like(hc, np.inf)
+    p_i, p_u = np.full(hc.shape, -1, dtype=np.int64), np.full(hc.shape, -1, dtype=np.int64)
     src, snk = problem.cluster.source_index, problem.cluster.sink_index
     for u in constraints.first_stage_indices(problem):
         t0 = problem.cut_time(0, src, u) / tn if src is not None else 0.0
         e0 = problem.cut_energy(0, src, u) / en if src is not None else 0.0
-        h_t[0, 0, u], h_e[0, 0, u] = t0, e0
-        h_c[0, 0, u] = alpha * t0 + (1 - alpha) * e0
+        ht[0, u, 0], he[0, u, 0] = t0, e0
+        hc[0, u, 0] = alpha * t0 + (1 - alpha) * e0
 
     devices = np.arange(n_dev)
     ks = np.arange(n_layers + 1)
@@ -131,73 +133,108 @@ def donna_dp(problem: SplitProblem, alpha: float, constraints: PipelineConstrain
     popcount = np.array([bin(x).count("1") for x in range(n_sub)])
     may_extend = popcount < max_stages                                  # s' may be followed by a stage
     v_free = ~((np.arange(n_sub)[:, None] >> devices[None, :]) & 1).astype(bool)  # v not in s'
-    state_key = grp_s * n_dev + grp_u                                   # paper's (s, u) loop order
     valid &= popcount[np.arange(n_sub)][:, None] <= max_stages
 
-    best = (np.inf, -1, -1, -1, np.inf, np.inf)  # cost, i, s, u, t, e
-    with np.errstate(invalid="ignore"):  # alpha x inf is nan where a stage cannot run; masked
-        for i in range(n_layers):
-            hc_i = h_c[i][grp_s, grp_u]                                     # (S', K)
-            live = valid & np.isfinite(hc_i)
-            if not live.any():
-                continue
-            j = ks[i + 1:]
-            tcomp = problem.stage_time(i, j[None, :], devices[:, None]) / tn   # (D, J)
-            ecomp = problem.stage_energy(i, j[None, :], devices[:, None]) / en
-            if constraints.enforce_memory:
-                tcomp = np.where(problem.fits(i, j[None, :], devices[:, None]), tcomp, np.inf)
-            ht, he = h_t[i][grp_s, grp_u], h_e[i][grp_s, grp_u]              # (S', K)
-
-            # the last stage: layers i..L-1 on u (and the sink transfer)
-            t_fin = np.maximum(np.maximum(tcomp[grp_u, -1], t_sink[grp_u]), ht)
-            e_fin = ecomp[grp_u, -1] + e_sink[grp_u] + he
-            c_fin = np.where(live & np.isfinite(t_fin), alpha * t_fin + (1 - alpha) * e_fin, np.inf)
-            c_min = c_fin.min()
-            if c_min < best[0]:
-                at = np.flatnonzero(c_fin.ravel() == c_min)
-                first = at[np.argmin(state_key.ravel()[at])]
-                g, k = np.unravel_index(first, c_fin.shape)
-                best = (float(c_min), i, int(grp_s[g, k]), int(grp_u[g, k]), float(t_fin[g, k]), float(e_fin[g, k]))
-            if len(j) == 1:
-                continue
-
-            # stages i..j-1 on u, then cut j to a device v not used yet
-            jj = j[:-1]
-            tc = tcomp[grp_u][:, :, :-1, None]                               # (S', K, J, 1)
-            ec = ecomp[grp_u][:, :, :-1, None]
-            tm = t_comm[jj][:, grp_u, :].transpose(1, 2, 0, 3)               # (S', K, J, V)
-            em = e_comm[jj][:, grp_u, :].transpose(1, 2, 0, 3)
-            t_cost = np.maximum(np.maximum(tc, tm), ht[:, :, None, None])
-            e_cost = ec + em + he[:, :, None, None]
-            ok = (live & may_extend[:, None])[:, :, None, None] & v_free[:, None, None, :] & np.isfinite(t_cost)
-            cost = np.where(ok, alpha * t_cost + (1 - alpha) * e_cost, np.inf)
-            pick = np.argmin(cost, axis=1)                                   # first state in loop order wins ties
-            c_new = np.take_along_axis(cost, pick[:, None], axis=1)[:, 0]    # (S', J, V)
-            target = h_c[i + 1:n_layers].transpose(1, 0, 2)                  # (S', J, V), a view
-            better = c_new < target
-            if not better.any():
-                continue
-            g_idx, j_idx, v_idx = np.nonzero(better)
-            k_idx = pick[g_idx, j_idx, v_idx]
-            rows = jj[j_idx]
-            h_c[rows, g_idx, v_idx] = c_new[g_idx, j_idx, v_idx]
-            h_t[rows, g_idx, v_idx] = t_cost[g_idx, k_idx, j_idx, v_idx]
-            h_e[rows, g_idx, v_idx] = e_cost[g_idx, k_idx, j_idx, v_idx]
-            pred_i[rows, g_idx, v_idx] = i
-            pred_u[rows, g_idx, v_idx] = grp_u[g_idx, k_idx]
-    best_cost, i, s, u, t_best, e_best = best
-    if not np.isfinite(best_cost):
+    t_uvj = np.ascontiguousarray(t_comm.transpose(1, 2, 0))
+    e_uvj = np.ascontiguousarray(e_comm.transpose(1, 2, 0))
+    best = np.array([np.inf, -1, -1, -1, np.inf, np.inf])             # cost, i, s, u, t, e
+    for i in range(n_layers):
+        if not np.isfinite(hc[:, :, i]).any():
+            continue
+        j = ks[i + 1:]
+        tcomp = problem.stage_time(i, j[None, :], devices[:, None]) / tn   # (D, J)
+        ecomp = problem.stage_energy(i, j[None, :], devices[:, None]) / en
+        if constraints.enforce_memory:
+            tcomp = np.where(problem.fits(i, j[None, :], devices[:, None]), tcomp, np.inf)
+        _donna_row(i, float(alpha), np.ascontiguousarray(tcomp, dtype=np.float64),
+                   np.ascontiguousarray(ecomp, dtype=np.float64), t_uvj, e_uvj, t_sink, e_sink,
+                   grp_s, grp_u, valid, may_extend, v_free, hc, ht, he, p_i, p_u, best)
+    cost, i, s, u, t_best, e_best = best
+    i, s, u = int(i), int(s), int(u)
+    if not np.isfinite(cost):
         raise InfeasibleError(_why_infeasible(problem))
     # trace back (Algorithm 1, lines 36-43)
     bounds, devs = [n_layers], [u]
     while i > 0:
         bounds.append(i)
-        pi, pu = pred_i[i, s, u], pred_u[i, s, u]
+        pi, pu = p_i[s, u, i], p_u[s, u, i]
         s = s & ~(1 << pu)
         i, u = int(pi), int(pu)
         devs.append(u)
     bounds.append(0)
     return DonnaResult(alpha, bounds[::-1], devs[::-1], float(best_cost), float(t_best), float(e_best))
+
+
+@njit(cache=True)
+def _donna_row(i, alpha, tcomp, ecomp, t_uvj, e_uvj, t_sink, e_sink, grp_s, grp_u, valid, may_extend, v_free,
+               hc, ht, he, p_i, p_u, best):  # pragma: no cover - compiled
+    """Every step out of start layer ``i``: the last stage (i..L-1 on u, then the sink) against ``best``, and
+    each stage i..j-1 on u followed by device v, kept where it lowers the state (j, s|{u}, v). Ties resolve
+    as the paper's sequential loops do: the first state in (s, u) order wins (strict "<"); a NaN cost (an
+    unknown energy at alpha 1) blocks its target as numpy's argmin did."""
+    n_sub, n_dev = grp_s.shape
+    n_j = tcomp.shape[1]
+    c_min, key_min, t_min, e_min, nan_seen = np.inf, -1, np.inf, np.inf, False
+    for g in range(n_sub):
+        for k in range(n_dev):
+            if not valid[g, k]:
+                continue
+            s, u = grp_s[g, k], grp_u[g, k]
+            if not np.isfinite(hc[s, u, i]):
+                continue
+            a = tcomp[u, n_j - 1]
+            b = t_sink[u]
+            t = a if a >= b else b
+            t = t if t >= ht[s, u, i] else ht[s, u, i]
+            e = ecomp[u, n_j - 1] + e_sink[u] + he[s, u, i]
+            c = alpha * t + (1 - alpha) * e if np.isfinite(t) else np.inf
+            if np.isnan(c):
+                nan_seen = True
+            elif c < c_min or (c == c_min and s * n_dev + u < key_min):
+                c_min, key_min, t_min, e_min = c, s * n_dev + u, t, e
+    if not nan_seen and c_min < best[0]:
+        best[0], best[1], best[2], best[3], best[4], best[5] = c_min, i, key_min // n_dev, key_min % n_dev, t_min, e_min
+    if n_j == 1:
+        return
+    c_best = np.empty(n_j - 1)
+    t_b = np.empty(n_j - 1)
+    e_b = np.empty(n_j - 1)
+    u_b = np.empty(n_j - 1, dtype=np.int64)
+    blocked = np.empty(n_j - 1, dtype=np.bool_)
+    for g in range(n_sub):
+        if not may_extend[g]:
+            continue
+        for v in range(n_dev):
+            if not v_free[g, v]:
+                continue
+            c_best[:] = np.inf
+            blocked[:] = False
+            for k in range(n_dev):
+                if not valid[g, k]:
+                    continue
+                s, u = grp_s[g, k], grp_u[g, k]
+                if not np.isfinite(hc[s, u, i]):
+                    continue
+                h_t0, h_e0 = ht[s, u, i], he[s, u, i]
+                for x in range(n_j - 1):
+                    j = i + 1 + x
+                    a = tcomp[u, x]
+                    b = t_uvj[u, v, j]
+                    t = a if a >= b else b
+                    t = t if t >= h_t0 else h_t0
+                    if not np.isfinite(t):
+                        continue
+                    e = ecomp[u, x] + e_uvj[u, v, j] + h_e0
+                    c = alpha * t + (1 - alpha) * e
+                    if np.isnan(c):
+                        blocked[x] = True
+                    elif c < c_best[x]:
+                        c_best[x], t_b[x], e_b[x], u_b[x] = c, t, e, u
+            for x in range(n_j - 1):
+                j = i + 1 + x
+                if not blocked[x] and c_best[x] < hc[g, v, j]:
+                    hc[g, v, j], ht[g, v, j], he[g, v, j] = c_best[x], t_b[x], e_b[x]
+                    p_i[g, v, j], p_u[g, v, j] = i, u_b[x]
 
 
 def _why_infeasible(problem: SplitProblem) -> str:
@@ -217,12 +254,19 @@ class Donna:
     alphas: tuple[float, ...] = DEFAULT_ALPHAS
     constraints: PipelineConstraints = field(default_factory=PipelineConstraints)
     name: str = "donna"
+    time_budget_s: float | None = None    # stop after the alpha that passes it (None: run every alpha)
 
     def solve(self, problem: SplitProblem) -> list[Plan]:
         require_known_energy(problem, "DONNA with an alpha below 1 (0: least energy)", any(a < 1 for a in self.alphas))
+        deadline = None if self.time_budget_s is None else time.monotonic() + self.time_budget_s
         plans = []
-        for alpha in self.alphas:
+        for k, alpha in enumerate(self.alphas):
             r = donna_dp(problem, float(alpha), self.constraints)
             plans.append(make_plan(problem, r.bounds, r.devices, self.name,
                                    {"alpha": float(alpha), "dp_cost": r.cost, **table_objective(problem)}))
+            left = self.alphas[k + 1:]
+            if left and deadline is not None and time.monotonic() > deadline:
+                for plan in plans:      # the search says it was cut, on the plans it returns
+                    plan.params["cut_by_time_budget"] = f"alphas {', '.join(f'{a:g}' for a in left)} not run"
+                break
         return plans

@@ -62,12 +62,13 @@ def load_model_or_profile(spec: str, input_shapes: InputShapes | None = None) ->
     return load_model(spec, input_shapes), None
 
 
-def load_cluster_spec(spec: str, recalibrate: bool = False) -> Cluster:
+def load_cluster_spec(spec: str, recalibrate: bool = False, confined: bool = False) -> Cluster:
     """A cluster by built-in name or YAML path; ``recalibrate``: measure this machine's ``local``
-    devices anew (``costs.local_calibration``) when the cluster has any."""
-    from hetsplit.cluster import load_cluster
+    devices anew (``costs.local_calibration``) when the cluster has any; ``confined``: the files it names
+    must lie in its folder (``cluster.loader.load_cluster``)."""
+    from hetsplit.cluster.loader import load_cluster
 
-    cl = load_cluster(spec)
+    cl = load_cluster(spec, confined)
     if recalibrate and any(d.model == LOCAL_MODEL for d in cl.devices):
         local_costs(recalibrate=True)
     return cl
@@ -139,7 +140,7 @@ class PlanRequest:
     constraints: PipelineConstraints = PipelineConstraints()
     baselines: bool = True  # add the single-device plans for comparison
     seed: int = 0
-    time_budget_s: float | None = None  # for searches that stop on time (map-opt); None: their default
+    time_budget_s: float | None = None  # for searches that stop on time (map-opt, donna); None: their default
     chips: int | None = None             # tensor-parallel: devices to split over (None: all)
     tree: int | None = None              # tensor-parallel: all-reduce group size (None: its default)
     objective: str | None = None         # map-opt: throughput, latency or energy (None: its default)
@@ -230,9 +231,15 @@ def search_plans(problem: SplitProblem, request: PlanRequest) -> PlanSearch:
             notes.append(f"{name} ran alpha 1 (throughput) only: the energy of device type(s) {', '.join(unknown)} "
                          "is unknown, so its default sweep towards energy (alpha < 1) was left out")
         try:
-            plans.extend(make_partitioner(name, **options).solve(problem))
+            found = make_partitioner(name, **options).solve(problem)
         except HetsplitError as exc:
             refused[name] = exc
+            continue
+        plans.extend(found)
+        cut = next((p.params["cut_by_time_budget"] for p in found if "cut_by_time_budget" in (p.params or {})), None)
+        if cut:
+            notes.append(f"{name} was cut by --time-budget {request.time_budget_s:g} s ({cut}); its best plans so "
+                         "far are kept")
     if refused and all(n in refused for n in request.algorithms):
         if len(refused) == 1:
             raise next(iter(refused.values()))
@@ -441,7 +448,7 @@ def _plan_cluster_file(path: str, recalibrate: bool) -> Cluster:
         raise ClusterError(f"the plan's cluster_file {path} is not a .yaml file; a plan may name only a cluster "
                            f"YAML; {fix}")
     try:
-        return load_cluster_spec(path, recalibrate)
+        return load_cluster_spec(path, recalibrate, confined=True)     # it may name only files beside it
     except HetsplitError:
         raise ClusterError(f"the plan's cluster_file {path} is not a readable hetsplit cluster; {fix}") from None
 

@@ -277,9 +277,12 @@ def _announcer(tell: Callable[[list["WorkerCommand"]], None], ssh: bool, stack: 
     def announce(commands: list["WorkerCommand"]) -> None:
         tell(commands)
         if ssh:
-            for c in commands:
-                p = subprocess.Popen(["ssh", "-o", "BatchMode=yes", c.host, c.text()], stdin=subprocess.DEVNULL,
+            for c in commands:      # the token goes on the remote shell's input, never on a command line
+                p = subprocess.Popen(["ssh", "-o", "BatchMode=yes", c.host, c.remote_shell()], stdin=subprocess.PIPE,
                                      stdout=sys.stderr, preexec_fn=die_with_parent())   # stdout: the report
+                assert p.stdin is not None
+                p.stdin.write(f"{c.token}\n".encode())
+                p.stdin.close()
                 stack.callback(_end, p)
 
     return announce

@@ -17,6 +17,18 @@ from hetsplit.costs.profiler.ort_timing import default_threads
 from hetsplit.errors import ProfileError
 from hetsplit.graph.input_shapes import InputShapes
 from hetsplit.graph.types import Graph
+from hetsplit.limits import check_memory
+from hetsplit.units import format_quantity
+
+
+MAX_REPEATS = 100_000      # measured runs or warm-ups: more is a mistake, not a setting
+
+
+def measure_bytes(graph: Graph) -> float:
+    """A lower bound of the memory measuring ``graph`` takes: its weights, its inputs and the largest
+    layer's tensors in and out, twice (the runtime's buffers and the copies the profiler reads)."""
+    widest = max((layer.in_bytes + layer.out_bytes for layer in graph.layers), default=0)
+    return graph.total_param_bytes + graph.input_bytes + 2 * widest
 
 
 def load_for_profiling(spec: str, input_shapes: InputShapes | None = None) -> tuple[Graph, Path | None, str | None]:
@@ -58,8 +70,13 @@ def profile_model(spec: str, device: str = LOCAL_CPU, *, repeats: int = 20, warm
 def _profile(graph: Graph, onnx_file: Path | None, zoo_name: str | None, device: str, repeats: int, warmup: int,
              threads: int | None, power_w: float | None, params: dict[str, Any] | None, statistic: str, clock: str,
              co_load: int) -> Profile:
-    if repeats < 1 or warmup < 0:
-        raise ProfileError(f"--repeats must be >= 1 and --warmup >= 0, got {repeats} and {warmup}")
+    for flag, value, low in (("--repeats", repeats, 1), ("--warmup", warmup, 0)):
+        if not low <= value <= MAX_REPEATS:
+            raise ProfileError(f"{flag} {value}: give a whole number of runs from {low} to {MAX_REPEATS:,}")
+    if device in (LOCAL_CPU, LOCAL_GPU):
+        check_memory(measure_bytes(graph), f"measuring {graph.name} (weights "
+                     f"{format_quantity(graph.total_param_bytes, 'B')}, inputs {format_quantity(graph.input_bytes, 'B')})",
+                     "give smaller --input-shape dims")
     if co_load and device != LOCAL_CPU:
         raise ProfileError(f"--co-load measures under load on this machine's CPU: it needs --device {LOCAL_CPU}, "
                            f"not {device}")
