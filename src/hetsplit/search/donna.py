@@ -162,7 +162,7 @@ def donna_dp(problem: SplitProblem, alpha: float, constraints: PipelineConstrain
         i, u = int(pi), int(pu)
         devs.append(u)
     bounds.append(0)
-    return DonnaResult(alpha, bounds[::-1], devs[::-1], float(best_cost), float(t_best), float(e_best))
+    return DonnaResult(alpha, bounds[::-1], devs[::-1], float(cost), float(t_best), float(e_best))
 
 
 @njit(cache=True)

@@ -325,7 +325,8 @@ class Column(NamedTuple):
 def measured_problem(problem: SplitProblem, tg: TaskGraph, measured: dict[int, list[tuple[list[int], float]]]
                      ) -> SplitProblem:
     """``problem`` with each device of ``measured`` (device index -> its segments' tasks and measured
-    seconds) a type of its own, costed so that each segment's tasks add up to its measured call."""
+    seconds) a type of its own, costed so that each segment's tasks add up to its measured call. A message's
+    CPU at each end (``cluster.links``) is outside that call and stays modelled, on top."""
     if not measured:
         return problem
     table, costs = problem.costs, task_costs(problem, tg)
