@@ -132,7 +132,8 @@ def _record(what: str) -> None:
 
 
 def _install_spawn_watch() -> None:
-    """Note every process started (subprocess, multiprocessing, fork) in ``_STARTED``."""
+    """Note every process started (subprocess, multiprocessing, fork, a rank forked by the runtime's zygote)
+    in ``_STARTED``."""
     import multiprocessing.process
     import os
     import subprocess
@@ -155,8 +156,17 @@ def _install_spawn_watch() -> None:
             _record("os.fork()")
         return pid
 
+    from hetsplit.runtime import zygote
+
+    spawn = zygote.Zygote.spawn
+
+    def watched_spawn(self, module, args, *rest, **kw):
+        _record(f"forked rank: python -m {module} {' '.join(args)}")
+        return spawn(self, module, args, *rest, **kw)
+
     watched_execute_child._tier_watch = True
     subprocess.Popen._execute_child = watched_execute_child
+    zygote.Zygote.spawn = watched_spawn
     multiprocessing.process.BaseProcess.start = watched_start
     os.fork = watched_fork
 
