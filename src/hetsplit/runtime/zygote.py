@@ -256,5 +256,37 @@ def shared(env: dict[str, str]) -> Zygote | None:
         return z
 
 
+def idle_rank_peak_rss_bytes(timeout_s: float = 120.0) -> int | None:
+    """Peak RSS (VmHWM) of a rank forked as the runtime forks ranks that loads nothing (the baseline a
+    rank's own memory is measured above); None where ranks are not forked here or it cannot be read."""
+    import tempfile
+
+    from hetsplit.runtime.launch import child_env
+
+    z = shared(child_env(1))
+    if z is None:
+        return None
+    with tempfile.TemporaryDirectory(prefix="hetsplit-idle-") as tmp:
+        log = Path(tmp) / "idle.log"
+        try:
+            z.spawn(__name__, [IDLE], child_env(1), log, timeout_s).wait(timeout_s)
+            return int(log.read_text().split()[-1])
+        except (RuntimeError, subprocess.TimeoutExpired, OSError, ValueError, IndexError):
+            return None
+
+
+def _idle() -> None:
+    """A forked rank that loads nothing: print its peak RSS."""
+    from hetsplit.runtime.process import limit_threads, peak_rss_bytes
+
+    limit_threads()
+    print(peak_rss_bytes())
+
+
+IDLE = "--idle"
+
 if __name__ == "__main__":
-    serve()
+    if sys.argv[1:] == [IDLE]:
+        _idle()
+    else:
+        serve()
