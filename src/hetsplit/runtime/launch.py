@@ -104,11 +104,12 @@ class Launcher:
 
     def fork(self, rank: int, threads: int, log: Path):
         """Rank ``rank`` forked by this process's zygote (``runtime.zygote``); None where it cannot be: more
-        than one thread (the zygote's libraries were loaded for one), a GPU, or no zygote here."""
+        than one thread (the zygote's libraries were loaded for one), a GPU, a CPU-throttling cgroup to join
+        (only a child of the run's launcher may), or no zygote here."""
         from hetsplit.runtime import zygote
 
         kind = self.cfg.kinds.get(self.manifest.worker(rank).device, "cpu")
-        if threads != 1 or (kind == "gpu" and not self.cfg.cpu_only):
+        if threads != 1 or (kind == "gpu" and not self.cfg.cpu_only) or self.cfg.cgroups.get(str(rank)):
             return None
         z = zygote.shared(child_env(1))
         if z is None:
