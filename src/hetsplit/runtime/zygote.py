@@ -75,6 +75,8 @@ def _child(req: dict, zygote: int, closing: list[int]) -> None:
         os.chdir(req["cwd"])
         os.environ.clear()
         os.environ.update(req["env"])
+        extra = [p for p in req["env"].get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
+        sys.path[:0] = extra                          # the child's PYTHONPATH, as a fresh interpreter's
         argv = [req["module"], *req["args"]]
         set_cmdline([sys.executable, "-m", *argv])
         from hetsplit.costs.profiler.memory import reset_peak_rss, rss_bytes
