@@ -60,7 +60,8 @@ PROCESSES: dict[str, object] = {
         "test_hybrid_run.py", "test_leftovers.py", "test_netns_cleanup.py", "test_run_isolation.py",
         "test_run_lifetime.py", "test_runtime_cli.py", "test_runtime_faults.py", "test_runtime_hosts.py",
         "test_runtime_lblp.py", "test_runtime_mapping.py", "test_runtime_netem.py", "test_runtime_pool.py",
-        "test_runtime_run.py", "test_tensor_parallel_run.py", "test_llm_generate.py", "test_llm_docs.py"], ALL),
+        "test_runtime_run.py", "test_runtime_zygote.py", "test_tensor_parallel_run.py", "test_llm_generate.py",
+        "test_llm_docs.py"], ALL),
     # single tests in otherwise in-process modules
     "test_cluster_local_calibration.py": {"test_run_recalibrate_measures_again"},
     "test_hostile_input.py": {"test_a_long_simulation_ends_within_2_s_of_sigterm",
@@ -143,7 +144,8 @@ def _record(what: str) -> None:
 
 
 def _install_spawn_watch() -> None:
-    """Note every process started (subprocess, multiprocessing, fork) in ``_STARTED``."""
+    """Note every process started (subprocess, multiprocessing, fork, a rank forked by the runtime's zygote)
+    in ``_STARTED``."""
     import multiprocessing.process
     import os
     import subprocess
@@ -166,8 +168,17 @@ def _install_spawn_watch() -> None:
             _record("os.fork()")
         return pid
 
+    from hetsplit.runtime import zygote
+
+    spawn = zygote.Zygote.spawn
+
+    def watched_spawn(self, module, args, *rest, **kw):
+        _record(f"forked rank: python -m {module} {' '.join(args)}")
+        return spawn(self, module, args, *rest, **kw)
+
     watched_execute_child._tier_watch = True
     subprocess.Popen._execute_child = watched_execute_child
+    zygote.Zygote.spawn = watched_spawn
     multiprocessing.process.BaseProcess.start = watched_start
     os.fork = watched_fork
 

@@ -207,8 +207,14 @@ def pick_best_plans(result: ExploreResult, best_of: tuple[str, ...] = BEST_OF,
 
 
 def idle_worker_rss_bytes() -> int | None:
-    """Peak RSS (VmHWM) of a fresh process that imports what a mapping worker imports (interpreter,
-    numpy, torch, onnxruntime, the runtime), with no model loaded; None where it cannot be measured."""
+    """Peak RSS (VmHWM) of an idle rank started as the runtime starts ranks (forked by its zygote, else a
+    fresh process) that imports what a mapping worker imports (interpreter, numpy, torch, onnxruntime,
+    the runtime), with no model loaded; None where it cannot be measured."""
+    from hetsplit.runtime.zygote import idle_rank_peak_rss_bytes
+
+    forked = idle_rank_peak_rss_bytes()
+    if forked is not None:
+        return forked
     code = ("import onnxruntime, hetsplit.runtime.worker\n"
             "from hetsplit.runtime.process import limit_threads, peak_rss_bytes\n"
             "limit_threads()\n"

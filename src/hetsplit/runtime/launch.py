@@ -108,13 +108,34 @@ class Launcher:
         device = self.manifest.worker(rank).device
         threads = int(self.cfg.threads.get(device, 1))
         log = self.run_dir / f"rank{rank}.log"
-        cmd = self.wrap(rank) + [sys.executable, "-m", self.module, str(self.run_dir), str(rank)]
-        with open(log, "wb") as f:
-            p = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                 env=child_env(threads), start_new_session=True, preexec_fn=die_with_parent())
+        wrap, args = self.wrap(rank), [str(self.run_dir), str(rank)]
+        p = self.fork(rank, threads, log) if not wrap else None
+        if p is None:
+            with open(log, "wb") as f:
+                p = subprocess.Popen(wrap + [sys.executable, "-m", self.module, *args], stdout=f,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=child_env(threads),
+                                     start_new_session=True, preexec_fn=die_with_parent())
         proc = Proc(rank, device, p, log)
         self.procs.append(proc)
         return proc
+
+    def fork(self, rank: int, threads: int, log: Path):
+        """Rank ``rank`` forked by this process's zygote (``runtime.zygote``); None where it cannot be: more
+        than one thread (the zygote's libraries were loaded for one), a GPU, a CPU-throttling cgroup to join
+        (only a child of the run's launcher may), or no zygote here."""
+        from hetsplit.runtime import zygote
+
+        kind = self.cfg.kinds.get(self.manifest.worker(rank).device, "cpu")
+        if threads != 1 or (kind == "gpu" and not self.cfg.cpu_only) or self.cfg.cgroups.get(str(rank)):
+            return None
+        z = zygote.shared(child_env(1))
+        if z is None:
+            return None
+        try:
+            return z.spawn(self.module, [str(self.run_dir), str(rank)], child_env(threads), log,
+                           self.cfg.startup_timeout_s)
+        except RuntimeError:
+            return None
 
     def wait_port(self, driver: Proc) -> int:
         """The port the driver's rendezvous listens on, once it has written it."""

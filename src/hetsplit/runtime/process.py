@@ -76,7 +76,9 @@ def manifest_work(cfg: RunConfig, rank: int, run_dir: Path) -> tuple[str, Callab
 
 def main(argv: list[str], work: Work = manifest_work) -> int:
     """Run rank ``argv[1]`` of the run in ``argv[0]``; write ``rank<R>.json`` and exit (never raises)."""
-    code = run_rank(Path(argv[0]), int(argv[1]), work)
+    from hetsplit.runtime.zygote import FORKED
+
+    code = run_rank(Path(argv[0]), int(argv[1]), work, dict(FORKED) or None)
     sys.stdout.flush(), sys.stderr.flush()
     os._exit(code)
 
