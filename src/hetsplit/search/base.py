@@ -7,6 +7,7 @@ their metrics from the one evaluator (``hetsplit.estimate.evaluate``).
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
@@ -78,6 +79,53 @@ def make_partitioner(name: str, **options: Any) -> Partitioner:
     except TypeError as exc:
         raise HetsplitError(f"algorithm {name!r}: bad options {sorted(options)} ({exc})") from None
 
+
+
+def now() -> float:
+    """The clock every ``Deadline`` reads unless given one (seconds; tests may replace it)."""
+    return time.monotonic()
+
+
+class TimeBudgetSpent(HetsplitError):
+    """A search ran out of ``--time-budget`` before it had any plan it could return."""
+
+
+@dataclass
+class Deadline:
+    """When a search must stop (``--time-budget``); ``budget_s`` None never expires.
+
+    Iterative searches ask ``spent()`` and return their best plans so far, marked with ``mark_cut``;
+    a DP that has nothing until it ends calls ``check()`` between its outer steps, which raises
+    ``TimeBudgetSpent`` (exit 2) naming the algorithm, the budget and what to do. ``clock`` is
+    injectable (tests)."""
+
+    algorithm: str
+    budget_s: float | None = None
+    clock: Callable[[], float] = field(default=lambda: now())
+    end: float | None = field(init=False, default=None)
+    cut: bool = field(init=False, default=False)   # set by a search that stopped early on it
+
+    def __post_init__(self) -> None:
+        if self.budget_s is not None:
+            self.end = self.clock() + self.budget_s
+
+    def spent(self) -> bool:
+        """The budget has run out."""
+        return self.end is not None and self.clock() >= self.end
+
+    def check(self, what: str = "its search") -> None:
+        """Raise ``TimeBudgetSpent`` when the budget has run out."""
+        if self.spent():
+            raise TimeBudgetSpent(f"{self.algorithm}: --time-budget {self.budget_s:g} s ran out before {what} "
+                                  "finished, and it has no plan to give before then; give a larger "
+                                  "--time-budget, or a heuristic algorithm (donna, lblp, heft)")
+
+    def mark_cut(self, plans: list[Plan], what: str) -> list[Plan]:
+        """Mark ``plans`` as the best found when the budget ran out (``what``: what was not done)."""
+        self.cut = True
+        for plan in plans:
+            plan.params["cut_by_time_budget"] = f"{what}; the result is not proven optimal"
+        return plans
 
 
 @dataclass

@@ -22,7 +22,6 @@ Complexity: O(L^2 * 2^D * D^2): per start layer, the stage costs in numpy and th
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -34,7 +33,7 @@ from hetsplit.estimate.energy_known import require_known_energy
 from hetsplit.estimate.evaluate import make_plan
 from hetsplit.estimate.memory import table_objective
 from hetsplit.plan.types import Plan
-from hetsplit.search.base import PipelineConstraints, register_partitioner
+from hetsplit.search.base import Deadline, PipelineConstraints, register_partitioner
 
 DEFAULT_ALPHAS = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 MAX_DEVICES = 10  # 2^D subsets x D^2 pairs per layer: beyond this DONNA is too slow to be useful
@@ -258,15 +257,14 @@ class Donna:
 
     def solve(self, problem: SplitProblem) -> list[Plan]:
         require_known_energy(problem, "DONNA with an alpha below 1 (0: least energy)", any(a < 1 for a in self.alphas))
-        deadline = None if self.time_budget_s is None else time.monotonic() + self.time_budget_s
+        deadline = Deadline(self.name, self.time_budget_s)
         plans = []
         for k, alpha in enumerate(self.alphas):
             r = donna_dp(problem, float(alpha), self.constraints)
             plans.append(make_plan(problem, r.bounds, r.devices, self.name,
                                    {"alpha": float(alpha), "dp_cost": r.cost, **table_objective(problem)}))
             left = self.alphas[k + 1:]
-            if left and deadline is not None and time.monotonic() > deadline:
-                for plan in plans:      # the search says it was cut, on the plans it returns
-                    plan.params["cut_by_time_budget"] = f"alphas {', '.join(f'{a:g}' for a in left)} not run"
+            if left and deadline.spent():   # the search says it was cut, on the plans it returns
+                deadline.mark_cut(plans, f"alphas {', '.join(f'{a:g}' for a in left)} not run")
                 break
         return plans

@@ -32,7 +32,7 @@ import numpy as np
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import InfeasibleError
 from hetsplit.plan.types import Plan
-from hetsplit.search.base import PipelineConstraints, SolveStats, register_partitioner
+from hetsplit.search.base import Deadline, PipelineConstraints, SolveStats, register_partitioner
 from hetsplit.search.classes import (ClassModel, build_classes, check_layers_fit, infeasible_message,
                                      path_bottleneck, path_is_valid, relaxed_min_bottleneck, to_plan)
 from hetsplit.search.coupling import PlanSet, solve_for_estimator
@@ -41,7 +41,8 @@ from hetsplit.search.tie_break import sparse_tie_break
 from hetsplit.search.value_dp import value_dp
 
 
-def min_bottleneck(cm: ClassModel, stats: SolveStats | None = None) -> tuple[float, Reach | tuple[list, list]]:
+def min_bottleneck(cm: ClassModel, stats: SolveStats | None = None,
+                   deadline: Deadline | None = None) -> tuple[float, Reach | tuple[list, list]]:
     """The least feasible bottleneck, with the reachability families at it or a plan (bounds, classes).
 
     The bracket: below, the optimum with classes reusable (a relaxation, O(L^2 C); when its plan
@@ -65,13 +66,13 @@ def min_bottleneck(cm: ClassModel, stats: SolveStats | None = None) -> tuple[flo
     if np.isfinite(hi_known):
         hi = int(np.searchsorted(cand, hi_known))  # a single-device plan reaches it: feasible
     else:
-        best = reach(cm, float(cand[hi])) if len(cand) else None
+        best = reach(cm, float(cand[hi]), deadline=deadline) if len(cand) else None
         checks += 1
         if best is None or not best.feasible:
             raise InfeasibleError(infeasible_message(cm))
     while lo < hi:
         mid = (lo + hi) // 2
-        r = reach(cm, float(cand[mid]))
+        r = reach(cm, float(cand[mid]), deadline=deadline)
         checks += 1
         if r.feasible:
             # the witness plan may be better than the bound: jump to its bottleneck
@@ -81,7 +82,7 @@ def min_bottleneck(cm: ClassModel, stats: SolveStats | None = None) -> tuple[flo
             lo = mid + 1
     t_star = float(cand[hi])
     if best is None or not best.feasible:
-        best = reach(cm, t_star)
+        best = reach(cm, t_star, deadline=deadline)
         checks += 1
     if stats is not None:
         stats.extra.update(checks=checks, candidates=len(cand), classes=cm.num_classes,
@@ -97,18 +98,21 @@ class Exact:
     constraints: PipelineConstraints = field(default_factory=PipelineConstraints)
     tie_break_budget_bytes: float = 192 * 2**20
     name: str = "exact"
+    time_budget_s: float | None = None    # past it, TimeBudgetSpent (the DPs have no partial answer)
 
     def solve(self, problem: SplitProblem) -> list[Plan]:
+        deadline = Deadline(self.name, self.time_budget_s)
         return solve_for_estimator(problem, self.constraints,
-                                   lambda c, plan_set: [self._solve(problem, c, plan_set)], _best)
+                                   lambda c, plan_set: [self._solve(problem, c, plan_set, deadline)], _best)
 
-    def _solve(self, problem: SplitProblem, constraints: PipelineConstraints, plan_set: PlanSet | None) -> Plan:
+    def _solve(self, problem: SplitProblem, constraints: PipelineConstraints, plan_set: PlanSet | None,
+               deadline: Deadline | None = None) -> Plan:
         """The per-cut optimum among the plans ``constraints`` allow; with a ``plan_set``, its
         bottleneck floored at ``plan_set.floor`` (the tie-break runs under the floored bound)."""
         stats = SolveStats()
         cm = build_classes(problem, constraints)
         check_layers_fit(cm)
-        t_star, r = min_bottleneck(cm, stats)
+        t_star, r = min_bottleneck(cm, stats, deadline)
         bound = max(t_star, plan_set.floor) if plan_set is not None else t_star
         params = {"bottleneck_s": bound, **stats.extra}
         # tie-break: dense DP over every multiset when its tables fit the budget, else a sparse DP
@@ -116,14 +120,18 @@ class Exact:
         dense = 2 * 8 * (cm.num_layers + 1) * cm.num_classes * cm.num_multisets
         vr = None
         if dense <= self.tie_break_budget_bytes:
-            vr = value_dp(cm, bound, "energy", "latency")
+            vr = value_dp(cm, bound, "energy", "latency", deadline)
         elif families(cm).packed:
             if isinstance(r, tuple) or r.bound != bound:  # families at exactly the bound
-                r = reach(cm, bound)
+                r = reach(cm, bound, deadline=deadline)
+            if deadline is not None:
+                deadline.check("its tie-break DP")
             G = co_reach(cm, r)
             states = int(np.unpackbits((r.A & G).view(np.uint8)).sum())
             params["tie_break_states"] = states
             if 64 * states <= self.tie_break_budget_bytes:
+                if deadline is not None:
+                    deadline.check("its tie-break DP")
                 vr = sparse_tie_break(cm, r, G, bound)
         if vr is not None:
             params["tie_break"] = "energy, latency"

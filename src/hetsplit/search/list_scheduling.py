@@ -130,6 +130,7 @@ class PartialSchedule:
         return best[1], best[2], best[3]
 
     def place(self, i: int, d: int, start: float, end: float) -> None:
+        self.nm.deadline.check("its schedule")
         self.device[i], self.begin[i], self.finish[i] = d, start, end
         self.lines[d].book(start, end)
 
@@ -204,6 +205,7 @@ class ListSchedulerMapper(OneMappingPartitioner):
         return s.device, {"makespan_s": s.makespan}
 
     def solve(self, problem: SplitProblem) -> list[Plan]:
-        nm = NodeMapping(problem)
+        nm = self.mapping_context(problem)
         s = self.schedule(nm)
+        nm.deadline.check("its schedule")
         return [nm.plan(s.device, self.name, {"makespan_s": s.makespan}, start_order=s.start_order())]

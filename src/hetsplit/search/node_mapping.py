@@ -25,6 +25,7 @@ from hetsplit.estimate.evaluate import evaluate
 from hetsplit.estimate.mapping import MappingEvaluator
 from hetsplit.plan.tasks import TaskGraph
 from hetsplit.plan.types import Plan
+from hetsplit.search.base import Deadline
 
 WEIGHT_STATIONARY_KINDS = ("imc", "cim")  # weights stay in the arrays: balance weights (WB)
 
@@ -32,8 +33,9 @@ WEIGHT_STATIONARY_KINDS = ("imc", "cim")  # weights stay in the arrays: balance 
 class NodeMapping:
     """One problem's whole-layer mapping context (built once, shared by every mapper)."""
 
-    def __init__(self, problem: SplitProblem):
+    def __init__(self, problem: SplitProblem, deadline: Deadline | None = None):
         self.problem = problem
+        self.deadline = deadline or Deadline("node-mapping")   # the mapper's --time-budget (none: no limit)
         g, cl = problem.graph, problem.cluster
         self.tg: TaskGraph = check_plan(g, cl, Plan(g.name, cl.name, "node-mapping",
                                                     assign={name: cl.names[0] for name in g.names}))
@@ -178,18 +180,31 @@ class NodeMapping:
                 for i, row in enumerate(dev)]
 
 
+@dataclass
 class OneMappingPartitioner:
-    """Base of the mappers that return one mapping: subclasses give ``assignment`` (and ``name``)."""
+    """Base of the mappers that return one mapping: subclasses give ``assignment`` (and ``name``).
+
+    A greedy pass has no plan until it ends: past ``time_budget_s`` it raises ``TimeBudgetSpent``
+    (checked once the mapping context is built, per placed layer where the pass places through
+    ``nm.deadline``, and before the plan is evaluated)."""
 
     name: str
+    time_budget_s: float | None = None
 
     def assignment(self, nm: NodeMapping) -> tuple[np.ndarray, dict]:
         """Device per layer and the plan's params."""
         raise NotImplementedError
 
+    def mapping_context(self, problem: SplitProblem) -> NodeMapping:
+        """The problem's NodeMapping, carrying this search's deadline (checked once built)."""
+        nm = NodeMapping(problem, Deadline(self.name, self.time_budget_s))
+        nm.deadline.check("its mapping")
+        return nm
+
     def solve(self, problem: SplitProblem) -> list[Plan]:
-        nm = NodeMapping(problem)
+        nm = self.mapping_context(problem)
         devices, params = self.assignment(nm)
+        nm.deadline.check("its mapping")
         return [nm.plan(devices, self.name, params)]
 
 

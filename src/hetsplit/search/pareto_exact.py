@@ -23,7 +23,7 @@ from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import InfeasibleError
 from hetsplit.estimate.energy_known import require_known_energy
 from hetsplit.plan.types import Plan
-from hetsplit.search.base import PipelineConstraints, register_partitioner
+from hetsplit.search.base import Deadline, PipelineConstraints, TimeBudgetSpent, register_partitioner
 from hetsplit.search.classes import (ClassModel, build_classes, check_layers_fit, check_state_budget,
                                      infeasible_message, path_bottleneck, to_plan)
 from hetsplit.search.coupling import PlanSet, solve_for_estimator
@@ -32,7 +32,8 @@ from hetsplit.search.value_dp import RTOL, ValueResult, value_dp
 REL_EPS = 1e-9  # relative tolerance when comparing bottlenecks and energies of different plans
 
 
-def pareto_sweep(cm: ClassModel, max_points: int | None = None, floor: float = 0.0) -> list[ValueResult]:
+def pareto_sweep(cm: ClassModel, max_points: int | None = None, floor: float = 0.0,
+                 deadline: Deadline | None = None) -> list[ValueResult]:
     """Front points in order of decreasing bottleneck (increasing energy).
 
     Each DP minimizes energy alone under the bound; when several plans tie on energy the DP may
@@ -40,7 +41,8 @@ def pareto_sweep(cm: ClassModel, max_points: int | None = None, floor: float = 0
     bottleneck: the dominated twin is dropped at the end (ties within ``RTOL``); with ``max_points``
     the sweep runs until that many points are known not to be such twins. It also stops
     after the first point with a bottleneck <= ``floor`` (when every bottleneck is lifted to at least
-    ``floor``, later points are dominated by it).
+    ``floor``, later points are dominated by it). When ``deadline`` runs out the points found so far
+    are returned and ``deadline.cut`` is set (none found yet: ``TimeBudgetSpent``).
     """
     cand = cm.candidates()
     lb = cm.lower_bound()
@@ -48,7 +50,13 @@ def pareto_sweep(cm: ClassModel, max_points: int | None = None, floor: float = 0
     raw: list[ValueResult] = []
     settled = 0  # points whose next one costs more energy (not a dominated twin)
     while max_points is None or settled < max_points:
-        vr = value_dp(cm, bound, "energy", None)
+        try:
+            vr = value_dp(cm, bound, "energy", None, deadline)
+        except TimeBudgetSpent:
+            if not raw or deadline is None:
+                raise
+            deadline.cut = True
+            break
         if vr is None:
             break
         vr.secondary = path_bottleneck(cm, vr.bounds, vr.moves)
@@ -77,19 +85,26 @@ class ParetoExact:
     max_points: int | None = None
     state_budget_bytes: float = 2**30
     name: str = "pareto"
+    time_budget_s: float | None = None    # past it, the front points found so far, marked cut
 
     def solve(self, problem: SplitProblem) -> list[Plan]:
         require_known_energy(problem, "pareto (the throughput-energy front)")
-        return solve_for_estimator(problem, self.constraints, partial(self._front, problem), self._merge)
+        deadline = Deadline(self.name, self.time_budget_s)
+        plans = solve_for_estimator(problem, self.constraints, partial(self._front, problem, deadline=deadline),
+                                    self._merge)
+        if deadline.cut:
+            deadline.mark_cut(plans, "the front sweep stopped early: the faster end of the front is missing")
+        return plans
 
-    def _front(self, problem: SplitProblem, constraints: PipelineConstraints, plan_set: PlanSet | None) -> list[Plan]:
+    def _front(self, problem: SplitProblem, constraints: PipelineConstraints, plan_set: PlanSet | None,
+               deadline: Deadline | None = None) -> list[Plan]:
         """The per-cut front of the plans ``constraints`` allow, fastest first; with a ``plan_set``,
         every bottleneck floored at ``plan_set.floor`` and no ``max_points`` (``_merge`` applies it)."""
         cm = build_classes(problem, constraints)
         check_layers_fit(cm)
         check_state_budget(cm, 1, self.state_budget_bytes, self.name)
         floor = plan_set.floor if plan_set is not None else 0.0
-        points = pareto_sweep(cm, self.max_points if plan_set is None else None, floor)
+        points = pareto_sweep(cm, self.max_points if plan_set is None else None, floor, deadline)
         if not points:
             raise InfeasibleError(infeasible_message(cm))
         plans = []

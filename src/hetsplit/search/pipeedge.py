@@ -22,7 +22,7 @@ import numpy as np
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import InfeasibleError
 from hetsplit.plan.types import Plan
-from hetsplit.search.base import PipelineConstraints, register_partitioner
+from hetsplit.search.base import Deadline, PipelineConstraints, register_partitioner
 from hetsplit.search.classes import build_classes, check_layers_fit, check_state_budget, infeasible_message, to_plan
 from hetsplit.search.value_dp import value_dp
 
@@ -42,13 +42,14 @@ class PipeEdge:
     last_output_only: bool = False
     state_budget_bytes: float = 2**30
     name: str = "pipeedge"
+    time_budget_s: float | None = None    # past it, TimeBudgetSpent (the DP has no partial answer)
 
     def solve(self, problem: SplitProblem) -> list[Plan]:
         cb = last_output_cut_bytes(problem) if self.last_output_only else None
         cm = build_classes(problem, self.constraints, cut_bytes=cb, units=False)
         check_layers_fit(cm)
         check_state_budget(cm, 1, self.state_budget_bytes, self.name)
-        vr = value_dp(cm, np.inf, "bottleneck", None)
+        vr = value_dp(cm, np.inf, "bottleneck", None, Deadline(self.name, self.time_budget_s))
         if vr is None:
             raise InfeasibleError(infeasible_message(cm))
         params = {"last_output_only": self.last_output_only, "dp_bottleneck_s": vr.primary,

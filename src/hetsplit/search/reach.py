@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hetsplit.search.base import Deadline
 from hetsplit.search.classes import ClassModel
 from hetsplit.search.families import Families
 
@@ -46,8 +47,8 @@ def moves_into(cm: ClassModel) -> list[np.ndarray]:
     return [np.flatnonzero(cm.move_label == v) for v in range(cm.num_classes)]
 
 
-def reach(cm: ClassModel, bound: float, fam: Families | None = None) -> Reach:
-    """Forward reachability of (c, k, S) with every stage and transfer <= bound."""
+def reach(cm: ClassModel, bound: float, fam: Families | None = None, deadline: Deadline | None = None) -> Reach:
+    """Forward reachability of (c, k, S) with every stage and transfer <= bound (``deadline``: checked per layer)."""
     L, C = cm.num_layers, cm.num_classes
     fam = fam or families(cm)
     comp_ok, tr_ok = cm.within(cm.time, bound), cm.within(cm.tr_time, bound)
@@ -62,6 +63,8 @@ def reach(cm: ClassModel, bound: float, fam: Families | None = None) -> Reach:
     into = moves_into(cm)
     tmp = fam.zeros()
     for j in range(1, L + 1):
+        if deadline is not None:
+            deadline.check("its DP")
         has_end = np.zeros(C, dtype=bool)
         for c in range(C):
             ks = np.flatnonzero(comp_ok[:j, j, c] & nonempty[:j, c])

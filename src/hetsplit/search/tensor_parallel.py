@@ -30,7 +30,7 @@ from hetsplit.graph.transformer import TransformerBlock, find_blocks
 from hetsplit.graph.types import GEMM, INPUT, MATMUL, Graph
 from hetsplit.estimate.evaluate import evaluate
 from hetsplit.plan.types import Combine, Placement, Plan, Shard
-from hetsplit.search.base import register_partitioner
+from hetsplit.search.base import Deadline, register_partitioner
 
 ALGORITHM = "tensor-parallel"
 
@@ -152,6 +152,7 @@ class TensorParallel:
     chips: int | None = None
     tree: int | None = None
     name: str = ALGORITHM
+    time_budget_s: float | None = None    # past it (checked before and after the slicing), TimeBudgetSpent
 
     def solve(self, problem: SplitProblem) -> list[Plan]:
         names = problem.cluster.names
@@ -164,7 +165,10 @@ class TensorParallel:
                             f"group; give --tree 2..{n} or 0 (flat)" if n >= 2 else
                             f"tensor-parallel: groups of {self.tree} (--tree) over 1 chip: nothing to reduce; "
                             "drop --tree or give more chips")
+        deadline = Deadline(self.name, self.time_budget_s)
+        deadline.check("its slicing")
         plan = tensor_parallel_plan(problem.graph, names[:n], 4 if self.tree is None else self.tree)
+        deadline.check("its slicing")
         plan.cluster = problem.cluster.name
         plan.metrics = evaluate(problem, plan)
         return [plan]

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hetsplit.search.base import Deadline
 from hetsplit.search.classes import ClassModel
 
 RTOL = 1e-12  # primary values this close count as a tie (sums in a different order differ by ulps)
@@ -54,13 +55,15 @@ class ValueResult:
     moves: list[int]      # move entering each stage; the first is its label (``search.states``)
 
 
-def value_dp(cm: ClassModel, bound: float, primary: str, secondary: str | None) -> ValueResult | None:
+def value_dp(cm: ClassModel, bound: float, primary: str, secondary: str | None,
+             deadline: Deadline | None = None) -> ValueResult | None:
     """Lexicographic minimum of (primary, secondary) over plans with every stage and transfer <= bound.
 
     Returns None when no plan satisfies the bound. With an additive primary and no secondary (the
     common case) a stage's term splits into a part of its start and a part of its end (``_separable``)
     and the table keeps ``value - pre_in[k]`` so that choosing a stage start is a plain minimum over
-    a (usually contiguous) block of rows, with no per-row arithmetic.
+    a (usually contiguous) block of rows, with no per-row arithmetic. With a ``deadline``, it is
+    checked once per layer (``TimeBudgetSpent`` when spent).
     """
     space = cm.space
     L, C, M = cm.num_layers, cm.num_classes, space.M
@@ -109,8 +112,10 @@ def value_dp(cm: ClassModel, bound: float, primary: str, secondary: str | None) 
     into = [np.flatnonzero(cm.move_label == v) for v in range(C)]
     vectorized = fast and C * L * M <= VECTOR_LIMIT
     if vectorized:
-        best = _fast_sweep(cm, P, nonempty, pre_in, pre_out, comp_ok, tr_ok, tp, snkp, bound)
+        best = _fast_sweep(cm, P, nonempty, pre_in, pre_out, comp_ok, tr_ok, tp, snkp, bound, deadline)
     for j in range(1, 1 if vectorized else L + 1):
+        if deadline is not None:
+            deadline.check("its DP")
         has_end = np.zeros(C, dtype=bool)
         for c in range(C):
             ks = starts(j, c)
@@ -227,7 +232,7 @@ WINDOW_LIMIT = 16_000_000  # floats (128 MiB) of range-minimum tables the fast D
 
 def _fast_sweep(cm: ClassModel, P: np.ndarray, nonempty: np.ndarray, pre_in: np.ndarray, pre_out: np.ndarray,
                 comp_ok: np.ndarray, tr_ok: np.ndarray, tp: np.ndarray, snkp: np.ndarray,
-                bound: float) -> tuple[float, float, int, int]:
+                bound: float, deadline: Deadline | None = None) -> tuple[float, float, int, int]:
     """The additive-primary DP with the transfers of a cut in one array operation (small C * M).
 
     Fills P (value - prefix) and nonempty exactly as the per-label loop does; returns the best goal.
@@ -268,6 +273,8 @@ def _fast_sweep(cm: ClassModel, P: np.ndarray, nonempty: np.ndarray, pre_in: np.
     if use_w:
         fill(0)
     for j in range(1, L + 1):
+        if deadline is not None:
+            deadline.check("its DP")
         endP = np.full((C, M), np.inf)
         for a, b, cs in blocks[j]:
             if b is None:
