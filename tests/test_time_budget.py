@@ -130,3 +130,13 @@ def test_the_plan_search_refuses_a_dp_past_its_budget_with_the_message(ticks):
     found = search_plans(problem(), PlanRequest(algorithms=("pareto",), time_budget_s=problem().num_layers + 0.5,
                                                 baselines=False))
     assert any("pareto was cut by --time-budget" in n and "not proven optimal" in n for n in found.notes), found.notes
+
+
+def test_the_cli_exits_2_naming_the_algorithm_and_what_to_do(capsys):
+    from hetsplit.cli.main import main
+
+    code = main(["plan", "resnet8", "--cluster", "imce-4", "--algo", "pipeedge", "--no-baselines",
+                 "--time-budget", "1e-9"])
+    err = capsys.readouterr().err
+    assert code == 2 and "pipeedge: --time-budget 1e-09 s ran out" in err and "heuristic algorithm" in err
+    assert "Traceback" not in err

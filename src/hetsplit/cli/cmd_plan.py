@@ -40,8 +40,9 @@ def register(sub) -> None:
     p.add_argument("--no-baselines", action="store_true", help="leave out the single-device plans")
     p.add_argument("--seed", type=int, default=0, help="seed for stochastic algorithms")
     p.add_argument("--time-budget", type=float, default=None, metavar="S",
-                   help="seconds a time-bounded search may take (map-opt, map-pareto: default 10; donna: stops its "
-                        "alpha sweep once spent, saying so; default none)")
+                   help="seconds each algorithm may take (map-opt, map-pareto: default 10; others: none). Once "
+                        "spent, donna, pareto and bruteforce return their best plans so far, marked as cut (not "
+                        "proven optimal); the other DPs and heuristics stop with an error naming the algorithm")
     p.add_argument("--objective", choices=MAPPING_OBJECTIVES, default=None,
                    help="what map-opt optimizes: throughput (default), latency (one input) or energy; memory is "
                         "always respected (map-pareto: the front over all three)")

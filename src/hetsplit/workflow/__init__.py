@@ -140,7 +140,7 @@ class PlanRequest:
     constraints: PipelineConstraints = PipelineConstraints()
     baselines: bool = True  # add the single-device plans for comparison
     seed: int = 0
-    time_budget_s: float | None = None  # for searches that stop on time (map-opt, donna); None: their default
+    time_budget_s: float | None = None  # each algorithm's budget (search.base.Deadline); None: its default
     chips: int | None = None             # tensor-parallel: devices to split over (None: all)
     tree: int | None = None              # tensor-parallel: all-reduce group size (None: its default)
     objective: str | None = None         # map-opt: throughput, latency or energy (None: its default)
