@@ -513,7 +513,9 @@ def test_the_driver_refuses_a_beat_or_report_forged_without_the_token(split, for
 def test_the_driver_prints_the_token_once_and_no_worker_command_carries_it(split, capsys):
     import contextlib
 
-    from hetsplit.cli.cmd_run import _announce
+    from hetsplit.cli.common import progress
+    from hetsplit.cli.run_print import hooks
+    from hetsplit.workflow.run import _announcer
     from hetsplit.runtime.hosts import HostMap, Hosted
 
     manifest = load_manifest(split)
@@ -523,7 +525,7 @@ def test_the_driver_prints_the_token_once_and_no_worker_command_carries_it(split
     try:
         assert shown and all("--token" not in c.argv and TOKEN not in c.text() for c in shown)
         with contextlib.ExitStack() as stack:
-            _announce(False, stack)(shown)
+            _announcer(hooks(progress).announce, False, stack)(shown)
         err = capsys.readouterr().err
         assert err.count(TOKEN) == 1 and len(shown) == 2, err
     finally:

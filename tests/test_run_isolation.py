@@ -54,14 +54,21 @@ def test_a_stranger_worker_is_refused_and_the_run_goes_on(case, tmp_path):
     assert "device c already has a worker" in logs
 
 
+def listening(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
 def test_two_runs_on_one_port_end_clearly_within_their_timeout(case, tmp_path):
     port, timeout = free_port(), 20
-    cmd = [HETSPLIT, "run", str(case.plan_file), str(case.model), "-n", "200", "--timeout", str(timeout),
+    cmd = [HETSPLIT, "run", str(case.plan_file), str(case.model), "-n", "20000", "--timeout", str(timeout),
            "--port", str(port)]
     t0 = time.time()
     first = subprocess.Popen(cmd + ["--run-dir", str(tmp_path / "1")], stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE, text=True)
-    time.sleep(0.5)
+    while not listening(port) and first.poll() is None and time.time() - t0 < timeout:   # the first holds it
+        # (20,000 inputs: forked ranks stream ~2,000/s here, and the second must meet the first still running)
+        time.sleep(0.05)
     second = subprocess.Popen(cmd + ["--run-dir", str(tmp_path / "2")], stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE, text=True)
     try:

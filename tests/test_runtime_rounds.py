@@ -89,7 +89,7 @@ def test_a_ping_pong_mapping_runs_its_devices_on_different_inputs_at_once(toy, t
     report = run_plan(ping_pong(graph), graph, path,
                       RunOptions(inputs=n, latency_inputs=2, timeout_s=30, run_dir=tmp_path / "run"),
                       split_dir=tmp_path / "split", cluster=cluster(["cpu"] * 2))
-    assert report.verify["ok"] and report.verify["outputs_checked"] == n and report.verify["max_abs_err"] < 1e-4
+    assert report.verify.ok and report.verify.outputs_checked == n and report.verify.max_abs_err < 1e-4
     assert not processes_of(tmp_path / "run")
     m = load_manifest(tmp_path / "split")
     w = m.worker(1)

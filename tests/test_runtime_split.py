@@ -99,7 +99,7 @@ def test_a_v1_manifest_reads_as_its_program_and_runs(toy, tmp_path):
         [[s.inputs, s.outputs] for w in new.stages for s in w.segments]
     assert m.relays(2) == new.relays(2) == ["stem_relu.y", "b0_add.y"]
     report = run_manifest(m, RunOptions(inputs=3, latency_inputs=1, timeout_s=20, run_dir=tmp_path / "run"))
-    assert report.verify["ok"] and report.verify["outputs_checked"] == 3
+    assert report.verify is not None and report.verify.ok and report.verify.outputs_checked == 3
     assert not processes_of(tmp_path / "run")
 
 
