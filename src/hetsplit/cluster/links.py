@@ -66,13 +66,13 @@ def is_shared(ports: str) -> bool:
     return ports == SHARED
 
 
-def wires(shared: bool, u: int, v: int) -> tuple[tuple[str | int, ...], ...]:
+def wires(shared: bool, u: int, v: int) -> tuple[tuple[Any, ...], ...]:   # (kind, device, ...)
     """The resources a message from u to v holds: its directed link, or both devices' ports."""
     return (("port", u), ("port", v)) if shared else (("link", u, v),)
 
 
 @njit(cache=True, inline="always")
-def wire_ids(shared: bool, u: int, v: int, n_dev: int, base: int) -> tuple[int, int]:
+def wire_ids(shared: bool, u: Any, v: Any, n_dev: Any, base: Any) -> tuple[Any, Any]:   # ints or index arrays
     """``wires`` numbered for the compiled kernels: links ``base + u * D + v``, ports ``base + D * D + d``
     (with per-link ports the one link, twice)."""
     if shared:
