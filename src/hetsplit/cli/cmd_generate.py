@@ -70,7 +70,7 @@ def run(args) -> int:
     for hop, (pre, dec) in m.hops_s.items():
         want = plan.predicted.hops_s[hop]
         print(f"  {hop}: per token {_ms(dec)} (predicted {_ms(want[1])}); prefill {_ms(pre)} (predicted {_ms(want[0])})")
-    if plan.single is not None:
+    if plan.single is not None and plan.single_predicted is not None:
         print(f"best single device: {plan.single.stages[0].device}, predicted "
               f"{_ms(plan.single_predicted.s_per_token)} per token, TTFT {_ms(plan.single_predicted.ttft_s)}")
     if result.verify is not None:

@@ -66,13 +66,13 @@ def is_shared(ports: str) -> bool:
     return ports == SHARED
 
 
-def wires(shared: bool, u: int, v: int) -> tuple[tuple, ...]:
+def wires(shared: bool, u: int, v: int) -> tuple[tuple[Any, ...], ...]:   # (kind, device, ...)
     """The resources a message from u to v holds: its directed link, or both devices' ports."""
     return (("port", u), ("port", v)) if shared else (("link", u, v),)
 
 
 @njit(cache=True, inline="always")
-def wire_ids(shared, u, v, n_dev, base):
+def wire_ids(shared: bool, u: Any, v: Any, n_dev: Any, base: Any) -> tuple[Any, Any]:   # ints or index arrays
     """``wires`` numbered for the compiled kernels: links ``base + u * D + v``, ports ``base + D * D + d``
     (with per-link ports the one link, twice)."""
     if shared:
@@ -124,7 +124,9 @@ class LinkTables:
         return self.latency_s.ravel().copy(), self.per_byte_s.ravel().copy(), self.joule_per_byte.ravel().copy()
 
 
-def _per_device(m: np.ndarray, off: np.ndarray) -> np.ndarray:
-    """Per device, the largest figure of its links in or out (0 with no link)."""
+def _per_device(m: np.ndarray | None, off: np.ndarray) -> np.ndarray:
+    """Per device, the largest figure of its links in or out (0 with no link; None: 0 everywhere)."""
+    if m is None:
+        return np.zeros(len(off))
     x = np.where(off, m, 0.0)
     return np.maximum(x.max(axis=1), x.max(axis=0)) if len(x) else np.zeros(0)

@@ -481,7 +481,7 @@ class _Builder:
         if "message" in spec:
             cpu, cpu_byte = self.message(spec["message"], f"{where}.message", cpu, cpu_byte)
         changed = base is not None and any(k in spec for k in (*MEDIUM_FIGURES, "message"))
-        name = spec.get("name") or default_name or (f"{base.name}*" if changed else base.name if base else "custom")
+        name = spec.get("name") or default_name or ("custom" if base is None else f"{base.name}*" if changed else base.name)
         return Medium(str(name), values["bandwidth"], values["latency"], values["energy"],
                       source=f"{self.origin}: {where}", message_cpu_s=cpu, message_cpu_byte_s=cpu_byte)
 

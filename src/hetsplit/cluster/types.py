@@ -111,6 +111,8 @@ class Cluster:
         for label, m in (("bandwidth", self.bandwidth), ("latency_s", self.latency_s),
                          ("energy_per_byte", self.energy_per_byte), ("message_cpu_s", self.message_cpu_s),
                          ("message_cpu_byte_s", self.message_cpu_byte_s)):
+            if m is None:
+                raise ClusterError(f"{where}: link matrix {label} is missing")
             if m.shape != (d, d):
                 raise ClusterError(f"{where}: link matrix {label} has shape {m.shape}, expected {(d, d)}")
         off = ~np.eye(d, dtype=bool)
@@ -198,11 +200,13 @@ class Cluster:
 
     def transfer_time(self, u: int, v: int, nbytes: float | np.ndarray) -> float | np.ndarray:
         """Seconds to move ``nbytes`` from device u to v (0 on the same device or for 0 bytes)."""
-        return self.links.time(u, v, nbytes)
+        t: float | np.ndarray = self.links.time(u, v, nbytes)
+        return t
 
     def transfer_energy(self, u: int, v: int, nbytes: float | np.ndarray) -> float | np.ndarray:
         """Joules to move ``nbytes`` from device u to v."""
-        return self.links.energy(u, v, nbytes)
+        e: float | np.ndarray = self.links.energy(u, v, nbytes)
+        return e
 
 
 def uniform_links(n: int, medium: Medium) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[list[str]]]:

@@ -12,6 +12,7 @@ float32 where the executor dequantizes) and its blocks' KV cache at the target c
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -149,7 +150,7 @@ class PipelinePrediction:
     def tokens_per_s(self) -> float:
         return 1.0 / self.s_per_token
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"ttft_s": self.ttft_s, "s_per_token": self.s_per_token, "tokens_per_s": self.tokens_per_s,
                 "compute_s": self.compute_s, "hops_s": self.hops_s, "memory_bytes": self.memory_bytes,
                 "fits": self.fits}

@@ -249,7 +249,8 @@ def measured_row(label: str, pick: PickedPlan, run: HereComparison, baseline: in
                      "included" + ("" if baseline is None else
                                    f"; an idle process with those imports peaks at {baseline / 1e6:.1f} MB"))
     energy = [d.energy_j for d in devices]
-    measured_energy = max(energy) if energy and all(e is not None for e in energy) else None
+    known = [e for e in energy if e is not None]
+    measured_energy = max(known) if energy and len(known) == len(energy) else None
     if measured_energy is None:
         notes.append(f"energy: not measured ({energy_unavailable_reason()}); the predicted value rests on the "
                      "profile's assumed power per busy core")

@@ -25,7 +25,6 @@ from typing import Callable, Protocol
 from hetsplit.errors import RuntimeFailure
 from hetsplit.lifetime import die_with_parent
 from hetsplit.runtime.config import RunConfig
-from hetsplit.runtime.manifest import Manifest
 from hetsplit.runtime.nccl import BLOCKING_WAIT_ENV
 
 GRACE_S = 1.0
@@ -35,6 +34,22 @@ THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NU
 
 # root causes first: a process that died outright, an error, a stalled link, a lost link, a silent host
 ORDER = {"died": 0, "error": 1, "stall": 2, "lost": 3, "silent": 4}
+
+
+class RankSeat(Protocol):
+    """What the launcher reads of one rank: the device it runs as."""
+
+    @property
+    def device(self) -> str: ...
+
+
+class Launchable(Protocol):
+    """What the launcher reads of a run (a ``Manifest``, a pipeline job): its ranks and their devices."""
+
+    @property
+    def world_size(self) -> int: ...
+
+    def worker(self, rank: int) -> RankSeat: ...
 
 
 class Peers(Protocol):
@@ -95,7 +110,7 @@ class Launcher:
 
     module = "hetsplit.runtime.process"
 
-    def __init__(self, manifest: Manifest, cfg: RunConfig, run_dir: Path, ranks: list[int] | None = None,
+    def __init__(self, manifest: Launchable, cfg: RunConfig, run_dir: Path, ranks: list[int] | None = None,
                  wrap: Callable[[int], list[str]] | None = None, peers: Peers | None = None):
         self.manifest, self.cfg, self.run_dir = manifest, cfg, Path(run_dir)
         self.ranks = list(range(manifest.world_size)) if ranks is None else ranks

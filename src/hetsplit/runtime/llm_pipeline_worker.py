@@ -40,7 +40,7 @@ class Hops:
         return Edge(self.job.devices[peer], peer, (), tag)
 
     def post_recv(self, peer: int, shape: tuple[int, ...], dtype: type, tag: int) -> tuple:
-        buf = np.empty(shape, dtype)
+        buf: np.ndarray = np.empty(shape, dtype)
         e = self.edge(peer, tag)
         return e, self.wire.post(e, [buf], sending=False), buf
 
@@ -86,7 +86,7 @@ def run_stage(cfg: RunConfig, job: PipelineJob, rank: int, run_dir: Path) -> dic
         wait0, sent0, t0 = hops.wait_s, hops.sent_bytes, time.perf_counter()
         hidden = hops.post_recv(rank - 1, (n, dim), np.float32, HIDDEN_TAG) if rank > 0 else None
         back = hops.post_recv(last, (1,), np.int64, TOKEN_TAG) if rank == 0 and last > 0 else None
-        x = torch.tensor(feed) if rank == 0 else torch.from_numpy(hops.take(hidden))
+        x = torch.tensor(feed) if hidden is None else torch.from_numpy(hops.take(hidden))   # None: rank 0
         out = dec.forward(x, pos)
         if rank < last:
             hops.send(rank + 1, out, HIDDEN_TAG)
@@ -97,7 +97,7 @@ def run_stage(cfg: RunConfig, job: PipelineJob, rank: int, run_dir: Path) -> dic
             token = torch.tensor([int(row.argmax())], dtype=torch.int64)
             if last > 0:
                 hops.send(0, token, TOKEN_TAG)
-        if rank == 0:
+        if stream is not None:     # rank 0, which feeds the tokens back and streams them
             feed = [int(hops.take(back)[0])] if back is not None else [int(token[0])]
             generated.append(feed[0])
             stream.write(f"{feed[0]}\n")

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from hetsplit.errors import RuntimeFailure
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 FORMAT = "hetsplit.run.report/1"
-T = TypeVar("T")
+T = TypeVar("T", bound="DataclassInstance")
 
 
 def _read(cls: type[T], doc: Any, where: str, keys: dict[str, str] | None = None) -> T:
@@ -24,13 +27,13 @@ def _read(cls: type[T], doc: Any, where: str, keys: dict[str, str] | None = None
     keys = keys or {}
     if not isinstance(doc, dict):
         raise RuntimeFailure(f"{where}: expected a JSON object, found {type(doc).__name__}")
-    required = [f for f in dataclasses.fields(cls)   # type: ignore[arg-type]
+    required = [f for f in dataclasses.fields(cls)
                 if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
     missing = [keys.get(f.name, f.name) for f in required if keys.get(f.name, f.name) not in doc]
     if missing:
         raise RuntimeFailure(f"{where}: not a run report of `hetsplit run --out` (it lacks {', '.join(missing)}); "
                              "give that file")
-    return cls(**{f.name: doc[keys.get(f.name, f.name)] for f in dataclasses.fields(cls)   # type: ignore
+    return cls(**{f.name: doc[keys.get(f.name, f.name)] for f in dataclasses.fields(cls)
                   if keys.get(f.name, f.name) in doc})
 
 

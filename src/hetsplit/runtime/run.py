@@ -8,7 +8,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from hetsplit.cluster.types import Cluster
 from hetsplit.errors import RuntimeFailure, UsageError
@@ -24,6 +24,10 @@ from hetsplit.runtime.manifest import Manifest, load_manifest
 from hetsplit.runtime.measure import summarize
 from hetsplit.runtime.report import EmulatedRun, RunReport
 from hetsplit.runtime.split import split_model
+
+if TYPE_CHECKING:     # imported where used: netem needs Linux network tools, the pool is optional
+    from hetsplit.runtime.netem import LinkMatrix
+    from hetsplit.runtime.pool import WorkerPool
 
 
 @dataclass(frozen=True)
@@ -44,14 +48,14 @@ class RunOptions:
     kinds: dict[str, str] = field(default_factory=dict)
     cpu_only: bool = False
     run_dir: Path | None = None
-    links: object | None = None          # runtime.netem.LinkMatrix for emulated links
+    links: LinkMatrix | None = None      # emulated links
     verify: bool = True
     hosts: HostMap | None = None         # devices run by `hetsplit worker` on other hosts (runtime.hosts) ...
     announce: Callable[[list[WorkerCommand]], None] | None = None   # ... told their commands once served
     faults: dict[str, dict] = field(default_factory=dict)  # rank -> {"kind": die|stall, "after": k} (rehearsal)
     pin: bool = False                    # pin each worker to its own CPUs (as many as its threads)
     devices: DeviceEmulation | None = None   # throttle each worker to its device's speed (runtime.device_emulation)
-    pool: object | None = None           # runtime.pool.WorkerPool: run the ranks in its warm processes
+    pool: WorkerPool | None = None       # run the ranks in its warm processes
 
     def __post_init__(self) -> None:
         if not self.inputs >= 1:
@@ -134,6 +138,7 @@ def _run(manifest: Manifest, opts: RunOptions, run_dir: Path) -> RunReport:
             opts.hosts.check(manifest)
             peers = Hosted(manifest, opts.hosts, opts.announce)
             ranks = [r for r in range(manifest.world_size) if r not in peers.remote]
+        launcher: Launcher
         if opts.pool is not None:
             launcher = opts.pool.launcher(manifest, cfg, run_dir, ranks=ranks, wrap=wrap)
         else:

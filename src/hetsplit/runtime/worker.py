@@ -384,7 +384,7 @@ class StepLoop:
             for r in range(min(n_rounds, ahead)):
                 post_receives(r)
             for r, round_steps in enumerate(plan):
-                if r == after:
+                if r == after and fault is not None and inject is not None:
                     inject(fault["kind"])
                 first = True
                 for i, s in round_steps:
@@ -412,15 +412,15 @@ class StepLoop:
                     else:
                         t1 = stamp = stamp or clock()
                         per_segment[i].append(0.0)
-                    for box in outboxes:
-                        box.log.start.append(stamp or clock())
+                    for out in outboxes:
+                        out.log.start.append(stamp or clock())
                         stamp = 0.0
-                        if box.delay_s > 0:
-                            flight.send_later(lambda box=box, view=dict(local): box.post(view), box.delay_s,
-                                              box.edge, box.log)
+                        if out.delay_s > 0:
+                            flight.send_later(functools.partial(out.post, dict(local)), out.delay_s,
+                                              out.edge, out.log)
                         else:
-                            works, keep = box.post(local)
-                            sent(works, box.edge, box.log, keep)
+                            works, keep = out.post(local)
+                            sent(works, out.edge, out.log, keep)
                     if shared.error is not None:     # another thread failed (read, not called: per step)
                         raise Stop()
                     idle[i] += t1 - t0

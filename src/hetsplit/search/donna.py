@@ -48,8 +48,9 @@ def normalizers(problem: SplitProblem) -> tuple[float, float]:
     off = ~np.eye(problem.num_devices, dtype=bool)
     max_cut = float(problem.cut_bytes.max()) if problem.num_layers else 0.0
     if off.any() and max_cut > 0:
-        comm_t = float(lk.time(*np.nonzero(off), max_cut).max())
-        comm_e = float(lk.energy(*np.nonzero(off), max_cut).max())
+        us, vs = np.nonzero(off)
+        comm_t = float(lk.time(us, vs, max_cut).max())
+        comm_e = float(lk.energy(us, vs, max_cut).max())
     else:
         comm_t = comm_e = 0.0
     tn = float(finite_t.max()) + comm_t

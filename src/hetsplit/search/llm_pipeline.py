@@ -64,7 +64,7 @@ def stage_value(costs: LlmCosts, stages: list[Stage], phase: int) -> float:
 def plan_pipeline(costs: LlmCosts, objective: str = "decode", devices: list[str] | None = None) -> PipelineChoice:
     """The optimal pipeline over ``devices`` (default: all of the cluster's); InfeasibleError when none fits."""
     phase = _phase(objective)
-    D, L = costs.cluster.num_devices, costs.config.blocks
+    L = costs.config.blocks
     allowed = [costs.cluster.index(n) for n in (devices or costs.devices)]
     if len(allowed) > MAX_DEVICES:
         raise UsageError(f"the exact pipeline planner takes at most {MAX_DEVICES} devices; cluster "

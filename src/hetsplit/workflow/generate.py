@@ -52,7 +52,7 @@ class GenerationPlan:
     def to_dict(self) -> dict[str, Any]:
         return {"stages": [{"device": s.device, "blocks": [s.first, s.stop]} for s in self.stages],
                 "how": self.how, "predicted": self.predicted.to_dict(),
-                "best_single": None if self.single is None else
+                "best_single": None if self.single is None or self.single_predicted is None else
                 {"device": self.single.stages[0].device, "predicted": self.single_predicted.to_dict()}}
 
 
@@ -140,6 +140,8 @@ def reference_logits(model: LlmModel, prompt: list[int], tokens: list[int]) -> t
 
 
 def verify_steps(model: LlmModel, prompt: list[int], report: PipelineReport) -> dict[str, Any]:
+    if report.logits is None:
+        raise UsageError("verify: the run kept no logits to compare (run it with keep_logits)")
     ref = reference_logits(model, prompt, report.tokens)
     diff = float((ref - report.logits).abs().max())
     greedy = [int(r.argmax()) for r in ref]

@@ -168,9 +168,10 @@ class HereComparison:
     @property
     def measured_cpu_per_input_s(self) -> float | None:
         """CPU time per input of every process of the run (workers and driver)."""
-        if any(u.cpu_s is None for u in self.units) or self.driver_cpu_per_input_s is None:
+        cpus = [u.cpu_s for u in self.units if u.cpu_s is not None]
+        if len(cpus) < len(self.units) or self.driver_cpu_per_input_s is None:
             return None
-        return sum(u.cpu_s for u in self.units) + self.driver_cpu_per_input_s
+        return sum(cpus) + self.driver_cpu_per_input_s
 
     @property
     def measured_cpu_bound_throughput(self) -> float | None:

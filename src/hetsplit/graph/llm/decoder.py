@@ -121,7 +121,7 @@ class Decoder:
                 x = F.embedding(x, self.embedding)
             for b in self.blocks:
                 x = b(x, pos)
-            if self.output is not None:
+            if self.output is not None and self.norm is not None:     # the head: both or neither
                 x = F.linear(rms_norm(x, self.norm, self.cfg.eps), self.output)
         return x
 

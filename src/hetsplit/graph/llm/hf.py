@@ -56,7 +56,7 @@ def _header(path: Path) -> tuple[dict[str, Any], int]:
 class HfModel:
     """The same face as ``GgufModel``: ``config``, ``tensors`` (GGUF names), ``load``, ``tokenizer_file``."""
 
-    def __init__(self, path: Path, config: LlmConfig, entries: dict[str, tuple[Path, int, dict]]):
+    def __init__(self, path: Path, config: LlmConfig, entries: dict[str, tuple[Path, int, dict[str, Any]]]):
         self.path, self.config, self._entries = path, config, entries
         self.tensors = {n: StoredTensor(n, tuple(e["shape"]), e["dtype"], e["data_offsets"][1] - e["data_offsets"][0])
                         for n, (_, _, e) in entries.items()}
@@ -101,7 +101,7 @@ def read_hf(path: str | Path) -> HfModel:
     c = json.loads(cfg_file.read_text())
     if c.get("model_type") != "llama":
         raise ModelError(f"{cfg_file}: model_type {c.get('model_type')!r} is not supported (supported: llama)")
-    entries: dict[str, tuple[Path, int, dict]] = {}
+    entries: dict[str, tuple[Path, int, dict[str, Any]]] = {}   # a safetensors header entry
     files = sorted(path.glob("*.safetensors"))
     if not files:
         raise ModelError(f"{path}: no *.safetensors weights")

@@ -24,7 +24,7 @@ class Tokenizer:
         return ([self.bos] if self.add_bos and self.bos is not None else []) + list(ids)
 
     def decode(self, ids: list[int]) -> str:
-        return self._tok.decode(list(ids), skip_special_tokens=False)
+        return str(self._tok.decode(list(ids), skip_special_tokens=False))
 
 
 def _value(fields: dict[str, Any], key: str, default: Any = None) -> Any:
