@@ -70,8 +70,10 @@ def _child(req: dict, zygote: int, closing: list[int]) -> None:
             os._exit(1)
         null = os.open(os.devnull, os.O_RDONLY)
         log = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.dup2(null, 0), os.dup2(log, 1), os.dup2(log, 2)
-        os.close(null), os.close(log)
+        for fd, into in ((null, 0), (log, 1), (log, 2)):
+            os.dup2(fd, into)
+        os.close(null)
+        os.close(log)
         os.chdir(req["cwd"])
         os.environ.clear()
         os.environ.update(req["env"])
