@@ -208,12 +208,28 @@ def test_a_kv_cache_of_100_million_positions_is_refused(capsys):
     assert "a KV cache of 100,000,000 positions is beyond the 2,097,152" in err and "--decode" in err
 
 
+# The CLI's simulate, with a line on stderr once the event loop is entered: the test waits for that line
+# (imports and loading take ~2 s on an idle machine, far more on a loaded one) instead of a fixed sleep.
+SIMULATE_SAYING_WHEN_IT_STARTS = """
+import importlib, sys
+simulate = importlib.import_module("hetsplit.estimate.simulate")
+real = simulate.simulate_plan
+def announced(*args, **kwargs):
+    print("event loop entered", file=sys.stderr, flush=True)
+    return real(*args, **kwargs)
+simulate.simulate_plan = announced
+from hetsplit.cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
 @pytest.mark.timeout(120)
 def test_a_long_simulation_ends_within_2_s_of_sigterm(files):
-    proc = subprocess.Popen([sys.executable, "-m", "hetsplit.cli.main", "simulate", str(files / "plan.json"),
+    proc = subprocess.Popen([sys.executable, "-c", SIMULATE_SAYING_WHEN_IT_STARTS, "simulate", str(files / "plan.json"),
                              "--model", str(files / "toy.onnx"), "-n", "2000000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        time.sleep(5)    # imports and loading (~2 s), then inside the event loop (the whole run takes ~15 s)
+        first = proc.stderr.readline()     # the whole run takes ~15 s: the signal lands inside the event loop
+        assert first == "event loop entered\n", f"ended before the signal: {first!r} {proc.communicate()}"
         assert proc.poll() is None, f"ended before the signal: {proc.communicate()}"
         sent = time.monotonic()
         proc.send_signal(signal.SIGTERM)

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import importlib
 import importlib.util
 import pkgutil
 import signal
 import sys
+import textwrap
 import threading
 import traceback
 
@@ -60,14 +62,28 @@ def command_modules() -> dict[str, str]:
     return {n.removeprefix("cmd_"): f"{cli_pkg.__name__}.{n}" for n in names}
 
 
+@functools.lru_cache(maxsize=None)
 def _summary(module: str, name: str) -> str | None:
     """The help of the ``add_command(sub, name, help, ...)`` call in ``module``'s source, without importing
-    it; None when the source does not spell both as literals (then the module is imported instead)."""
+    it; None when the source does not spell both as literals (then the module is imported instead). Only
+    that call's statement is parsed (the fewest lines from its first that parse), once per process."""
     spec = importlib.util.find_spec(module)
     if spec is None or not spec.origin or not spec.origin.endswith(".py"):
         return None
     with open(spec.origin, encoding="utf-8") as f:
-        tree = ast.parse(f.read(), spec.origin)
+        source = f.read()
+    at = source.find("add_command(")
+    if at < 0:
+        return None
+    lines = source[source.rfind("\n", 0, at) + 1:].splitlines()
+    for n in range(1, min(len(lines), 40) + 1):
+        try:
+            tree = ast.parse(textwrap.dedent("\n".join(lines[:n])))
+            break
+        except SyntaxError:
+            continue
+    else:
+        return None
     for node in ast.walk(tree):
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "add_command"
                 and len(node.args) >= 3):
