@@ -69,3 +69,19 @@ class StoredTensor:
 
 def block_tensor(i: int, role: str) -> str:
     return f"blk.{i}.{role}.weight"
+
+
+class CheckpointTensors:
+    """What a checkpoint reader (GGUF or Hugging Face) answers from its ``config`` and ``tensors`` (GGUF names)."""
+
+    config: LlmConfig
+    tensors: dict[str, StoredTensor]
+
+    def stored_bytes(self, names: list[str] | None = None) -> int:
+        return sum(t.stored_bytes for n, t in self.tensors.items() if names is None or n in names)
+
+    def block_names(self, i: int) -> list[str]:
+        return [block_tensor(i, r) for r in BLOCK_TENSORS]
+
+    def head_name(self) -> str:
+        return "token_embd.weight" if self.config.tied else "output.weight"

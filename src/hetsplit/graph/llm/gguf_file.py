@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from hetsplit.errors import ModelError
-from hetsplit.graph.llm.config import BLOCK_TENSORS, LlmConfig, StoredTensor, block_tensor
+from hetsplit.graph.llm.config import BLOCK_TENSORS, CheckpointTensors, LlmConfig, StoredTensor, block_tensor
 
 ARCHITECTURES = ("llama",)
 SUPPORTED_TYPES = ("F32", "F16", "Q4_0", "Q4_1", "Q8_0")
@@ -39,7 +39,7 @@ def _field(reader: Any, key: str, path: Path, default: Any = None) -> Any:
 
 
 @dataclass
-class GgufModel:
+class GgufModel(CheckpointTensors):
     """A GGUF checkpoint: ``config``, ``tensors`` (name -> StoredTensor), the tokenizer's metadata."""
 
     path: Path
@@ -47,15 +47,6 @@ class GgufModel:
     tensors: dict[str, StoredTensor]
     tokenizer: dict[str, Any] = field(default_factory=dict)
     _reader: Any = None
-
-    def stored_bytes(self, names: list[str] | None = None) -> int:
-        return sum(t.stored_bytes for n, t in self.tensors.items() if names is None or n in names)
-
-    def block_names(self, i: int) -> list[str]:
-        return [block_tensor(i, r) for r in BLOCK_TENSORS]
-
-    def head_name(self) -> str:
-        return "token_embd.weight" if self.config.tied else "output.weight"
 
     def load(self, names: list[str]) -> dict[str, np.ndarray]:
         """The named tensors dequantized to float32, shaped (rows, columns) as the model multiplies them."""

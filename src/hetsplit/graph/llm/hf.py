@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from hetsplit.errors import ModelError
-from hetsplit.graph.llm.config import LlmConfig, StoredTensor
+from hetsplit.graph.llm.config import CheckpointTensors, LlmConfig, StoredTensor
 
 DTYPES = {"F32": (np.float32, 4), "F16": (np.float16, 2), "BF16": (np.uint16, 2)}
 ROLES = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
@@ -53,7 +53,7 @@ def _header(path: Path) -> tuple[dict[str, Any], int]:
     return head, 8 + n
 
 
-class HfModel:
+class HfModel(CheckpointTensors):
     """The same face as ``GgufModel``: ``config``, ``tensors`` (GGUF names), ``load``, ``tokenizer_file``."""
 
     def __init__(self, path: Path, config: LlmConfig, entries: dict[str, tuple[Path, int, dict[str, Any]]]):
@@ -61,17 +61,6 @@ class HfModel:
         self.tensors = {n: StoredTensor(n, tuple(e["shape"]), e["dtype"], e["data_offsets"][1] - e["data_offsets"][0])
                         for n, (_, _, e) in entries.items()}
         self.tokenizer_file = path / "tokenizer.json"
-
-    def stored_bytes(self, names: list[str] | None = None) -> int:
-        return sum(t.stored_bytes for n, t in self.tensors.items() if names is None or n in names)
-
-    def block_names(self, i: int) -> list[str]:
-        from hetsplit.graph.llm.config import BLOCK_TENSORS, block_tensor
-
-        return [block_tensor(i, r) for r in BLOCK_TENSORS]
-
-    def head_name(self) -> str:
-        return "token_embd.weight" if self.config.tied else "output.weight"
 
     def load(self, names: list[str]) -> dict[str, np.ndarray]:
         out = {}
