@@ -38,7 +38,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from hetsplit.errors import HetsplitError, RuntimeFailure, UsageError
 from hetsplit.jsonfile import MAX_INPUT_ENV, ONNX_MAX_BYTES, max_input_bytes
@@ -49,6 +49,9 @@ from hetsplit.runtime.manifest import MANIFEST_FILE, Manifest, load_manifest
 from hetsplit.runtime.peer_config import published, remote_ranks, steps_per_input, worker_config
 from hetsplit.runtime.store_auth import StoreKey, Unauthenticated, declared, fetch, get_sealed, put, set_sealed
 from hetsplit.storeprobe import TOKEN_ENV, check_timeout
+
+if TYPE_CHECKING:
+    import torch.distributed as dist
 
 BEAT_S = 0.25            # how often a worker says it is alive (and checks the driver is)
 LOST_AFTER_S = 5.0       # a worker silent this long is taken for dead (at most the run's --timeout)
@@ -130,27 +133,28 @@ class Hosted:
         self.remote = hostmap.remote_ranks(manifest)
         self.reports: dict[int, dict] = {}
         self.commands: dict[int, WorkerCommand] = {}
-        self.base = self.store = None
+        self.base: dist.TCPStore | None = None
+        self.store: rendezvous.KeyValueStore | None = None
 
     def open(self, cfg: RunConfig) -> None:
         self.cfg = cfg
         cfg.launcher_serves = True
-        self.base = rendezvous.serve(cfg.master_port, cfg.token, cfg.startup_timeout_s)
-        cfg.master_port = self.base.port
+        self.base = base = rendezvous.serve(cfg.master_port, cfg.token, cfg.startup_timeout_s)
+        cfg.master_port = base.port
         addr = local_addr(next(iter(self.remote.values())), cfg.master_port)
         cfg.master_addr = addr
         cfg.addrs = {str(r): addr for r in range(self.manifest.world_size) if r not in self.remote}
-        self.store = rendezvous.scoped(self.base, cfg.token)
+        self.store = store = rendezvous.scoped(base, cfg.token)
         self.key = StoreKey.of(cfg.token)
-        put(self.store, self.key, "manifest", (Path(cfg.manifest)).read_bytes())
+        put(store, self.key, "manifest", (Path(cfg.manifest)).read_bytes())
         for rank in self.remote:
             for seg in self.manifest.worker(rank).segments:
                 if seg.submodel:
-                    put(self.store, self.key, f"file/{seg.submodel}",
+                    put(store, self.key, f"file/{seg.submodel}",
                         self.manifest.submodel_path(rank, seg.index).read_bytes())
         doc = published(cfg, self.manifest, sorted(self.remote))
-        put(self.store, self.key, "config", json.dumps(doc).encode())
-        set_sealed(self.store, self.key, "remote",
+        put(store, self.key, "config", json.dumps(doc).encode())
+        set_sealed(store, self.key, "remote",
                    json.dumps({self.manifest.worker(r).device: r for r in self.remote}).encode())
         self.t_open = time.time()
         self.beats = {r: (0, self.t_open) for r in self.remote}
@@ -171,19 +175,25 @@ class Hosted:
                     self._follow(rank, now)
         return len(self.reports) == len(self.remote)
 
+    def _open_store(self) -> rendezvous.KeyValueStore:
+        if self.store is None:
+            raise RuntimeFailure("driver: the run's store is not open (open() first, or it was closed)")
+        return self.store
+
     def _follow(self, rank: int, now: float) -> None:
+        store = self._open_store()
         cmd = self.commands[rank]
         who = f"driver (device {cmd.device} on {cmd.host})"
         try:
-            if self.store.check([f"report/{rank}"]):
+            if store.check([f"report/{rank}"]):
                 steps = steps_per_input(self.manifest, [rank])
                 cap = max(REPORT_BYTES, self.cfg.inputs * steps * REPORT_BYTES_PER_STEP)
-                self.reports[rank] = report_doc(fetch(self.store, self.key, f"report/{rank}", cap, who), rank,
+                self.reports[rank] = report_doc(fetch(store, self.key, f"report/{rank}", cap, who), rank,
                                                 cmd.device)
                 return
             beats = 0
-            if self.store.check([f"beat/{rank}"]):
-                beats = int(get_sealed(self.store, self.key, f"beat/{rank}", who).decode())
+            if store.check([f"beat/{rank}"]):
+                beats = int(get_sealed(store, self.key, f"beat/{rank}", who).decode())
         except (Unauthenticated, ValueError) as exc:
             self.reports[rank] = {"ok": False, "kind": "error", "rank": rank, "device": cmd.device,
                                   "t_fail": time.time(), "error": f"device {cmd.device}: {exc}",
@@ -205,8 +215,9 @@ class Hosted:
     def _last_error(self, rank: int, who: str) -> str:
         """What the last worker that tried to serve ``rank`` and failed before computing said (or nothing)."""
         try:
-            if self.store.check([f"failed/{rank}"]):
-                said = get_sealed(self.store, self.key, f"failed/{rank}", who, cap=8192).decode(errors="replace")
+            store = self._open_store()
+            if store.check([f"failed/{rank}"]):
+                said = get_sealed(store, self.key, f"failed/{rank}", who, cap=8192).decode(errors="replace")
                 return f" (a worker tried and failed: {said})"
         except (RuntimeError, OSError, HetsplitError):
             pass
@@ -250,7 +261,7 @@ class DriverWatch:
     """The worker side (the launcher's ``Peers`` on a worker host): beats for its ranks, ends them when
     the driver aborts or goes away, and sends their reports back (every value sealed with ``key``)."""
 
-    def __init__(self, store, key: StoreKey, where: str, ranks: dict[int, str], run_dir: Path, kept: bool):
+    def __init__(self, store: rendezvous.KeyValueStore, key: StoreKey, where: str, ranks: dict[int, str], run_dir: Path, kept: bool):
         self.store, self.key, self.where, self.ranks = store, key, where, ranks
         self.run_dir, self.kept = run_dir, kept
         self.t_beat = 0.0
@@ -342,7 +353,7 @@ def join_run(opts: JoinOptions, dog: rendezvous.Watchdog | None = None) -> dict[
     where = f"{opts.host}:{opts.port}"
     who = f"worker of {', '.join(opts.devices)}"
     base = rendezvous.join(opts.host, opts.port, opts.token, opts.timeout_s, who, dog)
-    store = rendezvous.scoped(base, opts.token)
+    store: rendezvous.KeyValueStore = rendezvous.scoped(base, opts.token)
     if dog is not None:
         store = dog.watched(store)
     key = StoreKey.of(opts.token)

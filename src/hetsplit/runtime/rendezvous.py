@@ -18,7 +18,7 @@ import secrets
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Protocol, overload
 
 import torch.distributed as dist
 
@@ -93,6 +93,24 @@ def join(host: str, port: int, token: str, timeout_s: float, who: str, dog: "Wat
     return store
 
 
+class KeyValueStore(Protocol):
+    """The store calls hetsplit makes: torch's ``dist.Store`` and a ``WatchedStore`` both answer them."""
+
+    def set(self, key: str, value: Any) -> None: ...   # torch's stub says str; its binding takes bytes too
+
+    def get(self, key: str) -> bytes: ...
+
+    def check(self, keys: list[str]) -> bool: ...
+
+    @overload
+    def wait(self, keys: list[str]) -> None: ...
+
+    @overload
+    def wait(self, keys: list[str], timeout: datetime.timedelta) -> None: ...
+
+    def add(self, key: str, value: int) -> int: ...
+
+
 def scoped(store: dist.Store, token: str) -> dist.PrefixStore:
     """The run's own part of the store (every key under ``run/<token>/``)."""
     return dist.PrefixStore(f"run/{token}/", store)
@@ -130,7 +148,7 @@ class Watchdog:
                 self.on_stall()
                 return
 
-    def watched(self, store) -> "WatchedStore":
+    def watched(self, store: KeyValueStore) -> "WatchedStore":
         return WatchedStore(store, self)
 
 
@@ -138,10 +156,10 @@ class WatchedStore:
     """A store whose every call is timed by a ``Watchdog`` (the calls hetsplit makes: set, get, check,
     wait, add)."""
 
-    def __init__(self, store, dog: Watchdog):
+    def __init__(self, store: KeyValueStore, dog: Watchdog):
         self._store, self._dog = store, dog
 
-    def _call(self, name: str, *args):
+    def _call(self, name: str, *args: object) -> Any:
         dog = self._dog
         dog.kick()
         dog.busy += 1
@@ -151,17 +169,23 @@ class WatchedStore:
             dog.busy -= 1
             dog.kick()
 
-    def set(self, *a):
-        return self._call("set", *a)
+    def set(self, key: str, value: Any) -> None:
+        self._call("set", key, value)
 
-    def get(self, *a):
-        return self._call("get", *a)
+    def get(self, key: str) -> bytes:
+        return bytes(self._call("get", key))
 
-    def check(self, *a):
-        return self._call("check", *a)
+    def check(self, keys: list[str]) -> bool:
+        return bool(self._call("check", keys))
 
-    def wait(self, *a):
-        return self._call("wait", *a)
+    @overload
+    def wait(self, keys: list[str]) -> None: ...
 
-    def add(self, *a):
-        return self._call("add", *a)
+    @overload
+    def wait(self, keys: list[str], timeout: datetime.timedelta) -> None: ...
+
+    def wait(self, keys: list[str], timeout: datetime.timedelta | None = None) -> None:
+        self._call("wait", keys) if timeout is None else self._call("wait", keys, timeout)
+
+    def add(self, key: str, value: int) -> int:
+        return int(self._call("add", key, value))

@@ -21,9 +21,12 @@ import hashlib
 import hmac
 import json
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from hetsplit.errors import RuntimeFailure
+
+if TYPE_CHECKING:      # the store's protocol; imported for types only (this module loads no torch)
+    from hetsplit.runtime.rendezvous import KeyValueStore
 
 CHUNK = 4 << 20           # the store takes values up to 8 MiB: larger ones go in chunks
 MAC_BYTES = 32
@@ -60,7 +63,7 @@ class StoreKey:
         return value[MAC_BYTES:]
 
 
-def put(store, key: StoreKey, name: str, data: bytes) -> None:
+def put(store: KeyValueStore, key: StoreKey, name: str, data: bytes) -> None:
     """Store ``data`` under ``name``: its chunks, then the sealed header (so a reader never sees part of it)."""
     chunks = [data[i:i + CHUNK] for i in range(0, len(data), CHUNK)] or [b""]
     for i, c in enumerate(chunks):
@@ -69,12 +72,12 @@ def put(store, key: StoreKey, name: str, data: bytes) -> None:
     store.set(name, key.seal(name, json.dumps(header).encode()))
 
 
-def declared(store, key: StoreKey, name: str, cap: int, who: str) -> int:
+def declared(store: KeyValueStore, key: StoreKey, name: str, cap: int, who: str) -> int:
     """The size ``name``'s authenticated header declares (refused above ``cap``), before any of its bytes."""
     return _header(store, key, name, cap, who)[0]
 
 
-def _header(store, key: StoreKey, name: str, cap: int, who: str) -> tuple[int, int, bytes]:
+def _header(store: KeyValueStore, key: StoreKey, name: str, cap: int, who: str) -> tuple[int, int, bytes]:
     raw = store.get(name)
     if len(raw) > HEADER_MAX:
         raise Unauthenticated(f"{who}: the store value {name!r} is {len(raw)} bytes, not a header; refused")
@@ -90,11 +93,11 @@ def _header(store, key: StoreKey, name: str, cap: int, who: str) -> tuple[int, i
     return nbytes, count, digest
 
 
-def fetch(store, key: StoreKey, name: str, cap: int, who: str, sink: BinaryIO | None = None) -> bytes:
+def fetch(store: KeyValueStore, key: StoreKey, name: str, cap: int, who: str, sink: BinaryIO | None = None) -> bytes:
     """A value written by ``put``, at most ``cap`` bytes (declared first, checked before any chunk is read);
     written to ``sink`` chunk by chunk when given (then b"" is returned), else returned."""
     nbytes, count, digest = _header(store, key, name, cap, who)
-    out = bytearray() if sink is None else None
+    out = bytearray()
     h, left = hashlib.sha256(), nbytes
     for i in range(count):
         c = store.get(f"{name}#{i}")
@@ -108,14 +111,14 @@ def fetch(store, key: StoreKey, name: str, cap: int, who: str, sink: BinaryIO | 
             out += c
     if left != 0 or not hmac.compare_digest(h.digest(), digest):
         raise Unauthenticated(f"{who}: the bytes of {name!r} do not match their authenticated digest; refused")
-    return b"" if out is None else bytes(out)
+    return bytes(out)
 
 
-def set_sealed(store, key: StoreKey, name: str, payload: bytes) -> None:
+def set_sealed(store: KeyValueStore, key: StoreKey, name: str, payload: bytes) -> None:
     store.set(name, key.seal(name, payload))
 
 
-def get_sealed(store, key: StoreKey, name: str, who: str, cap: int = HEADER_MAX) -> bytes:
+def get_sealed(store: KeyValueStore, key: StoreKey, name: str, who: str, cap: int = HEADER_MAX) -> bytes:
     """A small sealed value (at most ``cap`` bytes)."""
     raw = store.get(name)
     if len(raw) > cap + MAC_BYTES:

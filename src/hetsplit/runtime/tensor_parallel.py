@@ -39,6 +39,7 @@ from torch import nn
 from hetsplit.cluster.types import Cluster
 from hetsplit.errors import ModelError, PlanError, RuntimeFailure
 from hetsplit.graph.transformer import TransformerBlock, find_blocks
+from hetsplit.graph.zoo.transformer import LlamaBlock, TinyLlama
 from hetsplit.graph.types import Graph
 from hetsplit.plan.check import check_plan, collectives
 from hetsplit.plan.types import Collective, Plan
@@ -50,6 +51,21 @@ WORKER_MODULE = "hetsplit.runtime.tensor_parallel_worker"
 JOB_FILE = "job.json"
 LOGITS_FILE = "logits.pt"
 Range = tuple[int, int]
+
+
+def llama_of(module: nn.Module) -> TinyLlama:
+    """``module`` as the decoder this runtime slices (the zoo's TinyLlama of LlamaBlocks); ModelError if not."""
+    if not isinstance(module, TinyLlama) or not all(isinstance(b, LlamaBlock) for b in module.layers):
+        raise ModelError(f"the tensor-parallel runtime decodes the zoo's TinyLlama (blocks of wq/wk/wv/wo, w1/w3/w2), "
+                         f"not a {type(module).__name__}")
+    return module
+
+
+def block_of(module: TinyLlama, index: int) -> LlamaBlock:
+    """Block ``index`` of the decoder (``llama_of`` checked every block's type)."""
+    block = module.layers[index]
+    assert isinstance(block, LlamaBlock)
+    return block
 
 
 # ---- the tree of one all-reduce ------------------------------------------------------------------
@@ -188,14 +204,14 @@ def module_path(layer: str) -> str:
     return ".".join(layer.split("/")[:-1])
 
 
-def _role(module: nn.Module, layer: str, expected: tuple[str, ...]) -> tuple[int, str]:
+def _role(module: TinyLlama, layer: str, expected: tuple[str, ...]) -> tuple[int, str]:
     """(block index, attribute) of the Linear an ONNX layer maps to, checked against the block's roles."""
     path = module_path(layer)
     parts = path.split(".")
     try:
         target = module.get_submodule(path)
         index = int(parts[-2])
-        block = module.layers[index]
+        block = block_of(module, index)
     except (AttributeError, ValueError, IndexError):
         raise ModelError(f"layer {layer!r}: no torch module {path!r} in a block 'layers.<i>' of the model") from None
     if parts[-1] not in expected or getattr(block, parts[-1], None) is not target or \
@@ -259,7 +275,7 @@ class _PlanTrees:
         return Collective(name, tuple(d for d in self.order if d in devices), comb.on, comb.tree)
 
 
-def block_layout(graph: Graph, plan: Plan, module: nn.Module, block: TransformerBlock, devices: list[str],
+def block_layout(graph: Graph, plan: Plan, module: TinyLlama, block: TransformerBlock, devices: list[str],
                  trees: _PlanTrees) -> BlockLayout:
     """One block of the plan as ranges per rank, its modules checked against the torch block."""
     a = block.attention
@@ -283,7 +299,7 @@ def head_layer(graph: Graph) -> int:
     return i
 
 
-def head_layout(graph: Graph, plan: Plan, module: nn.Module, devices: list[str], trees: _PlanTrees) -> HeadLayout:
+def head_layout(graph: Graph, plan: Plan, module: TinyLlama, devices: list[str], trees: _PlanTrees) -> HeadLayout:
     """The LM head (the model's output layer, ``output/...``): whole on the root or by columns."""
     i = head_layer(graph)
     name, comb = graph.names[i], plan.combine.get(graph.names[i])
@@ -292,7 +308,7 @@ def head_layout(graph: Graph, plan: Plan, module: nn.Module, devices: list[str],
     return HeadLayout(_ranges(plan, name, devices, "out", 1, module.output.out_features), trees.down(i))
 
 
-def make_job(graph: Graph, plan: Plan, module: nn.Module, order: list[str], prompt: list[int],
+def make_job(graph: Graph, plan: Plan, module: TinyLlama, order: list[str], prompt: list[int],
              new_tokens: int) -> TensorParallelJob:
     """The job of ``plan`` (checked on ``graph`` and a cluster whose devices are ``order``) for ``module``."""
     blocks = find_blocks(graph)
@@ -315,33 +331,35 @@ def make_job(graph: Graph, plan: Plan, module: nn.Module, order: list[str], prom
     seq = int(module.mask.shape[0])
     if len(prompt) + new_tokens > seq:
         raise ModelError(f"{len(prompt)} prompt + {new_tokens} new tokens exceed the model's {seq} positions")
-    first = module.layers[0]
+    first = block_of(module, 0)
     return TensorParallelJob(graph.name, devices, module.tok_embeddings.embedding_dim, first.heads, seq,
                              float(module.norm.eps), layout, head, list(prompt), new_tokens)
 
 
 # ---- each rank's weights -------------------------------------------------------------------------
 
-def rank_weights(module: nn.Module, job: TensorParallelJob, rank: int) -> dict[str, torch.Tensor]:
+def rank_weights(module: TinyLlama, job: TensorParallelJob, rank: int) -> dict[str, torch.Tensor]:
     """The tensors rank ``rank`` holds, cloned (nothing shared with another rank): its heads' Q/K/V
     rows and wo columns, its F slice's w1/w3 rows and w2 columns, its vocabulary rows of the LM head;
     the root also the embedding and the norms; every rank with heads the RoPE tables (buffers)."""
     hd, out = job.head_dim, {}
     for b in job.blocks:
-        blk, p = module.layers[b.index], f"layers.{b.index}."
-        if b.heads[rank] is not None:
-            lo, hi = (x * hd for x in b.heads[rank])
+        blk, p = block_of(module, b.index), f"layers.{b.index}."
+        heads, ffn = b.heads[rank], b.ffn[rank]
+        if heads is not None:
+            lo, hi = (x * hd for x in heads)
             for name in ("wq", "wk", "wv"):
                 out[p + name] = getattr(blk, name).weight[lo:hi]
             out[p + "wo"] = blk.wo.weight[:, lo:hi]
-        if b.ffn[rank] is not None:
-            lo, hi = b.ffn[rank]
+        if ffn is not None:
+            lo, hi = ffn
             out[p + "w1"], out[p + "w3"] = blk.w1.weight[lo:hi], blk.w3.weight[lo:hi]
             out[p + "w2"] = blk.w2.weight[:, lo:hi]
         if rank == 0:
             out[p + "attention_norm"], out[p + "ffn_norm"] = blk.attention_norm.weight, blk.ffn_norm.weight
-    if job.head.vocab[rank] is not None:
-        lo, hi = job.head.vocab[rank]
+    vocab = job.head.vocab[rank]
+    if vocab is not None:
+        lo, hi = vocab
         out["output"] = module.output.weight[lo:hi]
     if rank == 0:
         out["tok_embeddings"], out["norm"] = module.tok_embeddings.weight, module.norm.weight
@@ -350,7 +368,7 @@ def rank_weights(module: nn.Module, job: TensorParallelJob, rank: int) -> dict[s
     return {k: v.detach().clone().contiguous() for k, v in out.items()}
 
 
-def block_parameters(module: nn.Module) -> int:
+def block_parameters(module: TinyLlama) -> int:
     """Parameters of the model's blocks (projections and norms)."""
     return sum(p.numel() for p in module.layers.parameters())
 
@@ -413,7 +431,7 @@ class TensorParallelReport:
         return {**d, "ranks": [r.to_dict() for r in self.ranks]}
 
 
-def reference_logits(module: nn.Module, tokens: list[int]) -> torch.Tensor:
+def reference_logits(module: TinyLlama, tokens: list[int]) -> torch.Tensor:
     """The unsplit model's logits at every position of ``tokens`` (one causal pass, padded to its
     length with token 0: later positions do not change earlier ones)."""
     seq = int(module.mask.shape[0])
@@ -450,16 +468,17 @@ def run_tensor_parallel_model(module: nn.Module, graph: Graph, plan: Plan,
     """Run ``plan`` (a tensor-parallel plan of ``graph``, the ONNX import of ``module``) on one process
     per device of this machine; raises RuntimeFailure when a process fails or the logits differ."""
     opts = options or TensorParallelOptions()
+    llama = llama_of(module)
     cluster = plan_cluster(plan, opts.cluster)
     check_plan(graph, cluster, plan)
     gen = torch.Generator().manual_seed(opts.seed)
-    prompt = torch.randint(0, module.tok_embeddings.num_embeddings, (opts.prompt_tokens,), generator=gen).tolist()
-    job = make_job(graph, plan, module, cluster.names, prompt, opts.new_tokens)
+    prompt = torch.randint(0, llama.tok_embeddings.num_embeddings, (opts.prompt_tokens,), generator=gen).tolist()
+    job = make_job(graph, plan, llama, cluster.names, prompt, opts.new_tokens)
     with contextlib.ExitStack() as stack:
         run_dir = Path(opts.run_dir or stack.enter_context(tempfile.TemporaryDirectory(prefix="hetsplit-tp-")))
         run_dir.mkdir(parents=True, exist_ok=True)
         for rank in range(job.world_size):
-            torch.save(rank_weights(module, job, rank), run_dir / f"rank{rank}.pt")
+            torch.save(rank_weights(llama, job, rank), run_dir / f"rank{rank}.pt")
         cfg = RunConfig(str(job.save(run_dir / JOB_FILE)), inputs=len(job.steps()), timeout_s=opts.timeout_s,
                         startup_timeout_s=opts.startup_timeout_s, seed=opts.seed, atol=opts.atol,
                         faults=dict(opts.faults))
@@ -469,7 +488,7 @@ def run_tensor_parallel_model(module: nn.Module, graph: Graph, plan: Plan,
         logits = torch.load(run_dir / LOGITS_FILE)
     root = docs[0]
     tokens = prompt + root["generated"][:opts.new_tokens]
-    ref = reference_logits(module, tokens)
+    ref = reference_logits(llama, tokens)
     if logits.shape != ref.shape:
         raise RuntimeFailure(f"the root returned logits of shape {tuple(logits.shape)}, the unsplit model gives "
                              f"{tuple(ref.shape)}")
@@ -480,4 +499,4 @@ def run_tensor_parallel_model(module: nn.Module, graph: Graph, plan: Plan,
     steps = [s["wall_s"] for s in root["steps"]]
     return TensorParallelReport(graph.name, job.devices, _tree(plan), prompt, root["generated"], err,
                                 _median_after(steps[1:], opts.warmup), steps[0], steps,
-                                [_rank_report(docs[r], opts.warmup) for r in sorted(docs)], block_parameters(module))
+                                [_rank_report(docs[r], opts.warmup) for r in sorted(docs)], block_parameters(llama))

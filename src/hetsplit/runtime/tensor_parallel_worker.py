@@ -18,12 +18,13 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TypeVar
 
 import numpy as np
 import torch
 from torch.nn import functional as F
 
+from hetsplit.errors import RuntimeFailure
 from hetsplit.graph.zoo.transformer import LlamaBlock, RMSNorm, scaled_attention, split_heads
 from hetsplit.plan.types import Collective
 from hetsplit.runtime.config import RunConfig
@@ -126,6 +127,7 @@ class TreeLinks:
         t0 = time.perf_counter()
         if posted:
             (x,) = self._take(posted)
+        x = given(x, "the broadcast's tensor")
         self._send(tree_children(c, self.me), x, tag)
         self.comm_s += time.perf_counter() - t0
         return x
@@ -146,13 +148,25 @@ class TreeLinks:
         """Column slices straight to the root (``devices[0]``; ``posted``: its receives from the others,
         in device order), concatenated there; None elsewhere."""
         t0 = time.perf_counter()
+        part = given(x, "this rank's slice of the logits")
+        out: torch.Tensor | None = None
         if self.me != devices[0]:
-            self._send([devices[0]], x, GATHER_TAG)
-            x = None
+            self._send([devices[0]], part, GATHER_TAG)
         else:
-            x = torch.cat([x, *self._take(posted)], -1)
+            out = torch.cat([part, *self._take(posted)], -1)
         self.comm_s += time.perf_counter() - t0
-        return x
+        return out
+
+
+T = TypeVar("T")
+
+
+def given(x: T | None, what: str) -> T:
+    """``x``, which the plan's trees deliver at this point of a step; RuntimeFailure naming ``what`` if not."""
+    if x is None:
+        raise RuntimeFailure(f"tensor-parallel decode: {what} did not reach this rank (the plan's trees do not "
+                             "deliver it here)")
+    return x
 
 
 class Decoder:
@@ -167,18 +181,19 @@ class Decoder:
     def step(self, tokens: torch.Tensor | None, n: int, pos: int) -> torch.Tensor | None:
         """Feed ``n`` tokens at ``pos`` (the root gets them and returns their logits; others None)."""
         r = self.root
-        x = F.embedding(tokens, r.embedding) if r is not None else None
+        x = F.embedding(given(tokens, "the root's tokens"), r.embedding) if r is not None else None
         for i, (b, s) in enumerate(zip(self.job.blocks, self.shards)):
             tag = TAG_BASE + 4 * i
-            x = self.phase(b.attention, x, r and r.attention_norm[i], lambda h: s.attention(h, pos), n, tag)
-            x = self.phase(b.feed_forward, x, r and r.ffn_norm[i], s.feed_forward, n, tag + 2)
+            x = self.phase(b.attention, x, r.attention_norm[i] if r is not None else None,
+                           lambda h: s.attention(h, pos), n, tag)
+            x = self.phase(b.feed_forward, x, r.ffn_norm[i] if r is not None else None, s.feed_forward, n, tag + 2)
         return self.head(r.norm(x) if r is not None else None, n)
 
     def phase(self, ph: Phase, x: torch.Tensor | None, norm: RMSNorm | None,
               work: Callable[[torch.Tensor], torch.Tensor], n: int, tag: int) -> torch.Tensor | None:
         """The root's normed ``x`` down, this rank's partial sum up; the root's new ``x``."""
         if ph.up is None:                  # not split: all on the root
-            return None if x is None else x + work(norm(x))
+            return None if x is None else x + work(given(norm, "the root's norm")(x))
         if self.me not in ph.up.devices:
             return x
         shape = (1, n, self.job.dim)
@@ -187,8 +202,8 @@ class Decoder:
         h = norm(x) if norm is not None else None
         if ph.down is not None:
             h = self.links.broadcast(ph.down, h, down, tag)
-        total = self.links.reduce(ph.up, work(h), up, tag + 1)
-        return None if x is None else x + total
+        total = self.links.reduce(ph.up, work(given(h, "the block's normed input")), up, tag + 1)
+        return None if x is None else x + given(total, "the root's all-reduced sum")
 
     def head(self, h: torch.Tensor | None, n: int) -> torch.Tensor | None:
         """The LM head over the vocabulary slices: the logits on the root."""
@@ -202,7 +217,7 @@ class Decoder:
             h = self.links.broadcast(head.down, h, down, HEAD_TAG)
         if self.output is None:
             return None
-        part = F.linear(h, self.output)
+        part = F.linear(given(h, "the LM head's input"), self.output)
         return part if len(owners) == 1 else self.links.gather(devices, part, gathered)
 
 

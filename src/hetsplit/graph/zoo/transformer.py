@@ -68,6 +68,10 @@ class LlamaBlock(nn.Module):
 class TinyLlama(nn.Module):
     """llama2.c-style decoder; the output projection shares the embedding matrix (tied)."""
 
+    cos: torch.Tensor       # buffers (register_buffer), declared for the type checker
+    sin: torch.Tensor
+    mask: torch.Tensor
+
     def __init__(self, vocab: int, dim: int, hidden: int, heads: int, layers: int, seq: int) -> None:
         super().__init__()
         self.tok_embeddings = nn.Embedding(vocab, dim)
