@@ -16,6 +16,7 @@ from hetsplit.runtime import RunOptions, load_manifest, resolve_model, run_manif
 from hetsplit.runtime.cpu_throttle import (Controller, CpuThrottle, clean_stale_groups, find_controller,
                                            quota_for, throttle_available)
 from hetsplit.runtime.device_emulation import DeviceEmulation
+from hetsplit.runtime.report import CpuGroup
 from hetsplit.runtime.launch import processes_of
 from hetsplit.runtime.netns_cleanup import namespace_name
 from hetsplit.runtime.owned import owned_name, owner_of
@@ -137,8 +138,10 @@ def test_a_workers_time_per_input_scales_with_its_quota(vgg8_split, tmp_path):
                                                          run_dir=run_dir))
             assert report.verify.ok
             dev = report.device_emulation
-            assert dev["dilation"] == 2.0 and dev["cgroup"] in ("v1", "v2") and dev["period_us"] == 10000
-            assert dev["groups"] == {"1": {"share": share, "quota_us": round(share * 10000), "period_us": 10000}}
+            assert dev.dilation == 2.0 and dev.cgroup in ("v1", "v2") and dev.period_us == 10000
+            assert dev.groups == {"1": CpuGroup(share, round(share * 10000), 10000)}
+            assert dev.to_dict()["groups"] == {"1": {"share": share, "quota_us": round(share * 10000),
+                                                     "period_us": 10000}}    # the JSON keeps its shape
             emulated = report.emulated
             assert emulated.throughput == pytest.approx(report.throughput * 2)
             assert emulated.compute_s["local-cpu0"] == pytest.approx(report.devices[0].compute_s / 2)
@@ -183,8 +186,8 @@ def test_throttle_and_link_emulation_compose(tmp_path):
     report = run_manifest(manifest, RunOptions(
         inputs=4, timeout_s=20, run_dir=tmp_path / "run", devices=DeviceEmulation({"local-cpu1": 1.0}, 2.0),
         links=LinkMatrix.uniform(manifest.world_size, 1e8, 1e-4)))
-    assert report.verify.ok and set(report.device_emulation["groups"]) == {"2"}
-    assert report.emulation["namespaces"] == manifest.world_size
-    shaped = {(s["from_rank"], s["to_rank"]): s["bandwidth"] for s in report.emulation["shaped"]}
+    assert report.verify.ok and set(report.device_emulation.groups) == {"2"}
+    assert report.emulation.namespaces == manifest.world_size
+    shaped = {(s.from_rank, s.to_rank): s.bandwidth for s in report.emulation.shaped}
     assert shaped[(1, 2)] == pytest.approx(5e7)        # links dilated with compute: bandwidth / D
     assert not ours()

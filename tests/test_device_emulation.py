@@ -34,7 +34,7 @@ def test_shares_reproduce_each_devices_time_at_one_dilation():
     assert "d2" not in emu.shares                                    # no layers, no throttle
     for dev, t_dev in (("d0", 1e-3), ("d1", 8e-3)):                 # host time / share = device time x D
         assert 2e-3 / emu.shares[dev] == pytest.approx(t_dev * emu.dilation)
-    assert emu.describe()["shares"] == emu.shares and "toy-cluster host" in emu.host
+    assert "toy-cluster host" in emu.host
 
 
 def test_devices_slower_than_the_host_need_no_dilation():

@@ -100,12 +100,12 @@ def test_a_tensor_parallel_plan_runs_over_emulated_links_and_devices(tmp_path):
     assert report.verify.ok and report.plan_kind == "mapping"
     assert "gather" in {h.collective for h in report.hops}   # the sums of the sharded layers
     emu = report.emulation
-    assert emu["namespaces"] == manifest.world_size == 4
-    shaped = {(s["from_rank"], s["to_rank"]): s["bandwidth"] for s in emu["shaped"]}
+    assert emu.namespaces == manifest.world_size == 4
+    shaped = {(s.from_rank, s.to_rank): s.bandwidth for s in emu.shaped}
     workers = [w.rank for w in manifest.stages]
     assert set(shaped) == {(i, j) for i in workers for j in workers if i != j}
     assert all(bw == pytest.approx(50e6 / devices.dilation) for bw in shaped.values())
-    groups = report.device_emulation["groups"]
+    groups = report.device_emulation.groups
     assert set(groups) == {str(r) for r in workers}
     per_input = 1.0 / report.throughput
     for d in report.devices:

@@ -14,7 +14,8 @@ import pytest
 from hetsplit.errors import HetsplitError, RuntimeFailure, UsageError
 from hetsplit.plan.types import Metrics
 from hetsplit.runtime import RunOptions
-from hetsplit.runtime.report import FORMAT, DeviceRun, EmulatedRun, HopRun, LinkRun, RunReport, Verification
+from hetsplit.runtime.report import (FORMAT, CpuGroup, DeviceRun, DeviceShaping, EmulatedRun, HopRun, LinkRun,
+                                     LinkShaping, RunReport, ShapedLink, Verification)
 from hetsplit.workflow.comparison import Comparison, Row, Simulated
 from hetsplit.workflow.run import CompareOptions, RunRequest, plan_rows, read_run_doc, run_comparison
 
@@ -29,7 +30,10 @@ def report() -> RunReport:
     return RunReport("m", devices, hops, 2, 400.0, 3e-3, 4e-3, [3e-3, 4e-3], Verification(4, 1e-6, 1e-5, "y"), 450.0,
                      plan_kind="mapping", stage_bound_by="stage a", links=[LinkRun("a", "b", 4096, 1, 3e-4)],
                      stream_throughput=380.0, driver_cpu_per_input_s=5e-4,
-                     emulated=EmulatedRun(2.0, 800.0, 1.5e-3, 2e-3, {"a": 1e-3, "b": 5e-4}))
+                     emulated=EmulatedRun(2.0, 800.0, 1.5e-3, 2e-3, {"a": 1e-3, "b": 5e-4}),
+                     emulation=LinkShaping(3, "tc netem", [ShapedLink(1, 2, 5e7)]),
+                     device_emulation=DeviceShaping(2.0, {"a": 0.5, "b": 1.0}, "test", "v2", 10000,
+                                                    {"1": CpuGroup(0.5, 5000, 10000)}))
 
 
 def metrics() -> Metrics:
@@ -42,9 +46,12 @@ def test_a_run_report_reads_back_from_its_json():
     doc = json.loads(json.dumps(r.to_dict()))
     assert doc["format"] == FORMAT == "hetsplit.run.report/1"
     assert doc["hops"][1]["from"] == "a" and doc["links"][0]["to"] == "b" and doc["devices"][1]["kind"] == "gpu"
+    assert doc["emulation"]["shaped"] == [{"from_rank": 1, "to_rank": 2, "bandwidth": 5e7}]
+    assert doc["device_emulation"]["groups"] == {"1": {"share": 0.5, "quota_us": 5000, "period_us": 10000}}
     assert RunReport.from_dict(doc) == r
-    bare = dataclasses.replace(r, verify=None, emulated=None, links=[])
+    bare = dataclasses.replace(r, verify=None, emulated=None, links=[], emulation=None, device_emulation=None)
     assert bare.to_dict()["verify"] == {} and RunReport.from_dict(bare.to_dict()) == bare
+    assert "emulation" not in bare.to_dict() and "device_emulation" not in bare.to_dict()
 
 
 def test_an_older_run_report_without_a_format_still_reads():

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hetsplit.errors import RuntimeFailure
+from hetsplit.runtime.report import CpuGroup
 from hetsplit.runtime.owned import PREFIX, Cleanup, kill_all, owned_name, owner_alive, owner_of, stale_names
 
 PERIOD_US = 10_000
@@ -260,10 +261,9 @@ class CpuThrottle:
         for name, why in failed.items():
             log.warning("could not remove CPU cgroup %s: %s (hetsplit doctor removes it later)", name, why)
 
-    def describe(self) -> dict:
-        return {"cgroup": self.controller.version, "period_us": self.period_us,
-                "groups": {str(r): {"share": self.shares[r], "quota_us": q, "period_us": p}
-                           for r, (q, p) in self.bandwidth.items()}}
+    def groups(self) -> dict[str, CpuGroup]:
+        """Per worker rank, the share its cgroup gives it and the quota per period written."""
+        return {str(r): CpuGroup(self.shares[r], q, p) for r, (q, p) in self.bandwidth.items()}
 
 
 def join_group(procs_file: str | None) -> None:

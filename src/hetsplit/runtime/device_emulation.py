@@ -21,6 +21,8 @@ import numpy as np
 
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import UsageError
+from hetsplit.runtime.cpu_throttle import CpuThrottle
+from hetsplit.runtime.report import DeviceShaping
 from hetsplit.plan.types import Plan
 
 DRIVER_CORES = 0.5   # left to the driver (it feeds inputs and collects outputs)
@@ -42,8 +44,10 @@ class DeviceEmulation:
             if not 0.0 < s <= 1.0:
                 raise UsageError(f"device emulation: {dev}'s CPU share {s} must be in (0, 1] (of one core)")
 
-    def describe(self) -> dict:
-        return {"dilation": self.dilation, "shares": dict(self.shares), "host": self.host}
+    def describe(self, throttle: CpuThrottle) -> DeviceShaping:
+        """How this emulation shaped a run's devices, with ``throttle``'s cgroups."""
+        return DeviceShaping(self.dilation, dict(self.shares), self.host, throttle.controller.version,
+                             throttle.period_us, throttle.groups())
 
 
 def device_times(plan: Plan, problem: SplitProblem, host_problem: SplitProblem) -> dict[str, tuple[float, float]]:

@@ -29,6 +29,7 @@ import numpy as np
 from hetsplit.errors import RuntimeFailure
 from hetsplit.runtime.manifest import Manifest
 from hetsplit.runtime.netns_cleanup import namespace_name, remove_stale_namespaces
+from hetsplit.runtime.report import LinkShaping, ShapedLink
 
 SUBNET = "10.213.0"
 WIRE_OVERHEAD = 1514 / 1448  # Ethernet + IP + TCP (timestamps) headers per full frame
@@ -169,9 +170,9 @@ class Emulation:
                     out.setdefault(str(i), {})[str(j)] = float(self.links.latency_s[i, j])
         return out
 
-    def describe(self) -> dict:
-        return {"namespaces": len(self.namespaces), "delay": "tc netem" if self.netem else "in-process (no netem)",
-                "shaped": [{"from_rank": a, "to_rank": b, "bandwidth": bw} for a, b, bw in self.shaped]}
+    def describe(self) -> LinkShaping:
+        return LinkShaping(len(self.namespaces), "tc netem" if self.netem else "in-process (no netem)",
+                           [ShapedLink(a, b, bw) for a, b, bw in self.shaped])
 
     def __exit__(self, *exc) -> None:
         for ns in self.namespaces:  # deleting a namespace removes its veths and qdiscs

@@ -1,5 +1,6 @@
 """What one run measured, as types: ``RunReport`` (end to end), ``DeviceRun`` (per device), ``HopRun`` (per
-message), ``LinkRun`` (per link), ``Verification`` and ``EmulatedRun``. SI units throughout.
+message), ``LinkRun`` (per link), ``Verification`` and ``EmulatedRun``; how it was shaped: ``LinkShaping`` and
+``DeviceShaping`` (set-up, not measurements). SI units throughout.
 
 ``RunReport.to_dict`` is the ``hetsplit.run.report/1`` JSON (``hetsplit run --out`` without ``--compare``;
 docs/architecture.md, Formats) and ``RunReport.from_dict`` reads it back, also from files written before the
@@ -164,6 +165,72 @@ class EmulatedRun:
 
 
 @dataclass(frozen=True)
+class ShapedLink:
+    """One rank-to-rank link whose bandwidth was shaped (bytes per second)."""
+
+    from_rank: int
+    to_rank: int
+    bandwidth: float
+
+    @classmethod
+    def from_dict(cls, doc: Any, where: str = "a shaped link") -> "ShapedLink":
+        return _read(cls, doc, where)
+
+
+@dataclass(frozen=True)
+class LinkShaping:
+    """How a run's links were emulated (``runtime.netem``): network namespaces made, how delays were applied
+    (``tc netem`` or in-process), and the links whose bandwidth was shaped."""
+
+    namespaces: int
+    delay: str
+    shaped: list[ShapedLink] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, doc: Any, where: str = "emulation") -> "LinkShaping":
+        plain = _read(cls, doc, where)
+        return dataclasses.replace(plain, shaped=_items(ShapedLink, doc, "shaped", where))
+
+
+@dataclass(frozen=True)
+class CpuGroup:
+    """One worker rank's cgroup: its share of one core, as the quota per period written."""
+
+    share: float
+    quota_us: int
+    period_us: int
+
+
+@dataclass(frozen=True)
+class DeviceShaping:
+    """How a run's devices were emulated (``runtime.device_emulation``, ``runtime.cpu_throttle``): the time
+    dilation, each device's CPU share, where the host's costs came from, and the cgroups (by rank) that
+    applied the shares."""
+
+    dilation: float
+    shares: dict[str, float]
+    host: str = ""
+    cgroup: str = ""                                   # the cpu controller's version: v1 or v2
+    period_us: int = 0
+    groups: dict[str, CpuGroup] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, doc: Any, where: str = "device_emulation") -> "DeviceShaping":
+        plain = _read(cls, doc, where)
+        groups = doc.get("groups") or {}
+        if not isinstance(groups, dict):
+            raise RuntimeFailure(f"{where}: 'groups' must be an object of rank -> cgroup")
+        return dataclasses.replace(plain, groups={str(r): _read(CpuGroup, g, f"{where}, groups[{r}]")
+                                                  for r, g in groups.items()})
+
+
+@dataclass(frozen=True)
 class RunReport:
     """What one run measured (SI units), plus the verification result.
 
@@ -191,8 +258,8 @@ class RunReport:
     driver_cpu_per_input_s: float | None = None
     run_dir: str | None = None           # where the logs and records were kept (None: a temporary folder)
     removed_leftovers: list[str] = field(default_factory=list)
-    emulation: dict[str, Any] | None = None
-    device_emulation: dict[str, Any] | None = None
+    emulation: LinkShaping | None = None
+    device_emulation: DeviceShaping | None = None
     emulated: EmulatedRun | None = None
 
     def device(self, name: str) -> DeviceRun | None:
@@ -240,8 +307,9 @@ class RunReport:
             "devices": [d.to_dict() for d in self.devices], "hops": [h.to_dict() for h in self.hops],
             "links": [x.to_dict() for x in self.links], "run_dir": self.run_dir}
         optional = {"stream_throughput": self.stream_throughput, "driver_cpu_per_input_s": self.driver_cpu_per_input_s,
-                    "removed_leftovers": self.removed_leftovers or None, "emulation": self.emulation,
-                    "device_emulation": self.device_emulation,
+                    "removed_leftovers": self.removed_leftovers or None,
+                    "emulation": self.emulation.to_dict() if self.emulation is not None else None,
+                    "device_emulation": self.device_emulation.to_dict() if self.device_emulation is not None else None,
                     "emulated": self.emulated.to_dict() if self.emulated is not None else None}
         doc.update({k: v for k, v in optional.items() if v is not None})
         return doc
@@ -258,8 +326,10 @@ class RunReport:
             raise RuntimeFailure(f"{where}: not a run report of `hetsplit run --out` (it lacks {', '.join(missing)}); "
                                  "give that file")
         plain = _read(_Plain, doc, where)
-        emulated = doc.get("emulated")
+        emulated, links, devices = doc.get("emulated"), doc.get("emulation"), doc.get("device_emulation")
         return cls(**dataclasses.asdict(plain), devices=_items(DeviceRun, doc, "devices", where),
+                   emulation=LinkShaping.from_dict(links, f"{where}, emulation") if links else None,
+                   device_emulation=DeviceShaping.from_dict(devices, f"{where}, device_emulation") if devices else None,
                    hops=_items(HopRun, doc, "hops", where), links=_items(LinkRun, doc, "links", where),
                    verify=Verification.from_dict(doc.get("verify") or {}, f"{where}, verify"),
                    emulated=EmulatedRun.from_dict(emulated, f"{where}, emulated") if emulated else None)
@@ -294,5 +364,3 @@ class _Plain:
     driver_cpu_per_input_s: float | None = None
     run_dir: str | None = None
     removed_leftovers: list[str] = field(default_factory=list)
-    emulation: dict[str, Any] | None = None
-    device_emulation: dict[str, Any] | None = None

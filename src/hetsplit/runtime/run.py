@@ -147,7 +147,7 @@ def _run(manifest: Manifest, opts: RunOptions, run_dir: Path) -> RunReport:
         if emu is not None:
             report = replace(report, emulation=emu.describe())
         if throttle is not None and opts.devices is not None:
-            report = replace(report, device_emulation={**opts.devices.describe(), **throttle.describe()},
+            report = replace(report, device_emulation=opts.devices.describe(throttle),
                              emulated=EmulatedRun.of(report, opts.devices.dilation))
         return report
 
