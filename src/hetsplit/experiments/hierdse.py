@@ -239,13 +239,25 @@ class HierDseOptions:
             raise HetsplitError(f"--budget {self.budget_s:g} s: give a positive budget")
 
 
+@dataclass(frozen=True)
+class Dilations:
+    """The time dilations the measured runs used (each plan's own: its slowest PE sets it)."""
+
+    median: float
+    low: float
+    high: float
+
+    def to_dict(self) -> dict[str, float]:
+        return {"dilation": self.median, "dilation_min": self.low, "dilation_max": self.high}
+
+
 @dataclass
 class HierDseResults:
     options: HierDseOptions
     runs: dict[str, HierarchicalResult]
     seconds: float
     layers: int                                       # the grouped layers the plans split between
-    emulation: dict = field(default_factory=dict)     # the runs' time dilations (``dilation_summary``)
+    emulation: Dilations | None = None                # the runs' time dilations (None: no device emulation)
 
 
 def experiment_options(name: str, options: HierDseOptions, budget_s: float) -> HierarchicalOptions:
@@ -283,13 +295,13 @@ def run(options: HierDseOptions = HierDseOptions(), progress: Progress = _quiet,
     return HierDseResults(options, runs, time.perf_counter() - t0, problem.num_layers, dilation_summary(runs))
 
 
-def dilation_summary(runs: dict[str, HierarchicalResult]) -> dict:
-    """The time dilations the measured runs used (each plan's own: its slowest PE sets it)."""
+def dilation_summary(runs: dict[str, HierarchicalResult]) -> Dilations | None:
+    """The time dilations the measured runs used; None when no run emulated its devices."""
     d = [p.measurement.details["dilation"] for r in runs.values() for p in r.points
          if p.measurement.details.get("dilation") is not None]
     if not d:
-        return {}
-    return {"dilation": float(np.median(d)), "dilation_min": float(min(d)), "dilation_max": float(max(d))}
+        return None
+    return Dilations(float(np.median(d)), float(min(d)), float(max(d)))
 
 
 # ---- claims -------------------------------------------------------------------------------------

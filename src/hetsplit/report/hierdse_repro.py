@@ -70,11 +70,11 @@ def setup_lines(results: HierDseResults) -> list[str]:
     o, m = results.options, results.options.measure
     failed = sum(1 for r in results.runs.values() for p in r.points if p.measurement.error)
     measured = sum(len(r.points) for r in results.runs.values())
-    d, lo, hi = (results.emulation.get(k) for k in ("dilation", "dilation_min", "dilation_max"))
-    emu = (f"each worker throttled by a cgroup CPU quota to its PE's speed at a time dilation of {d:.3g} "
-           f"(median; {lo:.3g} to {hi:.3g} over the plans) "
+    d = results.emulation
+    emu = (f"each worker throttled by a cgroup CPU quota to its PE's speed at a time dilation of {d.median:.3g} "
+           f"(median; {d.low:.3g} to {d.high:.3g} over the plans) "
            "(the emulated cluster runs that many times slower than the real one; measured times are divided by it)"
-           if d else "workers ran at this machine's speed (no device emulation)")
+           if d is not None else "workers ran at this machine's speed (no device emulation)")
     return [f"- model {o.model}, cluster {o.cluster} (8 PEs: 4 Jetson Xavier NX boards x CPU + GPU), "
             f"budget {o.budget_s:.0f} s in all, {results.seconds:.0f} s used",
             f"- every plan's fitness is a real run by hetsplit's runtime on this machine ({m.inputs} inputs, "
@@ -121,7 +121,7 @@ def results_dict(results: HierDseResults, claims: ClaimSet) -> dict:
                         "measured": plan.params.get("measured")} for plan in run.plans],
         }
     return {"format": FORMAT, "model": o.model, "cluster": o.cluster, "budget_s": o.budget_s,
-            "seconds": results.seconds, "emulation": results.emulation,
+            "seconds": results.seconds, "emulation": results.emulation.to_dict() if results.emulation else {},
             "objectives": ["1/throughput (s)", "memory per device (B)", "energy per device (J)"],
             "objective_names": list(OBJECTIVE_NAMES), "runs": runs,
             "claims": claims.to_dict()}
