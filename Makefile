@@ -21,11 +21,16 @@ check: $(STAMP)
 	$(PY) -m mypy
 	$(PY) -m ruff check src tests bench
 
+# Both tiers run on JOBS pytest-xdist workers (whole test files per worker, so module fixtures are built
+# once): 2 by default, the cores of the CI machine; `make test JOBS=0` runs in this one process.
+JOBS   ?= 2
+XDIST  := $(if $(filter 0,$(JOBS)),-p no:xdist,-n $(JOBS) --dist loadfile)
+
 test: check
-	$(PY) -m pytest -q --durations=25
+	$(PY) -m pytest -q $(XDIST) --durations=25
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not processes and not slow"
+	$(PY) -m pytest -q $(XDIST) -m "not processes and not slow"
 
 bench: $(STAMP)
 	for b in bench/*.py; do $(PY) $$b || exit 1; done

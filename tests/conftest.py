@@ -190,21 +190,30 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     _STARTED.clear()
-    result = yield
-    if _STARTED and item.get_closest_marker("processes") is None:
-        _UNMARKED.setdefault(item.nodeid, _STARTED[0])
-    return result
+    return (yield)
+
+
+UNMARKED_KEY = "started_a_process_unmarked"
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
+    if call.when == "teardown" and _STARTED and item.get_closest_marker("processes") is None:
+        # carried on the report so that it reaches the summary from a pytest-xdist worker too
+        report.user_properties.append((UNMARKED_KEY, _STARTED[0]))
     if (call.when == "call" and report.passed and _STARTED and item.get_closest_marker("processes") is None
             and _processes_left_out(item.config)):
         report.outcome = "failed"
         report.longrepr = (f"{item.nodeid} started a process ({_STARTED[0]}) but is not marked `processes`: "
                            f"list it in PROCESSES in tests/conftest.py (or mark it) so the fast tier leaves it out")
     return report
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    for key, what in report.user_properties:
+        if key == UNMARKED_KEY:
+            _UNMARKED.setdefault(report.nodeid, str(what))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
