@@ -195,14 +195,24 @@ def test_the_compiled_dp_equals_the_earlier_numpy_dp_exactly(seed):
             assert (got.cost, got.h_t, got.h_e) == (want.cost, want.h_t, want.h_e)
 
 
-def test_a_time_budget_cuts_the_alpha_sweep_and_says_so():
-    """DONNA stops after the alpha that spends --time-budget, keeps the plans found and marks them; the
-    plan search turns the mark into a note (a budget too small for one alpha still returns that alpha)."""
+def test_a_time_budget_cuts_the_alpha_sweep_inside_a_dp_and_says_so(monkeypatch):
+    """DONNA reads the clock once per layer row of each alpha's DP: the alpha that passes --time-budget
+    stops there, the plans found are kept and marked, and the plan search turns the mark into a note; a
+    budget that ends inside the first alpha has nothing to give and raises, naming DONNA and what to do.
+    The clock is a fake that ticks one second per read."""
+    import hetsplit.search.base as base
+    from hetsplit.search.base import TimeBudgetSpent
     from hetsplit.workflow import PlanRequest, search_plans
 
+    reads = iter(range(1, 10**6))
+    monkeypatch.setattr(base, "now", lambda: float(next(reads)))
     p = random_problem(3, n_layers=6, n_dev=3)
-    plans = make_partitioner("donna", time_budget_s=1e-9).solve(p)
+    with pytest.raises(TimeBudgetSpent, match=r"^donna: --time-budget 3 s ran out before alpha 0 finished.*lblp"):
+        make_partitioner("donna", time_budget_s=3).solve(p)         # 3 of the first alpha's 6 rows
+    plans = make_partitioner("donna", time_budget_s=6.5).solve(p)   # the first alpha's 6 rows, not the second's
     assert len(plans) == 1 and "alphas 0.2, 0.4, 0.6, 0.8, 1 not run" in plans[0].params["cut_by_time_budget"]
+    three = make_partitioner("donna", time_budget_s=3 * 6 + 0.5).solve(p)
+    assert len(three) == 3 and "alphas 0.6, 0.8, 1 not run" in three[0].params["cut_by_time_budget"]
     assert len(make_partitioner("donna", time_budget_s=3600).solve(p)) == 6
-    found = search_plans(p, PlanRequest(algorithms=("donna",), time_budget_s=1e-9, baselines=False))
+    found = search_plans(p, PlanRequest(algorithms=("donna",), time_budget_s=6.5, baselines=False))
     assert any("donna was cut by --time-budget" in n for n in found.notes), found.notes

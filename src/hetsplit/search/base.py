@@ -113,12 +113,12 @@ class Deadline:
         """The budget has run out."""
         return self.end is not None and self.clock() >= self.end
 
-    def check(self, what: str = "its search") -> None:
-        """Raise ``TimeBudgetSpent`` when the budget has run out."""
+    def check(self, what: str = "its search",
+              advice: str = "give a larger --time-budget, or a heuristic algorithm (donna, lblp, heft)") -> None:
+        """Raise ``TimeBudgetSpent`` when the budget has run out (``advice``: what the user can do)."""
         if self.spent():
             raise TimeBudgetSpent(f"{self.algorithm}: --time-budget {self.budget_s:g} s ran out before {what} "
-                                  "finished, and it has no plan to give before then; give a larger "
-                                  "--time-budget, or a heuristic algorithm (donna, lblp, heft)")
+                                  f"finished, and it has no plan to give before then; {advice}")
 
     def mark_cut(self, plans: list[Plan], what: str) -> list[Plan]:
         """Mark ``plans`` as the best found when the budget ran out (``what``: what was not done)."""

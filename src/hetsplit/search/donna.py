@@ -33,7 +33,7 @@ from hetsplit.estimate.energy_known import require_known_energy
 from hetsplit.estimate.evaluate import make_plan
 from hetsplit.estimate.memory import table_objective
 from hetsplit.plan.types import Plan
-from hetsplit.search.base import Deadline, PipelineConstraints, register_partitioner
+from hetsplit.search.base import Deadline, PipelineConstraints, TimeBudgetSpent, register_partitioner
 
 DEFAULT_ALPHAS = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 MAX_DEVICES = 10  # 2^D subsets x D^2 pairs per layer: beyond this DONNA is too slow to be useful
@@ -86,8 +86,10 @@ def _member_table(n_dev: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return grp_s, grp_u, valid
 
 
-def donna_dp(problem: SplitProblem, alpha: float, constraints: PipelineConstraints = PipelineConstraints()) -> DonnaResult:
-    """Run Algorithm 1 for one alpha; raises InfeasibleError when no assignment exists.
+def donna_dp(problem: SplitProblem, alpha: float, constraints: PipelineConstraints = PipelineConstraints(),
+             deadline: Deadline | None = None) -> DonnaResult:
+    """Run Algorithm 1 for one alpha; raises InfeasibleError when no assignment exists, and
+    TimeBudgetSpent when ``deadline`` runs out (it is read once per layer row).
 
     The paper's loops over (i, s, u, j, v) are kept in order for i; for each i the stage costs are
     computed in numpy and the steps taken in ``_donna_row`` (compiled). Ties resolve as the sequential
@@ -139,6 +141,9 @@ def donna_dp(problem: SplitProblem, alpha: float, constraints: PipelineConstrain
     e_uvj = np.ascontiguousarray(e_comm.transpose(1, 2, 0))
     best = np.array([np.inf, -1, -1, -1, np.inf, np.inf])             # cost, i, s, u, t, e
     for i in range(n_layers):
+        if deadline is not None:
+            deadline.check(f"alpha {alpha:g}", "give a larger --time-budget (each alpha is one whole DP), or "
+                           "fewer layers (--group), or a heuristic algorithm (lblp, heft)")
         if not np.isfinite(hc[:, :, i]).any():
             continue
         j = ks[i + 1:]
@@ -254,18 +259,21 @@ class Donna:
     alphas: tuple[float, ...] = DEFAULT_ALPHAS
     constraints: PipelineConstraints = field(default_factory=PipelineConstraints)
     name: str = "donna"
-    time_budget_s: float | None = None    # stop after the alpha that passes it (None: run every alpha)
+    time_budget_s: float | None = None    # stop within the alpha that passes it (None: run every alpha)
 
     def solve(self, problem: SplitProblem) -> list[Plan]:
         require_known_energy(problem, "DONNA with an alpha below 1 (0: least energy)", any(a < 1 for a in self.alphas))
         deadline = Deadline(self.name, self.time_budget_s)
-        plans = []
+        plans: list[Plan] = []
         for k, alpha in enumerate(self.alphas):
-            r = donna_dp(problem, float(alpha), self.constraints)
-            plans.append(make_plan(problem, r.bounds, r.devices, self.name,
-                                   {"alpha": float(alpha), "dp_cost": r.cost, **table_objective(problem)}))
-            left = self.alphas[k + 1:]
-            if left and deadline.spent():   # the search says it was cut, on the plans it returns
+            try:
+                r = donna_dp(problem, float(alpha), self.constraints, deadline)
+            except TimeBudgetSpent:
+                if not plans:           # the first alpha did not finish: nothing to give
+                    raise
+                left = self.alphas[k:]  # the search says it was cut, on the plans it returns
                 deadline.mark_cut(plans, f"alphas {', '.join(f'{a:g}' for a in left)} not run")
                 break
+            plans.append(make_plan(problem, r.bounds, r.devices, self.name,
+                                   {"alpha": float(alpha), "dp_cost": r.cost, **table_objective(problem)}))
         return plans
