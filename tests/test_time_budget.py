@@ -140,3 +140,30 @@ def test_the_cli_exits_2_naming_the_algorithm_and_what_to_do(capsys):
     err = capsys.readouterr().err
     assert code == 2 and "pipeedge: --time-budget 1e-09 s ran out" in err and "heuristic algorithm" in err
     assert "Traceback" not in err
+
+
+def test_pareto_on_a_shared_link_keeps_the_plan_sets_it_finished(ticks):
+    """On a link both the input and the output cross (``search.coupling``), pareto sweeps one plan set
+    after another: a budget that runs out in a later set keeps the points of the sets before it, marked,
+    so a larger budget never gives less (before: it raised, dropping them)."""
+    from test_coupling import hand_coupled
+
+    p = hand_coupled(link_s=0.8)
+    start = ticks.t
+    full = make_partitioner("pareto").solve(p)
+    reads = int(ticks.t - start)           # the clock reads of a whole run (no budget: none)
+    start = ticks.t
+    make_partitioner("pareto", time_budget_s=HUGE).solve(p)
+    reads = int(ticks.t - start)
+    assert any("shared_link" in q.params for q in full) and reads > 3
+    answered = []
+    for budget in range(1, reads + 2):
+        try:
+            got = make_partitioner("pareto", time_budget_s=budget - 0.5).solve(p)
+        except TimeBudgetSpent:
+            assert not answered, f"budget {budget - 0.5} raised after {answered[-1]} answered"
+            continue
+        answered.append(budget - 0.5)
+        cut = [q for q in got if "cut_by_time_budget" in q.params]
+        assert got and (cut == got or key(got) == key(full)), budget
+    assert answered and key(make_partitioner("pareto", time_budget_s=reads + 0.5).solve(p)) == key(full)

@@ -52,7 +52,7 @@ from typing import Callable
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import InfeasibleError
 from hetsplit.plan.types import Plan
-from hetsplit.search.base import PipelineConstraints
+from hetsplit.search.base import Deadline, PipelineConstraints, TimeBudgetSpent
 
 PER_CUT_ONLY = ("per-cut transfers (this cluster's devices share one port each; the estimator's "
                 "bottleneck may be higher)")
@@ -119,14 +119,16 @@ PlanSetSolver = Callable[[PipelineConstraints, PlanSet | None], list[Plan]]
 
 
 def solve_for_estimator(problem: SplitProblem, constraints: PipelineConstraints, solve: PlanSetSolver,
-                        combine: Callable[[list[Plan]], list[Plan]]) -> list[Plan]:
+                        combine: Callable[[list[Plan]], list[Plan]], deadline: Deadline | None = None) -> list[Plan]:
     """Plans optimal for the evaluator's bottleneck, from a per-cut solver (module docstring).
 
     ``solve(constraints, None)`` answers over every plan, ``solve(constraints, plan_set)`` over one
     set, the bottleneck floored at ``plan_set.floor``; each plan's ``params["bottleneck_s"]`` is the
     solver's bottleneck of it. When these disagree with the evaluator on a shared link, the sets
     A, C and B are solved and ``combine`` merges their plans; with shared ports the plans are
-    returned as they are, marked as optimal for per-cut transfers only.
+    returned as they are, marked as optimal for per-cut transfers only. A ``deadline`` that runs out in a
+    plan set keeps the plans of the sets before it, or the per-cut answer when there are none, and sets
+    ``deadline.cut``.
     """
     plans = solve(constraints, None)
     if problem.cluster.links.shared:
@@ -143,6 +145,12 @@ def solve_for_estimator(problem: SplitProblem, constraints: PipelineConstraints,
             got = solve(ps.constraints, ps)
         except InfeasibleError:
             continue
+        except TimeBudgetSpent:
+            if deadline is None:
+                raise
+            deadline.cut = True     # the sets done so far; none: the per-cut answer, costed by the evaluator
+            found = found or plans
+            break
         for p in got:
             p.params.update(shared_link=note, plan_set=ps.name)
         found += got

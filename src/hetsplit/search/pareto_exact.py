@@ -91,7 +91,7 @@ class ParetoExact:
         require_known_energy(problem, "pareto (the throughput-energy front)")
         deadline = Deadline(self.name, self.time_budget_s)
         plans = solve_for_estimator(problem, self.constraints, partial(self._front, problem, deadline=deadline),
-                                    self._merge)
+                                    self._merge, deadline)
         if deadline.cut:
             deadline.mark_cut(plans, "the front sweep stopped early: the faster end of the front is missing")
         return plans
