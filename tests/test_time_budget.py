@@ -167,3 +167,16 @@ def test_pareto_on_a_shared_link_keeps_the_plan_sets_it_finished(ticks):
         cut = [q for q in got if "cut_by_time_budget" in q.params]
         assert got and (cut == got or key(got) == key(full)), budget
     assert answered and key(make_partitioner("pareto", time_budget_s=reads + 0.5).solve(p)) == key(full)
+
+
+@pytest.mark.parametrize("name", ["lblp", "wb"])
+def test_the_greedy_mappers_read_the_budget_once_per_placed_layer(name, ticks):
+    """LBLP and WB place layer after layer: the budget is read at each one, so a budget that lasts the
+    set-up but not the pass stops it inside the pass."""
+    p = problem()
+    start = ticks.t
+    make_partitioner(name, time_budget_s=HUGE).solve(p)
+    reads = int(ticks.t - start)
+    assert reads >= p.num_layers + 2      # the set-up, every placed layer, the end
+    with pytest.raises(TimeBudgetSpent, match=rf"^{name}: --time-budget"):
+        make_partitioner(name, time_budget_s=reads - p.num_layers // 2 - 0.5).solve(p)

@@ -30,6 +30,7 @@ def weights_balance_assignment(nm: NodeMapping) -> np.ndarray:
         layers = np.flatnonzero(nm.processing_type == kind)
         amount = weights if nm.weight_stationary(int(kind)) else nm.type_time
         for i in layers[np.argsort(-amount[layers], kind="stable")]:
+            nm.deadline.check("its mapping")              # once per placed layer
             book.put(int(i), book.least_loaded(units), float(amount[i]))
     return book.devices
 

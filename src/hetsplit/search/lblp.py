@@ -32,6 +32,7 @@ def lblp_assignment(nm: NodeMapping) -> np.ndarray:
         for group, keep_parallel_apart in ((mine & on_lp, False), (mine & ~on_lp, True)):
             layers = np.flatnonzero(group)
             for i in layers[np.argsort(-times[layers], kind="stable")]:
+                nm.deadline.check("its mapping")          # once per placed layer
                 candidates = units
                 if keep_parallel_apart:
                     free = [u for u in units if not any(nm.parallel(int(i), int(j))
