@@ -38,7 +38,7 @@ def _kinds(plans: list[Plan]) -> list[str]:
 # The closed form's figures for the H200 runs with cuts charged (bench/h200_check.py's data: GPU profiles
 # rescaled to their whole-model pass, the segment call fitted on the map-opt run): throughput, latency
 H200_CLOSED = {"resnet50 map-opt cpu0+gpu0": (179.97, 13.928e-3),
-               "mobilebert tensor-parallel cpu0+gpu0": (13.57, 131.70e-3)}
+               "mobilebert tensor-parallel cpu0+gpu0": (7.593, 131.70e-3)}   # run input by input
 
 
 def test_the_measured_errors_name_their_runs_and_match_the_recorded_figures():
@@ -56,7 +56,7 @@ def test_the_measured_errors_name_their_runs_and_match_the_recorded_figures():
             assert kind_error(kind, metric).error == max(m.error(metric) for m in MEASURED[kind])
             assert kind_error(kind, metric).error >= entry.error(metric)
     assert kind_error(PIPELINE, "throughput").error == pytest.approx(1 / 0.64 - 1)   # YOLOv8n's x0.64
-    assert kind_error(MAPPING, "throughput").error == pytest.approx(1 / 0.36 - 1)    # MobileBERT map-opt's x0.36
+    assert kind_error(MAPPING, "throughput").error == pytest.approx(1 / 0.63 - 1)    # MobileBERT map-opt's x0.63
     assert kind_error(PIPELINE, "energy") == kind_error(PIPELINE, "throughput")     # energy errs as busy time
     for runs_of_kind in MEASURED.values():
         assert all(r.source and r.estimate and r.throughput_ratio > 0 and r.latency_ratio > 0 for r in runs_of_kind)

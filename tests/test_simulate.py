@@ -104,7 +104,9 @@ def hand_problem():
 
 
 def test_a_sharded_dag_worked_by_hand():
-    """Two inputs at t = 0. Transfers: 100 B take 0.5 + 1 = 1.5 s, a 40 B partial sum 0.9 s.
+    """Two inputs at t = 0, in the free order (a device may start a later input's ready task while it
+    waits; the runtime runs this plan input by input, the next test). Transfers: 100 B take 0.5 + 1 =
+    1.5 s, a 40 B partial sum 0.9 s.
 
     a(0) runs 0-1 and a(1) 1-2 on d0. ta goes to d1 and d2 once each: input 0 at 1-2.5; input 1 is
     ready at 2 but waits for the links until 2.5 (-4). The b shards of input 0 run 2.5-4.5 (d1) and
@@ -113,7 +115,7 @@ def test_a_sharded_dag_worked_by_hand():
     10-10.5; tb slices go out 7.5-9 and 10.5-12; the c shards run 9-10 / 9-10.5 and 12-13 / 12-13.5;
     the partials arrive at 10.9 / 11.4 and 13.9 / 14.4; the sums end at 11.65 and 14.65."""
     pr, tg, costs = hand_problem()
-    r = simulate(pr, tg, SimOptions(inputs=2), costs)
+    r = simulate(pr, tg, SimOptions(inputs=2, inputs_in_order=False), costs)
     expected = [
         ("d0", "a", 0, 0.0, 1.0), ("d0", "a", 1, 1.0, 2.0),
         ("d0->d1", "ta", 0, 1.0, 2.5), ("d0->d2", "ta", 0, 1.0, 2.5),
@@ -145,16 +147,17 @@ def test_a_sharded_dag_worked_by_hand():
 
 
 def test_inputs_in_order_keep_each_device_on_one_input_worked_by_hand():
-    """The hand DAG's two inputs with ``inputs_in_order`` (as the runtime runs a plan whose sum crosses
-    devices): d0 starts a(1) only once its sum of input 0 ends at 11.65, so input 1 runs alone after it
-    (done at 2 x 11.65), where by default a(1) ran at 1-2 and input 1 was done at 14.65."""
+    """The hand DAG's two inputs in order, by default (the runtime runs a plan whose sum crosses devices
+    input by input): d0 starts a(1) only once its sum of input 0 ends at 11.65, so input 1 runs alone
+    after it (done at 2 x 11.65), where in the free order a(1) ran at 1-2 and input 1 was done at 14.65."""
     pr, tg, costs = hand_problem()
     assert tg.sums_across_devices()
-    r = simulate(pr, tg, SimOptions(inputs=2, inputs_in_order=True), costs)
+    r = simulate(pr, tg, SimOptions(inputs=2), costs)
     np.testing.assert_allclose(r.done_s, [11.65, 23.3])
     assert [(s.label, s.start) for s in r.timeline if s.resource == "d0" and s.input == 1][0] == \
         ("a", pytest.approx(11.65))
-    free = simulate(pr, tg, SimOptions(inputs=2), costs)
+    assert simulate(pr, tg, SimOptions(inputs=2, inputs_in_order=True), costs).done_s.tolist() == r.done_s.tolist()
+    free = simulate(pr, tg, SimOptions(inputs=2, inputs_in_order=False), costs)
     np.testing.assert_allclose(free.done_s, [11.65, 14.65])
     assert r.unloaded_latency_s == free.unloaded_latency_s and r.energy_j == free.energy_j
 

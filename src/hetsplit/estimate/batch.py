@@ -11,6 +11,9 @@ from hetsplit.estimate.energy_known import unknown_energy_devices
 from hetsplit.plan.types import Metrics
 
 
+TAKING_TURNS = 0.01   # a period this much above the busiest resource's time: the devices wait on each other
+
+
 @dataclass
 class BatchMetrics:
     """Metrics of N plans as arrays (per-device arrays are N x D)."""
@@ -54,7 +57,10 @@ def metrics_at(problem: SplitProblem, batch: BatchMetrics, i: int) -> Metrics:
     part = batch.participates[i]
     comp = batch.compute_s_per_device[i]
     channel = batch.memory_channel_s[i]
-    if channel.max() > max(comp.max(), batch.max_transfer_s[i]):
+    busiest = max(comp.max(), batch.max_transfer_s[i], channel.max())
+    if batch.bottleneck_s[i] > busiest * (1 + TAKING_TURNS):
+        what = "devices taking turns"   # no resource is saturated: they wait on each other's results
+    elif channel.max() > max(comp.max(), batch.max_transfer_s[i]):
         what = f"memory {names[int(np.argmax(channel))]}"
     elif batch.max_transfer_s[i] > comp.max():
         u, v = batch.max_transfer_link[i]

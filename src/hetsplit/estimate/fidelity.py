@@ -4,6 +4,8 @@
 
 - ``closed``: the closed forms (``pipeline.py`` for pipelines, ``mapping.py`` for any TaskGraph),
   vectorized; throughput is the inverse of the busiest device or link, latency one input's schedule;
+  a plan the runtime runs input by input (a sum combine across devices) streams as that order allows
+  (``input_by_input.py``);
 - ``simulated``: the discrete-event simulator (``simulate.py``) streams inputs through each plan;
   throughput is its steady state, latency one input alone; energy and memory as the closed form;
 - more fidelities register themselves with ``register_fidelity`` (e.g. ``here``: the processes
@@ -23,6 +25,7 @@ from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import HetsplitError
 from hetsplit.estimate.batch import BatchMetrics, concat_metrics, metrics_at
 from hetsplit.estimate.energy_known import mask_unknown_energy
+from hetsplit.estimate.input_by_input import as_the_runtime_runs
 from hetsplit.estimate.mapping import evaluate_mappings
 from hetsplit.estimate.pipeline import evaluate_pipelines
 from hetsplit.estimate.simulate import SimOptions, simulate
@@ -73,7 +76,8 @@ def estimate_plan(problem: SplitProblem, plan: Plan, fidelity: str | Fidelity = 
 @register_fidelity("closed")
 @dataclass(frozen=True)
 class ClosedForm:
-    """Pipelines in one vectorized batch, every mapping through its TaskGraph."""
+    """Pipelines in one vectorized batch, every mapping through its TaskGraph (streamed as the runtime runs
+    it: ``input_by_input``)."""
 
     name: str = field(default="closed", init=False)
 
@@ -87,7 +91,8 @@ class ClosedForm:
         for i, p in enumerate(plans):
             if not p.is_pipeline:
                 _same_model(problem, p)
-                parts.append(evaluate_mappings(problem, check_plan(problem.graph, problem.cluster, p)))
+                tg = check_plan(problem.graph, problem.cluster, p)
+                parts.append(as_the_runtime_runs(problem, tg, evaluate_mappings(problem, tg)))
                 rows.append(i)
         return concat_metrics(parts).take(np.argsort(rows, kind="stable"))
 

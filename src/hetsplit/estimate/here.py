@@ -190,8 +190,7 @@ def _costed(plan: Plan, graph: Graph, profile: Profile, cores: int, runtime: Run
     beyond = {d: 0.0 for d in cl.names}
     for t, task in enumerate(tg.tasks):
         beyond[cl.names[task.device]] += float(charges[t])
-    sim = simulate(problem, tg, SimOptions(inputs=max(2, sim_inputs), keep_timeline=False,
-                                           inputs_in_order=tg.sums_across_devices()))
+    sim = simulate(problem, tg, SimOptions(inputs=max(2, sim_inputs), keep_timeline=False))
     layers = {d: 0 for d in cl.names}
     for where in plan.placements().values():
         for dev in [where] if isinstance(where, str) else [s.device for s in where]:  # whole, or shards

@@ -33,8 +33,9 @@ Rules (compute-and-forward units):
   two ports starts, in the same order, when both are free;
 - all events at one instant are applied before any idle resource picks its next job, so the choice
   does not depend on the order of simultaneous events;
-- with ``SimOptions.inputs_in_order`` a device starts no task of input i+1 until all its tasks of
-  input i are done (as the runtime runs a plan whose sum combines cross devices);
+- a device starts no task of input i+1 until all its tasks of input i are done when the runtime runs
+  the plan so: a plan whose sum combines cross devices (``TaskGraph.sums_across_devices``,
+  ``runtime.rounds``); ``SimOptions.inputs_in_order`` True or False overrides it;
 - input i arrives at ``i * interval_s`` (``interval_s = 0``: all at t = 0, a saturated stream) and
   is *done* when all its tasks are done and all its messages delivered.
 
@@ -83,10 +84,11 @@ class SimOptions:
     """How to simulate: ``inputs`` streamed, one every ``interval_s`` (0: all at t = 0, a
     saturated stream); ``keep_timeline`` records every job (off: only the statistics);
     ``link_order``: "input" (the default: lowest input first, as the runtime's workers post their
-    sends in input order) or "fifo" (by ready time); ``inputs_in_order``: a device starts no task
-    of input i+1 until every one of its tasks of input i is done (the runtime runs plans with a sum
-    combine across devices so, input by input: ``runtime.rounds``), where by default a device waiting
-    on another may run a later input's ready tasks meanwhile.
+    sends in input order) or "fifo" (by ready time); ``inputs_in_order``: whether a device starts no
+    task of input i+1 until every one of its tasks of input i is done, where otherwise a device waiting
+    on another may run a later input's ready tasks meanwhile; None (the default): as the runtime runs
+    the plan, input by input exactly when a sum combine crosses devices (``runtime.rounds``,
+    ``TaskGraph.sums_across_devices``).
 
     With every input waiting at t = 0, a FIFO link that carries the model input of every input
     (ready at once) makes the other payloads it carries wait for all of them; "input" order keeps
@@ -96,7 +98,7 @@ class SimOptions:
     interval_s: float = 0.0
     keep_timeline: bool = True
     link_order: str = "input"
-    inputs_in_order: bool = False     # each device ends input i's tasks before it starts input i+1's
+    inputs_in_order: bool | None = None   # each device ends input i's tasks before input i+1's (None: as the runtime)
 
     def __post_init__(self) -> None:
         if int(self.inputs) != self.inputs or self.inputs < 1:
@@ -476,6 +478,7 @@ def simulate(problem: SplitProblem, tg: TaskGraph, options: SimOptions | None = 
     model (``memory.py``) gives the costs and extra jobs (its weight loads), as in the closed form,
     on ``tg`` with its stages split by segment (those pieces costed from the table)."""
     opts = options or SimOptions()
+    in_order = tg.sums_across_devices() if opts.inputs_in_order is None else opts.inputs_in_order
     memory = MemoryEffects.of(problem)
     if memory is not None:
         if extras is not None:
@@ -495,7 +498,7 @@ def simulate(problem: SplitProblem, tg: TaskGraph, options: SimOptions | None = 
                  f"inputs of {jobs.num_jobs:,} jobs each", lower)
     fifo = opts.link_order == "fifo"
     t0 = time.perf_counter()
-    run = _run(jobs, opts.inputs, opts.interval_s, opts.keep_timeline, fifo, in_order=opts.inputs_in_order)
+    run = _run(jobs, opts.inputs, opts.interval_s, opts.keep_timeline, fifo, in_order=in_order)
     wall = time.perf_counter() - t0
     one = _run(jobs, 1, 0.0, False, fifo, trace=True)
     unloaded = one.done[0]
