@@ -106,7 +106,9 @@ def test_hierarchical_runs_stages_on_growing_device_sets(problem):
     # the final front: non-dominated among every measured point, each with its measurement
     f = np.vstack([p.objectives for p in res.points])
     assert len(res.plans) == int(pareto_mask(np.unique(f, axis=0)).sum())
-    assert all("measured" in p.params and p.params["measured"]["throughput"] > 0 for p in res.plans)
+    assert len(res.measurements) == len(res.plans) and all(m.throughput > 0 for m in res.measurements)
+    point_of = {id(p.plan): p for p in res.points}
+    assert all(point_of[id(p)].measurement is m for p, m in zip(res.plans, res.measurements))
     t, best = res.best_over_time()
     assert np.all(np.diff(t) >= 0) and np.all(np.diff(best, axis=0) <= 0)
     assert best[-1] == pytest.approx(f.min(axis=0))
@@ -155,7 +157,7 @@ def test_failed_runs_are_infeasible_and_never_in_the_front(problem):
     res = hierarchical_explore(problem, measure, opts)
     failed = [p for p in res.points if p.measurement.error]
     assert failed and all((p.objectives == FAILED).all() for p in failed)
-    assert all(p.params["measured"]["error"] is None for p in res.plans)
+    assert res.plans and all(m.error is None for m in res.measurements)
 
 
 def test_bad_options():

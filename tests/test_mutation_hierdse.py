@@ -16,7 +16,7 @@ def result(name: str, points: list[tuple[float, float, float, float]]) -> Hierar
     points = [(1.0, 1.0, 1e3, 10.0)] * (MIN_MEASURED - len(points)) + points
     pts = [MeasuredPoint(t, 1, 8, np.array([1 / thr, mem, e]), None, Measurement(thr, mem, e))
            for t, thr, mem, e in points]
-    return HierarchicalResult(EXPERIMENTS[name], [], np.zeros((0, 3)), pts, [], max(p[0] for p in points))
+    return HierarchicalResult(EXPERIMENTS[name], [], [], np.zeros((0, 3)), pts, [], max(p[0] for p in points))
 
 
 def base_results() -> HierDseResults:

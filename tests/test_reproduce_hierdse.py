@@ -73,7 +73,7 @@ def _result(name: str, points: list[tuple[float, float, float, float]], devices:
     PEs of each of its stages (none: not recorded)."""
     pts = [MeasuredPoint(t, 1, devices, np.array([1 / thr, mem, e]), None, Measurement(thr, mem, e))
            for t, thr, mem, e in points]
-    return HierarchicalResult(EXPERIMENTS[name], [], np.zeros((0, 3)), pts,
+    return HierarchicalResult(EXPERIMENTS[name], [], [], np.zeros((0, 3)), pts,
                               [StageRecord(k + 1, d) for k, d in enumerate(stages)], max(p[0] for p in points))
 
 

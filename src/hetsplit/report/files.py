@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -12,6 +13,7 @@ from hetsplit.plan import save_plans
 from hetsplit.plan.types import Plan
 
 if TYPE_CHECKING:
+    from hetsplit.search.hierarchical import HierarchicalResult
     from hetsplit.workflow import ReportDetails
 
 
@@ -46,9 +48,10 @@ def write_explore_outputs(plans: list[Plan], best: np.ndarray, hypervolumes: np.
             write_report(plans, out / "report.html", title)]
 
 
-def write_hierarchical_outputs(result, out: Path, model: str, cluster: str, label: str) -> list[Path]:
-    """A hierarchical exploration's plans.json (the measured Pareto set, every measured point in
-    ``history``), search_time.png (best measured value per objective against search time) and report.html."""
+def write_hierarchical_outputs(result: HierarchicalResult, out: Path, model: str, cluster: str, label: str) -> list[Path]:
+    """A hierarchical exploration's plans.json (the measured Pareto set, each plan's measurement in its
+    ``params.measured``, every measured point in ``history``), search_time.png (best measured value per
+    objective against search time) and report.html."""
     from hetsplit.report.explore_plots import search_time_plot
     from hetsplit.report.html import write_report
 
@@ -58,6 +61,8 @@ def write_hierarchical_outputs(result, out: Path, model: str, cluster: str, labe
                            "objectives": [float(v) for v in p.objectives], "error": p.measurement.error}
                           for p in result.points],
                "stages": [vars(s) for s in result.stages]}
-    return [save_plans(result.plans, out / "plans.json", model=model, cluster=cluster, history=history),
+    measured = [replace(plan, params={**plan.params, "measured": m.to_dict()})   # each plan's own run, in its file
+                for plan, m in zip(result.plans, result.measurements)]
+    return [save_plans(measured, out / "plans.json", model=model, cluster=cluster, history=history),
             search_time_plot({label: result.best_over_time()}, out / "search_time.png", title),
             write_report(result.plans, out / "report.html", title)]

@@ -118,7 +118,7 @@ def results_dict(results: HierDseResults, claims: ClaimSet) -> dict:
                         "interval_s": p.measurement.details.get("interval_s")}
                        for p in run.points],
             "pareto": [{"stages": [[s.device, len(s.layers)] for s in plan.stages] if plan.stages else None,
-                        "measured": plan.params.get("measured")} for plan in run.plans],
+                        "measured": m.to_dict()} for plan, m in zip(run.plans, run.measurements)],
         }
     return {"format": FORMAT, "model": o.model, "cluster": o.cluster, "budget_s": o.budget_s,
             "seconds": results.seconds, "emulation": results.emulation.to_dict() if results.emulation else {},

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
@@ -51,6 +51,12 @@ class Measurement:
     seconds: float = 0.0                    # wall time the measurement took
     error: str | None = None
     details: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The measurement as JSON (the run's own details, e.g. its interval, beside the figures)."""
+        return {"throughput": self.throughput, "memory_per_device_bytes": self.memory_per_device_bytes,
+                "energy_per_device_j": self.energy_per_device_j, "seconds": self.seconds, "error": self.error,
+                **self.details}
 
     def objectives(self) -> np.ndarray:
         """The three minimized objectives (FAILED for a failed run)."""
@@ -132,10 +138,12 @@ class StageRecord:
 
 @dataclass
 class HierarchicalResult:
-    """The measured Pareto plans (their measurements in ``plan.params['measured']``) and the history."""
+    """The measured Pareto plans with their measurements (``measurements[i]`` is ``plans[i]``'s) and the
+    history."""
 
     options: HierarchicalOptions
     plans: list[Plan]
+    measurements: list[Measurement]
     front: np.ndarray
     points: list[MeasuredPoint]
     stages: list[StageRecord]
@@ -196,18 +204,12 @@ class _Measured:
             raise _OutOfTime
         m = self.measure(plan)
         self.durations.append(self.clock.elapsed() - start)
-        plan.params["measured"] = measurement_dict(m)
         point = MeasuredPoint(self.clock.elapsed(), stage, devices, m.objectives(), plan, m)
         self.cache[key] = point
         self.points.append(point)
         if self.on_point is not None:
             self.on_point(point)
         return point.objectives
-
-
-def measurement_dict(m: Measurement) -> dict:
-    return {"throughput": m.throughput, "memory_per_device_bytes": m.memory_per_device_bytes,
-            "energy_per_device_j": m.energy_per_device_j, "seconds": m.seconds, "error": m.error, **m.details}
 
 
 def _measured_level(enc: Encoding, seeds: np.ndarray | None, opts: HierarchicalOptions, measured: _Measured,
@@ -258,8 +260,8 @@ def _front_rows(x: np.ndarray, f: np.ndarray) -> np.ndarray:
     return np.unique(x[pareto_mask(f)], axis=0)
 
 
-def _final_front(points: list[MeasuredPoint]) -> tuple[list[Plan], np.ndarray]:
-    """The measured Pareto plans over every stage (a plan on fewer devices is a plan on all of them),
+def _final_front(points: list[MeasuredPoint]) -> tuple[list[MeasuredPoint], np.ndarray]:
+    """The measured Pareto points over every stage (a plan on fewer devices is a plan on all of them),
     in order of throughput (best first); of plans measured equal, the first measured."""
     good = [p for p in points if p.objectives[0] < FAILED]
     if not good:
@@ -269,12 +271,9 @@ def _final_front(points: list[MeasuredPoint]) -> tuple[list[Plan], np.ndarray]:
     f = np.vstack([p.objectives for p in good])
     keep = np.flatnonzero(pareto_mask(f))
     keep = keep[np.lexsort(f[keep].T[::-1])]
-    plans = []
     for i in keep:
-        plan = good[i].plan
-        plan.pareto = True
-        plans.append(plan)
-    return plans, f[keep]
+        good[i].plan.pareto = True
+    return [good[i] for i in keep], f[keep]
 
 
 def hierarchical_explore(problem: SplitProblem, measure: PlanMeasurer, options: HierarchicalOptions,
@@ -313,5 +312,6 @@ def hierarchical_explore(problem: SplitProblem, measure: PlanMeasurer, options: 
         front_rows = _front_rows(x, f)
         if len(front_rows):
             carried, prev_enc = front_rows, enc
-    plans, front = _final_front(measured.points)
-    return HierarchicalResult(options, plans, front, measured.points, records, clock.elapsed())
+    best, front = _final_front(measured.points)
+    return HierarchicalResult(options, [p.plan for p in best], [p.measurement for p in best], front, measured.points,
+                              records, clock.elapsed())
