@@ -143,10 +143,10 @@ def test_a_real_measured_run_of_a_pipeline_plan():
         pool = [p.pid for ps in measure.pool.idle.values() for p in ps]
     assert m.error is None, m.error
     assert m.throughput > 0 and m.memory_per_device_bytes > 0 and m.energy_per_device_j > 0
-    assert m.details["verified"] and (m.details["dilation"] is not None) == emulate
-    iv = m.details["interval_s"]    # the spread of the streamed outputs' spacing, which the throughput is over
-    assert iv["n"] == 3 and 0 < iv["min"] <= iv["median"] <= iv["max"]
-    assert 1 / iv["max"] <= m.throughput <= 1 / iv["min"]
+    assert m.details.verified and (m.details.dilation is not None) == emulate
+    iv = m.details.interval_s    # the spread of the streamed outputs' spacing, which the throughput is over
+    assert iv.n == 3 and 0 < iv.min <= iv.median <= iv.max
+    assert 1 / iv.max <= m.throughput <= 1 / iv.min
     assert not processes_of(MINE) and pool and not processes_of(owner_tag())
 
 

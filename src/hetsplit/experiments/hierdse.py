@@ -50,7 +50,7 @@ from hetsplit.graph.input_shapes import InputShapes
 from hetsplit.plan.types import Plan
 from hetsplit.runtime.report import DeviceRun
 from hetsplit.search.hierarchical import (HierarchicalOptions, HierarchicalResult, Measurement, MeasuredPoint,
-                                          PlanMeasurer, hierarchical_explore)
+                                          OutputSpacing, PlanMeasurer, RunDetails, hierarchical_explore)
 
 Progress = Callable[[str], None]
 MODEL = "resnet101"
@@ -168,10 +168,10 @@ class RunMeasurer:
         energy = max(self.device_energy(plan, d, dilation) for d in report.devices)
         return Measurement(throughput=report.throughput * dilation, memory_per_device_bytes=memory,
                            energy_per_device_j=energy, seconds=time.perf_counter() - t0,
-                           details={"dilation": emu.dilation if emu is not None else None,
-                                    "verified": report.verify is None or report.verify.ok,
-                                    "latency_s": report.latency_s / dilation, "inputs": report.inputs,
-                                    "interval_s": output_intervals(driver, dilation)})
+                           details=RunDetails(dilation=emu.dilation if emu is not None else None,
+                                              verified=report.verify is None or report.verify.ok,
+                                              latency_s=report.latency_s / dilation, inputs=report.inputs,
+                                              interval_s=output_intervals(driver, dilation)))
 
     def device_energy(self, plan: Plan, row: DeviceRun, dilation: float) -> float:
         """A device's energy per input: metered where the runtime read a meter, else its measured busy
@@ -195,14 +195,14 @@ def _start_rss(run_dir: Path, rank: int) -> float | None:
         return None
 
 
-def output_intervals(driver: dict, dilation: float) -> dict:
+def output_intervals(driver: dict, dilation: float) -> OutputSpacing:
     """The emulated seconds between successive outputs of the streamed inputs (what the throughput is
     measured over): their count, min, median and max."""
     k, t = int(driver.get("latency_inputs", 0)), driver.get("t_out", [])
     gaps = np.diff(t[k:]) / dilation if len(t) - k >= 2 else np.zeros(0)
     if not len(gaps):
-        return {"n": 0}
-    return {"n": int(len(gaps)), "min": float(gaps.min()), "median": float(np.median(gaps)), "max": float(gaps.max())}
+        return OutputSpacing()
+    return OutputSpacing(int(len(gaps)), float(gaps.min()), float(np.median(gaps)), float(gaps.max()))
 
 
 def explore_measured(model: str, cluster: str, options: HierarchicalOptions, measure: MeasureOptions,
@@ -297,8 +297,7 @@ def run(options: HierDseOptions = HierDseOptions(), progress: Progress = _quiet,
 
 def dilation_summary(runs: dict[str, HierarchicalResult]) -> Dilations | None:
     """The time dilations the measured runs used; None when no run emulated its devices."""
-    d = [p.measurement.details["dilation"] for r in runs.values() for p in r.points
-         if p.measurement.details.get("dilation") is not None]
+    d = [dilation for r in runs.values() for p in r.points if (dilation := p.measurement.details.dilation) is not None]
     if not d:
         return None
     return Dilations(float(np.median(d)), float(min(d)), float(max(d)))

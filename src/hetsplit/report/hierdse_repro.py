@@ -57,8 +57,8 @@ def stage_table(results: HierDseResults) -> list[str]:
 
 def spread_line(results: HierDseResults) -> str:
     """How far the spacing of one run's outputs spreads: (max - min) / median per plan, over the plans."""
-    spread = [(iv["max"] - iv["min"]) / iv["median"] for r in results.runs.values() for p in r.points
-              if (iv := p.measurement.details.get("interval_s")) and iv.get("n", 0) >= 2 and iv["median"] > 0]
+    spread = [(iv.max - iv.min) / iv.median for r in results.runs.values() for p in r.points
+              if (iv := p.measurement.details.interval_s).n >= 2 and iv.median > 0]
     if not spread:
         return "- spread of the outputs' spacing within a run: not recorded"
     q = np.percentile(spread, [50, 90])
@@ -115,7 +115,7 @@ def results_dict(results: HierDseResults, claims: ClaimSet) -> dict:
             "stages": [vars(s) for s in run.stages],
             "points": [{"t_s": p.t_s, "stage": p.stage, "devices": p.devices, "run_s": p.measurement.seconds,
                         "objectives": [float(v) for v in p.objectives], "error": p.measurement.error,
-                        "interval_s": p.measurement.details.get("interval_s")}
+                        "interval_s": p.measurement.details.interval_s.to_dict()}
                        for p in run.points],
             "pareto": [{"stages": [[s.device, len(s.layers)] for s in plan.stages] if plan.stages else None,
                         "measured": m.to_dict()} for plan, m in zip(run.plans, run.measurements)],

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 import numpy as np
@@ -42,6 +42,38 @@ FAILED = 1e30                      # objective value of a plan whose run failed
 
 
 @dataclass(frozen=True)
+class OutputSpacing:
+    """Seconds between successive outputs of a measured stream (what its throughput is measured over):
+    their count, min, median and max (``n`` = 0: fewer than two outputs)."""
+
+    n: int = 0
+    min: float = 0.0
+    median: float = 0.0
+    max: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"n": self.n} if self.n == 0 else {"n": self.n, "min": self.min, "median": self.median,
+                                                   "max": self.max}
+
+
+@dataclass(frozen=True)
+class RunDetails:
+    """What a measuring run recorded beside its figures: the time dilation of emulated devices (None:
+    real speed), whether every output was verified, one input's latency, the inputs streamed and the
+    spacing of their outputs."""
+
+    dilation: float | None = None
+    verified: bool = True
+    latency_s: float | None = None
+    inputs: int = 0
+    interval_s: OutputSpacing = OutputSpacing()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"dilation": self.dilation, "verified": self.verified, "latency_s": self.latency_s,
+                "inputs": self.inputs, "interval_s": self.interval_s.to_dict()}
+
+
+@dataclass(frozen=True)
 class Measurement:
     """What a real run of one plan measured (SI units); ``error`` when the run failed."""
 
@@ -50,13 +82,13 @@ class Measurement:
     energy_per_device_j: float = 0.0        # the largest device's, per inference
     seconds: float = 0.0                    # wall time the measurement took
     error: str | None = None
-    details: dict = field(default_factory=dict)
+    details: RunDetails = RunDetails()
 
     def to_dict(self) -> dict[str, Any]:
         """The measurement as JSON (the run's own details, e.g. its interval, beside the figures)."""
         return {"throughput": self.throughput, "memory_per_device_bytes": self.memory_per_device_bytes,
                 "energy_per_device_j": self.energy_per_device_j, "seconds": self.seconds, "error": self.error,
-                **self.details}
+                **self.details.to_dict()}
 
     def objectives(self) -> np.ndarray:
         """The three minimized objectives (FAILED for a failed run)."""
