@@ -8,6 +8,7 @@ roofline parameters set from them."""
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -27,19 +28,21 @@ class TorchCpuProbe:
     macs_per_s: float
 
 
-def _best(fn, repeat: int) -> float:
-    best = float("inf")
+def typical_time(fn, repeat: int) -> float:
+    """The median of ``repeat`` timed calls of ``fn``: a typical call, as the run's steps are (the median
+    decode step is what is measured), not the luckiest."""
+    times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
         fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
 
 
 @lru_cache(maxsize=1)
 def probe_torch_cpu(repeat: int = 30) -> TorchCpuProbe:
-    """Time F.linear on one thread: a tiny GEMV (the call), a 1536 x 576 GEMV (bytes), a 64-row GEMM (MACs).
-    Best of ``repeat``: the machine is shared, the minimum is the device's own speed."""
+    """Time F.linear on one thread: a tiny GEMV (the call), a 1536 x 576 GEMV (bytes), a 64-row GEMM (MACs),
+    and a tiny block's decode step; each the median of ``repeat`` timings (``typical_time``)."""
     import torch
     from torch.nn import functional as F
 
@@ -53,11 +56,11 @@ def probe_torch_cpu(repeat: int = 30) -> TorchCpuProbe:
             for _ in range(3):
                 F.linear(big_x, big_w), F.linear(rows, big_w)
             n = 20
-            call = _best(lambda: [F.linear(small_x, small_w) for _ in range(n)], repeat) / n
-            gemv = _best(lambda: [F.linear(big_x, big_w) for _ in range(n)], repeat) / n
-            gemm = _best(lambda: F.linear(rows, big_w), repeat)
+            call = typical_time(lambda: [F.linear(small_x, small_w) for _ in range(n)], repeat) / n
+            gemv = typical_time(lambda: [F.linear(big_x, big_w) for _ in range(n)], repeat) / n
+            gemm = typical_time(lambda: F.linear(rows, big_w), repeat)
             block, x = _tiny_block()
-            step = _best(lambda: [block(x, 8) for _ in range(n)], repeat) / n
+            step = typical_time(lambda: [block(x, 8) for _ in range(n)], repeat) / n
     finally:
         torch.set_num_threads(threads)
     nbytes = big_w.numel() * 4

@@ -126,10 +126,7 @@ def _run(manifest: Manifest, opts: RunOptions, run_dir: Path) -> RunReport:
 
             links = opts.links.dilated(opts.devices.dilation) if opts.devices is not None else opts.links
             emu = stack.enter_context(Emulation(manifest, links))
-            cfg.master_addr = emu.addr(0)
-            cfg.addrs = {str(r): emu.addr(r) for r in range(manifest.world_size)}
-            cfg.delays_s = emu.in_process_delays()
-            wraps.append(emu.wrap)
+            wraps.append(emu.apply(cfg))
         wrap = (lambda rank: [w for f in wraps for w in f(rank)]) if wraps else None
         ranks, peers = None, None
         if opts.hosts is not None:
