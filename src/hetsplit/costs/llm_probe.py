@@ -1,6 +1,8 @@
 """What this machine's CPU does for an LLM step in torch on one thread (the runtime's executor): a
-short probe, not a fit to any run. A 1536 x 576 float32 matrix-vector product gives the bytes per
-second weights stream at, a 64-row product MAC/s, and one decode step of a tiny random block (the
+short probe, not a fit to any run. 1536 x 576 float32 matrix-vector products over distinct matrices of
+``STREAM_BYTES`` in all give the bytes per second weights stream at from memory (a model's weights are
+read once per step, from beyond the cache: one matrix read again and again stays in the cache and ran
+~1.6x faster on a 2-core Xeon VM, 21 against 12-14 GB/s), a 64-row product MAC/s, and one decode step of a tiny random block (the
 runtime's own block code, ``graph.llm.decoder.Block``, all overhead) the fixed cost of a block,
 spread over the step graph's layers of a block. ``probe_device(device)`` returns the device with
 roofline parameters set from them."""
@@ -17,6 +19,7 @@ from hetsplit.cluster.types import Device
 from hetsplit.graph.llm.step_graph import Phase
 
 ONE_TOKEN = Phase(1, 1)
+STREAM_BYTES = 256 * 2**20     # the GEMV probe's working set: beyond the caches of the CPUs it runs on
 
 
 @dataclass(frozen=True)
@@ -41,8 +44,9 @@ def typical_time(fn, repeat: int) -> float:
 
 @lru_cache(maxsize=1)
 def probe_torch_cpu(repeat: int = 30) -> TorchCpuProbe:
-    """Time F.linear on one thread: a tiny GEMV (the call), a 1536 x 576 GEMV (bytes), a 64-row GEMM (MACs),
-    and a tiny block's decode step; each the median of ``repeat`` timings (``typical_time``)."""
+    """Time F.linear on one thread: a tiny GEMV (the call), 1536 x 576 GEMVs streamed over ``STREAM_BYTES``
+    of matrices (bytes), a 64-row GEMM (MACs), and a tiny block's decode step; each the median of
+    ``repeat`` timings (``typical_time``)."""
     import torch
     from torch.nn import functional as F
 
@@ -57,7 +61,7 @@ def probe_torch_cpu(repeat: int = 30) -> TorchCpuProbe:
                 F.linear(big_x, big_w), F.linear(rows, big_w)
             n = 20
             call = typical_time(lambda: [F.linear(small_x, small_w) for _ in range(n)], repeat) / n
-            gemv = typical_time(lambda: [F.linear(big_x, big_w) for _ in range(n)], repeat) / n
+            gemv = _streamed_gemv_s(big_x, big_w, repeat)
             gemm = typical_time(lambda: F.linear(rows, big_w), repeat)
             block, x = _tiny_block()
             step = typical_time(lambda: [block(x, 8) for _ in range(n)], repeat) / n
@@ -66,6 +70,14 @@ def probe_torch_cpu(repeat: int = 30) -> TorchCpuProbe:
     nbytes = big_w.numel() * 4
     return TorchCpuProbe(step / layers_per_block(), nbytes / max(gemv - call, 1e-9),
                          rows.shape[0] * big_w.numel() / max(gemm - call, 1e-9))
+
+
+def _streamed_gemv_s(x, w, repeat: int) -> float:
+    """Seconds of one GEMV of ``w``'s shape, over distinct matrices of ``STREAM_BYTES`` in all (none cached)."""
+    from torch.nn import functional as F
+
+    stream = [w.new_full(w.shape, 0.01) for _ in range(max(1, STREAM_BYTES // (w.numel() * w.element_size())))]
+    return typical_time(lambda: [F.linear(x, m) for m in stream], repeat) / len(stream)
 
 
 def layers_per_block() -> int:

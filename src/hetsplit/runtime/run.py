@@ -151,11 +151,7 @@ def _run(manifest: Manifest, opts: RunOptions, run_dir: Path) -> RunReport:
 
 def _throttle(manifest: Manifest, devices: DeviceEmulation):
     """The CPU throttle of a run's worker ranks (never the driver's) at their devices' shares."""
-    from hetsplit.runtime.cpu_throttle import CpuThrottle
-
-    shares = {w.rank: devices.shares[w.device] for w in manifest.stages
-              if w.rank != 0 and w.device in devices.shares}
-    return CpuThrottle(shares)
+    return devices.throttle({w.rank: w.device for w in manifest.stages if w.rank != 0})
 
 
 def run_plan(plan: Plan, graph: Graph, model_path: str | Path, opts: RunOptions | None = None,
