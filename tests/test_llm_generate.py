@@ -111,3 +111,14 @@ def test_a_slowed_device_slows_the_emulated_run_in_the_direction_predicted(tmp_p
     # slower, by a good part of what was predicted (a stage's quota comes in 1 ms slices: its steps of a few ms
     # run a slice more or less each, so the ratio itself is only loosely reproduced on this small model)
     assert measured > 1 + 0.4 * (predicted - 1), (measured, predicted)
+
+
+def test_an_emulation_this_machine_cannot_do_is_refused_with_its_reason_before_anything_runs(tiny_gguf, monkeypatch):
+    from hetsplit.errors import UsageError
+
+    monkeypatch.setattr("hetsplit.runtime.netem.emulation_available", lambda: "link emulation needs root (test)")
+    with pytest.raises(UsageError, match="--emulate-links: link emulation needs root"):
+        generate(tiny_gguf, local_cluster(2), GenerateOptions("the cat", tokens=2, stages=2, emulate_links=True))
+    monkeypatch.setattr("hetsplit.runtime.cpu_throttle.throttle_available", lambda: "CPU throttling needs root (test)")
+    with pytest.raises(UsageError, match="CPU throttling needs root"):
+        generate(tiny_gguf, local_cluster(2), GenerateOptions("the cat", tokens=2, stages=2, emulate_devices=True))
