@@ -29,8 +29,10 @@ def vocabulary() -> list[str]:
     return SPECIAL + byte_chars() + ["".join(m) for m in MERGES]
 
 
-def write_tiny_gguf(path: Path, seed: int = 0, tied: bool = False, blocks: int = BLOCKS) -> Path:
-    """Write the tiny model to ``path``; its tensor types cycle through Q8_0, Q4_0, Q4_1, F16 (norms F32)."""
+def write_tiny_gguf(path: Path, seed: int = 0, tied: bool = False, blocks: int = BLOCKS, dim: int = DIM,
+                    ffn: int = FFN) -> Path:
+    """Write the tiny model to ``path``; its tensor types cycle through Q8_0, Q4_0, Q4_1, F16 (norms F32).
+    ``dim`` and ``ffn`` widen it (a step long enough to be timed: the device emulation's tests)."""
     import gguf
 
     rng = np.random.default_rng(seed)
@@ -39,8 +41,8 @@ def write_tiny_gguf(path: Path, seed: int = 0, tied: bool = False, blocks: int =
     w.add_name("tiny-llama-test")
     w.add_block_count(blocks)
     w.add_context_length(CONTEXT)
-    w.add_embedding_length(DIM)
-    w.add_feed_forward_length(FFN)
+    w.add_embedding_length(dim)
+    w.add_feed_forward_length(ffn)
     w.add_head_count(HEADS)
     w.add_head_count_kv(KV_HEADS)
     w.add_rope_freq_base(10000.0)
@@ -70,22 +72,22 @@ def write_tiny_gguf(path: Path, seed: int = 0, tied: bool = False, blocks: int =
     def norm(name: str, n: int) -> None:
         w.add_tensor(name, (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32))
 
-    kv = DIM // HEADS * KV_HEADS
-    matrix("token_embd.weight", len(tokens), DIM, 1.0)
+    kv = dim // HEADS * KV_HEADS
+    matrix("token_embd.weight", len(tokens), dim, 1.0)
     for i in range(blocks):
         p = f"blk.{i}."
-        norm(p + "attn_norm.weight", DIM)
-        matrix(p + "attn_q.weight", DIM, DIM, DIM ** -0.5)
-        matrix(p + "attn_k.weight", kv, DIM, DIM ** -0.5)
-        matrix(p + "attn_v.weight", kv, DIM, DIM ** -0.5)
-        matrix(p + "attn_output.weight", DIM, DIM, DIM ** -0.5)
-        norm(p + "ffn_norm.weight", DIM)
-        matrix(p + "ffn_gate.weight", FFN, DIM, DIM ** -0.5)
-        matrix(p + "ffn_up.weight", FFN, DIM, DIM ** -0.5)
-        matrix(p + "ffn_down.weight", DIM, FFN, FFN ** -0.5)
-    norm("output_norm.weight", DIM)
+        norm(p + "attn_norm.weight", dim)
+        matrix(p + "attn_q.weight", dim, dim, dim ** -0.5)
+        matrix(p + "attn_k.weight", kv, dim, dim ** -0.5)
+        matrix(p + "attn_v.weight", kv, dim, dim ** -0.5)
+        matrix(p + "attn_output.weight", dim, dim, dim ** -0.5)
+        norm(p + "ffn_norm.weight", dim)
+        matrix(p + "ffn_gate.weight", ffn, dim, dim ** -0.5)
+        matrix(p + "ffn_up.weight", ffn, dim, dim ** -0.5)
+        matrix(p + "ffn_down.weight", dim, ffn, ffn ** -0.5)
+    norm("output_norm.weight", dim)
     if not tied:
-        matrix("output.weight", len(tokens), DIM, DIM ** -0.5)
+        matrix("output.weight", len(tokens), dim, dim ** -0.5)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

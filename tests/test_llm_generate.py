@@ -12,14 +12,29 @@ import pytest
 
 from hetsplit.cluster.loader import cluster_from_dict
 from hetsplit.errors import RuntimeFailure
+from hetsplit.runtime.cpu_throttle import throttle_available
+from hetsplit.runtime.netem import emulation_available
 from hetsplit.workflow.generate import GenerateOptions, generate
 from llm_tiny import write_tiny_gguf
 
+NO_LINKS, NO_DEVICES = emulation_available(), throttle_available()
 
-def local_cluster(n: int):
+
+def local_cluster(n: int, latency: str = "150us"):
     return cluster_from_dict({"format": "hetsplit.cluster/1", "name": "three-here", "devices": [
         {"name": "cpu", "count": n, "kind": "cpu", "type": "local-cpu", "memory": "1GiB",
          "params": {"peak_macs": "4e10/s", "mem_bandwidth": "20GB/s", "power_active": "10W"}}],
+        "links": {"default": {"name": "loopback", "bandwidth": "1GB/s", "latency": latency}}})
+
+
+def two_devices(second_gbps: float):
+    """A device at 1 GB/s then one at ``second_gbps`` (MAC/s in proportion), both slower than a core here."""
+    return cluster_from_dict({"format": "hetsplit.cluster/1", "name": "two", "devices": [
+        {"name": "first", "kind": "cpu", "type": "first", "memory": "1GiB",
+         "params": {"peak_macs": "4e9/s", "mem_bandwidth": "1GB/s", "power_active": "5W"}},
+        {"name": "second", "kind": "cpu", "type": f"second-{second_gbps}", "memory": "1GiB",
+         "params": {"peak_macs": f"{4 * second_gbps}e9/s", "mem_bandwidth": f"{second_gbps}GB/s",
+                    "power_active": "5W"}}],
         "links": {"default": {"name": "loopback", "bandwidth": "1GB/s", "latency": "150us"}}})
 
 
@@ -58,3 +73,52 @@ def test_the_command_prints_one_json_object(tiny_gguf):
     for key in ("measured", "predicted"):
         assert doc[key]["ttft_s"] > 0 and doc[key]["s_per_token"] > 0
     assert doc["plan"]["stages"] and doc["plan"]["best_single"]["device"].startswith("local-cpu")
+
+
+@pytest.mark.skipif(NO_LINKS is not None, reason=f"link emulation unavailable: {NO_LINKS}")
+def test_emulated_links_are_shaped_as_a_run_shapes_them_and_each_hop_takes_its_latency(tiny_gguf):
+    r = generate(tiny_gguf, local_cluster(2, latency="20ms"),
+                 GenerateOptions("the cat", tokens=5, stages=2, verify=True, emulate_links=True))
+    assert r.verify["ok"]
+    shaping = r.measured.emulation
+    assert shaping is not None and shaping.namespaces == 2
+    assert shaping.delay in ("tc netem", "in-process (no netem)")
+    assert {(s.from_rank, s.to_rank) for s in shaping.shaped} == {(0, 1), (1, 0)}
+    for hop in ("cpu0->cpu1", "cpu1->cpu0"):                     # netem or the sender's sleep: never less
+        assert min(r.measured.hops_s[hop]) >= 0.02
+        assert r.plan.predicted.hops_s[hop][1] >= 0.02
+    assert r.to_dict()["emulation"]["links"]["namespaces"] == 2 and r.to_dict()["emulation"]["devices"] is None
+
+
+@pytest.mark.skipif(NO_DEVICES is not None, reason=f"device emulation unavailable: {NO_DEVICES}")
+def test_a_slowed_device_slows_the_emulated_run_in_the_direction_predicted(tmp_path):
+    # wide enough that a stage's decode step is several of its cgroup's 1 ms quotas here
+    wide = write_tiny_gguf(tmp_path / "wide.gguf", seed=5, dim=512, ffn=2048)
+    runs = {}
+    for gbps in (1.0, 0.25):                                    # the second device as fast as the first, then 4x slower
+        r = generate(wide, two_devices(gbps), GenerateOptions("the cat sat on", tokens=6, stages=2, verify=True,
+                                                              emulate_devices=True, timeout_s=60))
+        assert r.verify["ok"] and r.measured.device_emulation is not None
+        assert set(r.measured.device_emulation.shares) == {"first", "second"}
+        assert r.measured.device_emulation.period_us > 0 and len(r.measured.device_emulation.groups) == 2
+        assert r.to_dict()["emulated"]["s_per_token"] == pytest.approx(r.measured.s_per_token / r.measured.dilation)
+        runs[gbps] = r
+    fast, slow = runs[1.0], runs[0.25]
+    assert slow.measured.device_emulation.shares["second"] < fast.measured.device_emulation.shares["second"]
+    predicted = slow.plan.predicted.s_per_token / fast.plan.predicted.s_per_token
+    measured = (slow.measured.s_per_token / slow.measured.dilation) / (fast.measured.s_per_token / fast.measured.dilation)
+    assert predicted > 2.0
+    # slower, by a good part of what was predicted (a stage's quota comes in 1 ms slices: its steps of a few ms
+    # run a slice more or less each, so the ratio itself is only loosely reproduced on this small model)
+    assert measured > 1 + 0.4 * (predicted - 1), (measured, predicted)
+
+
+def test_an_emulation_this_machine_cannot_do_is_refused_with_its_reason_before_anything_runs(tiny_gguf, monkeypatch):
+    from hetsplit.errors import UsageError
+
+    monkeypatch.setattr("hetsplit.runtime.netem.emulation_available", lambda: "link emulation needs root (test)")
+    with pytest.raises(UsageError, match="--emulate-links: link emulation needs root"):
+        generate(tiny_gguf, local_cluster(2), GenerateOptions("the cat", tokens=2, stages=2, emulate_links=True))
+    monkeypatch.setattr("hetsplit.runtime.cpu_throttle.throttle_available", lambda: "CPU throttling needs root (test)")
+    with pytest.raises(UsageError, match="CPU throttling needs root"):
+        generate(tiny_gguf, local_cluster(2), GenerateOptions("the cat", tokens=2, stages=2, emulate_devices=True))

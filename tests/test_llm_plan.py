@@ -130,3 +130,48 @@ def test_plan_of_a_gguf_prints_the_plan_and_every_device_alone(tiny_gguf, tmp_pa
     assert doc["alone"]["slow"]["s_per_token"] > doc["alone"]["fast"]["s_per_token"]
     assert main(["plan", str(tiny_gguf), "--cluster", str(path)]) == 0
     assert "fast alone (best single device)" in capsys.readouterr().out
+
+
+def test_a_hop_is_costed_by_the_link_rule_its_wire_and_both_message_ends(tiny):
+    from hetsplit.estimate.llm import TOKEN_BYTES
+
+    c = cluster_from_dict({"format": "hetsplit.cluster/1", "name": "ends", "devices": [
+        {"name": f"d{i}", "kind": "cpu", "type": "t", "memory": "1GiB",
+         "params": {"peak_macs": "1e9/s", "mem_bandwidth": "1GB/s", "power_active": "5W"}} for i in range(2)],
+        "links": {"default": {"name": "net", "bandwidth": "100MB/s", "latency": "2ms",
+                              "message": {"cpu": "0.1ms", "byte": "1ns/B"}}}})
+    costs = llm_costs(tiny.config, tiny.tensors, c, LlmCostOptions(16, 8))
+    one = tiny.config.dim * 4
+    # wire: 2 ms + bytes / 100 MB/s; each of the two ends: 0.1 ms + 1 ns per byte
+    for phase, nbytes in ((DECODE, one), (PREFILL, 16 * one)):
+        assert costs.hop_s[phase, 0, 1] == pytest.approx(2e-3 + nbytes / 1e8 + 2 * (1e-4 + nbytes * 1e-9))
+        assert costs.hop_s[phase, 0, 0] == 0.0
+    assert costs.back_s[1, 0] == pytest.approx(2e-3 + TOKEN_BYTES / 1e8 + 2 * (1e-4 + TOKEN_BYTES * 1e-9))
+    pred = predict_pipeline(costs, [Stage("d0", 0, 1), Stage("d1", 1, 2)])
+    assert pred.hops_s["d0->d1"] == pytest.approx([costs.hop_s[PREFILL, 0, 1], costs.hop_s[DECODE, 0, 1]])
+
+
+def test_the_probe_takes_the_median_of_its_repeats_not_the_luckiest(monkeypatch):
+    from hetsplit.costs import llm_probe
+
+    ticks = iter([0.0, 5.0, 10.0, 11.0, 20.0, 23.0])       # three calls of 5, 1 and 3 s
+    monkeypatch.setattr(llm_probe.time, "perf_counter", lambda: next(ticks))
+    assert llm_probe.typical_time(lambda: None, 3) == 3.0
+
+
+def test_each_stage_is_throttled_to_its_devices_decode_time_at_one_dilation(tiny):
+    from hetsplit.costs.llm_probe import TorchCpuProbe
+    from hetsplit.workflow.generate import PlanOptions, host_costs, plan_generation, stage_emulation
+
+    probe = TorchCpuProbe(call_s=1e-5, bytes_per_s=1e9, macs_per_s=1e10)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("hetsplit.costs.llm_probe.probe_torch_cpu", lambda: probe)
+        for speeds, cores in (([0.05, 0.2], 4), ([50, 200], 4), ([1, 1], 1)):
+            plan = plan_generation(tiny, cluster(speeds), PlanOptions(8, 8, stages=2))
+            emu = stage_emulation(tiny, plan, cores=cores)
+            here = host_costs(tiny, plan.costs)
+            assert max(emu.shares.values()) <= 1.0 and sum(emu.shares.values()) <= max(cores - 0.5, 1.0) + 1e-9
+            for d, s in enumerate(plan.stages):            # host time / share = device time x D
+                t, h = (c.stage_s(DECODE, d, s.first, s.stop) for c in (plan.costs, here))
+                assert h / emu.shares[s.device] == pytest.approx(t * emu.dilation)
+            assert (emu.dilation > 1.0) == (speeds[0] >= 1)  # devices faster than the worker here dilate time

@@ -14,6 +14,7 @@ def register(sub) -> None:
                                      "(planned, run as processes here, measured beside predicted)",
                     ["hetsplit generate SmolLM2-135M-Instruct.Q4_1.gguf --cluster local --prompt 'The capital of "
                      "France is' --tokens 16",
+                     "hetsplit generate model.gguf --cluster home.yaml --prompt 'Hi' --emulate-devices --emulate-links",
                      "hetsplit generate model.gguf --cluster local --stages 2 --tokens 32 --verify --json"])
     p.add_argument("model", help="a GGUF file of the Llama family, or a Hugging Face Llama folder (config.json, *.safetensors, tokenizer.json)")
     p.add_argument("--cluster", "-c", default="local", help="built-in cluster name or YAML (default: local)")
@@ -25,7 +26,12 @@ def register(sub) -> None:
                    help="cut the blocks evenly over the cluster's first K devices instead of planning (0: plan)")
     p.add_argument("--no-probe", action="store_true",
                    help="cost local-cpu devices by their device model, not by a torch probe of this machine")
-    p.add_argument("--emulate-links", action="store_true", help="each hop waits its link's latency (sender side)")
+    p.add_argument("--emulate-links", action="store_true",
+                   help="shape every link between the stages' processes to the cluster's (network namespaces and "
+                        "tc, as `hetsplit run --emulate-links`; needs root)")
+    p.add_argument("--emulate-devices", action="store_true",
+                   help="run each stage at its device's speed (a cgroup CPU quota per process, as `hetsplit run "
+                        "--emulate-devices`; all slowed by one dilation D, figures reported / D; needs root)")
     p.add_argument("--verify", action="store_true",
                    help="compare every step's logits with the unsplit model's and the greedy tokens for identity")
     p.add_argument("--timeout", type=float, default=60.0, metavar="S", help="longest wait for a peer (default 60 s)")
@@ -43,7 +49,7 @@ def run(args) -> int:
 
     cluster = load_cluster_spec(args.cluster)
     opts = GenerateOptions(args.prompt, args.tokens, args.objective, args.stages, not args.no_probe, args.verify,
-                           args.emulate_links, args.timeout)
+                           args.emulate_links, args.emulate_devices, args.timeout)
 
     def stream(text: str) -> None:
         sys.stdout.write(text)
@@ -59,17 +65,21 @@ def run(args) -> int:
     print()
     plan, m = result.plan, result.measured
     print(f"\nplan ({plan.how}): " + " | ".join(f"{s.device} blocks {s.first}-{s.stop - 1}" for s in plan.stages))
-    print(f"{'':14}{'measured':>14}{'predicted':>14}")
-    print(f"{'TTFT':14}{_ms(m.ttft_s):>14}{_ms(plan.predicted.ttft_s):>14}")
-    print(f"{'per token':14}{_ms(m.s_per_token):>14}{_ms(plan.predicted.s_per_token):>14}")
-    print(f"{'tokens/s':14}{1 / m.s_per_token:>14.1f}{plan.predicted.tokens_per_s:>14.1f}")
+    _print_emulation(m)
+    d = m.dilation       # device emulation: measured / D is the cluster's time
+    head = "measured" if m.device_emulation is None else "measured / D"
+    print(f"{'':14}{head:>14}{'predicted':>14}")
+    print(f"{'TTFT':14}{_ms(m.ttft_s / d):>14}{_ms(plan.predicted.ttft_s):>14}")
+    print(f"{'per token':14}{_ms(m.s_per_token / d):>14}{_ms(plan.predicted.s_per_token):>14}")
+    print(f"{'tokens/s':14}{d / m.s_per_token:>14.1f}{plan.predicted.tokens_per_s:>14.1f}")
     for s in m.stages:
         pred = plan.predicted.compute_s[s.device]
-        print(f"  {s.device}: compute per token {_ms(s.compute_s)} (predicted {_ms(pred[1])}), waiting "
-              f"{_ms(s.wait_s)}; prefill {_ms(s.prefill_compute_s)} (predicted {_ms(pred[0])})")
+        print(f"  {s.device}: compute per token {_ms(s.compute_s / d)} (predicted {_ms(pred[1])}), waiting "
+              f"{_ms(s.wait_s / d)}; prefill {_ms(s.prefill_compute_s / d)} (predicted {_ms(pred[0])})")
     for hop, (pre, dec) in m.hops_s.items():
         want = plan.predicted.hops_s[hop]
-        print(f"  {hop}: per token {_ms(dec)} (predicted {_ms(want[1])}); prefill {_ms(pre)} (predicted {_ms(want[0])})")
+        print(f"  {hop}: per token {_ms(dec / d)} (predicted {_ms(want[1])}); prefill {_ms(pre / d)} "
+              f"(predicted {_ms(want[0])})")
     if plan.single is not None and plan.single_predicted is not None:
         print(f"best single device: {plan.single.stages[0].device}, predicted "
               f"{_ms(plan.single_predicted.s_per_token)} per token, TTFT {_ms(plan.single_predicted.ttft_s)}")
@@ -80,6 +90,16 @@ def run(args) -> int:
               f"max |logit difference| {v['max_abs_logit_diff']:.3g}")
         return 0 if v["ok"] else 1
     return 0
+
+
+def _print_emulation(m) -> None:
+    """How the run's links and devices were shaped, when they were."""
+    if m.emulation is not None:
+        print(f"links emulated: {m.emulation.namespaces} network namespaces, delay by {m.emulation.delay}")
+    if (dev := m.device_emulation) is not None:
+        shares = ", ".join(f"{n} {s:.3g}" for n, s in dev.shares.items())
+        print(f"devices emulated: CPU share of one core {shares}; dilation D = {dev.dilation:.3g} "
+              f"(figures below are measured / D); host costs: {dev.host}")
 
 
 PLAN_PROMPT, PLAN_TOKENS = 32, 96        # what ``hetsplit plan MODEL.gguf`` plans for

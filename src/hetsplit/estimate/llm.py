@@ -5,8 +5,12 @@ Each device type costs one prefill step (S prompt tokens) and one decode step (o
 the mean context of the generation) through its device model (``costs.models``) on the step's graph
 (``graph.llm.step_graph``): per block, the embedding and the LM head. A pipeline's TTFT is its
 stages' prefill times plus one hop per boundary with S hidden vectors and the first token's way
-back; its time per token the same with one vector. Memory per device: its weights (stored bytes, or
-float32 where the executor dequantizes) and its blocks' KV cache at the target context.
+back; its time per token the same with one vector. A hop is costed by the link rule
+(``cluster.links``): its wire (latency + bytes over bandwidth) and the CPU of its two message ends (the
+links' ``message`` figures: what the runtime's calibration measured, on a cluster that runs here; 0
+where the cluster gives none). Nothing else is charged per step: the runtime has no measured
+per-step cost of the pipeline's own loop. Memory per device: its weights (stored bytes, or float32
+where the executor dequantizes) and its blocks' KV cache at the target context.
 """
 
 from __future__ import annotations
@@ -114,11 +118,9 @@ def llm_costs(cfg: LlmConfig, tensors: dict[str, StoredTensor], cluster: Cluster
             for d, dev in enumerate(cluster.devices):
                 if dev.type == t:
                     block_s[p, d], embed_s[p, d], head_s[p, d] = blocks, embed, head
-    hidden = np.array([options.prompt_tokens, 1]) * cfg.dim * F32
-    hop_s = np.stack([cluster.latency_s + b / cluster.bandwidth for b in hidden])
-    back_s = cluster.latency_s + TOKEN_BYTES / cluster.bandwidth
-    for a in (hop_s, back_s):
-        a[..., np.arange(D), np.arange(D)] = 0.0
+    hidden = [options.prompt_tokens * cfg.dim * F32, cfg.dim * F32]
+    hop_s = np.stack([hop_seconds(cluster, b) for b in hidden])
+    back_s = hop_seconds(cluster, TOKEN_BYTES)
     g = step_graph(cfg, tensors, Phase(1, 1), options.weight_bytes)
     weights, embed_w, head_w = _by_part(cfg, g.names, g.param_bytes)
     kv = cfg.kv_bytes_per_position(1, F32) * options.context
@@ -126,6 +128,15 @@ def llm_costs(cfg: LlmConfig, tensors: dict[str, StoredTensor], cluster: Cluster
     embed_bytes = embed_t.stored_bytes if options.weight_bytes == STORED else embed_t.elements * F32
     return LlmCosts(cfg, cluster, options, block_s, embed_s, head_s, hop_s, back_s, weights + kv, embed_bytes,
                     int(head_w), cluster.memory_bytes.astype(float), sources)
+
+
+def hop_seconds(cluster: Cluster, nbytes: float) -> np.ndarray:
+    """D x D: a message of ``nbytes`` from each device to each other, its wire and both its ends
+    (``cluster.links``); 0 from a device to itself."""
+    links = cluster.links
+    d = np.arange(cluster.num_devices)
+    out = links.time(d[:, None], d[None, :], nbytes) + links.end(d[:, None], nbytes) + links.end(d[None, :], nbytes)
+    return np.where(np.eye(len(d), dtype=bool), 0.0, out)
 
 
 @dataclass(frozen=True)

@@ -10,18 +10,21 @@ half a core for the driver (``sum s_d <= cores - 0.5``).
 
 The assumption: a scalar throttle per worker reproduces the total time of its layers, not each layer's
 (a device fast at convolutions and slow at matrix products keeps this machine's mix within its stage).
-Devices without layers (or with no host cost) are not throttled.
+Devices without layers (or with no host cost) are not throttled. ``plan_emulation`` works the times out
+from a plan's costs; ``emulation_of`` takes them per device from any other program (the LLM pipeline's
+stages, ``workflow.generate``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import UsageError
-from hetsplit.runtime.cpu_throttle import CpuThrottle
+from hetsplit.runtime.cpu_throttle import PERIOD_US, CpuThrottle
 from hetsplit.runtime.report import DeviceShaping
 from hetsplit.plan.types import Plan
 
@@ -43,6 +46,11 @@ class DeviceEmulation:
         for dev, s in self.shares.items():
             if not 0.0 < s <= 1.0:
                 raise UsageError(f"device emulation: {dev}'s CPU share {s} must be in (0, 1] (of one core)")
+
+    def throttle(self, ranks: Mapping[int, str], period_us: int = PERIOD_US) -> CpuThrottle:
+        """The CPU throttle of the ranks given (rank -> the device it runs as) at their devices' shares; a
+        device without a share is not throttled. ``period_us``: the CFS period (``cpu_throttle.quota_for``)."""
+        return CpuThrottle({r: self.shares[d] for r, d in ranks.items() if d in self.shares}, period_us)
 
     def describe(self, throttle: CpuThrottle) -> DeviceShaping:
         """How this emulation shaped a run's devices, with ``throttle``'s cgroups."""
@@ -81,8 +89,17 @@ def host_workers(host_problem: SplitProblem, devices: list[str]) -> SplitProblem
 def plan_emulation(plan: Plan, problem: SplitProblem, host_problem: SplitProblem, cores: int) -> DeviceEmulation:
     """The shares and dilation that run ``plan`` (costed by ``problem``) on ``cores`` cores of the host
     whose one-thread worker ``host_problem`` costs; see the module doc."""
+    host_type = host_problem.cluster.types[0]
+    source = host_problem.costs.sources.get(host_type, "")
+    host = f"{host_problem.cluster.name} {host_type}" + (f" ({source})" if source else "")
+    return emulation_of(device_times(plan, problem, host_problem), cores, host)
+
+
+def emulation_of(times: Mapping[str, tuple[float, float]], cores: float, host: str = "") -> DeviceEmulation:
+    """The shares and dilation for devices whose work takes (seconds on the device, seconds on the host's
+    one-thread worker) each, on ``cores`` cores of the host (``host``: where its costs came from)."""
     ratio: dict[str, float] = {}
-    for dev, (t, h) in device_times(plan, problem, host_problem).items():
+    for dev, (t, h) in times.items():
         if h <= 0:
             continue                     # nothing to slow down
         if not (np.isfinite(t) and t > 0 and np.isfinite(h)):
@@ -92,7 +109,4 @@ def plan_emulation(plan: Plan, problem: SplitProblem, host_problem: SplitProblem
     budget = max(cores - DRIVER_CORES, 1e-9)
     dilation = max([1.0, *ratio.values(), sum(ratio.values()) / budget])
     shares = {dev: min(1.0, r / dilation) for dev, r in ratio.items()}
-    host_type = host_problem.cluster.types[0]
-    source = host_problem.costs.sources.get(host_type, "")
-    host = f"{host_problem.cluster.name} {host_type}" + (f" ({source})" if source else "")
     return DeviceEmulation(shares, float(dilation), host)

@@ -8,28 +8,45 @@ step) the hidden state crosses every boundary once and the last stage sends the 
 to stage 0: one hop per boundary per token, plus the token's return. Tokens stream through
 ``tokens.txt`` in the run directory (stage 0 appends each as it arrives), read by the launcher's
 poll (``TokenStream``), so the caller sees them as they come.
+
+A cluster not owned yet is rehearsed as ``hetsplit run`` rehearses one: ``PipelineOptions.links``
+shapes every rank-to-rank link in network namespaces (``runtime.netem``: htb for the bandwidth, netem,
+else the sender's sleep, for the latency), ``PipelineOptions.devices`` moves each stage, once connected,
+into a cgroup whose CPU quota runs it at its device's speed (``runtime.device_emulation``,
+``runtime.cpu_throttle``), everything slowed by the emulation's dilation D (links dilated with it); the
+report keeps D, so figures divide back to the cluster's time. A stage computes in bursts between waits
+for its neighbours, so its quota is given over the shortest period the kernel allows (``BURST_PERIOD_US``):
+a longer one would let a burst shorter than its quota run unthrottled.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import statistics
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 
 from hetsplit.errors import PlanError, RuntimeFailure
 from hetsplit.runtime.config import RunConfig
+from hetsplit.runtime.cpu_throttle import MIN_QUOTA_US
 from hetsplit.runtime.launch import Launcher
+from hetsplit.runtime.report import DeviceShaping, LinkShaping
+
+if TYPE_CHECKING:     # imported where used: netem needs Linux network tools; the workers need neither
+    from hetsplit.runtime.device_emulation import DeviceEmulation
+    from hetsplit.runtime.netem import LinkMatrix
 
 WORKER_MODULE = "hetsplit.runtime.llm_pipeline_worker"
 JOB_FILE = "job.json"
 LOGITS_FILE = "logits.pt"
 TOKENS_FILE = "tokens.txt"
+BURST_PERIOD_US = MIN_QUOTA_US     # a stage's CFS period: its quota is the kernel's least, 1 ms
 
 
 @dataclass(frozen=True)
@@ -111,12 +128,14 @@ class TokenStream:
 
 @dataclass
 class PipelineOptions:
-    """How to run: timeouts, per-link latency to emulate (device -> next device -> seconds, slept by the
-    sender), faults to rehearse (rank -> {kind: die|stall, after: step}), where to keep the run."""
+    """How to run: timeouts, the links to emulate between ranks (``runtime.netem``; rank r runs stage r),
+    the devices to emulate (``runtime.device_emulation``: shares by device name), faults to rehearse
+    (rank -> {kind: die|stall, after: step}), where to keep the run."""
 
     timeout_s: float = 60.0
     startup_timeout_s: float = 120.0
-    link_delay_s: dict[str, dict[str, float]] = field(default_factory=dict)
+    links: LinkMatrix | None = None
+    devices: DeviceEmulation | None = None
     faults: dict[str, dict] = field(default_factory=dict)
     run_dir: Path | None = None
     on_token: Callable[[int], None] | None = None
@@ -146,10 +165,24 @@ class PipelineReport:
     steps_s: list[float]            # every decode step's wall time on stage 0
     stages: list[StageReport]
     hops_s: dict[str, list[float]] = field(default_factory=dict)   # "a->b" -> [prefill, median decode] s
+    emulation: LinkShaping | None = None             # how the links were emulated (None: not)
+    device_emulation: DeviceShaping | None = None    # how the devices were (None: not)
 
     @property
     def s_per_token(self) -> float:
         return float(statistics.median(self.steps_s)) if self.steps_s else float("nan")
+
+    @property
+    def dilation(self) -> float:
+        """How many times slower than the emulated cluster this run went (1 without device emulation)."""
+        return self.device_emulation.dilation if self.device_emulation is not None else 1.0
+
+    def emulated(self) -> dict[str, float | dict[str, float]]:
+        """The run's figures in the emulated cluster's time (measured / ``dilation``)."""
+        d = self.dilation
+        return {"dilation": d, "ttft_s": self.ttft_s / d, "s_per_token": self.s_per_token / d,
+                "compute_s": {s.device: s.compute_s / d for s in self.stages},
+                "hops_s": {h: t[1] / d for h, t in self.hops_s.items()}}
 
 
 def _median(xs: list[float]) -> float:
@@ -168,7 +201,7 @@ def run_pipeline_decode(job: PipelineJob, options: PipelineOptions | None = None
     """Run ``job`` on one process per stage of this machine; RuntimeFailure naming the device when one fails."""
     opts = options or PipelineOptions()
     run_dir = Path(opts.run_dir or tempfile.mkdtemp(prefix="hetsplit-gen-"))
-    docs, logits = _run(job, opts, run_dir)       # a failed run keeps its folder: the message names its logs
+    docs, logits, links, devices = _run(job, opts, run_dir)   # a failed run keeps its folder: its logs
     if opts.run_dir is None:
         shutil.rmtree(run_dir, ignore_errors=True)
     root = docs[0]
@@ -177,21 +210,34 @@ def run_pipeline_decode(job: PipelineJob, options: PipelineOptions | None = None
                              f"{job.new_tokens} were asked for")
     walls = [s["wall_s"] for s in root["steps"]]
     return PipelineReport(root["generated"], logits, walls[0], walls[1:],
-                          [_stage_report(docs[r], job.bounds[r]) for r in sorted(docs)], hop_times(job, docs))
+                          [_stage_report(docs[r], job.bounds[r]) for r in sorted(docs)], hop_times(job, docs),
+                          links, devices)
 
 
-def _run(job: PipelineJob, opts: PipelineOptions, run_dir: Path) -> tuple[dict[int, dict], torch.Tensor | None]:
+def _run(job: PipelineJob, opts: PipelineOptions, run_dir: Path
+         ) -> tuple[dict[int, dict], torch.Tensor | None, LinkShaping | None, DeviceShaping | None]:
+    """Launch the ranks in ``run_dir``, inside the link and device emulations asked for; their reports."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    ranks = {d: str(r) for r, d in enumerate(job.devices)}
-    delays = {ranks[a]: {ranks[b]: float(s) for b, s in peers.items() if b in ranks}
-              for a, peers in opts.link_delay_s.items() if a in ranks}
     cfg = RunConfig(str(job.save(run_dir / JOB_FILE)), inputs=len(job.steps()), timeout_s=opts.timeout_s,
-                    startup_timeout_s=opts.startup_timeout_s, delays_s=delays, faults=dict(opts.faults))
-    launcher = Launcher(job, cfg, run_dir, peers=TokenStream(run_dir, opts.on_token))
-    launcher.module = WORKER_MODULE
-    docs = launcher.run()
-    logits = torch.load(run_dir / LOGITS_FILE) if job.keep_logits else None
-    return docs, logits
+                    startup_timeout_s=opts.startup_timeout_s, faults=dict(opts.faults))
+    with contextlib.ExitStack() as stack:
+        devices = wrap = None
+        if opts.devices is not None:
+            throttle = stack.enter_context(opts.devices.throttle(dict(enumerate(job.devices)), BURST_PERIOD_US))
+            cfg.cgroups = throttle.procs_files()
+            devices = opts.devices.describe(throttle)
+        emu = None
+        if opts.links is not None:
+            from hetsplit.runtime.netem import Emulation
+
+            links = opts.links.dilated(opts.devices.dilation) if opts.devices is not None else opts.links
+            emu = stack.enter_context(Emulation(job, links))
+            wrap = emu.apply(cfg)
+        launcher = Launcher(job, cfg, run_dir, wrap=wrap, peers=TokenStream(run_dir, opts.on_token))
+        launcher.module = WORKER_MODULE
+        docs = launcher.run()
+        logits = torch.load(run_dir / LOGITS_FILE) if job.keep_logits else None
+        return docs, logits, emu.describe() if emu is not None else None, devices
 
 
 def hop_times(job: PipelineJob, docs: dict[int, dict]) -> dict[str, list[float]]:

@@ -5,7 +5,9 @@ run's gloo group (``wire.connect``) and runs the job's steps: it receives the hi
 stage before (stage 0: the tokens, from itself), runs its blocks with their KV cache and sends the
 result on; the last stage applies the LM head, keeps the step's logits and sends the greedy token
 back to stage 0, which appends it to ``tokens.txt`` and feeds it to the next step. Each step's
-receive is posted before the stage computes. Failures and reports go through ``process.main``.
+receive is posted before the stage computes. Under link emulation a sender sleeps the link's latency
+where netem cannot add it (``cfg.delays_s``, as ``runtime.worker``); under device emulation the rank
+joins its cgroup once connected. Failures and reports go through ``process.main``.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ class Hops:
 
 def run_stage(cfg: RunConfig, job: PipelineJob, rank: int, run_dir: Path) -> dict:
     """Run this stage's share of every step; its measurements (stage 0: the tokens; the last: the logits file)."""
+    from hetsplit.runtime.cpu_throttle import join_group
     from hetsplit.runtime.process import inject
     from hetsplit.runtime.wire import connect
 
@@ -76,6 +79,7 @@ def run_stage(cfg: RunConfig, job: PipelineJob, rank: int, run_dir: Path) -> dic
     dec = Decoder(model, StageSpec(first, stop, rank == 0, rank == last), capacity)
     dim = model.config.dim
     wire = connect(cfg, job.world_size, job.devices[rank], rank, run_dir)
+    join_group(cfg.cgroups.get(str(rank)))     # throttled (--emulate-devices) from the first step on
     hops = Hops(wire, job, rank, cfg)
     fault = cfg.faults.get(str(rank))
     stream = open(run_dir / TOKENS_FILE, "a") if rank == 0 else None

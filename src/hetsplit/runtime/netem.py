@@ -22,17 +22,27 @@ import os
 import shutil
 import subprocess
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
 from hetsplit.errors import RuntimeFailure
+from hetsplit.runtime.config import RunConfig
 from hetsplit.runtime.manifest import Manifest
 from hetsplit.runtime.netns_cleanup import namespace_name, remove_stale_namespaces
 from hetsplit.runtime.report import LinkShaping, ShapedLink
 
 SUBNET = "10.213.0"
 WIRE_OVERHEAD = 1514 / 1448  # Ethernet + IP + TCP (timestamps) headers per full frame
+
+
+class Ranked(Protocol):
+    """What the emulation reads of a run (a ``Manifest``, a pipeline job): how many processes it has."""
+
+    @property
+    def world_size(self) -> int: ...
 
 
 @dataclass
@@ -45,13 +55,24 @@ class LinkMatrix:
     @classmethod
     def from_cluster(cls, manifest: Manifest, cluster) -> "LinkMatrix":
         """The cluster's links between the stages' devices; the driver's own links are left unshaped."""
-        w = manifest.world_size
-        bw, lat = np.full((w, w), np.inf), np.zeros((w, w))
+        devices: list[str | None] = [None] * manifest.world_size
         for a in manifest.stages:
-            for b in manifest.stages:
-                i, j = cluster.index(a.device), cluster.index(b.device)
+            devices[a.rank] = a.device
+        return cls.between(devices, cluster)
+
+    @classmethod
+    def between(cls, devices: Sequence[str | None], cluster) -> "LinkMatrix":
+        """The cluster's links between the devices the ranks stand for (rank r: ``devices[r]``; None, as the
+        driver, and a device with itself: unshaped)."""
+        w = len(devices)
+        bw, lat = np.full((w, w), np.inf), np.zeros((w, w))
+        for r, a in enumerate(devices):
+            for q, b in enumerate(devices):
+                if a is None or b is None:
+                    continue
+                i, j = cluster.index(a), cluster.index(b)
                 if i != j:
-                    bw[a.rank, b.rank], lat[a.rank, b.rank] = cluster.bandwidth[i, j], cluster.latency_s[i, j]
+                    bw[r, q], lat[r, q] = cluster.bandwidth[i, j], cluster.latency_s[i, j]
         return cls(bw, lat)
 
     def dilated(self, factor: float) -> "LinkMatrix":
@@ -95,7 +116,7 @@ def _sh(*cmd: str) -> None:
 class Emulation:
     """Namespaces, veth pairs and tc shaping for one run (a context manager)."""
 
-    def __init__(self, manifest: Manifest, links: LinkMatrix):
+    def __init__(self, manifest: Manifest | Ranked, links: LinkMatrix):
         why = emulation_available()
         if why:
             raise RuntimeFailure(why)
@@ -112,6 +133,15 @@ class Emulation:
 
     def wrap(self, rank: int) -> list[str]:
         return ["ip", "netns", "exec", self.namespaces[rank]]
+
+    def apply(self, cfg: RunConfig) -> Callable[[int], list[str]]:
+        """Point a run's settings at these namespaces (each rank binds its own address, the rendezvous is
+        rank 0's, the senders sleep the latencies netem cannot add); the prefix that starts a rank in its
+        namespace."""
+        cfg.master_addr = self.addr(0)
+        cfg.addrs = {str(r): self.addr(r) for r in range(self.world)}
+        cfg.delays_s = self.in_process_delays()
+        return self.wrap
 
     def __enter__(self) -> "Emulation":
         self.removed_stale = remove_stale_namespaces()   # those of earlier runs that were killed

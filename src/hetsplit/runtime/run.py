@@ -126,10 +126,7 @@ def _run(manifest: Manifest, opts: RunOptions, run_dir: Path) -> RunReport:
 
             links = opts.links.dilated(opts.devices.dilation) if opts.devices is not None else opts.links
             emu = stack.enter_context(Emulation(manifest, links))
-            cfg.master_addr = emu.addr(0)
-            cfg.addrs = {str(r): emu.addr(r) for r in range(manifest.world_size)}
-            cfg.delays_s = emu.in_process_delays()
-            wraps.append(emu.wrap)
+            wraps.append(emu.apply(cfg))
         wrap = (lambda rank: [w for f in wraps for w in f(rank)]) if wraps else None
         ranks, peers = None, None
         if opts.hosts is not None:
@@ -154,11 +151,7 @@ def _run(manifest: Manifest, opts: RunOptions, run_dir: Path) -> RunReport:
 
 def _throttle(manifest: Manifest, devices: DeviceEmulation):
     """The CPU throttle of a run's worker ranks (never the driver's) at their devices' shares."""
-    from hetsplit.runtime.cpu_throttle import CpuThrottle
-
-    shares = {w.rank: devices.shares[w.device] for w in manifest.stages
-              if w.rank != 0 and w.device in devices.shares}
-    return CpuThrottle(shares)
+    return devices.throttle({w.rank: w.device for w in manifest.stages if w.rank != 0})
 
 
 def run_plan(plan: Plan, graph: Graph, model_path: str | Path, opts: RunOptions | None = None,

@@ -5,21 +5,25 @@ MODEL.gguf``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
 from hetsplit.cluster.types import Cluster
 from hetsplit.costs.llm_probe import probe_device
 from hetsplit.errors import UsageError
-from hetsplit.estimate.llm import LlmCostOptions, LlmCosts, PipelinePrediction, Stage, llm_costs, predict_pipeline
+from hetsplit.estimate.llm import (DECODE, LlmCostOptions, LlmCosts, PipelinePrediction, Stage, llm_costs,
+                                   predict_pipeline)
 from hetsplit.graph.llm.decoder import Decoder, StageSpec
 from hetsplit.graph.llm.load import LlmModel, model_tokenizer, read_model
 from hetsplit.graph.llm.step_graph import FLOAT32, STORED
 from hetsplit.runtime.llm_pipeline import PipelineJob, PipelineOptions, PipelineReport, run_pipeline_decode
 from hetsplit.search.llm_pipeline import PipelineChoice, best_single, plan_pipeline
+
+if TYPE_CHECKING:
+    from hetsplit.runtime.device_emulation import DeviceEmulation
 
 LOCAL_TYPES = ("local-cpu",)
 
@@ -61,11 +65,7 @@ def costed_cluster(cluster: Cluster, probe: bool) -> tuple[Cluster, str]:
     the weight bytes the costs count: float32 where the probe stands for the runtime's torch executor."""
     if not probe or not any(d.type in LOCAL_TYPES for d in cluster.devices):
         return cluster, STORED
-    devices = [probe_device(d) if d.type in LOCAL_TYPES else d for d in cluster.devices]
-    out = Cluster(cluster.name, devices, cluster.bandwidth, cluster.latency_s, cluster.energy_per_byte,
-                  cluster.medium_names, cluster.source, cluster.sink, cluster.groups, cluster.origin,
-                  cluster.description, cluster.ports)
-    return out, FLOAT32
+    return replace(cluster, devices=[probe_device(d) if d.type in LOCAL_TYPES else d for d in cluster.devices]), FLOAT32
 
 
 def even_stages(names: list[str], blocks: int, k: int) -> list[Stage]:
@@ -89,10 +89,51 @@ def plan_generation(model: LlmModel, cluster: Cluster, options: PlanOptions) -> 
                           None if single is None else predict_pipeline(costs, single.stages), costs, how)
 
 
+def host_costs(model: LlmModel, costs: LlmCosts) -> LlmCosts:
+    """``costs``' generation with every device of its cluster made this machine's one-thread torch worker
+    (the probe; weights float32, as the worker holds them): what each stage costs the process running it."""
+    here = replace(costs.cluster, devices=[probe_device(d) for d in costs.cluster.devices])
+    return llm_costs(model.config, model.tensors, here, replace(costs.options, weight_bytes=FLOAT32))
+
+
+def stage_emulation(model: LlmModel, plan: GenerationPlan, cores: int | None = None) -> "DeviceEmulation":
+    """The CPU shares and dilation that run each stage here at its device's speed (``--emulate-devices``;
+    ``runtime.device_emulation``): per stage, its decode step on the plan's device against the same step
+    on this machine's worker. One share per process: the prefill keeps the host's own ratio of prefill to
+    decode, not the device's."""
+    from hetsplit.cluster.examples import usable_cores
+    from hetsplit.runtime.device_emulation import emulation_of
+
+    host = host_costs(model, plan.costs)
+    times = {}
+    for s in plan.stages:
+        d = plan.costs.cluster.index(s.device)
+        times[s.device] = (float(plan.costs.stage_s(DECODE, d, s.first, s.stop)),
+                           float(host.stage_s(DECODE, d, s.first, s.stop)))
+    return emulation_of(times, cores or usable_cores(),
+                        "this machine's one-thread torch worker (hetsplit.costs.llm_probe), decode steps")
+
+
+def check_emulation(links: bool, devices: bool) -> None:
+    """UsageError with the reason when the emulation asked for cannot be set up here (as ``hetsplit run``)."""
+    if links:
+        from hetsplit.runtime.netem import emulation_available
+
+        if why := emulation_available():
+            raise UsageError(f"--emulate-links: {why}")
+    if devices:
+        from hetsplit.runtime.cpu_throttle import throttle_available
+
+        if why := throttle_available():
+            raise UsageError(why)
+
+
 @dataclass(frozen=True)
 class GenerateOptions:
     """``hetsplit generate``: the prompt, how many tokens, the plan's options, ``verify`` each step's
-    logits against the unsplit model, ``emulate_links``: each hop sleeps its link's latency."""
+    logits against the unsplit model; ``emulate_links``: shape every link between the stages' processes to
+    the cluster's (``runtime.netem``, as ``hetsplit run --emulate-links``); ``emulate_devices``: run each
+    stage at its device's speed (``stage_emulation``, as ``hetsplit run --emulate-devices``)."""
 
     prompt: str
     tokens: int = 32
@@ -101,6 +142,7 @@ class GenerateOptions:
     probe: bool = True
     verify: bool = False
     emulate_links: bool = False
+    emulate_devices: bool = False
     timeout_s: float = 60.0
     faults: dict[str, dict] = field(default_factory=dict)
     run_dir: Path | None = None
@@ -116,10 +158,16 @@ class GenerateResult:
     verify: dict[str, Any] | None
 
     def to_dict(self) -> dict[str, Any]:
+        """``measured`` is wall time; under device emulation ``emulated`` is it divided by the dilation, in
+        the cluster's time (what compares with ``predicted``), and ``emulation`` says how links and devices
+        were shaped."""
         m = self.measured
         return {"text": self.text, "prompt_tokens": self.prompt_tokens, "tokens": self.tokens, "verify": self.verify,
                 "measured": {"ttft_s": m.ttft_s, "s_per_token": m.s_per_token, "tokens_per_s": 1 / m.s_per_token,
                              "stages": [vars(s) for s in m.stages], "hops_s": m.hops_s},
+                "emulated": m.emulated() if m.device_emulation is not None else None,
+                "emulation": {"links": m.emulation.to_dict() if m.emulation is not None else None,
+                              "devices": m.device_emulation.to_dict() if m.device_emulation is not None else None},
                 "predicted": self.plan.predicted.to_dict(), "plan": self.plan.to_dict()}
 
 
@@ -150,21 +198,12 @@ def verify_steps(model: LlmModel, prompt: list[int], report: PipelineReport) -> 
             "first_differing_step": first}
 
 
-def link_delays(cluster: Cluster, stages: list[Stage]) -> dict[str, dict[str, float]]:
-    """Each hop's link latency (sender -> receiver -> seconds), the token's way back included."""
-    names = [s.device for s in stages]
-    hops = list(zip(names, names[1:])) + ([(names[-1], names[0])] if len(names) > 1 else [])
-    out: dict[str, dict[str, float]] = {}
-    for a, b in hops:
-        out.setdefault(a, {})[b] = float(cluster.latency_s[cluster.index(a), cluster.index(b)])
-    return out
-
-
 def generate(model_path: str | Path, cluster: Cluster, options: GenerateOptions,
              on_text: Callable[[str], None] | None = None) -> GenerateResult:
     """Plan, run as a pipeline of processes here, stream the text to ``on_text``, measure, verify if asked."""
     if options.tokens < 1:
         raise UsageError(f"--tokens {options.tokens}: generate at least one token")
+    check_emulation(options.emulate_links, options.emulate_devices)
     model = read_model(model_path)
     tok = model_tokenizer(model)
     prompt = tok.encode(options.prompt)
@@ -187,9 +226,15 @@ def generate(model_path: str | Path, cluster: Cluster, options: GenerateOptions,
 
     job = PipelineJob(str(model_path), [s.device for s in plan.stages], [[s.first, s.stop] for s in plan.stages],
                       model.config.blocks, prompt, options.tokens, keep_logits=options.verify)
+    links = None
+    if options.emulate_links:
+        from hetsplit.runtime.netem import LinkMatrix
+
+        links = LinkMatrix.between(job.devices, cluster)
+    devices = stage_emulation(model, plan) if options.emulate_devices else None
     report = run_pipeline_decode(job, PipelineOptions(
         timeout_s=options.timeout_s, faults=dict(options.faults), run_dir=options.run_dir, on_token=on_token,
-        link_delay_s=link_delays(cluster, plan.stages) if options.emulate_links else {}))
+        links=links, devices=devices))
     text = tok.decode(report.tokens)
     if on_text is not None and len(text) > len(shown[0]):
         on_text(text[len(shown[0]):])
