@@ -14,8 +14,8 @@ from hetsplit.errors import HetsplitError
 from hetsplit.plan.check import check_plan
 from hetsplit.plan.pareto import pareto_mask
 from hetsplit.search.encodings import make_encoding
-from hetsplit.search.hierarchical import (FAILED, HierarchicalOptions, Measurement, _Clock, _Measured,
-                                          hierarchical_explore, plan_key)
+from hetsplit.search.hierarchical import (FAILED, HierarchicalOptions, Measurement, StageRecord, _Clock, _Measured,
+                                          _measured_level, hierarchical_explore, plan_key)
 from hetsplit.search.node_mapping import NodeMapping
 from hetsplit.workflow import load_problem
 
@@ -141,6 +141,31 @@ def test_budget_stops_between_measurements(problem):
     res = hierarchical_explore(problem, measure, opts)
     assert len(res.points) >= 3 and all(p.t_s <= 1.0 + 0.05 for p in res.points)
     assert len(measure.calls) == len(res.points)
+
+
+def test_a_stage_ends_once_every_one_of_its_plans_has_run(problem):
+    """Two devices: spe's one cut point has L + 1 values. The measuring level runs each distinct plan once
+    and stops in the generation that ran the last one, not spinning on cache hits until its deadline."""
+    enc = make_encoding(problem, "spe", devices=2)
+    distinct = {plan_key(p) for p in enc.plans(np.arange(problem.num_layers + 1)[:, None])}
+    measure = FakeMeasurer()
+    measured = _Measured(measure, _Clock(120.0), None)
+    answered: list[bool] = []                      # per plan asked for: was it a new run
+    ask = measured.objectives
+
+    def logged(plan, *args):
+        runs = len(measure.calls)
+        f = ask(plan, *args)
+        answered.append(len(measure.calls) > runs)
+        return f
+
+    measured.objectives = logged
+    opts = HierarchicalOptions(encoding="spe", measured_pop=4)
+    record = StageRecord(1, 2)
+    _measured_level(enc, None, opts, measured, 1, 2, 120.0, record)
+    assert sorted(measure.calls) == sorted(distinct)          # every plan of the space, each run once
+    last_new = max(i for i, new in enumerate(answered) if new)
+    assert len(answered) - 1 - last_new < opts.measured_pop   # nothing asked after that generation
 
 
 def test_one_stage_measured_only_baselines(problem):

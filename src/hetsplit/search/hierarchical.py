@@ -14,12 +14,14 @@ inference of one device, as measured. The measuring is not done here: the caller
 ``PlanMeasurer`` (the workflow runs the plan with the runtime); this module touches no process. Every
 plan is measured once (a cache keyed by its device per layer), and a wall-clock budget stops the
 search between two measurements; the budget is shared out over the stages still to run when each
-begins. ``stages=1, analytic=False`` is the paper's one-stage, non-hierarchical baseline (1s-non-SPE,
+begins. A stage small enough to list (two devices) ends as soon as every one of its plans has run,
+leaving the rest of the budget to the stages after it. ``stages=1, analytic=False`` is the paper's one-stage, non-hierarchical baseline (1s-non-SPE,
 1s-non-NE with the ``ne`` encoding).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from dataclasses import dataclass
@@ -39,6 +41,7 @@ from hetsplit.search.nsga2 import NSGA2, GASettings
 OBJECTIVES = ("throughput", "memory-per-device", "energy-per-device")
 HIERARCHICAL_ENCODINGS = ("spe", "ne")
 FAILED = 1e30                      # objective value of a plan whose run failed
+SPACE_LISTED_MAX = 4096            # a stage's space of at most this many chromosomes is listed, to stop once all ran
 
 
 @dataclass(frozen=True)
@@ -252,7 +255,10 @@ def _measured_level(enc: Encoding, seeds: np.ndarray | None, opts: HierarchicalO
     ga = NSGA2(enc.upper, GASettings(opts.measured_pop, opts.crossover_prob, opts.mutation_prob),
                opts.seed + stage, initial=seeds)
     xs, fs = [np.zeros((0, enc.n_var), np.int64)], [np.zeros((0, 3))]
+    space = _space_keys(enc, stage, devices)
     while measured.clock.elapsed() < deadline:       # a generation of cache hits measures nothing new
+        if space is not None and space <= measured.cache.keys():
+            break                                      # every plan of the stage has run: nothing is left to find
         x = ga.ask()
         if not len(x):                                 # no offspring left that is not a duplicate
             break
@@ -271,6 +277,15 @@ def _measured_level(enc: Encoding, seeds: np.ndarray | None, opts: HierarchicalO
         ga.tell(f, (f[:, 0] >= FAILED).astype(np.float64))      # a failed run is infeasible
         record.generations += 1
     return np.concatenate(xs), np.concatenate(fs)
+
+
+def _space_keys(enc: Encoding, stage: int, devices: int) -> set[tuple] | None:
+    """The distinct plans (by ``plan_key``) of every chromosome of ``enc``, when there are at most
+    ``SPACE_LISTED_MAX`` chromosomes (a small stage, e.g. two devices); None for a larger one."""
+    if float(np.prod(enc.upper.astype(np.float64) + 1)) > SPACE_LISTED_MAX:
+        return None
+    every = np.array(list(itertools.product(*(range(int(u) + 1) for u in enc.upper))), np.int64)
+    return {plan_key(p) for p in enc.plans(every.reshape(-1, enc.n_var), {"stage": stage, "devices": devices})}
 
 
 def _analytic_level(problem: SplitProblem, opts: HierarchicalOptions, devices: int, seeds: np.ndarray | None,
