@@ -126,8 +126,8 @@ def test_a_workers_time_per_input_scales_with_its_quota(vgg8_split, tmp_path):
 
     The CPU time per input itself grows a little under a tight quota (5-15% at a quarter core here: the
     caches are refilled after every throttled gap, and the runtime's threads wake more often per input),
-    so the time at a quarter core is 2x the time at half a core times that growth; the growth is printed
-    and can only add time (the second check)."""
+    and a busy machine moves it too, so the second check compares time per CPU second: 2x at a quarter
+    core against half a core, within 15%."""
     per_input, cpu = {}, {}
     for share in (0.5, 0.25):
         runs = []
@@ -152,8 +152,12 @@ def test_a_workers_time_per_input_scales_with_its_quota(vgg8_split, tmp_path):
               f"time x share / CPU = {per_input[share] * share / cpu[share]:.3f}")
         assert per_input[share] == pytest.approx(cpu[share] / share, rel=0.15)
     ratio = per_input[0.25] / per_input[0.5]
-    print(f"time per input at a quarter / at half a core: {ratio:.3f} (CPU per input grew x{cpu[0.25] / cpu[0.5]:.3f})")
-    assert ratio >= 2.0 * 0.85
+    per_cpu = (per_input[0.25] / cpu[0.25]) / (per_input[0.5] / cpu[0.5])   # each time per its own CPU per input
+    print(f"time per input at a quarter / at half a core: {ratio:.3f} (CPU per input grew x{cpu[0.25] / cpu[0.5]:.3f}); "
+          f"per CPU second: {per_cpu:.3f}")
+    # halving the quota doubles the time each CPU second of the worker takes; the CPU per input itself
+    # moves with the machine's other work (a neighbour's cache misses), so it is divided out
+    assert per_cpu == pytest.approx(2.0, rel=0.15)
 
 
 @needs_cgroups
