@@ -10,8 +10,8 @@ schedule (``latency=False``: throughput, energy and memory, what a search withou
 asks for), and of a loop that evaluates one mapping per call (the baseline), their ratios, and checks
 that all give the same metrics; then the simulator streaming inputs through one of the mappings.
 Targets: >= 100,000 mappings/s median with every figure (issue 27), >= 1,000,000/s without the
-schedule (issue 24), on ResNet-101 over 16 devices. Batches of at least 1,024 plans are split over the threads
-numba uses (one per core unless NUMBA_NUM_THREADS says otherwise; the first line says how many).
+schedule (issue 24), on ResNet-101 over 16 devices. Large batches are split into ranges evaluated on
+threads, one per CPU this process may use (the first line says how many).
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ import time
 from dataclasses import replace
 
 import numpy as np
-from numba import get_num_threads
 
 from hetsplit.plan.check import check_plan
 from hetsplit.estimate.mapping import MappingEvaluator
+from hetsplit.estimate.threads import thread_count
 from hetsplit.estimate.simulate import SimOptions, simulate
 from hetsplit.plan.types import Plan
 from hetsplit.workflow import load_problem
@@ -69,7 +69,7 @@ def main() -> None:
             assert np.isclose(getattr(one, field)[0], getattr(batch, field)[i], rtol=1e-12), (i, field)
     vec_rate, loop_rate = args.plans / vec_s, k / loop_s
     print(f"{args.model} ({problem.num_layers} layers, {len(tg.edge_src)} edges) on {args.cluster} "
-          f"({problem.num_devices} devices), random whole-layer mappings; {get_num_threads()} thread(s)")
+          f"({problem.num_devices} devices), random whole-layer mappings; {thread_count()} thread(s)")
     print(f"batch      : {args.plans:>7} mappings in {vec_s:8.3f} s = {vec_rate:12,.0f} mappings/s (target >= 100,000; "
           f"median of {args.repeats}, fastest {args.plans / min(vec_runs):,.0f}/s)")
     print(f"no schedule: {args.plans:>7} mappings in {lean_s:8.3f} s = {args.plans / lean_s:12,.0f} mappings/s (target >= "

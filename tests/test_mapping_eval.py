@@ -258,16 +258,19 @@ def test_shard_tasks_with_one_name_are_costed_each_by_its_own_slice():
     assert (np.diff(costs[0], axis=0) > 0).all()
 
 
-def test_a_large_batch_split_over_threads_equals_one_plan_at_a_time(alexnet_nx):
-    """Batches large enough to be split into ranges evaluated on parallel threads give every plan
-    the figures it gets alone."""
-    from hetsplit.estimate.mapping import PARALLEL_MIN
+def test_a_large_batch_split_over_threads_equals_one_plan_at_a_time(alexnet_nx, monkeypatch):
+    """Batches large enough to be split into ranges evaluated on parallel threads (four, whatever the
+    machine's CPUs) give every plan the figures it gets alone."""
+    from hetsplit.estimate import threads
+    from hetsplit.estimate.threads import PARALLEL_MIN
 
+    monkeypatch.setattr(threads, "thread_count", lambda: 4)
     rng = np.random.default_rng(11)
     pr = alexnet_nx
     tg = check_plan(pr.graph, pr.cluster, random_sharded_plan(pr, rng))
     ev = MappingEvaluator(pr, tg)
     devices = rng.integers(0, pr.num_devices, size=(4 * PARALLEL_MIN + 3, tg.num_tasks))
+    assert threads.parallel_chunks(len(devices), tg.num_tasks + len(tg.edge_src)) == 4
     batch = ev.evaluate(devices)
     for i in range(0, len(devices), 97):
         one = ev.evaluate(devices[i])

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from numba import get_num_threads, njit, prange
+from numba import njit
 
 from hetsplit.cluster.links import end_time_jit, message_energy_jit, message_time_jit, wire_ids
 from hetsplit.costs.problem import SplitProblem
@@ -41,13 +41,12 @@ from hetsplit.estimate.batch import BatchMetrics
 from hetsplit.estimate.memory import MemoryEffects
 from hetsplit.estimate.schedule import ExtraJobs, Resources, Structure, one_input, scratch
 from hetsplit.estimate.segments import WHOLE_KINDS, previous_layer_task, unfused_table
+from hetsplit.estimate.threads import parallel_chunks, run_in_ranges
 from hetsplit.estimate.task_costs import TaskCosts, task_costs
 from hetsplit.plan.tasks import TaskGraph
 
 
 NO_RESOURCE = np.uint64(2 ** 63)   # the busiest resource before any is busy
-PARALLEL_MIN = 512   # fewer plans than this per thread: one thread (starting threads costs more)
-PARALLEL_MIN_JOBS = 150_000   # ... or fewer tasks and edges than this over its plans
 
 
 @dataclass
@@ -118,16 +117,11 @@ class MappingEvaluator:
             ov = tuple(np.ascontiguousarray(a.T, dtype=np.float64) for a in
                        (overrides.time_s, overrides.energy_j, overrides.mem_bytes, overrides.edge_bytes))
         else:
-            ov = tuple(np.zeros((1, 0)) for _ in range(4))
+            ov = tuple(np.zeros((0, 0)) for _ in range(4))     # no rows: the kernel reads the tables
         xj = pack_extras(extras, n, self.problem.num_devices)
         out = kernel_outputs(n, self.problem.num_devices)
-        args = (dev, self._tables, ov, overrides is not None, self.kernel_structure(), self.kernel_net(), xj, latency,
-                out)
-        chunks = parallel_chunks(n, dev.shape[1] + len(self.tg.edge_src))
-        if chunks > 1:
-            _evaluate(*args, chunks)
-        else:  # no thread pool for a few plans: starting it costs more than they take
-            _evaluate_range(0, n, *args)
+        args = (dev, self._tables, ov, self.kernel_structure(), self.kernel_net(), xj, latency, out)
+        run_in_ranges(_evaluate_range, n, parallel_chunks(n, dev.shape[1] + len(self.tg.edge_src)), *args)
         if not out[-1].all():
             raise self.out_of_range()
         return self.metrics(out, extras)
@@ -194,13 +188,6 @@ def evaluate_mappings(problem: SplitProblem, tg: TaskGraph, devices: np.ndarray 
                       costs: TaskCosts | None = None, extras: list[ExtraJobs] | None = None) -> BatchMetrics:
     """Metrics of N device assignments of ``tg`` (default: its own assignment)."""
     return MappingEvaluator(problem, tg, costs).evaluate(devices, extras=extras)
-
-
-def parallel_chunks(n: int, jobs: int = 0) -> int:
-    """Ranges of plans to evaluate in parallel: one per thread, each of at least PARALLEL_MIN plans or
-    PARALLEL_MIN_JOBS tasks and edges (plans of large task graphs are worth a thread sooner)."""
-    per_thread = min(PARALLEL_MIN, max(1, PARALLEL_MIN_JOBS // max(jobs, 1)))
-    return max(1, min(get_num_threads(), n // per_thread))
 
 
 def message_groups(tg: TaskGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
@@ -274,29 +261,18 @@ def pack_extras(extras: list[ExtraJobs] | None, n: int, n_dev: int) -> tuple[np.
     return ptr, dur, Resources(n_dev).channels + dev, after, before
 
 
-@njit(cache=True, parallel=True)
-def _evaluate(dev, tables, ov, has_ov, st, net, xj, with_latency, out, chunks):
-    """Every plan's figures, the plans split into ``chunks`` ranges evaluated on parallel threads."""
-    n = dev.shape[0]
-    for c in prange(chunks):
-        _evaluate_range(c * n // chunks, (c + 1) * n // chunks, dev, tables, ov, has_ov, st, net, xj, with_latency,
-                        out)
-
-
-@njit(cache=True)
-def _evaluate_range(lo, hi, dev, tables, ov, has_ov, st, net, xj, with_latency, out):
-    """Plans ``lo..hi-1``: task costs from the (task, device) tables, or row p of the overrides."""
+@njit(cache=True, nogil=True)
+def _evaluate_range(lo, hi, dev, tables, ov, st, net, xj, with_latency, out):
+    """Plans ``lo..hi-1``: task costs from the (task, device) tables, or row p of the overrides (when they
+    have a row per plan; none without overrides)."""
     x_ptr = xj[0]
-    x_max = 0
+    x_max = np.int64(0)
     for p in range(lo, hi):
         x_max = max(x_max, x_ptr[p + 1] - x_ptr[p])
     n_dev = out[0].shape[1]
     buf = plan_buffers(n_dev * n_dev + 3 * n_dev, dev.shape[1], len(st[0]), n_dev, x_max)
-    if has_ov:
-        plan_figures(lo, dev[lo:hi], True, ov[0][lo:hi], ov[1][lo:hi], ov[2][lo:hi], ov[3][lo:hi], tables, st, net, xj,
-                     with_latency, out, buf)
-    else:
-        plan_figures(lo, dev[lo:hi], False, ov[0], ov[1], ov[2], ov[3], tables, st, net, xj, with_latency, out, buf)
+    plan_figures(lo, dev[lo:hi], ov[0][lo:hi], ov[1][lo:hi], ov[2][lo:hi], ov[3][lo:hi], tables, st, net, xj,
+                 with_latency, out, buf)
 
 
 @njit(cache=True)
@@ -429,10 +405,11 @@ def _charge(busy, r, x, top, top_res):
 
 
 @njit(cache=True)
-def plan_figures(p0, rows, has_ov, ov_time, ov_energy, ov_mem, ov_bytes, tables, st, net, xj, with_latency, out, buf):
+def plan_figures(p0, rows, ov_time, ov_energy, ov_mem, ov_bytes, tables, st, net, xj, with_latency, out, buf):
     """Every figure of plans ``p0 ..`` (devices: a row of ``rows`` each) into their rows of ``out``
     (``kernel_outputs``): task costs from ``tables`` (3 * (t * D + d) + time, energy, memory), or the
-    plan's row of ``ov_*`` (per-task costs and per-edge bytes) when ``has_ov``; ``st``: the structure's
+    plan's row of ``ov_*`` (per-task costs and per-edge bytes) when they have rows (a row per plan; no rows:
+    the tables' costs and the structure's bytes); ``st``: the structure's
     arrays and message groups (``message_groups``); ``net``: link tables, memory per device and the
     cluster's source, sink and ports; ``xj``: the extra jobs (CSR over plans); ``buf``: ``plan_buffers``.
     A device index out of range marks its plan invalid. (The tuples are unpacked once for all plans:
@@ -447,6 +424,7 @@ def plan_figures(p0, rows, has_ov, ov_time, ov_energy, ov_mem, ov_bytes, tables,
      fits, valid) = out
     work, dur, carrier, xfer, r0, r1, busy, acc, seen, moved, moved_edge, group_v, held, sbuf = buf  # group_v: in range
     charge = sg[0]
+    has_ov = ov_time.shape[0] > 0    # a flag of the arrays, not an argument: a literal one compiles twice
     seg_extra = sbuf[2]
     n_dev = len(capacity)
     ports = n_dev * n_dev                # ``busy``: links u * D + v, then ports; schedule resources are D more
@@ -469,10 +447,8 @@ def plan_figures(p0, rows, has_ov, ov_time, ov_energy, ov_mem, ov_bytes, tables,
         row = rows[i]
         e_task = 0.0
         if charge:
-            if has_ov:
-                plan_segments(row, True, ov_time[i], ov_bytes[i], e_src, e_dst, e_bytes, out_ptr, out_idx, sg, sbuf)
-            else:
-                plan_segments(row, False, e_bytes, e_bytes, e_src, e_dst, e_bytes, out_ptr, out_idx, sg, sbuf)
+            plan_segments(row, has_ov, ov_time[i] if has_ov else e_bytes, ov_bytes[i] if has_ov else e_bytes, e_src,
+                          e_dst, e_bytes, out_ptr, out_idx, sg, sbuf)
         for ti in range(rows.shape[1]):
             tu = np.uint64(ti)
             du = np.uint64(row[tu])
@@ -490,7 +466,7 @@ def plan_figures(p0, rows, has_ov, ov_time, ov_energy, ov_mem, ov_bytes, tables,
             acc[u3 * du + u2] += tm
             participates[p, du] = True
             e_task += te
-        c_e, c_t, n_msg, top, top_res = 0.0, 0.0, 0, 0.0, none
+        c_e, c_t, n_msg, top, top_res = 0.0, 0.0, np.int64(0), 0.0, none
         for k in range(len(p_edge)):         # one message exactly when the ends differ and it carries bytes
             ju = np.uint64(k)
             nb = ov_bytes[i, p_edge[ju]] if has_ov else p_bytes[ju]

@@ -217,8 +217,8 @@ def scratch(n_res: int, t_count: int, e_count: int, x_max: int) -> Scratch:
 
 
 @njit(cache=True)
-def one_input(dev: Arr, dur: Arr, carrier: Arr, xfer: Arr, r0: Arr, r1: Arr, n_messages: int, e_dst: Arr, out_ptr: Arr,
-              out_idx: Arr, src_edges: Arr, chain_ptr: Arr, chain_idx: Arr, indeg0: Arr, x_dur: Arr, x_res: Arr,
+def one_input(dev: Arr, dur: Arr, carrier: Arr, xfer: Arr, r0: Arr, r1: Arr, n_messages: int | np.int64, e_dst: Arr,
+              out_ptr: Arr, out_idx: Arr, src_edges: Arr, chain_ptr: Arr, chain_idx: Arr, indeg0: Arr, x_dur: Arr, x_res: Arr,
               x_after: Arr, x_before: Arr, work: Scratch) -> float:
     """One input's latency under one assignment (module docstring), NaN when some job never runs.
 

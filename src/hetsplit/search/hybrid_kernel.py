@@ -13,24 +13,14 @@ needs this file touched (or its cache cleared) to take effect.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from hetsplit.estimate.mapping import plan_buffers, plan_figures
 
 CHUNK = 64   # plans decoded together, then evaluated in one call (its set-up costs more than a plan)
 
 
-@njit(cache=True, parallel=True)
-def evaluate_hybrid(layer_device, slot_device, slot_used, tpl, tables, st, net, xj, with_latency, out, chunks):
-    """Every plan's figures (``evaluate_hybrid_range``), the plans split into ``chunks`` ranges on
-    parallel threads."""
-    n = layer_device.shape[0]
-    for c in prange(chunks):
-        evaluate_hybrid_range(c * n // chunks, (c + 1) * n // chunks, layer_device, slot_device, slot_used, tpl,
-                              tables, st, net, xj, with_latency, out)
-
-
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def evaluate_hybrid_range(lo, hi, layer_device, slot_device, slot_used, tpl, tables, st, net, xj, with_latency, out):
     """Plans ``lo..hi-1`` of a ``HybridAssignment`` (N x L, N x S x P, N x S x P) on the template
     ``tpl`` (``SlotTemplate.kernel_tables``): slot merging, devices, costs and edge bytes as
@@ -40,7 +30,7 @@ def evaluate_hybrid_range(lo, hi, layer_device, slot_device, slot_used, tpl, tab
      whole_mem, concat_time, concat_energy, concat_mem, edge_bytes, n_tasks) = tpl
     n_dev = out[0].shape[1]
     n_split, n_slots = slot_task.shape
-    buf = plan_buffers(n_dev * n_dev + 3 * n_dev, n_tasks, len(edge_bytes), n_dev, 0)
+    buf = plan_buffers(n_dev * n_dev + 3 * n_dev, n_tasks, len(edge_bytes), n_dev, np.int64(0))   # no literal
     rows = np.empty((CHUNK, n_tasks), dtype=np.int64)
     cost_t, cost_e, cost_m = np.empty((CHUNK, n_tasks)), np.empty((CHUNK, n_tasks)), np.empty((CHUNK, n_tasks))
     nbytes = np.empty((CHUNK, len(edge_bytes)))
@@ -98,5 +88,5 @@ def evaluate_hybrid_range(lo, hi, layer_device, slot_device, slot_used, tpl, tab
                     d = lead
                     ct[t], ce[t], cm[t] = 0.0, 0.0, 0.0
                 row[t] = d
-        plan_figures(c0, rows[:count], True, cost_t[:count], cost_e[:count], cost_m[:count], nbytes[:count], tables, st,
-                     net, xj, with_latency, out, buf)
+        plan_figures(c0, rows[:count], cost_t[:count], cost_e[:count], cost_m[:count], nbytes[:count], tables, st, net,
+                     xj, with_latency, out, buf)

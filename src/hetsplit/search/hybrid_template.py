@@ -32,13 +32,13 @@ from hetsplit.graph.shard import combine_layer, shard_layer
 from hetsplit.graph.types import CONV, GEMM, INPUT, Layer
 from hetsplit.estimate.batch import BatchMetrics, concat_metrics
 from hetsplit.errors import PlanError
-from hetsplit.estimate.mapping import (MappingEvaluator, TaskOverrides, evaluate_mappings, kernel_outputs, pack_extras,
-                                      parallel_chunks)
+from hetsplit.estimate.mapping import MappingEvaluator, TaskOverrides, evaluate_mappings, kernel_outputs, pack_extras
+from hetsplit.estimate.threads import parallel_chunks, run_in_ranges
 from hetsplit.plan.check import check_plan
 from hetsplit.estimate.task_costs import task_costs
 from hetsplit.plan.tasks import SINK, SOURCE, Task, TaskGraphBuilder
 from hetsplit.plan.types import DIRECT, Combine, Plan, Shard
-from hetsplit.search.hybrid_kernel import evaluate_hybrid, evaluate_hybrid_range
+from hetsplit.search.hybrid_kernel import evaluate_hybrid_range
 
 SPLIT_KINDS = (CONV, GEMM)  # LOP splits convolutions and fully connected layers (thesis 4.1)
 
@@ -304,11 +304,7 @@ class SlotTemplate:
         out = kernel_outputs(n, n_dev)
         args = (layer_device, slot_device, slot_used, self.kernel_tables(), ev._tables, ev.kernel_structure(),
                 ev.kernel_net(), pack_extras(None, n, n_dev), latency, out)
-        chunks = parallel_chunks(n, self.tg.num_tasks + len(self.tg.edge_src))
-        if chunks > 1:
-            evaluate_hybrid(*args, chunks)
-        else:
-            evaluate_hybrid_range(0, n, *args)
+        run_in_ranges(evaluate_hybrid_range, n, parallel_chunks(n, self.tg.num_tasks + len(self.tg.edge_src)), *args)
         return ev.metrics(out)
 
     def kernel_tables(self) -> tuple:
