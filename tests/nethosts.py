@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -150,14 +151,19 @@ class Across:
     err: Path
     workers: dict[str, subprocess.Popen] = field(default_factory=dict)
     commands: dict[str, list[str]] = field(default_factory=dict)
+    ended_alone: set[str] = field(default_factory=set)
 
-    def wait(self, timeout: float) -> tuple[int, str, str]:
-        """The run's exit code, stdout and stderr; its workers get 10 s to end on their own, then are killed."""
+    def wait(self, timeout: float, settle: Iterable[str] | None = None) -> tuple[int, str, str]:
+        """The run's exit code, stdout and stderr; its workers (or those of ``settle``: one cut off from the
+        run cannot hear it end) get 10 s to end on their own, then all are killed; ``ended_alone`` names
+        those that ended before that."""
+        waiting = [w for d, w in self.workers.items() if settle is None or d in settle]
         try:
             self.cli.wait(timeout=timeout)
             end = time.time() + 10
-            while time.time() < end and any(w.poll() is None for w in self.workers.values()):
+            while time.time() < end and any(w.poll() is None for w in waiting):
                 time.sleep(0.05)
+            self.ended_alone = {d for d, w in self.workers.items() if w.poll() is not None}
         finally:
             self.stop()
         return self.cli.returncode, self.out.read_text(), self.err.read_text()
