@@ -1,6 +1,8 @@
 """The CLI registers in full only the command a command line names; the others appear by name and help."""
 
 import argparse
+import subprocess
+import sys
 
 import pytest
 
@@ -33,3 +35,17 @@ def test_the_command_named_is_registered_in_full_and_no_other(argv):
         assert same == (name == named), name
     args = cli_main.build_parser(argv).parse_args(argv)
     assert args.command == named and callable(args.func)
+
+
+@pytest.mark.processes
+def test_the_library_api_starts_without_torch():
+    """``hetsplit.workflow`` (what every planning command imports) and a typed run report load neither
+    torch nor the runtime's transport: a default argument built at import once pulled in
+    torch.distributed, 2 s of every command's start."""
+    code = ("import sys, hetsplit.workflow, hetsplit.runtime.report, hetsplit.runtime as r; "
+            "print(sorted(m for m in ('torch', 'hetsplit.runtime.rendezvous', 'hetsplit.runtime.run') "
+            "if m in sys.modules)); "
+            "assert sorted(r.__all__) == sorted(r._HOME); [getattr(r, n) for n in r.__all__]; print('names ok')")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[:2] == ["[]", "names ok"], done.stdout

@@ -306,10 +306,13 @@ def _end(p: subprocess.Popen) -> None:
 # ---- prediction beside measurement ------------------------------------------------------------------
 
 def compare_report(report: RunReport, plan: Plan, graph: Graph, cluster: Cluster | None, options: CompareOptions,
-                   model: str, request: RunRequest = RunRequest()) -> Comparison:
+                   model: str, request: RunRequest | None = None) -> Comparison:
     """A finished run of ``plan`` beside its prediction at ``options.fidelity`` (``model``: the zoo name or
-    file the run split, for a profile taken now; ``request``: how it ran, for the notes)."""
+    file the run split, for a profile taken now; ``request``: how it ran, for the notes; default: as
+    ``RunRequest()``)."""
     from hetsplit.workflow.run_notes import overhead_note, profile_notes
+
+    request = request or RunRequest()
 
     if options.fidelity == "here":
         from hetsplit.workflow.here import compare_run_here
