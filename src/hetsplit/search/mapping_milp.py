@@ -27,15 +27,17 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, milp
-from scipy.sparse import coo_matrix
 
 from hetsplit.cluster.links import message_time
 from hetsplit.plan.tasks import SINK, SOURCE
 from hetsplit.search.node_mapping import NodeMapping
 from hetsplit.search.units import Symmetry
+
+if TYPE_CHECKING:
+    from scipy.optimize import LinearConstraint
 
 MAX_LINK_VARIABLES = 40_000   # z variables above which the link terms are relaxed away (bound only)
 MIP_REL_GAP = 1e-7
@@ -114,6 +116,9 @@ class _Model:
         self.rows.append((coef, lo, hi))
 
     def constraint(self) -> LinearConstraint:
+        from scipy.optimize import LinearConstraint    # on first solve: scipy.optimize is 0.5 s of a command's start
+        from scipy.sparse import coo_matrix
+
         r, c, v = [], [], []
         for k, (coef, _, _) in enumerate(self.rows):
             for col, val in coef.items():
@@ -494,6 +499,8 @@ def solve_bottleneck(nm: NodeMapping, time_limit_s: float, model_every_term: boo
 def solve_milp(b: Builder, objective: np.ndarray, time_limit_s: float):
     """HiGHS on the builder's model: (scipy's result, the decoded mapping or None, the proven bound on
     the objective in the model's units)."""
+    from scipy.optimize import Bounds, milp
+
     m = b.m
     res = milp(objective, constraints=[m.constraint()], integrality=np.array(m.integer), bounds=Bounds(m.lb, m.ub),
                options={"time_limit": max(0.05, time_limit_s), "mip_rel_gap": MIP_REL_GAP, "disp": False})
