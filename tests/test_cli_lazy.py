@@ -39,10 +39,12 @@ def test_the_command_named_is_registered_in_full_and_no_other(argv):
 
 @pytest.mark.processes
 def test_the_library_api_starts_without_torch():
-    """``hetsplit.workflow`` (what every planning command imports) and a typed run report load neither
-    torch nor the runtime's transport: a default argument built at import once pulled in
-    torch.distributed, 2 s of every command's start."""
-    code = ("import sys, hetsplit.workflow, hetsplit.runtime.report, hetsplit.runtime as r; "
+    """``hetsplit.workflow`` (what every planning command imports), a typed run report and the CPU
+    profiler's segment probe load neither torch nor the runtime's transport: a default argument built at
+    import, and a helper imported from the driver, once pulled in torch.distributed, 2 s of every
+    command's start."""
+    code = ("import sys, hetsplit.workflow, hetsplit.runtime.report, hetsplit.runtime.cpu_segment_probe, "
+            "hetsplit.runtime as r; "
             "print(sorted(m for m in ('torch', 'hetsplit.runtime.rendezvous', 'hetsplit.runtime.run') "
             "if m in sys.modules)); "
             "assert sorted(r.__all__) == sorted(r._HOME); [getattr(r, n) for n in r.__all__]; print('names ok')")

@@ -26,7 +26,7 @@ from hetsplit.plan.check import check_plan
 from hetsplit.plan.types import Combine, Shard, Stage
 from hetsplit.runtime import split_model
 from hetsplit.runtime.cpu_segment_probe import fit_scaled, unfused_from
-from hetsplit.runtime.driver import make_inputs
+from hetsplit.runtime.inputs import make_inputs
 from hetsplit.runtime.segment_timing import (
     load_segment_executors,
     one_pass,

@@ -19,27 +19,10 @@ import numpy as np
 
 from hetsplit.errors import RuntimeFailure
 from hetsplit.runtime.config import RunConfig
-from hetsplit.runtime.manifest import DRIVER, Manifest, TensorSpec
+from hetsplit.runtime.inputs import make_inputs
+from hetsplit.runtime.manifest import DRIVER, Manifest
 from hetsplit.runtime.wire import connect
 from hetsplit.runtime.inflight import MessageLog
-
-
-def make_inputs(specs: list[TensorSpec], n: int, seed: int) -> list[dict[str, np.ndarray]]:
-    """``n`` reproducible input sets (normal floats, small non-negative integers, random booleans)."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for _ in range(n):
-        feed = {}
-        for t in specs:
-            dt = np.dtype(t.dtype)
-            if dt.kind == "f":
-                feed[t.name] = rng.standard_normal(t.shape).astype(dt)
-            elif dt.kind == "b":
-                feed[t.name] = rng.random(t.shape) < 0.5
-            else:
-                feed[t.name] = rng.integers(0, 10, t.shape).astype(dt)
-        out.append(feed)
-    return out
 
 
 def run_driver(cfg: RunConfig, manifest: Manifest, run_dir: Path) -> dict:

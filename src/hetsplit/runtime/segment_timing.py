@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from hetsplit.errors import RuntimeFailure
-from hetsplit.runtime.driver import make_inputs
+from hetsplit.runtime.inputs import make_inputs
 from hetsplit.runtime.executor import ORT_CPU, Executor, SegmentSpec, make_executor
 from hetsplit.runtime.manifest import Manifest
 
