@@ -62,6 +62,27 @@ def test_a_dead_stage_ends_the_run_naming_its_device_and_its_log(tiny_gguf):
     shutil.rmtree(log.parent)
 
 
+def test_with_recover_a_dead_stage_is_planned_around_and_the_tokens_are_the_unsplit_models(tmp_path):
+    """cpu1 dies after its third step: the run re-plans over cpu0 and cpu2, rebuilds the KV cache from the
+    prompt and the tokens so far, and goes on; every token is the unsplit model's greedy one, the steps
+    after the recovery have its logits, and the text streamed once, whole."""
+    streamed: list[str] = []
+    three = write_tiny_gguf(tmp_path / "three.gguf", seed=3, blocks=3)
+    r = generate(three, local_cluster(3), GenerateOptions("the cat sat on", tokens=8, stages=3, verify=True,
+                                                          timeout_s=20, recover=True,
+                                                          faults={"1": {"kind": "die", "after": 3}}),
+                 on_text=streamed.append)
+    assert r.recovery is not None and r.recovery.device == "cpu1" and "cpu1" in r.recovery.error
+    assert 1 <= r.recovery.tokens_before < 8
+    assert [s.device for s in r.recovery.plan.stages] == ["cpu0", "cpu1", "cpu2"]
+    assert "cpu1" not in [s.device for s in r.plan.stages] and r.plan.how.startswith("exact DP")
+    assert len(r.tokens) == 8 and len(r.measured.steps_s) == 8 - r.recovery.tokens_before - 1
+    assert r.verify["ok"] and r.verify["identical_tokens"] and r.verify["max_abs_logit_diff"] <= 1e-4
+    assert "".join(streamed) == r.text
+    doc = r.to_dict()
+    assert doc["recovered"]["device"] == "cpu1" and doc["tokens"] == r.tokens
+
+
 def test_the_command_prints_one_json_object(tiny_gguf):
     out = subprocess.run([sys.executable, "-m", "hetsplit.cli.main", "generate", str(tiny_gguf), "--cluster",
                           "local", "--prompt", "the cat", "--tokens", "4", "--verify", "--json"],

@@ -40,4 +40,9 @@ class OutputError(HetsplitError):
 
 
 class RuntimeFailure(HetsplitError):
-    """A distributed run failed: dead worker, stalled link, mismatched sub-model."""
+    """A distributed run failed: dead worker, stalled link, mismatched sub-model. ``device``: the device
+    the failure is blamed on, where one is (what a run that recovers leaves out)."""
+
+    def __init__(self, message: str, device: str | None = None) -> None:
+        super().__init__(message)
+        self.device = device

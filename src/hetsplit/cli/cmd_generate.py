@@ -34,6 +34,9 @@ def register(sub) -> None:
                         "--emulate-devices`; all slowed by one dilation D, figures reported / D; needs root)")
     p.add_argument("--verify", action="store_true",
                    help="compare every step's logits with the unsplit model's and the greedy tokens for identity")
+    p.add_argument("--recover", action="store_true",
+                   help="when a device's worker fails, re-plan without it, rebuild the KV cache from the prompt and "
+                        "the tokens so far, and go on (default: end naming the device)")
     p.add_argument("--timeout", type=float, default=60.0, metavar="S", help="longest wait for a peer (default 60 s)")
     p.add_argument("--json", action="store_true", help="print one JSON object (the text is not streamed)")
     p.set_defaults(func=run)
@@ -49,7 +52,7 @@ def run(args) -> int:
 
     cluster = load_cluster_spec(args.cluster)
     opts = GenerateOptions(args.prompt, args.tokens, args.objective, args.stages, not args.no_probe, args.verify,
-                           args.emulate_links, args.emulate_devices, args.timeout)
+                           args.emulate_links, args.emulate_devices, args.timeout, recover=args.recover)
 
     def stream(text: str) -> None:
         sys.stdout.write(text)
@@ -63,6 +66,10 @@ def run(args) -> int:
         print()
         return 0 if result.verify is None or result.verify["ok"] else 1
     print()
+    if (rec := result.recovery) is not None:
+        print(f"\nrecovered: {rec.device} failed after {rec.tokens_before} tokens ({rec.error}); the plan "
+              f"({rec.plan.how}) was " + " | ".join(f"{s.device} blocks {s.first}-{s.stop - 1}" for s in rec.plan.stages)
+              + "; the KV cache rebuilt from the prompt and those tokens, measured below from there")
     plan, m = result.plan, result.measured
     print(f"\nplan ({plan.how}): " + " | ".join(f"{s.device} blocks {s.first}-{s.stop - 1}" for s in plan.stages))
     _print_emulation(m)

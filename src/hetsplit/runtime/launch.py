@@ -281,7 +281,8 @@ def root_cause(docs: list[dict], run_dir: Path) -> RuntimeFailure:
     first = min(failed, key=lambda d: (ORDER.get(str(d.get("kind")), 1), d.get("peer") in reported,
                                        d.get("t_fail", 0.0)))
     log = first.get("log") or run_dir / f"rank{first.get('rank')}.log"
-    return RuntimeFailure(f"{first['error']} (log: {log})")
+    device = first.get("device")
+    return RuntimeFailure(f"{first['error']} (log: {log})", device if isinstance(device, str) else None)
 
 
 def processes_of(run_dir: str | Path) -> list[int]:

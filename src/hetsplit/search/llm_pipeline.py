@@ -123,10 +123,11 @@ def _unwind(dp: dict, costs: LlmCosts, mask: int, d: int, j: int) -> list[Stage]
         mask, d, j = parent
 
 
-def best_single(costs: LlmCosts, objective: str = "decode") -> PipelineChoice | None:
-    """The best device alone (None when none holds the whole model)."""
+def best_single(costs: LlmCosts, objective: str = "decode", devices: list[str] | None = None) -> PipelineChoice | None:
+    """The best device alone among ``devices`` (default: all of the cluster's; None when none holds the
+    whole model)."""
     phase = _phase(objective)
-    options = [PipelineChoice([Stage(n, 0, costs.config.blocks)], 0.0) for n in costs.devices
+    options = [PipelineChoice([Stage(n, 0, costs.config.blocks)], 0.0) for n in (devices or costs.devices)
                if costs.stage_bytes(0, costs.config.blocks) <= costs.capacity[costs.cluster.index(n)]]
     for o in options:
         o.value = stage_value(costs, o.stages, phase)
