@@ -143,3 +143,55 @@ def test_an_emulation_this_machine_cannot_do_is_refused_with_its_reason_before_a
     monkeypatch.setattr("hetsplit.runtime.cpu_throttle.throttle_available", lambda: "CPU throttling needs root (test)")
     with pytest.raises(UsageError, match="CPU throttling needs root"):
         generate(tiny_gguf, local_cluster(2), GenerateOptions("the cat", tokens=2, stages=2, emulate_devices=True))
+
+
+def test_a_plan_written_by_plan_out_is_what_generate_plan_runs(tiny_gguf, tmp_path, capsys):
+    """``hetsplit plan MODEL.gguf --out DIR`` writes the plan; ``generate --plan`` runs exactly its stages
+    (here a hand-edited split over the two devices, which the planner would not choose)."""
+    from hetsplit.cli.main import main
+    from hetsplit.workflow import load_cluster_spec
+    from hetsplit.workflow.generate import PLAN_FORMAT, read_generation_plan
+
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text("format: hetsplit.cluster/1\nname: two\ndevices:\n"
+                       "  - {name: cpu0, kind: cpu, type: local-cpu, memory: 1GiB}\n"
+                       "  - {name: cpu1, kind: cpu, type: local-cpu, memory: 1GiB}\n"
+                       "links:\n  default: {name: net, bandwidth: 1GB/s, latency: 100us}\n")
+    assert main(["plan", str(tiny_gguf), "--cluster", str(cluster), "--out", str(tmp_path / "p")]) == 0
+    written = json.loads((tmp_path / "p" / "generation-plan.json").read_text())
+    assert written["format"] == PLAN_FORMAT and written["stages"]
+    written["stages"] = [{"device": "cpu1", "blocks": [0, 1]}, {"device": "cpu0", "blocks": [1, 2]}]
+    (tmp_path / "split.json").write_text(json.dumps(written))
+    stages = read_generation_plan(tmp_path / "split.json")
+    r = generate(tiny_gguf, load_cluster_spec(str(cluster)), GenerateOptions("the cat", tokens=3, plan=stages, verify=True))
+    assert [(s.device, s.first, s.stop) for s in r.plan.stages] == [("cpu1", 0, 1), ("cpu0", 1, 2)]
+    assert r.plan.how == "given" and r.verify["ok"] and [s.blocks for s in r.measured.stages] == [[0, 1], [1, 2]]
+
+
+@pytest.mark.parametrize("doc, says", [
+    ({"format": "hetsplit.plan/1", "stages": []}, "not a hetsplit.generation-plan/1"),
+    ({"format": "hetsplit.generation-plan/1", "stages": []}, "'stages' must be a list of 1 to 64"),
+    ({"format": "hetsplit.generation-plan/1", "stages": [{"device": "cpu0", "blocks": [0, "2"]}]}, "stage 0 must be"),
+    ({"format": "hetsplit.generation-plan/1", "stages": [{"device": 3, "blocks": [0, 2]}]}, "stage 0 must be"),
+])
+def test_a_plan_file_that_is_not_a_generation_plan_is_refused_naming_the_field(tmp_path, doc, says):
+    from hetsplit.errors import UsageError
+    from hetsplit.workflow.generate import read_generation_plan
+
+    (tmp_path / "p.json").write_text(json.dumps(doc))
+    with pytest.raises(UsageError, match=says):
+        read_generation_plan(tmp_path / "p.json")
+
+
+@pytest.mark.parametrize("stages, says", [
+    ((("cpu0", 0, 1),), "do not cover blocks"), ((("gpu9", 0, 2),), "not in cluster"),
+    ((("cpu0", 0, 1), ("cpu0", 1, 2)), "a device runs two stages")])
+def test_a_given_plan_that_does_not_fit_the_model_or_cluster_is_refused_before_anything_runs(tiny_gguf, stages, says):
+    from hetsplit.errors import PlanError
+    from hetsplit.estimate.llm import Stage
+    from hetsplit.graph.llm.load import read_model
+    from hetsplit.workflow.generate import PlanOptions, plan_generation
+
+    with pytest.raises(PlanError, match=says):
+        plan_generation(read_model(tiny_gguf), local_cluster(2),
+                        PlanOptions(4, 2, probe=False, given=tuple(Stage(*s) for s in stages)))

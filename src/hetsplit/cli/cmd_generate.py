@@ -7,6 +7,7 @@ import json
 import sys
 
 from hetsplit.cli.common import add_command, int_range
+from hetsplit.errors import UsageError
 
 
 def register(sub) -> None:
@@ -24,6 +25,9 @@ def register(sub) -> None:
                    help="what the planner minimizes: decode (time per token; default) or ttft")
     p.add_argument("--stages", type=int_range(0, 64), default=0, metavar="K",
                    help="cut the blocks evenly over the cluster's first K devices instead of planning (0: plan)")
+    p.add_argument("--plan", default=None, metavar="FILE",
+                   help="run the stages of this hetsplit.generation-plan/1 file (hetsplit plan MODEL.gguf --out DIR "
+                        "writes one) instead of planning")
     p.add_argument("--no-probe", action="store_true",
                    help="cost local-cpu devices by their device model, not by a torch probe of this machine")
     p.add_argument("--emulate-links", action="store_true",
@@ -48,11 +52,14 @@ def _ms(s: float) -> str:
 
 def run(args) -> int:
     from hetsplit.workflow import load_cluster_spec
-    from hetsplit.workflow.generate import GenerateOptions, generate
+    from hetsplit.workflow.generate import GenerateOptions, generate, read_generation_plan
 
     cluster = load_cluster_spec(args.cluster)
+    if args.plan and args.stages:
+        raise UsageError("--plan and --stages: give one (a plan to run, or an even cut)")
     opts = GenerateOptions(args.prompt, args.tokens, args.objective, args.stages, not args.no_probe, args.verify,
-                           args.emulate_links, args.emulate_devices, args.timeout, recover=args.recover)
+                           args.emulate_links, args.emulate_devices, args.timeout, recover=args.recover,
+                           plan=read_generation_plan(args.plan) if args.plan else None)
 
     def stream(text: str) -> None:
         sys.stdout.write(text)
@@ -112,21 +119,26 @@ def _print_emulation(m) -> None:
 PLAN_PROMPT, PLAN_TOKENS = 32, 96        # what ``hetsplit plan MODEL.gguf`` plans for
 
 
-def plan_gguf(model: str, cluster_spec: str, objective: str, as_json: bool) -> int:
-    """``hetsplit plan MODEL.gguf --cluster C``: the planned pipeline and every device alone, predicted."""
+def plan_gguf(model: str, cluster_spec: str, objective: str, as_json: bool, out: str | None = None) -> int:
+    """``hetsplit plan MODEL.gguf --cluster C``: the planned pipeline and every device alone, predicted;
+    ``out``: the folder to write it in (``generation-plan.json``, what ``generate --plan`` reads)."""
     from hetsplit.estimate.llm import Stage, predict_pipeline
     from hetsplit.graph.llm.load import read_model
+    from hetsplit.outpath import output_dir, write_text
     from hetsplit.workflow import load_cluster_spec
     from hetsplit.workflow.generate import PlanOptions, plan_generation
 
+    folder = output_dir(out)
     cluster = load_cluster_spec(cluster_spec)
     m = read_model(model)
     plan = plan_generation(m, cluster, PlanOptions(PLAN_PROMPT, PLAN_TOKENS, objective))
     alone = {n: predict_pipeline(plan.costs, [Stage(n, 0, m.config.blocks)]) for n in plan.costs.devices}
+    doc = {"model": m.config.name, "cluster": cluster.name, "prompt_tokens": PLAN_PROMPT, "new_tokens": PLAN_TOKENS,
+           "objective": objective, **plan.to_dict(), "alone": {n: p.to_dict() for n, p in alone.items()}}
+    if folder is not None:
+        write_text(folder / "generation-plan.json", json.dumps(doc, indent=1) + "\n")
     if as_json:
-        json.dump({"model": m.config.name, "cluster": cluster.name, "prompt_tokens": PLAN_PROMPT,
-                   "new_tokens": PLAN_TOKENS, "objective": objective, **plan.to_dict(),
-                   "alone": {n: p.to_dict() for n, p in alone.items()}}, sys.stdout, indent=1)
+        json.dump(doc, sys.stdout, indent=1)
         print()
         return 0
     print(f"{m.config.name}: {m.config.blocks} blocks, {m.stored_bytes() / 2**20:.1f} MiB stored; cluster "

@@ -69,7 +69,8 @@ def run(args) -> int:
     if str(args.model).endswith(".gguf"):          # an LLM checkpoint: pipeline decode (cli.cmd_generate)
         from hetsplit.cli.cmd_generate import plan_gguf
 
-        return plan_gguf(args.model, args.cluster, "ttft" if args.objective == "latency" else "decode", args.json)
+        return plan_gguf(args.model, args.cluster, "ttft" if args.objective == "latency" else "decode", args.json,
+                         args.out)
     console = wide_console(stderr=args.json)
     constraints = PipelineConstraints(
         first_stage_devices=tuple(args.first_device) if args.first_device else None,

@@ -26,6 +26,31 @@ if TYPE_CHECKING:
     from hetsplit.runtime.device_emulation import DeviceEmulation
 
 LOCAL_TYPES = ("local-cpu",)
+PLAN_FORMAT = "hetsplit.generation-plan/1"
+MAX_STAGES = 64
+
+
+def read_generation_plan(path: str | Path) -> tuple[Stage, ...]:
+    """The stages of a ``hetsplit.generation-plan/1`` file (``hetsplit plan MODEL.gguf --out DIR``, or the
+    ``plan`` of ``generate --json``), each field checked; ``plan_generation`` checks them against the
+    cluster and the model."""
+    from hetsplit.jsonfile import read_json
+
+    doc = read_json(path, UsageError, "--plan")
+    where = f"--plan {path}"
+    if not isinstance(doc, dict) or doc.get("format") != PLAN_FORMAT:
+        raise UsageError(f"{where}: not a {PLAN_FORMAT} file (write one with hetsplit plan MODEL.gguf --out DIR)")
+    raw = doc.get("stages")
+    if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_STAGES:
+        raise UsageError(f"{where}: 'stages' must be a list of 1 to {MAX_STAGES} stages")
+    stages = []
+    for i, st in enumerate(raw):
+        blocks = st.get("blocks") if isinstance(st, dict) else None
+        if not (isinstance(st, dict) and isinstance(st.get("device"), str) and isinstance(blocks, list)
+                and len(blocks) == 2 and all(type(b) is int for b in blocks)):
+            raise UsageError(f"{where}: stage {i} must be {{\"device\": NAME, \"blocks\": [FIRST, STOP]}}")
+        stages.append(Stage(st["device"], blocks[0], blocks[1]))
+    return tuple(stages)
 
 
 @dataclass(frozen=True)
@@ -41,6 +66,7 @@ class PlanOptions:
     stages: int = 0
     probe: bool = True
     devices: tuple[str, ...] | None = None      # the devices the plan may use (default: all of the cluster's)
+    given: tuple[Stage, ...] | None = None      # a plan to run as it is (``read_generation_plan``)
 
 
 @dataclass
@@ -55,7 +81,8 @@ class GenerationPlan:
     how: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"stages": [{"device": s.device, "blocks": [s.first, s.stop]} for s in self.stages],
+        """``hetsplit.generation-plan/1``: what ``generate --plan`` reads back (its stages), with the figures."""
+        return {"format": PLAN_FORMAT, "stages": [{"device": s.device, "blocks": [s.first, s.stop]} for s in self.stages],
                 "how": self.how, "predicted": self.predicted.to_dict(),
                 "best_single": None if self.single is None or self.single_predicted is None else
                 {"device": self.single.stages[0].device, "predicted": self.single_predicted.to_dict()}}
@@ -86,12 +113,19 @@ def plan_generation(model: LlmModel, cluster: Cluster, options: PlanOptions) -> 
     if unknown or not allowed:
         raise UsageError(f"devices {unknown or allowed}: give devices of cluster {cluster.name!r} "
                          f"({', '.join(costs.devices)})")
-    if options.stages:
+    if options.given is not None:
+        stages, how = list(options.given), "given"
+    elif options.stages:
         stages, how = even_stages(allowed, model.config.blocks, options.stages), f"even over {options.stages}"
     else:
         stages, how = plan_pipeline(costs, options.objective, allowed).stages, f"exact DP ({options.objective})"
     single = best_single(costs, options.objective, allowed)
-    return GenerationPlan(stages, predict_pipeline(costs, stages), single,
+    predicted = predict_pipeline(costs, stages)       # checks the stages: devices of the cluster, every block once
+    if options.given is not None and not predicted.fits:
+        over = [f"{d} needs {b / 2**20:.1f} MiB" for d, b in predicted.memory_bytes.items()]
+        raise UsageError(f"the given plan does not fit its devices' memory ({', '.join(over)}, KV cache at "
+                         f"{costs.options.context} positions included)")
+    return GenerationPlan(stages, predicted, single,
                           None if single is None else predict_pipeline(costs, single.stages), costs, how)
 
 
@@ -153,6 +187,7 @@ class GenerateOptions:
     faults: dict[str, dict] = field(default_factory=dict)
     run_dir: Path | None = None
     recover: bool = False      # a device that fails: re-plan without it, rebuild the KV cache, go on
+    plan: tuple[Stage, ...] | None = None      # run these stages (``read_generation_plan``) instead of planning
 
 
 @dataclass
@@ -246,7 +281,7 @@ def generate(model_path: str | Path, cluster: Cluster, options: GenerateOptions,
         raise UsageError(f"{len(prompt)} prompt + {options.tokens} new tokens exceed the model's context of "
                          f"{model.config.context}")
     plan = plan_generation(model, cluster, PlanOptions(len(prompt), options.tokens, options.objective,
-                                                       options.stages, options.probe))
+                                                       options.stages, options.probe, given=options.plan))
     got: list[int] = []
     shown = [""]
 
