@@ -150,6 +150,7 @@ class StageReport:
     blocks: list[int]
     prefill_compute_s: float
     compute_s: float
+    cpu_s: float                    # the CPU time of the stage's thread in its compute_s (less: others had the core)
     wait_s: float
     sent_bytes: int                 # per decode token
     peak_rss_bytes: int
@@ -193,7 +194,8 @@ def _stage_report(doc: dict, bounds: list[int]) -> StageReport:
     steps = doc["steps"]
     decode = steps[1:]
     return StageReport(int(doc["rank"]), doc["device"], list(bounds), steps[0]["compute_s"],
-                       _median([s["compute_s"] for s in decode]), _median([s["wait_s"] for s in decode]),
+                       _median([s["compute_s"] for s in decode]), _median([s["cpu_s"] for s in decode]),
+                       _median([s["wait_s"] for s in decode]),
                        int(_median([s["sent_bytes"] for s in decode])), int(doc.get("peak_rss_bytes", 0)))
 
 

@@ -87,7 +87,7 @@ def run_stage(cfg: RunConfig, job: PipelineJob, rank: int, run_dir: Path) -> dic
     for i, n in enumerate(job.steps()):
         if fault and i == int(fault.get("after", 0)):
             inject(fault["kind"])
-        wait0, sent0, t0 = hops.wait_s, hops.sent_bytes, time.perf_counter()
+        wait0, sent0, t0, c0 = hops.wait_s, hops.sent_bytes, time.perf_counter(), time.thread_time()
         hidden = hops.post_recv(rank - 1, (n, dim), np.float32, HIDDEN_TAG) if rank > 0 else None
         back = hops.post_recv(last, (1,), np.int64, TOKEN_TAG) if rank == 0 and last > 0 else None
         x = torch.tensor(feed) if hidden is None else torch.from_numpy(hops.take(hidden))   # None: rank 0
@@ -107,9 +107,9 @@ def run_stage(cfg: RunConfig, job: PipelineJob, rank: int, run_dir: Path) -> dic
             stream.write(f"{feed[0]}\n")
             stream.flush()
         pos += n
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
         wait = hops.wait_s - wait0
-        steps.append({"tokens": n, "wall_s": wall, "wait_s": wait, "compute_s": wall - wait,
+        steps.append({"tokens": n, "wall_s": wall, "wait_s": wait, "compute_s": wall - wait, "cpu_s": cpu,
                       "sent_bytes": hops.sent_bytes - sent0, "sent_at": hops.sent_at, "arrived_at": hops.arrived_at})
     wire.pg.barrier().wait()            # nobody leaves while a peer may still read from it
     if rank == last and job.keep_logits:
