@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 
 from hetsplit.cluster.types import Cluster
-from hetsplit.costs.llm_probe import probe_device
+from hetsplit.costs.llm_probe import ProbeShape, TorchCpuProbe, probe_device, probe_torch_cpu
 from hetsplit.errors import UsageError
 from hetsplit.estimate.llm import (DECODE, LlmCostOptions, LlmCosts, PipelinePrediction, Stage, llm_costs,
                                    predict_pipeline)
+from hetsplit.graph.llm.config import LlmConfig
 from hetsplit.graph.llm.decoder import Decoder, StageSpec
 from hetsplit.graph.llm.load import LlmModel, model_tokenizer, read_model
 from hetsplit.graph.llm.step_graph import FLOAT32, STORED
@@ -60,12 +61,20 @@ class GenerationPlan:
                 {"device": self.single.stages[0].device, "predicted": self.single_predicted.to_dict()}}
 
 
-def costed_cluster(cluster: Cluster, probe: bool) -> tuple[Cluster, str]:
-    """The cluster with this machine's ``local-cpu`` devices costed by the torch probe (when ``probe``), and
+def host_probe(config: LlmConfig, prompt_tokens: int, new_tokens: int) -> TorchCpuProbe:
+    """This machine's one-thread torch worker probed at the generation's shapes: the model's blocks, the
+    prompt's rows, the decode's mean context (``costs.llm_probe``; measured once per shape and process)."""
+    _, decode = LlmCostOptions(prompt_tokens, new_tokens).phases()
+    return probe_torch_cpu(ProbeShape(config, prompt_tokens, decode.context))
+
+
+def costed_cluster(cluster: Cluster, probe: TorchCpuProbe | None) -> tuple[Cluster, str]:
+    """The cluster with this machine's ``local-cpu`` devices costed by the torch probe (when given), and
     the weight bytes the costs count: float32 where the probe stands for the runtime's torch executor."""
-    if not probe or not any(d.type in LOCAL_TYPES for d in cluster.devices):
+    if probe is None or not any(d.type in LOCAL_TYPES for d in cluster.devices):
         return cluster, STORED
-    return replace(cluster, devices=[probe_device(d) if d.type in LOCAL_TYPES else d for d in cluster.devices]), FLOAT32
+    return replace(cluster, devices=[probe_device(d, probe) if d.type in LOCAL_TYPES else d
+                                     for d in cluster.devices]), FLOAT32
 
 
 def even_stages(names: list[str], blocks: int, k: int) -> list[Stage]:
@@ -77,7 +86,9 @@ def even_stages(names: list[str], blocks: int, k: int) -> list[Stage]:
 
 def plan_generation(model: LlmModel, cluster: Cluster, options: PlanOptions) -> GenerationPlan:
     """Cost both phases and plan (or cut evenly) a pipeline of whole blocks; predicted figures beside it."""
-    costed, weight_bytes = costed_cluster(cluster, options.probe)
+    probe = host_probe(model.config, options.prompt_tokens, options.new_tokens) if options.probe and \
+        any(d.type in LOCAL_TYPES for d in cluster.devices) else None
+    costed, weight_bytes = costed_cluster(cluster, probe)
     costs = llm_costs(model.config, model.tensors, costed,
                       LlmCostOptions(options.prompt_tokens, options.new_tokens, weight_bytes))
     if options.stages:
@@ -92,7 +103,8 @@ def plan_generation(model: LlmModel, cluster: Cluster, options: PlanOptions) -> 
 def host_costs(model: LlmModel, costs: LlmCosts) -> LlmCosts:
     """``costs``' generation with every device of its cluster made this machine's one-thread torch worker
     (the probe; weights float32, as the worker holds them): what each stage costs the process running it."""
-    here = replace(costs.cluster, devices=[probe_device(d) for d in costs.cluster.devices])
+    probe = host_probe(model.config, costs.options.prompt_tokens, costs.options.new_tokens)
+    here = replace(costs.cluster, devices=[probe_device(d, probe) for d in costs.cluster.devices])
     return llm_costs(model.config, model.tensors, here, replace(costs.options, weight_bytes=FLOAT32))
 
 
