@@ -187,7 +187,7 @@ def test_the_probe_takes_the_median_of_its_repeats_not_the_luckiest(monkeypatch)
     assert llm_probe.typical_time(lambda: None, 3) == 3.0
 
 
-def test_each_stage_is_throttled_to_its_devices_decode_time_at_one_dilation(tiny):
+def test_each_stage_is_throttled_to_its_devices_prefill_and_decode_time_at_one_dilation(tiny):
     from hetsplit.costs.llm_probe import TorchCpuProbe
     from hetsplit.workflow.generate import PlanOptions, host_costs, plan_generation, stage_emulation
 
@@ -198,8 +198,12 @@ def test_each_stage_is_throttled_to_its_devices_decode_time_at_one_dilation(tiny
             plan = plan_generation(tiny, cluster(speeds), PlanOptions(8, 8, stages=2))
             emu = stage_emulation(tiny, plan, cores=cores)
             here = host_costs(tiny, plan.costs)
-            assert max(emu.shares.values()) <= 1.0 and sum(emu.shares.values()) <= max(cores - 0.5, 1.0) + 1e-9
-            for d, s in enumerate(plan.stages):            # host time / share = device time x D
-                t, h = (c.stage_s(DECODE, d, s.first, s.stop) for c in (plan.costs, here))
-                assert h / emu.shares[s.device] == pytest.approx(t * emu.dilation)
-            assert (emu.dilation > 1.0) == (speeds[0] >= 1)  # devices faster than the worker here dilate time
+            assert emu.prefill.dilation == emu.decode.dilation
+            for phase, e in ((PREFILL, emu.prefill), (DECODE, emu.decode)):
+                assert max(e.shares.values()) <= 1.0 and sum(e.shares.values()) <= max(cores - 0.5, 1.0) + 1e-9
+                for d, s in enumerate(plan.stages):            # host time / share = device time x D
+                    t, h = (c.stage_s(phase, d, s.first, s.stop) for c in (plan.costs, here))
+                    assert h / e.shares[s.device] == pytest.approx(t * e.dilation)
+            # the device's prefill-to-decode ratio is not the host's (stored vs float32 weights): two shares
+            assert emu.prefill.shares != pytest.approx(emu.decode.shares)
+            assert (emu.decode.dilation > 1.0) == (speeds[0] >= 1)  # devices faster than the worker here dilate time

@@ -79,7 +79,8 @@ def run_stage(cfg: RunConfig, job: PipelineJob, rank: int, run_dir: Path) -> dic
     dec = Decoder(model, StageSpec(first, stop, rank == 0, rank == last), capacity)
     dim = model.config.dim
     wire = connect(cfg, job.world_size, job.devices[rank], rank, run_dir)
-    join_group(cfg.cgroups.get(str(rank)))     # throttled (--emulate-devices) from the first step on
+    decode_group = cfg.cgroups.get(str(rank))
+    join_group(job.prefill_cgroups.get(str(rank)) or decode_group)   # throttled (--emulate-devices) from step 0 on
     hops = Hops(wire, job, rank, cfg)
     fault = cfg.faults.get(str(rank))
     stream = open(run_dir / TOKENS_FILE, "a") if rank == 0 else None
@@ -111,6 +112,8 @@ def run_stage(cfg: RunConfig, job: PipelineJob, rank: int, run_dir: Path) -> dic
         wait = hops.wait_s - wait0
         steps.append({"tokens": n, "wall_s": wall, "wait_s": wait, "compute_s": wall - wait, "cpu_s": cpu,
                       "sent_bytes": hops.sent_bytes - sent0, "sent_at": hops.sent_at, "arrived_at": hops.arrived_at})
+        if i == 0 and job.prefill_cgroups.get(str(rank)):
+            join_group(decode_group)           # the prompt's share, then the decode steps'
     wire.pg.barrier().wait()            # nobody leaves while a peer may still read from it
     if rank == last and job.keep_logits:
         torch.save(torch.stack(logits), run_dir / LOGITS_FILE)

@@ -14,7 +14,7 @@ import torch
 from hetsplit.cluster.types import Cluster
 from hetsplit.costs.llm_probe import ProbeShape, TorchCpuProbe, probe_device, probe_torch_cpu
 from hetsplit.errors import UsageError
-from hetsplit.estimate.llm import (DECODE, LlmCostOptions, LlmCosts, PipelinePrediction, Stage, llm_costs,
+from hetsplit.estimate.llm import (DECODE, PREFILL, LlmCostOptions, LlmCosts, PipelinePrediction, Stage, llm_costs,
                                    predict_pipeline)
 from hetsplit.graph.llm.config import LlmConfig
 from hetsplit.graph.llm.decoder import Decoder, StageSpec
@@ -108,22 +108,39 @@ def host_costs(model: LlmModel, costs: LlmCosts) -> LlmCosts:
     return llm_costs(model.config, model.tensors, here, replace(costs.options, weight_bytes=FLOAT32))
 
 
-def stage_emulation(model: LlmModel, plan: GenerationPlan, cores: int | None = None) -> "DeviceEmulation":
+@dataclass(frozen=True)
+class StageEmulation:
+    """The CPU shares of each stage's process for the prompt's step and for the decode steps, at one
+    dilation (``prefill.dilation == decode.dilation``)."""
+
+    prefill: "DeviceEmulation"
+    decode: "DeviceEmulation"
+
+
+def stage_emulation(model: LlmModel, plan: GenerationPlan, cores: int | None = None) -> StageEmulation:
     """The CPU shares and dilation that run each stage here at its device's speed (``--emulate-devices``;
-    ``runtime.device_emulation``): per stage, its decode step on the plan's device against the same step
-    on this machine's worker. One share per process: the prefill keeps the host's own ratio of prefill to
-    decode, not the device's."""
+    ``runtime.device_emulation``): per stage and phase, its step on the plan's device against the same
+    step on this machine's worker; one dilation D, the larger the two phases need. A stage's process runs
+    its prompt at the prefill share and then moves to its decode share: a device's prefill-to-decode
+    ratio is not the host's (a small-row product streams float32 weights here, is compute-bound on a
+    device that holds them quantized)."""
     from hetsplit.cluster.examples import usable_cores
-    from hetsplit.runtime.device_emulation import emulation_of
+    from hetsplit.runtime.device_emulation import DeviceEmulation, emulation_of
 
     host = host_costs(model, plan.costs)
-    times = {}
-    for s in plan.stages:
-        d = plan.costs.cluster.index(s.device)
-        times[s.device] = (float(plan.costs.stage_s(DECODE, d, s.first, s.stop)),
-                           float(host.stage_s(DECODE, d, s.first, s.stop)))
-    return emulation_of(times, cores or usable_cores(),
-                        "this machine's one-thread torch worker (hetsplit.costs.llm_probe), decode steps")
+    how = "this machine's one-thread torch worker (hetsplit.costs.llm_probe), {} steps"
+    phases = []
+    for phase, name in ((PREFILL, "prefill"), (DECODE, "decode")):
+        times = {}
+        for s in plan.stages:
+            d = plan.costs.cluster.index(s.device)
+            times[s.device] = (float(plan.costs.stage_s(phase, d, s.first, s.stop)),
+                               float(host.stage_s(phase, d, s.first, s.stop)))
+        phases.append(emulation_of(times, cores or usable_cores(), how.format(name)))
+    dilation = max(e.dilation for e in phases)
+    prefill, decode = (DeviceEmulation({d: s * e.dilation / dilation for d, s in e.shares.items()}, dilation, e.host)
+                       for e in phases)
+    return StageEmulation(prefill, decode)
 
 
 def check_emulation(links: bool, devices: bool) -> None:
@@ -179,7 +196,9 @@ class GenerateResult:
                              "stages": [vars(s) for s in m.stages], "hops_s": m.hops_s},
                 "emulated": m.emulated() if m.device_emulation is not None else None,
                 "emulation": {"links": m.emulation.to_dict() if m.emulation is not None else None,
-                              "devices": m.device_emulation.to_dict() if m.device_emulation is not None else None},
+                              "devices": m.device_emulation.to_dict() if m.device_emulation is not None else None,
+                              "prefill_devices": (m.prefill_emulation.to_dict() if m.prefill_emulation is not None
+                                                  else None)},
                 "predicted": self.plan.predicted.to_dict(), "plan": self.plan.to_dict()}
 
 
@@ -243,10 +262,10 @@ def generate(model_path: str | Path, cluster: Cluster, options: GenerateOptions,
         from hetsplit.runtime.netem import LinkMatrix
 
         links = LinkMatrix.between(job.devices, cluster)
-    devices = stage_emulation(model, plan) if options.emulate_devices else None
+    emu = stage_emulation(model, plan) if options.emulate_devices else None
     report = run_pipeline_decode(job, PipelineOptions(
         timeout_s=options.timeout_s, faults=dict(options.faults), run_dir=options.run_dir, on_token=on_token,
-        links=links, devices=devices))
+        links=links, devices=emu.decode if emu else None, prefill_devices=emu.prefill if emu else None))
     text = tok.decode(report.tokens)
     if on_text is not None and len(text) > len(shown[0]):
         on_text(text[len(shown[0]):])
