@@ -42,11 +42,14 @@ def here(n: int, latency: str, bandwidth: str):
         "links": {"default": {"name": "loopback", "bandwidth": bandwidth, "latency": latency}}})
 
 
-def unlike(speeds: list[float], latency: str, bandwidth: str):
-    """One device per factor: this machine's one-thread torch worker (the probe's figures) that much slower."""
-    from hetsplit.costs.llm_probe import probe_torch_cpu
+def unlike(speeds: list[float], latency: str, bandwidth: str, model: Path, tokens: int):
+    """One device per factor: this machine's one-thread torch worker (the probe's figures at the model's
+    shapes, the prompt's rows, the decode context of ``tokens`` new tokens) that much slower."""
+    from hetsplit.graph.llm.load import model_tokenizer, read_model
+    from hetsplit.workflow.generate import host_probe
 
-    p = probe_torch_cpu()
+    m = read_model(model)
+    p = host_probe(m.config, len(model_tokenizer(m).encode(PROMPT)), tokens)
     devices = [{"name": f"x{s:g}" + "'" * i, "kind": "cpu", "type": f"t{i}", "memory": "4GiB", "model": "roofline",
                 "params": {"peak_macs": p.macs_per_s / s, "mem_bandwidth": p.bytes_per_s / s, "mem_efficiency": 1.0,
                            "efficiency": {"default": 1.0, "gemm": 1.0, "matmul": 1.0}, "overhead_s": p.call_s * s,
@@ -70,7 +73,7 @@ def main() -> None:
     rows, unsplit = [], None
     if args.speeds and len(args.speeds) < max(args.workers):
         raise SystemExit(f"--speeds: give one factor per worker ({max(args.workers)})")
-    cluster = (unlike(args.speeds, args.latency, args.bandwidth) if args.speeds
+    cluster = (unlike(args.speeds, args.latency, args.bandwidth, model, args.tokens) if args.speeds
                else here(max(args.workers), args.latency, args.bandwidth))
     for k in args.workers:
         t0 = time.perf_counter()
@@ -90,9 +93,12 @@ def main() -> None:
         print(f"{k:>7} {'yes' if same else 'NO':>11} {r.verify['max_abs_logit_diff']:>11.3g} "
               f"{m.ttft_s / d * 1e3:>10.1f} {p.ttft_s * 1e3:>8.1f} {m.s_per_token / d * 1e3:>11.2f} "
               f"{p.s_per_token * 1e3:>8.2f} {m.s_per_token / d / p.s_per_token:>9.2f} {wall:>7.1f}")
-    print("\nper stage (median decode step): compute measured / predicted ms")
+    print("\nper stage (median decode step): compute measured / its CPU time at the stage's share / predicted ms"
+          "\n(the CPU figure is what the stage takes when it gets the core, or its quota, whenever it runs)")
     for k, r, _ in rows:
-        parts = [f"{s.device} {s.blocks[0]}-{s.blocks[1] - 1}: {s.compute_s / r.measured.dilation * 1e3:.2f}/"
+        d, emu = r.measured.dilation, r.measured.device_emulation
+        parts = [f"{s.device} {s.blocks[0]}-{s.blocks[1] - 1}: {s.compute_s / d * 1e3:.2f}/"
+                 f"{s.cpu_s / (emu.shares.get(s.device, 1.0) if emu else 1.0) / d * 1e3:.2f}/"
                  f"{r.plan.predicted.compute_s[s.device][1] * 1e3:.2f}" for s in r.measured.stages]
         print(f"  {k}: " + "; ".join(parts))
     print("\nper hop (median decode step): measured / predicted ms")

@@ -122,6 +122,9 @@ def test_a_slowed_device_slows_the_emulated_run_in_the_direction_predicted(tmp_p
         assert r.verify["ok"] and r.measured.device_emulation is not None
         assert set(r.measured.device_emulation.shares) == {"first", "second"}
         assert r.measured.device_emulation.period_us > 0 and len(r.measured.device_emulation.groups) == 2
+        prefill = r.measured.prefill_emulation               # the prompt's step at its own shares, same D
+        assert prefill is not None and len(prefill.groups) == 2 and prefill.dilation == r.measured.dilation
+        assert r.to_dict()["emulation"]["prefill_devices"]["shares"] == prefill.shares
         assert r.to_dict()["emulated"]["s_per_token"] == pytest.approx(r.measured.s_per_token / r.measured.dilation)
         runs[gbps] = r
     fast, slow = runs[1.0], runs[0.25]

@@ -63,7 +63,7 @@ def test_incremental_decode_with_the_kv_cache_equals_one_causal_pass(tiny_gguf):
     m = read_gguf(tiny_gguf)
     prompt = [5, 17, 42, 99, 7]
     tokens, steps = greedy(m, prompt, 6)
-    full = Decoder(m, StageSpec.whole(m.config), 16).forward(torch.tensor(prompt + tokens[:-1]), 0)
+    full = Decoder(m, StageSpec.whole(m.config), 16).forward(torch.tensor(prompt + tokens[:-1]), 0, every_position=True)
     teacher = full[len(prompt) - 1:]
     assert teacher.shape == steps.shape
     assert float((teacher - steps).abs().max()) < 1e-4

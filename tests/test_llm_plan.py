@@ -103,15 +103,43 @@ def test_local_devices_are_costed_by_the_probe_with_float32_weights(tiny):
     probe = TorchCpuProbe(call_s=1e-5, bytes_per_s=1e9, macs_per_s=1e10)
     local = load_cluster("local")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("hetsplit.costs.llm_probe.probe_torch_cpu", lambda: probe)
-        costed, weight_bytes = costed_cluster(local, probe=True)
+        mp.setattr("hetsplit.workflow.generate.host_probe", lambda *shape: probe)
+        costed, weight_bytes = costed_cluster(local, probe)
         plan = plan_generation(tiny, local, PlanOptions(8, 8, stages=1))
     assert weight_bytes == "float32" and costed.devices[0].params["mem_bandwidth"] == 1e9
-    assert costed_cluster(local, probe=False) == (local, "stored")
+    assert costed_cluster(local, None) == (local, "stored")
     # one decode block: its float32 weights at 1 GB/s (each layer memory-bound here) plus 13 layers' call
     f32 = sum(t.elements * 4 for n, t in tiny.tensors.items() if n.startswith("blk.0."))
     assert layers_per_block() == 13
     assert plan.costs.block_s[1, 0, 0] == pytest.approx(f32 / 1e9 + 13e-5, rel=0.05)
+
+
+def test_the_probe_charges_a_decode_block_what_a_block_of_the_models_shapes_took(tiny, monkeypatch):
+    from hetsplit.cluster import load_cluster
+    from hetsplit.costs import llm_probe
+    from hetsplit.estimate.llm import LlmCostOptions
+    from hetsplit.workflow.generate import costed_cluster
+
+    gemv, gemm, block = 2e-4, 9e-4, 3e-3       # seconds of one 1536 x 576 GEMV, one GEMM of the prompt's rows
+    seen = {}
+
+    def streamed(rows: int, repeat: int) -> tuple[float, float, int]:
+        seen["rows"] = rows
+        return gemv, gemm, rows
+    monkeypatch.setattr(llm_probe, "_streamed_s", streamed)
+    monkeypatch.setattr(llm_probe, "_block_step_s", lambda shape, repeat: block)
+    opts = LlmCostOptions(6, 16, "float32")
+    shape = llm_probe.ProbeShape(tiny.config, 6, opts.phases()[1].context)
+    p = llm_probe.probe_torch_cpu.__wrapped__(shape)
+    n = 1536 * 576
+    assert seen["rows"] == 6 and p.bytes_per_s == pytest.approx(4 * n / gemv) and p.macs_per_s == pytest.approx(6 * n / gemm)
+    assert p.call_s > 0
+    costed, _ = costed_cluster(load_cluster("local"), p)
+    costs = llm_costs(tiny.config, tiny.tensors, costed, opts)
+    assert costs.block_s[DECODE, 0, 0] == pytest.approx(block, rel=1e-9)      # all of the measured step, no more
+    # a block slower than its weights' stream leaves no negative fixed cost
+    monkeypatch.setattr(llm_probe, "_block_step_s", lambda shape, repeat: 0.0)
+    assert llm_probe.probe_torch_cpu.__wrapped__(shape).call_s == 0.0
 
 
 def test_plan_of_a_gguf_prints_the_plan_and_every_device_alone(tiny_gguf, tmp_path, capsys):
@@ -155,23 +183,27 @@ def test_the_probe_takes_the_median_of_its_repeats_not_the_luckiest(monkeypatch)
     from hetsplit.costs import llm_probe
 
     ticks = iter([0.0, 5.0, 10.0, 11.0, 20.0, 23.0])       # three calls of 5, 1 and 3 s
-    monkeypatch.setattr(llm_probe.time, "perf_counter", lambda: next(ticks))
+    monkeypatch.setattr(llm_probe.time, "thread_time", lambda: next(ticks))
     assert llm_probe.typical_time(lambda: None, 3) == 3.0
 
 
-def test_each_stage_is_throttled_to_its_devices_decode_time_at_one_dilation(tiny):
+def test_each_stage_is_throttled_to_its_devices_prefill_and_decode_time_at_one_dilation(tiny):
     from hetsplit.costs.llm_probe import TorchCpuProbe
     from hetsplit.workflow.generate import PlanOptions, host_costs, plan_generation, stage_emulation
 
     probe = TorchCpuProbe(call_s=1e-5, bytes_per_s=1e9, macs_per_s=1e10)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("hetsplit.costs.llm_probe.probe_torch_cpu", lambda: probe)
+        mp.setattr("hetsplit.workflow.generate.host_probe", lambda *shape: probe)
         for speeds, cores in (([0.05, 0.2], 4), ([50, 200], 4), ([1, 1], 1)):
             plan = plan_generation(tiny, cluster(speeds), PlanOptions(8, 8, stages=2))
             emu = stage_emulation(tiny, plan, cores=cores)
             here = host_costs(tiny, plan.costs)
-            assert max(emu.shares.values()) <= 1.0 and sum(emu.shares.values()) <= max(cores - 0.5, 1.0) + 1e-9
-            for d, s in enumerate(plan.stages):            # host time / share = device time x D
-                t, h = (c.stage_s(DECODE, d, s.first, s.stop) for c in (plan.costs, here))
-                assert h / emu.shares[s.device] == pytest.approx(t * emu.dilation)
-            assert (emu.dilation > 1.0) == (speeds[0] >= 1)  # devices faster than the worker here dilate time
+            assert emu.prefill.dilation == emu.decode.dilation
+            for phase, e in ((PREFILL, emu.prefill), (DECODE, emu.decode)):
+                assert max(e.shares.values()) <= 1.0 and sum(e.shares.values()) <= max(cores - 0.5, 1.0) + 1e-9
+                for d, s in enumerate(plan.stages):            # host time / share = device time x D
+                    t, h = (c.stage_s(phase, d, s.first, s.stop) for c in (plan.costs, here))
+                    assert h / e.shares[s.device] == pytest.approx(t * e.dilation)
+            # the device's prefill-to-decode ratio is not the host's (stored vs float32 weights): two shares
+            assert emu.prefill.shares != pytest.approx(emu.decode.shares)
+            assert (emu.decode.dilation > 1.0) == (speeds[0] >= 1)  # devices faster than the worker here dilate time

@@ -1,11 +1,21 @@
-"""What this machine's CPU does for an LLM step in torch on one thread (the runtime's executor): a
-short probe, not a fit to any run. 1536 x 576 float32 matrix-vector products over distinct matrices of
-``STREAM_BYTES`` in all give the bytes per second weights stream at from memory (a model's weights are
-read once per step, from beyond the cache: one matrix read again and again stays in the cache and ran
-~1.6x faster on a 2-core Xeon VM, 21 against 12-14 GB/s), a 64-row product MAC/s, and one decode step of a tiny random block (the
-runtime's own block code, ``graph.llm.decoder.Block``, all overhead) the fixed cost of a block,
-spread over the step graph's layers of a block. ``probe_device(device)`` returns the device with
-roofline parameters set from them."""
+"""What this machine's CPU does for an LLM's step in torch on one thread (the runtime's executor): a
+short probe of the model's own shapes, not a fit to any run. Each figure is the median CPU time of its
+repeats on this thread (``typical_time``): what the work costs one core, whatever else the machine runs
+meanwhile (wall time on a shared machine measured other processes too, by 2-4x here).
+
+- bytes/s: 1536 x 576 float32 matrix-vector products over distinct matrices of ``STREAM_BYTES`` in all, as
+  a model's weights stream from memory once per step (one matrix read again and again stays in the cache
+  and ran ~1.6x faster on a 2-core Xeon VM).
+- MAC/s: the same stream multiplied by the prompt's rows (``ProbeShape.rows``): a prompt of a few tokens
+  is a small-row GEMM, far from the peak a 64-row product reaches, and still streams its weights.
+- the fixed cost per layer: one decode step (one token against ``ProbeShape.context`` cached positions)
+  through blocks of the model's shapes with constant weights (the runtime's own ``graph.llm.decoder.Block``,
+  enough blocks that their weights stream from memory as a stage's do), less what the roofline charges
+  those blocks at the two figures above, spread over the step graph's layers of a block. A block's
+  norms, RoPE, KV cache update, attention and SwiGLU run some 50 small torch ops; at the model's shapes,
+  between matrices that evict the caches, they cost ~2x what the same ops cost on a tiny block.
+
+``probe_device(device, probe)`` returns the device with roofline parameters set from them."""
 
 from __future__ import annotations
 
@@ -15,11 +25,26 @@ import time
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+import numpy as np
+
 from hetsplit.cluster.types import Device
-from hetsplit.graph.llm.step_graph import Phase
+from hetsplit.graph.llm.config import LlmConfig, StoredTensor, block_tensor
+from hetsplit.graph.llm.step_graph import FLOAT32, Phase, block_of, step_graph
 
 ONE_TOKEN = Phase(1, 1)
-STREAM_BYTES = 256 * 2**20     # the GEMV probe's working set: beyond the caches of the CPUs it runs on
+STREAM_BYTES = 256 * 2**20     # the working set of each streamed part: beyond the caches of the CPUs it runs on
+MAX_BLOCKS = 32                # blocks of a tiny model: its step is all fixed cost, no need to stream
+GEMV_SHAPE = (1536, 576)
+MAX_ROWS = 64                  # a prompt longer than this is costed at 64 rows' MAC/s (near the peak)
+
+
+@dataclass(frozen=True)
+class ProbeShape:
+    """What to probe: the model's dimensions, the prompt's tokens (its GEMM rows), the decode's context."""
+
+    config: LlmConfig
+    rows: int
+    context: int
 
 
 @dataclass(frozen=True)
@@ -32,92 +57,121 @@ class TorchCpuProbe:
 
 
 def typical_time(fn, repeat: int) -> float:
-    """The median of ``repeat`` timed calls of ``fn``: a typical call, as the run's steps are (the median
-    decode step is what is measured), not the luckiest."""
+    """The median CPU seconds of this thread over ``repeat`` calls of ``fn``: a typical call, as the run's
+    steps are (the median decode step is what is measured), not the luckiest, and not the time other
+    processes took the core."""
     times = []
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0 = time.thread_time()
         fn()
-        times.append(time.perf_counter() - t0)
+        times.append(time.thread_time() - t0)
     return statistics.median(times)
 
 
-@lru_cache(maxsize=1)
-def probe_torch_cpu(repeat: int = 30) -> TorchCpuProbe:
-    """Time F.linear on one thread: a tiny GEMV (the call), 1536 x 576 GEMVs streamed over ``STREAM_BYTES``
-    of matrices (bytes), a 64-row GEMM (MACs), and a tiny block's decode step; each the median of
-    ``repeat`` timings (``typical_time``)."""
+@lru_cache(maxsize=4)
+def probe_torch_cpu(shape: ProbeShape, repeat: int = 15) -> TorchCpuProbe:
+    """Time on one thread: 1536 x 576 GEMVs and GEMMs of ``shape.rows`` rows streamed over ``STREAM_BYTES``
+    of matrices (bytes/s, MAC/s), then a decode step through blocks of the model's shapes (the fixed cost);
+    each the median of ``repeat`` timings (``typical_time``)."""
     import torch
-    from torch.nn import functional as F
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        small_w, small_x = torch.randn(8, 8), torch.randn(1, 8)
-        big_w, big_x = torch.randn(1536, 576), torch.randn(1, 576)
-        rows = torch.randn(64, 576)
         with torch.no_grad():
-            for _ in range(3):
-                F.linear(big_x, big_w), F.linear(rows, big_w)
-            n = 20
-            call = typical_time(lambda: [F.linear(small_x, small_w) for _ in range(n)], repeat) / n
-            gemv = _streamed_gemv_s(big_x, big_w, repeat)
-            gemm = typical_time(lambda: F.linear(rows, big_w), repeat)
-            block, x = _tiny_block()
-            step = typical_time(lambda: [block(x, 8) for _ in range(n)], repeat) / n
+            gemv, gemm, rows = _streamed_s(min(max(shape.rows, 1), MAX_ROWS), repeat)
+            n = GEMV_SHAPE[0] * GEMV_SHAPE[1]
+            bytes_per_s, macs_per_s = n * 4 / gemv, rows * n / gemm
+            block = _block_step_s(shape, repeat)
     finally:
         torch.set_num_threads(threads)
-    nbytes = big_w.numel() * 4
-    return TorchCpuProbe(step / layers_per_block(), nbytes / max(gemv - call, 1e-9),
-                         rows.shape[0] * big_w.numel() / max(gemm - call, 1e-9))
+    charged = _roofline_block_s(shape, bytes_per_s, macs_per_s)
+    return TorchCpuProbe(max(block - charged, 0.0) / layers_per_block(), bytes_per_s, macs_per_s)
 
 
-def _streamed_gemv_s(x, w, repeat: int) -> float:
-    """Seconds of one GEMV of ``w``'s shape, over distinct matrices of ``STREAM_BYTES`` in all (none cached)."""
+def _streamed_s(rows: int, repeat: int) -> tuple[float, float, int]:
+    """Seconds of one GEMV and of one ``rows``-row GEMM of ``GEMV_SHAPE``, over distinct matrices of
+    ``STREAM_BYTES`` in all (none cached)."""
+    import torch
     from torch.nn import functional as F
 
-    stream = [w.new_full(w.shape, 0.01) for _ in range(max(1, STREAM_BYTES // (w.numel() * w.element_size())))]
-    return typical_time(lambda: [F.linear(x, m) for m in stream], repeat) / len(stream)
+    w = torch.full(GEMV_SHAPE, 0.01)
+    stream = [w.clone() for _ in range(max(1, STREAM_BYTES // (w.numel() * 4)))]
+    x, xs = torch.randn(1, GEMV_SHAPE[1]), torch.randn(rows, GEMV_SHAPE[1])
+    for m in stream[:3]:
+        F.linear(x, m), F.linear(xs, m)
+    gemv = typical_time(lambda: [F.linear(x, m) for m in stream], repeat) / len(stream)
+    gemm = typical_time(lambda: [F.linear(xs, m) for m in stream], repeat) / len(stream)
+    return gemv, gemm, rows
 
 
-def layers_per_block() -> int:
-    """How many layers ``graph.llm.step_graph`` gives one block (the block's fixed cost is spread over them)."""
-    from hetsplit.graph.llm.step_graph import block_of, step_graph
-
-    cfg, tensors = _tiny_config()
-    return sum(1 for n in step_graph(cfg, tensors, ONE_TOKEN).names if block_of(n) == 0)
-
-
-def _tiny_config():
-    from hetsplit.graph.llm.config import BLOCK_TENSORS, LlmConfig, StoredTensor, block_tensor
-
-    cfg = LlmConfig("probe", 32, 1, 4, 2, 32, 16, 16)
-    shapes = {"attn_q": (32, 32), "attn_k": (16, 32), "attn_v": (16, 32), "attn_output": (32, 32),
-              "ffn_gate": (32, 32), "ffn_up": (32, 32), "ffn_down": (32, 32), "attn_norm": (32,), "ffn_norm": (32,),
-              "token_embd": (16, 32), "output_norm": (32,), "output": (16, 32)}
-    names = {block_tensor(0, r): shapes[r] for r in BLOCK_TENSORS}
-    names.update({f"{r}.weight": shapes[r] for r in ("token_embd", "output_norm", "output")})
-    size = {n: 4 * math.prod(sh) for n, sh in names.items()}
-    return cfg, {n: StoredTensor(n, sh, "F32", size[n]) for n, sh in names.items()}
+def probe_blocks(cfg: LlmConfig) -> int:
+    """How many blocks of ``cfg``'s shapes the fixed-cost probe runs: enough that their float32 weights
+    stream from memory (``STREAM_BYTES``), at most ``MAX_BLOCKS``."""
+    per_block = sum(4 * math.prod(s) for s in block_shapes(cfg).values())
+    return max(1, min(MAX_BLOCKS, math.ceil(STREAM_BYTES / per_block)))
 
 
-def _tiny_block():
-    """A random block of 32 wide (4 heads, 2 KV heads): its decode step is all fixed cost."""
+def block_shapes(cfg: LlmConfig) -> dict[str, tuple[int, ...]]:
+    """A block's tensors by role, shaped as the runtime multiplies them (rows = outputs)."""
+    d, kv, f = cfg.dim, cfg.kv_dim, cfg.ffn
+    return {"attn_norm": (d,), "attn_q": (d, d), "attn_k": (kv, d), "attn_v": (kv, d), "attn_output": (d, d),
+            "ffn_norm": (d,), "ffn_gate": (f, d), "ffn_up": (f, d), "ffn_down": (d, f)}
+
+
+def _block_step_s(shape: ProbeShape, repeat: int) -> float:
+    """Seconds of one block's decode step at ``shape.context``: a token through ``probe_blocks`` blocks of
+    the model's shapes, per block."""
     import torch
 
     from hetsplit.graph.llm.decoder import Block, RopeTables
 
-    cfg, tensors = _tiny_config()
-    g = torch.Generator().manual_seed(0)
-    w = {n: torch.randn(*t.shape, generator=g) * 0.1 for n, t in tensors.items()}
-    return Block(cfg, w, 0, 16, RopeTables(cfg.head_dim, 10000.0, 16)), torch.randn(1, 32, generator=g)
+    cfg, ctx = shape.config, max(1, min(shape.context, shape.config.context))
+    n = probe_blocks(cfg)
+    rope = RopeTables(cfg.head_dim, cfg.rope_base, ctx)
+    blocks = [Block(cfg, {block_tensor(i, r): torch.full(s, 0.02) for r, s in block_shapes(cfg).items()}, i, ctx, rope)
+              for i in range(n)]
+    x = torch.randn(1, cfg.dim)
+
+    def step() -> None:
+        y = x
+        for b in blocks:
+            y = b(y, ctx - 1)
+    step()
+    return typical_time(step, repeat) / n
 
 
-def probe_device(device: Device, probe: TorchCpuProbe | None = None) -> Device:
+def _roofline_block_s(shape: ProbeShape, bytes_per_s: float, macs_per_s: float) -> float:
+    """What the roofline model charges one decode block at these figures, without a fixed cost."""
+    from hetsplit.costs.models.roofline import RooflineModel
+
+    cfg, tensors = _one_block(shape.config)
+    g = step_graph(cfg, tensors, Phase(1, max(1, shape.context)), FLOAT32)
+    dev = probe_device(Device("probe", "cpu", "probe", 1 << 30), TorchCpuProbe(0.0, bytes_per_s, macs_per_s))
+    t = RooflineModel(dev).layer_costs(g).time_s
+    return float(np.sum([s for s, name in zip(t, g.names) if block_of(name) == 0]))
+
+
+def _one_block(cfg: LlmConfig) -> tuple[LlmConfig, dict[str, StoredTensor]]:
+    """``cfg`` cut to one block, with float32 tensors of its shapes (what ``step_graph`` costs)."""
+    one = replace(cfg, blocks=1)
+    shapes = {block_tensor(0, r): s for r, s in block_shapes(cfg).items()}
+    shapes.update({"token_embd.weight": (cfg.vocab, cfg.dim), "output_norm.weight": (cfg.dim,),
+                   "output.weight": (cfg.vocab, cfg.dim)})
+    return one, {n: StoredTensor(n, s, "F32", 4 * math.prod(s)) for n, s in shapes.items()}
+
+
+def layers_per_block() -> int:
+    """How many layers ``graph.llm.step_graph`` gives one block (the block's fixed cost is spread over them)."""
+    cfg, tensors = _one_block(LlmConfig("probe", 32, 1, 4, 2, 32, 16, 16))
+    return sum(1 for n in step_graph(cfg, tensors, ONE_TOKEN).names if block_of(n) == 0)
+
+
+def probe_device(device: Device, p: TorchCpuProbe) -> Device:
     """``device`` costed by the roofline model at the probe's figures (efficiencies 1: the figures are
-    what was reached), with where they come from."""
-    p = probe or probe_torch_cpu()
+    what was reached)."""
     params = {**device.params, "peak_macs": p.macs_per_s, "mem_bandwidth": p.bytes_per_s, "mem_efficiency": 1.0,
               "efficiency": {"default": 1.0, "gemm": 1.0, "matmul": 1.0}, "overhead_s": p.call_s,
               "power_active": device.params.get("power_active", 10.0)}
     return replace(device, model="roofline", params=params)
+

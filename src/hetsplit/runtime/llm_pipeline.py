@@ -12,7 +12,8 @@ poll (``TokenStream``), so the caller sees them as they come.
 A cluster not owned yet is rehearsed as ``hetsplit run`` rehearses one: ``PipelineOptions.links``
 shapes every rank-to-rank link in network namespaces (``runtime.netem``: htb for the bandwidth, netem,
 else the sender's sleep, for the latency), ``PipelineOptions.devices`` moves each stage, once connected,
-into a cgroup whose CPU quota runs it at its device's speed (``runtime.device_emulation``,
+into a cgroup whose CPU quota runs it at its device's speed (the prompt's step first in one at
+``PipelineOptions.prefill_devices``' share, where given) (``runtime.device_emulation``,
 ``runtime.cpu_throttle``), everything slowed by the emulation's dilation D (links dilated with it); the
 report keeps D, so figures divide back to the cluster's time. A stage computes in bursts between waits
 for its neighbours, so its quota is given over the shortest period the kernel allows (``BURST_PERIOD_US``):
@@ -26,7 +27,7 @@ import json
 import shutil
 import statistics
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
@@ -68,6 +69,7 @@ class PipelineJob:
     prompt: list[int]
     new_tokens: int
     keep_logits: bool = True
+    prefill_cgroups: dict[str, str] = field(default_factory=dict)   # rank -> its cgroup.procs for the prompt's step
 
     def __post_init__(self) -> None:
         if len(self.devices) != len(self.bounds) or not self.devices:
@@ -129,13 +131,15 @@ class TokenStream:
 @dataclass
 class PipelineOptions:
     """How to run: timeouts, the links to emulate between ranks (``runtime.netem``; rank r runs stage r),
-    the devices to emulate (``runtime.device_emulation``: shares by device name), faults to rehearse
+    the devices to emulate (``runtime.device_emulation``: shares by device name; ``prefill_devices``: the
+    shares of the prompt's step, at the same dilation, where they differ), faults to rehearse
     (rank -> {kind: die|stall, after: step}), where to keep the run."""
 
     timeout_s: float = 60.0
     startup_timeout_s: float = 120.0
     links: LinkMatrix | None = None
     devices: DeviceEmulation | None = None
+    prefill_devices: DeviceEmulation | None = None
     faults: dict[str, dict] = field(default_factory=dict)
     run_dir: Path | None = None
     on_token: Callable[[int], None] | None = None
@@ -150,6 +154,7 @@ class StageReport:
     blocks: list[int]
     prefill_compute_s: float
     compute_s: float
+    cpu_s: float                    # the CPU time of the stage's thread in its compute_s (less: others had the core)
     wait_s: float
     sent_bytes: int                 # per decode token
     peak_rss_bytes: int
@@ -167,6 +172,7 @@ class PipelineReport:
     hops_s: dict[str, list[float]] = field(default_factory=dict)   # "a->b" -> [prefill, median decode] s
     emulation: LinkShaping | None = None             # how the links were emulated (None: not)
     device_emulation: DeviceShaping | None = None    # how the devices were (None: not)
+    prefill_emulation: DeviceShaping | None = None   # how they were for the prompt's step (None: as decode)
 
     @property
     def s_per_token(self) -> float:
@@ -193,7 +199,8 @@ def _stage_report(doc: dict, bounds: list[int]) -> StageReport:
     steps = doc["steps"]
     decode = steps[1:]
     return StageReport(int(doc["rank"]), doc["device"], list(bounds), steps[0]["compute_s"],
-                       _median([s["compute_s"] for s in decode]), _median([s["wait_s"] for s in decode]),
+                       _median([s["compute_s"] for s in decode]), _median([s["cpu_s"] for s in decode]),
+                       _median([s["wait_s"] for s in decode]),
                        int(_median([s["sent_bytes"] for s in decode])), int(doc.get("peak_rss_bytes", 0)))
 
 
@@ -201,7 +208,7 @@ def run_pipeline_decode(job: PipelineJob, options: PipelineOptions | None = None
     """Run ``job`` on one process per stage of this machine; RuntimeFailure naming the device when one fails."""
     opts = options or PipelineOptions()
     run_dir = Path(opts.run_dir or tempfile.mkdtemp(prefix="hetsplit-gen-"))
-    docs, logits, links, devices = _run(job, opts, run_dir)   # a failed run keeps its folder: its logs
+    docs, logits, links, devices, prefill = _run(job, opts, run_dir)   # a failed run keeps its folder: its logs
     if opts.run_dir is None:
         shutil.rmtree(run_dir, ignore_errors=True)
     root = docs[0]
@@ -211,21 +218,27 @@ def run_pipeline_decode(job: PipelineJob, options: PipelineOptions | None = None
     walls = [s["wall_s"] for s in root["steps"]]
     return PipelineReport(root["generated"], logits, walls[0], walls[1:],
                           [_stage_report(docs[r], job.bounds[r]) for r in sorted(docs)], hop_times(job, docs),
-                          links, devices)
+                          links, devices, prefill)
 
 
-def _run(job: PipelineJob, opts: PipelineOptions, run_dir: Path
-         ) -> tuple[dict[int, dict], torch.Tensor | None, LinkShaping | None, DeviceShaping | None]:
+def _run(job: PipelineJob, opts: PipelineOptions, run_dir: Path) -> tuple[
+        dict[int, dict], torch.Tensor | None, LinkShaping | None, DeviceShaping | None, DeviceShaping | None]:
     """Launch the ranks in ``run_dir``, inside the link and device emulations asked for; their reports."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    cfg = RunConfig(str(job.save(run_dir / JOB_FILE)), inputs=len(job.steps()), timeout_s=opts.timeout_s,
-                    startup_timeout_s=opts.startup_timeout_s, faults=dict(opts.faults))
     with contextlib.ExitStack() as stack:
-        devices = wrap = None
+        devices = prefill = wrap = None
+        cgroups: dict[str, str] = {}
+        ranks = dict(enumerate(job.devices))
         if opts.devices is not None:
-            throttle = stack.enter_context(opts.devices.throttle(dict(enumerate(job.devices)), BURST_PERIOD_US))
-            cfg.cgroups = throttle.procs_files()
-            devices = opts.devices.describe(throttle)
+            throttle = stack.enter_context(opts.devices.throttle(ranks, BURST_PERIOD_US))
+            cgroups, devices = throttle.procs_files(), opts.devices.describe(throttle)
+            if opts.prefill_devices is not None:
+                first = stack.enter_context(opts.prefill_devices.throttle(ranks, BURST_PERIOD_US))
+                job = replace(job, prefill_cgroups=first.procs_files())
+                prefill = opts.prefill_devices.describe(first)
+        cfg = RunConfig(str(job.save(run_dir / JOB_FILE)), inputs=len(job.steps()), timeout_s=opts.timeout_s,
+                        startup_timeout_s=opts.startup_timeout_s, faults=dict(opts.faults))
+        cfg.cgroups = cgroups
         emu = None
         if opts.links is not None:
             from hetsplit.runtime.netem import Emulation
@@ -237,7 +250,7 @@ def _run(job: PipelineJob, opts: PipelineOptions, run_dir: Path
         launcher.module = WORKER_MODULE
         docs = launcher.run()
         logits = torch.load(run_dir / LOGITS_FILE) if job.keep_logits else None
-        return docs, logits, emu.describe() if emu is not None else None, devices
+        return docs, logits, emu.describe() if emu is not None else None, devices, prefill
 
 
 def hop_times(job: PipelineJob, docs: dict[int, dict]) -> dict[str, list[float]]:

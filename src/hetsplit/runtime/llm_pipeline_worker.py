@@ -79,7 +79,8 @@ def run_stage(cfg: RunConfig, job: PipelineJob, rank: int, run_dir: Path) -> dic
     dec = Decoder(model, StageSpec(first, stop, rank == 0, rank == last), capacity)
     dim = model.config.dim
     wire = connect(cfg, job.world_size, job.devices[rank], rank, run_dir)
-    join_group(cfg.cgroups.get(str(rank)))     # throttled (--emulate-devices) from the first step on
+    decode_group = cfg.cgroups.get(str(rank))
+    join_group(job.prefill_cgroups.get(str(rank)) or decode_group)   # throttled (--emulate-devices) from step 0 on
     hops = Hops(wire, job, rank, cfg)
     fault = cfg.faults.get(str(rank))
     stream = open(run_dir / TOKENS_FILE, "a") if rank == 0 else None
@@ -87,7 +88,7 @@ def run_stage(cfg: RunConfig, job: PipelineJob, rank: int, run_dir: Path) -> dic
     for i, n in enumerate(job.steps()):
         if fault and i == int(fault.get("after", 0)):
             inject(fault["kind"])
-        wait0, sent0, t0 = hops.wait_s, hops.sent_bytes, time.perf_counter()
+        wait0, sent0, t0, c0 = hops.wait_s, hops.sent_bytes, time.perf_counter(), time.thread_time()
         hidden = hops.post_recv(rank - 1, (n, dim), np.float32, HIDDEN_TAG) if rank > 0 else None
         back = hops.post_recv(last, (1,), np.int64, TOKEN_TAG) if rank == 0 and last > 0 else None
         x = torch.tensor(feed) if hidden is None else torch.from_numpy(hops.take(hidden))   # None: rank 0
@@ -107,10 +108,12 @@ def run_stage(cfg: RunConfig, job: PipelineJob, rank: int, run_dir: Path) -> dic
             stream.write(f"{feed[0]}\n")
             stream.flush()
         pos += n
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
         wait = hops.wait_s - wait0
-        steps.append({"tokens": n, "wall_s": wall, "wait_s": wait, "compute_s": wall - wait,
+        steps.append({"tokens": n, "wall_s": wall, "wait_s": wait, "compute_s": wall - wait, "cpu_s": cpu,
                       "sent_bytes": hops.sent_bytes - sent0, "sent_at": hops.sent_at, "arrived_at": hops.arrived_at})
+        if i == 0 and job.prefill_cgroups.get(str(rank)):
+            join_group(decode_group)           # the prompt's share, then the decode steps'
     wire.pg.barrier().wait()            # nobody leaves while a peer may still read from it
     if rank == last and job.keep_logits:
         torch.save(torch.stack(logits), run_dir / LOGITS_FILE)

@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 
 from hetsplit.cluster.types import Cluster
-from hetsplit.costs.llm_probe import probe_device
+from hetsplit.costs.llm_probe import ProbeShape, TorchCpuProbe, probe_device, probe_torch_cpu
 from hetsplit.errors import HetsplitError, RuntimeFailure, UsageError
-from hetsplit.estimate.llm import (DECODE, LlmCostOptions, LlmCosts, PipelinePrediction, Stage, llm_costs,
+from hetsplit.estimate.llm import (DECODE, PREFILL, LlmCostOptions, LlmCosts, PipelinePrediction, Stage, llm_costs,
                                    predict_pipeline)
+from hetsplit.graph.llm.config import LlmConfig
 from hetsplit.graph.llm.decoder import Decoder, StageSpec
 from hetsplit.graph.llm.load import LlmModel, model_tokenizer, read_model
 from hetsplit.graph.llm.step_graph import FLOAT32, STORED
@@ -88,12 +89,20 @@ class GenerationPlan:
                 {"device": self.single.stages[0].device, "predicted": self.single_predicted.to_dict()}}
 
 
-def costed_cluster(cluster: Cluster, probe: bool) -> tuple[Cluster, str]:
-    """The cluster with this machine's ``local-cpu`` devices costed by the torch probe (when ``probe``), and
+def host_probe(config: LlmConfig, prompt_tokens: int, new_tokens: int) -> TorchCpuProbe:
+    """This machine's one-thread torch worker probed at the generation's shapes: the model's blocks, the
+    prompt's rows, the decode's mean context (``costs.llm_probe``; measured once per shape and process)."""
+    _, decode = LlmCostOptions(prompt_tokens, new_tokens).phases()
+    return probe_torch_cpu(ProbeShape(config, prompt_tokens, decode.context))
+
+
+def costed_cluster(cluster: Cluster, probe: TorchCpuProbe | None) -> tuple[Cluster, str]:
+    """The cluster with this machine's ``local-cpu`` devices costed by the torch probe (when given), and
     the weight bytes the costs count: float32 where the probe stands for the runtime's torch executor."""
-    if not probe or not any(d.type in LOCAL_TYPES for d in cluster.devices):
+    if probe is None or not any(d.type in LOCAL_TYPES for d in cluster.devices):
         return cluster, STORED
-    return replace(cluster, devices=[probe_device(d) if d.type in LOCAL_TYPES else d for d in cluster.devices]), FLOAT32
+    return replace(cluster, devices=[probe_device(d, probe) if d.type in LOCAL_TYPES else d
+                                     for d in cluster.devices]), FLOAT32
 
 
 def even_stages(names: list[str], blocks: int, k: int) -> list[Stage]:
@@ -105,7 +114,9 @@ def even_stages(names: list[str], blocks: int, k: int) -> list[Stage]:
 
 def plan_generation(model: LlmModel, cluster: Cluster, options: PlanOptions) -> GenerationPlan:
     """Cost both phases and plan (or cut evenly) a pipeline of whole blocks; predicted figures beside it."""
-    costed, weight_bytes = costed_cluster(cluster, options.probe)
+    probe = host_probe(model.config, options.prompt_tokens, options.new_tokens) if options.probe and \
+        any(d.type in LOCAL_TYPES for d in cluster.devices) else None
+    costed, weight_bytes = costed_cluster(cluster, probe)
     costs = llm_costs(model.config, model.tensors, costed,
                       LlmCostOptions(options.prompt_tokens, options.new_tokens, weight_bytes))
     allowed = list(options.devices) if options.devices is not None else costs.devices
@@ -132,26 +143,44 @@ def plan_generation(model: LlmModel, cluster: Cluster, options: PlanOptions) -> 
 def host_costs(model: LlmModel, costs: LlmCosts) -> LlmCosts:
     """``costs``' generation with every device of its cluster made this machine's one-thread torch worker
     (the probe; weights float32, as the worker holds them): what each stage costs the process running it."""
-    here = replace(costs.cluster, devices=[probe_device(d) for d in costs.cluster.devices])
+    probe = host_probe(model.config, costs.options.prompt_tokens, costs.options.new_tokens)
+    here = replace(costs.cluster, devices=[probe_device(d, probe) for d in costs.cluster.devices])
     return llm_costs(model.config, model.tensors, here, replace(costs.options, weight_bytes=FLOAT32))
 
 
-def stage_emulation(model: LlmModel, plan: GenerationPlan, cores: int | None = None) -> "DeviceEmulation":
+@dataclass(frozen=True)
+class StageEmulation:
+    """The CPU shares of each stage's process for the prompt's step and for the decode steps, at one
+    dilation (``prefill.dilation == decode.dilation``)."""
+
+    prefill: "DeviceEmulation"
+    decode: "DeviceEmulation"
+
+
+def stage_emulation(model: LlmModel, plan: GenerationPlan, cores: int | None = None) -> StageEmulation:
     """The CPU shares and dilation that run each stage here at its device's speed (``--emulate-devices``;
-    ``runtime.device_emulation``): per stage, its decode step on the plan's device against the same step
-    on this machine's worker. One share per process: the prefill keeps the host's own ratio of prefill to
-    decode, not the device's."""
+    ``runtime.device_emulation``): per stage and phase, its step on the plan's device against the same
+    step on this machine's worker; one dilation D, the larger the two phases need. A stage's process runs
+    its prompt at the prefill share and then moves to its decode share: a device's prefill-to-decode
+    ratio is not the host's (a small-row product streams float32 weights here, is compute-bound on a
+    device that holds them quantized)."""
     from hetsplit.cluster.examples import usable_cores
-    from hetsplit.runtime.device_emulation import emulation_of
+    from hetsplit.runtime.device_emulation import DeviceEmulation, emulation_of
 
     host = host_costs(model, plan.costs)
-    times = {}
-    for s in plan.stages:
-        d = plan.costs.cluster.index(s.device)
-        times[s.device] = (float(plan.costs.stage_s(DECODE, d, s.first, s.stop)),
-                           float(host.stage_s(DECODE, d, s.first, s.stop)))
-    return emulation_of(times, cores or usable_cores(),
-                        "this machine's one-thread torch worker (hetsplit.costs.llm_probe), decode steps")
+    how = "this machine's one-thread torch worker (hetsplit.costs.llm_probe), {} steps"
+    phases = []
+    for phase, name in ((PREFILL, "prefill"), (DECODE, "decode")):
+        times = {}
+        for s in plan.stages:
+            d = plan.costs.cluster.index(s.device)
+            times[s.device] = (float(plan.costs.stage_s(phase, d, s.first, s.stop)),
+                               float(host.stage_s(phase, d, s.first, s.stop)))
+        phases.append(emulation_of(times, cores or usable_cores(), how.format(name)))
+    dilation = max(e.dilation for e in phases)
+    prefill, decode = (DeviceEmulation({d: s * e.dilation / dilation for d, s in e.shares.items()}, dilation, e.host)
+                       for e in phases)
+    return StageEmulation(prefill, decode)
 
 
 def check_emulation(links: bool, devices: bool) -> None:
@@ -228,7 +257,9 @@ class GenerateResult:
                              "stages": [vars(s) for s in m.stages], "hops_s": m.hops_s},
                 "emulated": m.emulated() if m.device_emulation is not None else None,
                 "emulation": {"links": m.emulation.to_dict() if m.emulation is not None else None,
-                              "devices": m.device_emulation.to_dict() if m.device_emulation is not None else None},
+                              "devices": m.device_emulation.to_dict() if m.device_emulation is not None else None,
+                              "prefill_devices": (m.prefill_emulation.to_dict() if m.prefill_emulation is not None
+                                                  else None)},
                 "predicted": self.plan.predicted.to_dict(), "plan": self.plan.to_dict(),
                 "recovered": self.recovery.to_dict() if self.recovery is not None else None}
 
@@ -301,10 +332,10 @@ def generate(model_path: str | Path, cluster: Cluster, options: GenerateOptions,
             from hetsplit.runtime.netem import LinkMatrix
 
             links = LinkMatrix.between(job.devices, cluster)
-        devices = stage_emulation(model, plan) if options.emulate_devices else None
+        emu = stage_emulation(model, plan) if options.emulate_devices else None
         return run_pipeline_decode(job, PipelineOptions(
             timeout_s=options.timeout_s, faults=faults, run_dir=options.run_dir, on_token=on_token, links=links,
-            devices=devices))
+            devices=emu.decode if emu else None, prefill_devices=emu.prefill if emu else None))
 
     recovery = None
     try:

@@ -113,16 +113,17 @@ class Decoder:
         self.norm = w["output_norm.weight"] if spec.head else None
         self.output = w[model.head_name()] if spec.head else None
 
-    def forward(self, x: torch.Tensor, pos: int) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, pos: int, every_position: bool = False) -> torch.Tensor:
         """Token ids (T,) on an embedding stage, else the hidden state (T, dim); the hidden state out,
-        or the logits (T, vocab) on the head stage."""
+        or on the head stage the logits of the last position (1, vocab: the next token's, all a step
+        uses), of all T positions with ``every_position``."""
         with torch.no_grad():
             if self.embedding is not None:
                 x = F.embedding(x, self.embedding)
             for b in self.blocks:
                 x = b(x, pos)
             if self.output is not None and self.norm is not None:     # the head: both or neither
-                x = F.linear(rms_norm(x, self.norm, self.cfg.eps), self.output)
+                x = F.linear(rms_norm(x if every_position else x[-1:], self.norm, self.cfg.eps), self.output)
         return x
 
 
