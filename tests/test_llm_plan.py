@@ -207,3 +207,101 @@ def test_each_stage_is_throttled_to_its_devices_prefill_and_decode_time_at_one_d
             # the device's prefill-to-decode ratio is not the host's (stored vs float32 weights): two shares
             assert emu.prefill.shares != pytest.approx(emu.decode.shares)
             assert (emu.decode.dilation > 1.0) == (speeds[0] >= 1)  # devices faster than the worker here dilate time
+
+
+def _brute_streams(costs) -> float:
+    """Every ordered subset of devices, every cut: the least seconds per token over the streams."""
+    from hetsplit.search.llm_pipeline import streams_value
+
+    L, best = costs.config.blocks, np.inf
+    for k in range(1, costs.cluster.num_devices + 1):
+        for order in itertools.permutations(costs.devices, k):
+            for cuts in itertools.combinations(range(1, L), k - 1):
+                edges = [0, *cuts, L]
+                stages = [Stage(d, a, b) for d, a, b in zip(order, edges, edges[1:])]
+                if all(costs.stage_bytes(s.first, s.stop) <= costs.capacity[costs.cluster.index(s.device)]
+                       for s in stages):
+                    best = min(best, streams_value(costs, stages))
+    return best
+
+
+@pytest.fixture(scope="module")
+def five_blocks(tmp_path_factory):
+    from llm_tiny import write_tiny_gguf
+
+    return read_gguf(write_tiny_gguf(tmp_path_factory.mktemp("five") / "five.gguf", seed=5, blocks=5))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_streams_planner_is_exact_against_brute_force(five_blocks, seed):
+    """B streams at once: the binary search over caps finds the least period brute force finds, and its
+    plan's prediction says so."""
+    from hetsplit.search.llm_pipeline import plan_streams, streams_value
+
+    rng = np.random.default_rng(100 + seed)
+    n = int(rng.integers(2, 5))
+    whole = five_blocks.stored_bytes()
+    memory = [f"{int(whole * rng.uniform(0.4, 1.5))}B" for _ in range(n)]
+    c = cluster(list(rng.uniform(0.2, 4.0, n)), memory, ["0.05ms", "1ms", "20ms"][seed % 3])
+    streams = int(rng.choice([1, 2, 4, 16]))
+    costs = llm_costs(five_blocks.config, five_blocks.tensors, c, LlmCostOptions(12, 8, streams=streams))
+    want = _brute_streams(costs)
+    if not np.isfinite(want):
+        with pytest.raises(InfeasibleError):
+            plan_streams(costs)
+        return
+    got = plan_streams(costs)
+    assert got.value == pytest.approx(want, rel=1e-12) and streams_value(costs, got.stages) == got.value
+    pred = predict_pipeline(costs, got.stages)
+    assert pred.fits and pred.streams == streams and 1 / pred.streams_tokens_per_s == pytest.approx(want, rel=1e-12)
+    if streams == 1:
+        assert got.value == pytest.approx(plan_pipeline(costs).value, rel=1e-12)
+
+
+def _simulated_period(times: list[float], streams: int, rounds: int = 400) -> float:
+    """Tokens of ``streams`` streams going round stations of fixed ``times`` (each serving one token at a
+    time, first come first served): the mean time between tokens leaving the last station, over the last
+    whole cycles."""
+    free = [0.0] * len(times)
+    ready = [0.0] * streams            # when each stream's next token may enter the first station
+    done = []
+    for _ in range(rounds):
+        for s in sorted(range(streams), key=lambda i: ready[i]):
+            t = ready[s]
+            for k, dt in enumerate(times):
+                t = max(t, free[k]) + dt
+                free[k] = t
+            ready[s] = t
+            done.append(t)
+    done.sort()
+    k = streams * (rounds // 4)        # whole cycles (the pattern repeats every ``streams`` tokens), after warm-up
+    return (done[-1] - done[-1 - k]) / k
+
+
+@pytest.mark.parametrize("times, streams", [([3.0, 1.0, 2.0, 0.5], 1), ([3.0, 1.0, 2.0, 0.5], 2),
+                                            ([3.0, 1.0, 2.0, 0.5], 8), ([1.0, 1.0, 1.0, 1.0], 3),
+                                            ([5.0, 0.2, 0.3], 4)])
+def test_the_streams_period_is_what_a_simulation_of_the_streams_gives(times, streams):
+    from hetsplit.estimate.llm import streams_period
+
+    want = _simulated_period(times, streams)
+    assert streams_period(sum(times), max(times), streams) == pytest.approx(want, rel=1e-6)
+
+
+def test_plan_of_a_gguf_for_streams_prints_their_tokens_per_s_and_refuses_streams_elsewhere(tiny_gguf, tmp_path,
+                                                                                           capsys):
+    import json
+
+    from hetsplit.cli.main import main
+
+    path = tmp_path / "c.yaml"
+    path.write_text("format: hetsplit.cluster/1\nname: two\ndevices:\n"
+                    "  - {name: a, kind: cpu, memory: 1GiB, peak_macs: 4e9/s, mem_bandwidth: 4GB/s, power_active: 5W}\n"
+                    "  - {name: b, kind: cpu, memory: 1GiB, peak_macs: 4e9/s, mem_bandwidth: 4GB/s, power_active: 5W}\n"
+                    "links:\n  default: {name: net, bandwidth: 1GB/s, latency: 10us}\n")
+    assert main(["plan", str(tiny_gguf), "--cluster", str(path), "--streams", "4", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["objective"] == "streams" and doc["streams"] == 4 and len(doc["stages"]) == 2  # two equal devices
+    assert doc["predicted"]["streams_tokens_per_s"] > 1.5 * doc["alone"]["a"]["streams_tokens_per_s"]
+    assert main(["plan", "resnet8", "--cluster", "local", "--streams", "4"]) == 2
+    assert "--streams: only for a .gguf model" in capsys.readouterr().err

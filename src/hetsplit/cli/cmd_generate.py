@@ -119,7 +119,8 @@ def _print_emulation(m) -> None:
 PLAN_PROMPT, PLAN_TOKENS = 32, 96        # what ``hetsplit plan MODEL.gguf`` plans for
 
 
-def plan_gguf(model: str, cluster_spec: str, objective: str, as_json: bool, out: str | None = None) -> int:
+def plan_gguf(model: str, cluster_spec: str, objective: str, as_json: bool, out: str | None = None,
+              streams: int = 1) -> int:
     """``hetsplit plan MODEL.gguf --cluster C``: the planned pipeline and every device alone, predicted;
     ``out``: the folder to write it in (``generation-plan.json``, what ``generate --plan`` reads)."""
     from hetsplit.estimate.llm import Stage, predict_pipeline
@@ -131,10 +132,12 @@ def plan_gguf(model: str, cluster_spec: str, objective: str, as_json: bool, out:
     folder = output_dir(out)
     cluster = load_cluster_spec(cluster_spec)
     m = read_model(model)
-    plan = plan_generation(m, cluster, PlanOptions(PLAN_PROMPT, PLAN_TOKENS, objective))
+    if streams > 1 and objective != "decode":
+        raise UsageError("--streams: plans for the streams' tokens/s; leave out --objective")
+    plan = plan_generation(m, cluster, PlanOptions(PLAN_PROMPT, PLAN_TOKENS, objective, streams=streams))
     alone = {n: predict_pipeline(plan.costs, [Stage(n, 0, m.config.blocks)]) for n in plan.costs.devices}
     doc = {"model": m.config.name, "cluster": cluster.name, "prompt_tokens": PLAN_PROMPT, "new_tokens": PLAN_TOKENS,
-           "objective": objective, **plan.to_dict(), "alone": {n: p.to_dict() for n, p in alone.items()}}
+           "objective": "streams" if streams > 1 else objective, "streams": streams, **plan.to_dict(), "alone": {n: p.to_dict() for n, p in alone.items()}}
     if folder is not None:
         write_text(folder / "generation-plan.json", json.dumps(doc, indent=1) + "\n")
     if as_json:
@@ -142,12 +145,15 @@ def plan_gguf(model: str, cluster_spec: str, objective: str, as_json: bool, out:
         print()
         return 0
     print(f"{m.config.name}: {m.config.blocks} blocks, {m.stored_bytes() / 2**20:.1f} MiB stored; cluster "
-          f"{cluster.name}; {PLAN_PROMPT} prompt + {PLAN_TOKENS} new tokens; objective {objective}; {plan.how}")
-    print(f"{'plan':48}{'TTFT':>12}{'per token':>12}{'tokens/s':>10}  fits")
+          f"{cluster.name}; {PLAN_PROMPT} prompt + {PLAN_TOKENS} new tokens; objective "
+          f"{f'{streams} streams' if streams > 1 else objective}; {plan.how}")
+    many = f"x{streams} tok/s" if streams > 1 else ""
+    print(f"{'plan':48}{'TTFT':>12}{'per token':>12}{'tokens/s':>10}{many:>14}  fits")
     best = plan.single.stages[0].device if plan.single is not None else None
     rows = [("planned: " + " | ".join(f"{s.device} {s.first}-{s.stop - 1}" for s in plan.stages), plan.predicted)]
     rows += [(f"{n} alone" + (" (best single device)" if n == best else ""), p) for n, p in alone.items()]
     for name, p in rows:
-        print(f"{name:48}{_ms(p.ttft_s):>12}{_ms(p.s_per_token):>12}{p.tokens_per_s:>10.1f}  "
+        together = f"{p.streams_tokens_per_s:>14.1f}" if streams > 1 else ""
+        print(f"{name:48}{_ms(p.ttft_s):>12}{_ms(p.s_per_token):>12}{p.tokens_per_s:>10.1f}{together}  "
               f"{'yes' if p.fits else 'no'}")
     return 0

@@ -6,6 +6,7 @@ import json
 import sys
 
 from hetsplit.cli.common import add_command, add_input_shape_option, input_shapes, int_range, progress
+from hetsplit.errors import UsageError
 from hetsplit.report.console import wide_console
 from hetsplit.report.files import write_plan_outputs
 from hetsplit.report.tables import here_table, print_plans, refine_table
@@ -59,6 +60,9 @@ def register(sub) -> None:
                    help="measure the K best plans (and the single-device ones) here: their sub-models run segment "
                         "by segment on this machine's cores (the local cluster's devices; other devices keep their "
                         "modelled figures), re-estimated with the measured segments and re-ranked")
+    p.add_argument("--streams", type=int_range(1, 4096), default=1, metavar="B",
+                   help="a .gguf model: plan for B generations decoding at once (their tokens/s together; "
+                        "each stream's KV cache on every stage)")
     p.add_argument("--out", "-o", default=None, metavar="DIR", help="write DIR/plans.json, DIR/pareto.png and DIR/report.html")
     p.add_argument("--json", action="store_true", help="print the plan set as JSON")
     add_input_shape_option(p)
@@ -70,7 +74,9 @@ def run(args) -> int:
         from hetsplit.cli.cmd_generate import plan_gguf
 
         return plan_gguf(args.model, args.cluster, "ttft" if args.objective == "latency" else "decode", args.json,
-                         args.out)
+                         args.out, args.streams)
+    if args.streams != 1:
+        raise UsageError("--streams: only for a .gguf model (the generations of an LLM decoding at once)")
     console = wide_console(stderr=args.json)
     constraints = PipelineConstraints(
         first_stage_devices=tuple(args.first_device) if args.first_device else None,

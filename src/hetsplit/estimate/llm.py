@@ -33,11 +33,13 @@ TOKEN_BYTES = 8
 @dataclass(frozen=True)
 class LlmCostOptions:
     """The generation costed: ``prompt_tokens`` in one prefill, ``new_tokens`` decoded; weights at
-    ``weight_bytes`` (``stored`` | ``float32``)."""
+    ``weight_bytes`` (``stored`` | ``float32``); ``streams`` generations at once, each with its own KV
+    cache on every stage."""
 
     prompt_tokens: int
     new_tokens: int
     weight_bytes: str = STORED
+    streams: int = 1
 
     @property
     def context(self) -> int:
@@ -106,6 +108,8 @@ def llm_costs(cfg: LlmConfig, tensors: dict[str, StoredTensor], cluster: Cluster
     """Cost both phases on every device of ``cluster`` (one device model call per type and phase)."""
     if options.prompt_tokens < 1 or options.new_tokens < 1:
         raise PlanError("a generation needs at least one prompt token and one new token")
+    if options.streams < 1:
+        raise PlanError(f"streams {options.streams}: cost at least one stream")
     D, L = cluster.num_devices, cfg.blocks
     block_s, embed_s, head_s = np.zeros((2, D, L)), np.zeros((2, D)), np.zeros((2, D))
     sources = {}
@@ -123,7 +127,7 @@ def llm_costs(cfg: LlmConfig, tensors: dict[str, StoredTensor], cluster: Cluster
     back_s = hop_seconds(cluster, TOKEN_BYTES)
     g = step_graph(cfg, tensors, Phase(1, 1), options.weight_bytes)
     weights, embed_w, head_w = _by_part(cfg, g.names, g.param_bytes)
-    kv = cfg.kv_bytes_per_position(1, F32) * options.context
+    kv = cfg.kv_bytes_per_position(1, F32) * options.context * options.streams
     embed_t = tensors["token_embd.weight"]
     embed_bytes = embed_t.stored_bytes if options.weight_bytes == STORED else embed_t.elements * F32
     return LlmCosts(cfg, cluster, options, block_s, embed_s, head_s, hop_s, back_s, weights + kv, embed_bytes,
@@ -156,6 +160,8 @@ class PipelinePrediction:
     hops_s: dict[str, list[float]]           # "a->b" -> [prefill, decode] seconds per step
     memory_bytes: dict[str, float]
     fits: bool
+    streams: int = 1
+    streams_tokens_per_s: float = 0.0        # all ``streams`` together (``streams_period``)
 
     @property
     def tokens_per_s(self) -> float:
@@ -164,7 +170,7 @@ class PipelinePrediction:
     def to_dict(self) -> dict[str, Any]:
         return {"ttft_s": self.ttft_s, "s_per_token": self.s_per_token, "tokens_per_s": self.tokens_per_s,
                 "compute_s": self.compute_s, "hops_s": self.hops_s, "memory_bytes": self.memory_bytes,
-                "fits": self.fits}
+                "fits": self.fits, "streams": self.streams, "streams_tokens_per_s": self.streams_tokens_per_s}
 
 
 def check_stages(costs: LlmCosts, stages: list[Stage]) -> None:
@@ -194,4 +200,15 @@ def predict_pipeline(costs: LlmCosts, stages: list[Stage]) -> PipelinePrediction
     total = [sum(v[p] for v in compute.values()) + sum(v[p] for v in hops.values()) for p in (PREFILL, DECODE)]
     memory = {s.device: costs.stage_bytes(s.first, s.stop) for s in stages}
     fits = all(memory[s.device] <= costs.capacity[d] for s, d in zip(stages, idx))
-    return PipelinePrediction(total[0], total[1], compute, hops, memory, fits)
+    busiest = max([v[DECODE] for v in compute.values()] + [v[DECODE] for v in hops.values()])
+    period = streams_period(total[1], busiest, costs.options.streams)
+    return PipelinePrediction(total[0], total[1], compute, hops, memory, fits, costs.options.streams, 1.0 / period)
+
+
+def streams_period(cycle_s: float, busiest_s: float, streams: int) -> float:
+    """Seconds between tokens of ``streams`` generations decoding at once through a pipeline: each stream's
+    token goes round every stage and hop (``cycle_s``: one stream's time per token), each stage and each
+    link serving one token at a time (``busiest_s``: the longest of them). The period of this cyclic
+    event graph is its slowest circuit: the loop, holding ``streams`` tokens, or one station, holding one
+    (exact for fixed times; no batching: each stream's step is its own)."""
+    return max(cycle_s / streams, busiest_s)

@@ -9,6 +9,10 @@ min over the previous boundary, vectorized; states no cheaper than the best comp
 not extended when even the cheapest device for each remaining block and the head cannot make them
 better (a lower bound: every cost is >= 0); the optimum is exact (tested against enumeration of
 every ordered device subset and every cut). States: 2^D x D x (L + 1) per first device.
+
+For B streams decoding at once (``plan_streams``) the objective is the period of the pipeline as a
+cyclic event graph, the longer of one stream's cycle / B and its busiest stage or hop: exact by a
+binary search over a cap on every station, one DP per cap (see ``plan_streams``).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hetsplit.errors import InfeasibleError, UsageError
-from hetsplit.estimate.llm import DECODE, PREFILL, LlmCosts, Stage
+from hetsplit.estimate.llm import DECODE, PREFILL, LlmCosts, Stage, streams_period
 
 OBJECTIVES = {"decode": DECODE, "ttft": PREFILL}
 MAX_DEVICES = 10        # 2^D states per first device: beyond this the exact DP takes minutes
@@ -64,13 +68,78 @@ def stage_value(costs: LlmCosts, stages: list[Stage], phase: int) -> float:
 def plan_pipeline(costs: LlmCosts, objective: str = "decode", devices: list[str] | None = None) -> PipelineChoice:
     """The optimal pipeline over ``devices`` (default: all of the cluster's); InfeasibleError when none fits."""
     phase = _phase(objective)
-    L = costs.config.blocks
+    allowed = _allowed(costs, devices)
+    table, _ = _tables(costs, phase)
+    value, stages = _best_pipeline(costs, phase, allowed, table, costs.hop_s[phase], costs.back_s)
+    if not stages:
+        raise _infeasible(costs, allowed)
+    return PipelineChoice(stages, value)
+
+
+def plan_streams(costs: LlmCosts, devices: list[str] | None = None) -> PipelineChoice:
+    """The pipeline that decodes ``costs.options.streams`` generations at once fastest: least seconds per
+    token over all of them (``estimate.llm.streams_period``: the longer of one stream's cycle / streams
+    and the busiest stage or hop). Exact: for a cap on every stage and hop, the least cycle is the DP's
+    (stations over the cap left out); that least cycle falls as the cap rises, so a binary search over
+    the caps (the stage and hop times themselves) finds where cycle / streams meets the cap, and the
+    optimum is the plan there or at the cap below (a dozen DPs)."""
+    allowed = _allowed(costs, devices)
+    streams = costs.options.streams
+    table, _ = _tables(costs, DECODE)
+    hop, back = costs.hop_s[DECODE], costs.back_s
+    off = ~np.eye(len(hop), dtype=bool)
+    caps = np.unique(np.concatenate([table[np.isfinite(table)], hop[off], back[off]]))
+
+    def under(cap: float) -> tuple[float, list[Stage]]:
+        """The least cycle with every stage and hop at most ``cap``, and its plan."""
+        return _best_pipeline(costs, DECODE, allowed, np.where(table <= cap, table, np.inf),
+                              np.where(hop <= cap, hop, np.inf), np.where(back <= cap, back, np.inf))
+
+    lo, hi = 0, len(caps) - 1          # the least cap whose least cycle / streams is at most the cap
+    if under(caps[hi])[0] / streams > caps[hi]:
+        lo = hi
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if under(caps[mid])[0] / streams <= caps[mid]:
+            hi = mid
+        else:
+            lo = mid + 1
+    found = [under(caps[k]) for k in {lo, max(lo - 1, 0)}]
+    best = min((f for f in found if f[1]), key=lambda f: streams_value(costs, f[1]), default=None)
+    if best is None:
+        raise _infeasible(costs, allowed)
+    return PipelineChoice(best[1], streams_value(costs, best[1]))
+
+
+def streams_value(costs: LlmCosts, stages: list[Stage]) -> float:
+    """Seconds per token over ``costs.options.streams`` streams through ``stages``, as the planner counts it."""
+    idx = [costs.cluster.index(s.device) for s in stages]
+    times = [costs.stage_s(DECODE, d, s.first, s.stop) for s, d in zip(stages, idx)]
+    times += [float(costs.hop_s[DECODE, a, b]) for a, b in zip(idx, idx[1:])]
+    times += [float(costs.back_s[idx[-1], idx[0]])] if len(idx) > 1 else []
+    return streams_period(stage_value(costs, stages, DECODE), max(times), costs.options.streams)
+
+
+def _allowed(costs: LlmCosts, devices: list[str] | None) -> list[int]:
     allowed = [costs.cluster.index(n) for n in (devices or costs.devices)]
     if len(allowed) > MAX_DEVICES:
         raise UsageError(f"the exact pipeline planner takes at most {MAX_DEVICES} devices; cluster "
                          f"{costs.cluster.name!r} has {len(allowed)}: describe the devices you mean to use")
-    table, _ = _tables(costs, phase)
-    hop, back = costs.hop_s[phase], costs.back_s
+    return allowed
+
+
+def _infeasible(costs: LlmCosts, allowed: list[int]) -> InfeasibleError:
+    return InfeasibleError(f"no pipeline of {costs.config.name!r} fits the memory of cluster "
+                           f"{costs.cluster.name!r}'s devices {[costs.devices[i] for i in allowed]} "
+                           f"(KV cache at {costs.options.context} positions for {costs.options.streams} "
+                           "stream(s) included)")
+
+
+def _best_pipeline(costs: LlmCosts, phase: int, allowed: list[int], table: np.ndarray, hop: np.ndarray,
+                   back: np.ndarray) -> tuple[float, list[Stage]]:
+    """The least sum of stage (``table`` [D, L+1, L+1]) and hop seconds over ordered subsets of ``allowed``
+    and their cuts, and its stages ((inf, []) when nothing is finite)."""
+    L = costs.config.blocks
     best: tuple[float, list[Stage]] = (np.inf, [])
     blocks = costs.block_s[phase][allowed].min(axis=0)                        # cheapest device per block
     rest = np.append(np.cumsum(blocks[::-1])[::-1], 0.0) + costs.head_s[phase][allowed].min()
@@ -105,11 +174,7 @@ def plan_pipeline(costs: LlmCosts, objective: str = "decode", devices: list[str]
                     for j in np.nonzero(better)[0]:
                         parents[j] = (mask, d, int(arg[j]))
                     dp[key] = (np.where(better, j_best, old), parents)
-    if not best[1]:
-        raise InfeasibleError(f"no pipeline of {costs.config.name!r} fits the memory of cluster "
-                              f"{costs.cluster.name!r}'s devices {[costs.devices[i] for i in allowed]} "
-                              f"(KV cache at {costs.options.context} positions included)")
-    return PipelineChoice(best[1], float(best[0]))
+    return best
 
 
 def _unwind(dp: dict, costs: LlmCosts, mask: int, d: int, j: int) -> list[Stage]:

@@ -21,7 +21,7 @@ from hetsplit.graph.llm.decoder import Decoder, StageSpec
 from hetsplit.graph.llm.load import LlmModel, model_tokenizer, read_model
 from hetsplit.graph.llm.step_graph import FLOAT32, STORED
 from hetsplit.runtime.llm_pipeline import PipelineJob, PipelineOptions, PipelineReport, run_pipeline_decode
-from hetsplit.search.llm_pipeline import PipelineChoice, best_single, plan_pipeline
+from hetsplit.search.llm_pipeline import PipelineChoice, best_single, plan_pipeline, plan_streams
 
 if TYPE_CHECKING:
     from hetsplit.runtime.device_emulation import DeviceEmulation
@@ -68,6 +68,7 @@ class PlanOptions:
     probe: bool = True
     devices: tuple[str, ...] | None = None      # the devices the plan may use (default: all of the cluster's)
     given: tuple[Stage, ...] | None = None      # a plan to run as it is (``read_generation_plan``)
+    streams: int = 1          # generations decoding at once: > 1 plans for their tokens/s together
 
 
 @dataclass
@@ -118,7 +119,7 @@ def plan_generation(model: LlmModel, cluster: Cluster, options: PlanOptions) -> 
         any(d.type in LOCAL_TYPES for d in cluster.devices) else None
     costed, weight_bytes = costed_cluster(cluster, probe)
     costs = llm_costs(model.config, model.tensors, costed,
-                      LlmCostOptions(options.prompt_tokens, options.new_tokens, weight_bytes))
+                      LlmCostOptions(options.prompt_tokens, options.new_tokens, weight_bytes, options.streams))
     allowed = list(options.devices) if options.devices is not None else costs.devices
     unknown = sorted(set(allowed) - set(costs.devices))
     if unknown or not allowed:
@@ -128,6 +129,9 @@ def plan_generation(model: LlmModel, cluster: Cluster, options: PlanOptions) -> 
         stages, how = list(options.given), "given"
     elif options.stages:
         stages, how = even_stages(allowed, model.config.blocks, options.stages), f"even over {options.stages}"
+    elif options.streams > 1:
+        stages = plan_streams(costs, allowed).stages
+        how = f"exact ({options.streams} streams: a DP per cap on the busiest stage or hop, binary search)"
     else:
         stages, how = plan_pipeline(costs, options.objective, allowed).stages, f"exact DP ({options.objective})"
     single = best_single(costs, options.objective, allowed)
