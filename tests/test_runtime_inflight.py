@@ -146,7 +146,7 @@ def test_an_idle_take_runs_its_idle_work_once_the_sends_are_done_and_before_the_
             order.append(self.name)
 
     shared = Shared()
-    flight = InFlight(FakeWire(), shared, idle=lambda: order.append("idle"))
+    flight = InFlight(FakeWire(), shared, idle=lambda done: order.append("idle"))
     flight.start()
     flight.sent([Logged("send")], EDGE, None, None)
     flight.expect([Logged("recv")], EDGE, {0: [1]}, None)
