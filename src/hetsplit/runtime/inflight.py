@@ -87,7 +87,10 @@ class Pending:
     reused = True     # once ended and logged, the book reuses it for a later transfer (``InFlight.free``)
 
     def __init__(self, works: list | None, edge: Edge, log: MessageLog | None, payload: Any):
-        self.works, self.edge, self.log, self.payload = works, edge, log, payload
+        self.works = works
+        self.edge = edge
+        self.log = log
+        self.payload = payload
         self.helper: Helper | None = None
         self.ended: Any = None     # a lock held until it ended, made when lent (most transfers never are): a
         #                            one-shot latch that wakes its waiter with one futex call, unlike an Event
@@ -171,6 +174,7 @@ class InFlight:
 
     def __init__(self, wire, shared: Shared, idle: Callable[[int], None] | None = None):
         self.wire, self.shared = wire, shared
+        self.timeout = wire.work_timeout      # what the compute thread's own waits are given (``_own``)
         self.idle = idle
         self.receiver, self.sender = Helper("receiver", wire, shared, False), Helper("sender", wire, shared, True)
         self.recvs: collections.deque[Pending] = collections.deque()   # posted, not taken (program order)
@@ -185,25 +189,30 @@ class InFlight:
         self.receiver.start()
         self.sender.start()
 
+    def _book(self, works: list, edge: Edge, log: MessageLog | None, payload: Any) -> Pending:
+        """A transfer just posted: a ``Pending`` taken back (``free``) if there is one, filled as its
+        ``__init__`` would (one store a field), else a new one (a reused one costs about half)."""
+        free = self.free
+        if not free:
+            return Pending(works, edge, log, payload)
+        p = free.pop()
+        p.works = works
+        p.edge = edge
+        p.log = log
+        p.payload = payload
+        p.helper = p.ended = None
+        p.at = 0.0
+        return p
+
     def expect(self, works: list, edge: Edge, got: Any, log: MessageLog | None) -> None:
         """A posted receive (its works, what they fill: ``take`` returns it; its log, if any)."""
-        free = self.free
-        if free:      # ``Pending.__init__`` in line, on one taken back: a third of what a new one costs
-            p = free.pop()
-            p.works, p.edge, p.log, p.payload, p.helper, p.ended, p.at = works, edge, log, got, None, None, 0.0
-        else:
-            p = Pending(works, edge, log, got)
+        p = self._book(works, edge, log, got)
         self.recvs.append(p)
         self.unwatched_recvs.append(p)
 
     def sent(self, works: list, edge: Edge, log: MessageLog | None, keep: Any) -> None:
         """A posted send (its works, the arrays they read: kept alive until it is done; its log, if any)."""
-        free = self.free
-        if free:
-            p = free.pop()
-            p.works, p.edge, p.log, p.payload, p.helper, p.ended, p.at = works, edge, log, keep, None, None, 0.0
-        else:
-            p = Pending(works, edge, log, keep)
+        p = self._book(works, edge, log, keep)
         self.sends.append(p)
         self.unwatched_sends.append(p)
         self.posted_sends += 1
@@ -236,13 +245,18 @@ class InFlight:
         mine = p.helper is None
         if mine:
             self.unwatched_recvs.popleft()    # it is their first
+        r, s = self.receiver, self.sender
         if not computing:
-            if self.unwatched_sends:
-                self.wait_sends()
+            unwatched = self.unwatched_sends
+            while unwatched:                  # wait_sends(), in line: once per message
+                q = unwatched.popleft()
+                if r.finished < r.lent or s.finished < s.lent:
+                    s.lend(q)
+                else:
+                    self._own(q, True)
             if self.idle is not None:
                 self.idle(self.settle())
         if p.at <= 0.0:                       # not ended yet (or failed)
-            r, s = self.receiver, self.sender
             if not mine:
                 self._finish(p)
             elif r.finished < r.lent or s.finished < s.lent:     # busy(), inlined: once per message
@@ -252,9 +266,8 @@ class InFlight:
                 self._own(p, False)
         if p.log is not None:
             p.log.done.append(p.at)
-        got, p.payload, p.works = p.payload, None, None
-        self.free.append(p)
-        return got
+        self.free.append(p)       # what it filled stays referenced until reused: pooled buffers
+        return p.payload
 
     def lend_sends(self) -> None:
         while self.unwatched_sends:
@@ -271,11 +284,17 @@ class InFlight:
                 self._own(p, True)
 
     def _own(self, p: Pending, sending: bool) -> None:
-        """Wait here for ``p``, which nobody else waits for (Stop at once if any thread has failed)."""
+        """Wait here for ``p``, which nobody else waits for (Stop at once if any thread has failed):
+        ``Wire.wait`` in line (its timeout, and a transport error named as a LinkFailure), a call less on
+        every message's critical path."""
         if self.shared.error is not None:
             raise Stop()
         try:
-            self.wire.wait(p.works, p.edge, sending)
+            for w in p.works:
+                w.wait(self.timeout)
+        except RuntimeError as exc:
+            p.at = FAILED
+            raise self.wire.failure(p.edge.peer, sending, exc) from None
         except BaseException:
             p.at = FAILED
             raise

@@ -105,7 +105,7 @@ class Wire:
     views: HostViews = field(default_factory=HostViews)   # tensors of the buffers reused across messages
 
     def __post_init__(self) -> None:
-        self._timeout = _td(self.timeout_s)   # made once: a wait per message end
+        self.work_timeout = _td(self.timeout_s)   # what each wait is given, made once: a wait per message end
 
     def on_gpu(self, edge: Edge) -> bool:
         """True when the edge moves CUDA tensors over NCCL (both ends are GPU devices)."""
@@ -133,7 +133,7 @@ class Wire:
     def wait(self, works: list, edge: Edge, sending: bool) -> None:
         try:
             for w in works:
-                w.wait(self._timeout)
+                w.wait(self.work_timeout)
         except RuntimeError as exc:
             raise self.failure(edge.peer, sending, exc) from None
 
