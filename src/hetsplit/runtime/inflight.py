@@ -87,7 +87,7 @@ class Pending:
     reused = True     # once ended and logged, the book reuses it for a later transfer (``InFlight.free``)
 
     def __init__(self, works: list | None, edge: Edge, log: MessageLog | None, payload: Any):
-        self.works = works
+        self.works: Any = works      # None only for a delayed send not yet posted
         self.edge = edge
         self.log = log
         self.payload = payload

@@ -152,7 +152,7 @@ class Inbox:
 
     __slots__ = ("mid", "edge", "log", "names", "name", "slots", "one", "rank", "recv", "pool", "io")
 
-    def __init__(self, io: "Transfers", mid: int, log: MessageLog | None):
+    def __init__(self, io: "Transfers", mid: int, log: MessageLog):
         edge = io.peer(mid, True)
         self.mid, self.edge, self.log, self.io, self.pool = mid, edge, log, io, io.pool
         self.names = [t.spec.name for t in io.m.message(mid).tensors]
@@ -197,7 +197,7 @@ class Outbox:
 
     __slots__ = ("mid", "edge", "log", "delay_s", "sources", "one", "rank", "send", "known", "io")
 
-    def __init__(self, io: "Transfers", mid: int, log: MessageLog | None, delay_s: float):
+    def __init__(self, io: "Transfers", mid: int, log: MessageLog, delay_s: float):
         edge = io.peer(mid, False)
         self.mid, self.edge, self.log, self.delay_s, self.io = mid, edge, log, delay_s, io
         tensors = io.m.message(mid).tensors
@@ -408,7 +408,7 @@ class StepLoop:
         retire, recycle, run_segment = pool.retire, pool.recycle, steps.run
         clock = time.time
         per_segment = steps.per_segment
-        frames: list[list | None] = [None] * len(self.plan)
+        frames: list[Any] = [None] * len(self.plan)   # per round, its frame while its buffers are taken
 
         def post_receives(r: int) -> float:
             """Post round ``r``'s receives (together: one stamp for all); when they were posted."""
