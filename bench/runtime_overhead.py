@@ -111,7 +111,7 @@ def _peer(rank: int, port_q, result_q, sizes: list[int], plan: dict[int, tuple[i
         # one book of transfers and its helper threads for the whole size, as a worker has one for its run:
         # starting two threads per block cost ~30 us per 1 MB hop over blocks of 30 round trips (pinned; none
         # over blocks of 300)
-        flight = InFlight(wire, Shared(), idle=lambda: pool.recycle(flight.settle()))
+        flight = InFlight(wire, Shared(), idle=pool.recycle)
         flight.start()
         _pingpong_raw(pg, t, rank, other, 2, raw_bufs)  # warm-up
         for b in range(blocks):
@@ -190,7 +190,7 @@ def _pingpong_worker(flight, ports, buf: np.ndarray, rank: int, rounds: int, poo
         if i >= 0:
             got = flight.take(computing)
             if rank == 1:
-                local["x"] = got[0]
+                local["x"] = got
             if i + depth < total:
                 post_recv(i + depth)
             if computing:

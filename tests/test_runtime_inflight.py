@@ -23,7 +23,7 @@ class FakeWork:
         self.release, self.fail = release, fail
         self.waiters: list[str] = []
 
-    def wait(self) -> None:
+    def wait(self, timeout=None) -> None:
         self.waiters.append(threading.current_thread().name)
         assert len(self.waiters) == 1, "a work waited for twice"
         if self.release is not None:
@@ -33,9 +33,11 @@ class FakeWork:
 
 
 class FakeWire:
+    work_timeout = None
+
     def wait(self, works, edge, sending):
         for w in works:
-            w.wait()
+            w.wait(self.work_timeout)
 
 
 @pytest.fixture
@@ -141,12 +143,12 @@ def test_an_idle_take_runs_its_idle_work_once_the_sends_are_done_and_before_the_
             super().__init__()
             self.name = name
 
-        def wait(self) -> None:
-            super().wait()
+        def wait(self, timeout=None) -> None:
+            super().wait(timeout)
             order.append(self.name)
 
     shared = Shared()
-    flight = InFlight(FakeWire(), shared, idle=lambda: order.append("idle"))
+    flight = InFlight(FakeWire(), shared, idle=lambda done: order.append("idle"))
     flight.start()
     flight.sent([Logged("send")], EDGE, None, None)
     flight.expect([Logged("recv")], EDGE, {0: [1]}, None)

@@ -73,51 +73,76 @@ class MessageLog:
         return {"id": self.id, "peer": self.peer, "nbytes": self.nbytes, "start": self.start, "done": self.done}
 
 
+FAILED = -1.0     # ``Pending.at`` of a transfer that failed
+
+
 class Pending:
     """One posted transfer (a step's works), what it fills or reads, its log (None: none), and its owner:
     None (the compute thread) or the helper it was lent to, which releases ``ended`` once it ended.
-    ``post``: a send posted by its waiter after ``delay_s``."""
+    ``at``: when it ended, 0.0 until then, ``FAILED`` if it failed (one field, set once, so the compute
+    thread checks a transfer's state with one read). Whether it sends is its waiter's to say (a
+    transfer is in one book, and lent to one helper, by its direction)."""
 
-    __slots__ = ("works", "edge", "sending", "log", "payload", "post", "delay_s", "helper", "ended", "done", "at",
-                 "failed")
+    __slots__ = ("works", "edge", "log", "payload", "helper", "ended", "at")
+    reused = True     # once ended and logged, the book reuses it for a later transfer (``InFlight.free``)
 
-    def __init__(self, works: list | None, edge: Edge, sending: bool, log: MessageLog | None, payload: Any,
-                 post: Callable[[], tuple[list, Any]] | None = None, delay_s: float = 0.0):
-        self.works, self.edge, self.sending, self.log, self.payload = works, edge, sending, log, payload
-        self.post, self.delay_s = post, delay_s
+    def __init__(self, works: list | None, edge: Edge, log: MessageLog | None, payload: Any):
+        self.works: Any = works      # None only for a delayed send not yet posted
+        self.edge = edge
+        self.log = log
+        self.payload = payload
         self.helper: Helper | None = None
         self.ended: Any = None     # a lock held until it ended, made when lent (most transfers never are): a
         #                            one-shot latch that wakes its waiter with one futex call, unlike an Event
-        self.done = False          # it ended (failed or not)
-        self.at = 0.0              # when it ended
-        self.failed = False
+        self.at = 0.0
 
-    def wait(self, wire) -> None:
+    def wait(self, wire, sending: bool) -> None:
         """Wait for the transfer (its owner only, once) and record when it ended; a helper counts it
         finished before it signals the hand-off."""
+        ended = self.ended
         try:
-            if self.post is not None:
-                time.sleep(self.delay_s)
-                self.works, self.payload = self.post()
-            wire.wait(self.works, self.edge, self.sending)
-            self.at = time.time()
+            wire.wait(self.works, self.edge, sending)
+            at = time.time()
             if self.helper is not None:
                 self.helper.finished += 1
+            self.at = at
         except BaseException:
-            self.failed = True
+            self.at = FAILED
             raise
         finally:
-            self.done = True
+            if ended is not None:
+                ended.release()
+
+
+class Delayed(Pending):
+    """A send its waiter (the sender) posts itself, after sleeping ``delay_s``: ``post`` returns its works
+    and the arrays they read."""
+
+    __slots__ = ("post", "delay_s")
+    reused = False
+
+    def __init__(self, post: Callable[[], tuple[list, Any]], delay_s: float, edge: Edge, log: MessageLog | None):
+        super().__init__(None, edge, log, None)
+        self.post, self.delay_s = post, delay_s
+
+    def wait(self, wire, sending: bool) -> None:
+        try:
+            time.sleep(self.delay_s)
+            self.works, self.payload = self.post()
+        except BaseException:
+            self.at = FAILED
             if self.ended is not None:
                 self.ended.release()
+            raise
+        super().wait(wire, sending)
 
 
 class Helper(threading.Thread):
-    """Waits for the transfers lent to it, in the order lent."""
+    """Waits for the transfers lent to it, in the order lent (``sending``: a sender's, else a receiver's)."""
 
-    def __init__(self, name: str, wire, shared: Shared):
+    def __init__(self, name: str, wire, shared: Shared, sending: bool):
         super().__init__(daemon=True, name=name)
-        self.wire, self.shared = wire, shared
+        self.wire, self.shared, self.sending = wire, shared, sending
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
         self.lent = 0              # transfers lent so far (the compute thread counts)
         self.finished = 0          # of those, the ones done (this thread counts; a failed one never is)
@@ -134,7 +159,7 @@ class Helper(threading.Thread):
     def run(self) -> None:
         try:
             while (p := self.shared.get(self.inbox)) is not None:
-                p.wait(self.wire)
+                p.wait(self.wire, self.sending)
         except Stop:
             pass
         except BaseException as exc:  # noqa: BLE001 - handed to the compute thread
@@ -143,32 +168,51 @@ class Helper(threading.Thread):
 
 class InFlight:
     """The compute thread's book of its posted transfers: receives until taken, sends until done; those
-    nobody waits for yet (its own, not yet waited for) are also queued in ``unwatched_*``, in order."""
+    nobody waits for yet (its own, not yet waited for) are also queued in ``unwatched_*``, in order.
+    ``idle(sends_done)`` runs in an idle take once its sends are done, before it waits to receive, with
+    the count of sends done so far (``settle``)."""
 
-    def __init__(self, wire, shared: Shared, idle: Callable[[], None] | None = None):
+    def __init__(self, wire, shared: Shared, idle: Callable[[int], None] | None = None):
         self.wire, self.shared = wire, shared
-        self.idle = idle           # run by an idle take once its sends are done, before it waits to receive
-        self.receiver, self.sender = Helper("receiver", wire, shared), Helper("sender", wire, shared)
+        self.timeout = wire.work_timeout      # what the compute thread's own waits are given (``_own``)
+        self.idle = idle
+        self.receiver, self.sender = Helper("receiver", wire, shared, False), Helper("sender", wire, shared, True)
         self.recvs: collections.deque[Pending] = collections.deque()   # posted, not taken (program order)
         self.sends: collections.deque[Pending] = collections.deque()   # posted, not settled (program order)
         self.unwatched_recvs: collections.deque[Pending] = collections.deque()   # a suffix of recvs
         self.unwatched_sends: collections.deque[Pending] = collections.deque()
         self.posted_sends = 0
         self.settled = 0
+        self.free: list[Pending] = []     # transfers ended and logged, to be reused (``expect``, ``sent``)
 
     def start(self) -> None:
         self.receiver.start()
         self.sender.start()
 
+    def _book(self, works: list, edge: Edge, log: MessageLog | None, payload: Any) -> Pending:
+        """A transfer just posted: a ``Pending`` taken back (``free``) if there is one, filled as its
+        ``__init__`` would (one store a field), else a new one (a reused one costs about half)."""
+        free = self.free
+        if not free:
+            return Pending(works, edge, log, payload)
+        p = free.pop()
+        p.works = works
+        p.edge = edge
+        p.log = log
+        p.payload = payload
+        p.helper = p.ended = None
+        p.at = 0.0
+        return p
+
     def expect(self, works: list, edge: Edge, got: Any, log: MessageLog | None) -> None:
         """A posted receive (its works, what they fill: ``take`` returns it; its log, if any)."""
-        p = Pending(works, edge, False, log, got)
+        p = self._book(works, edge, log, got)
         self.recvs.append(p)
         self.unwatched_recvs.append(p)
 
     def sent(self, works: list, edge: Edge, log: MessageLog | None, keep: Any) -> None:
         """A posted send (its works, the arrays they read: kept alive until it is done; its log, if any)."""
-        p = Pending(works, edge, True, log, keep)
+        p = self._book(works, edge, log, keep)
         self.sends.append(p)
         self.unwatched_sends.append(p)
         self.posted_sends += 1
@@ -176,7 +220,7 @@ class InFlight:
     def send_later(self, post: Callable[[], tuple[list, Any]], delay_s: float, edge: Edge,
                    log: MessageLog | None) -> None:
         """A send the sender posts after sleeping ``delay_s`` (``post`` returns its works and arrays)."""
-        p = Pending(None, edge, True, log, None, post, delay_s)
+        p = Delayed(post, delay_s, edge, log)
         self.sends.append(p)
         self.posted_sends += 1
         self.sender.lend(p)
@@ -201,18 +245,28 @@ class InFlight:
         mine = p.helper is None
         if mine:
             self.unwatched_recvs.popleft()    # it is their first
-        if not computing:
-            if self.unwatched_sends:
-                self.wait_sends()
-            if self.idle is not None:
-                self.idle()
         r, s = self.receiver, self.sender
-        if mine and (r.finished < r.lent or s.finished < s.lent):     # busy(), inlined: once per message
-            r.lend(p)
-        if not p.done or p.failed:
-            self._finish(p)
+        if not computing:
+            unwatched = self.unwatched_sends
+            while unwatched:                  # wait_sends(), in line: once per message
+                q = unwatched.popleft()
+                if r.finished < r.lent or s.finished < s.lent:
+                    s.lend(q)
+                else:
+                    self._own(q, True)
+            if self.idle is not None:
+                self.idle(self.settle())
+        if p.at <= 0.0:                       # not ended yet (or failed)
+            if not mine:
+                self._finish(p)
+            elif r.finished < r.lent or s.finished < s.lent:     # busy(), inlined: once per message
+                r.lend(p)
+                self._finish(p)
+            else:
+                self._own(p, False)
         if p.log is not None:
             p.log.done.append(p.at)
+        self.free.append(p)       # what it filled stays referenced until reused: pooled buffers
         return p.payload
 
     def lend_sends(self) -> None:
@@ -227,33 +281,52 @@ class InFlight:
             if r.finished < r.lent or s.finished < s.lent:      # busy(), inlined: once per message
                 s.lend(p)
             else:
-                self._finish(p)
+                self._own(p, True)
+
+    def _own(self, p: Pending, sending: bool) -> None:
+        """Wait here for ``p``, which nobody else waits for (Stop at once if any thread has failed):
+        ``Wire.wait`` in line (its timeout, and a transport error named as a LinkFailure), a call less on
+        every message's critical path."""
+        if self.shared.error is not None:
+            raise Stop()
+        try:
+            for w in p.works:
+                w.wait(self.timeout)
+        except RuntimeError as exc:
+            p.at = FAILED
+            raise self.wire.failure(p.edge.peer, sending, exc) from None
+        except BaseException:
+            p.at = FAILED
+            raise
+        p.at = time.time()
 
     def _finish(self, p: Pending) -> None:
-        """Wait for ``p``: itself if it owns it, else for its helper's hand-off (Stop once any thread failed)."""
-        if p.done:
-            if p.failed:
+        """Wait for ``p``'s helper's hand-off, unless it ended (Stop once any thread failed)."""
+        if p.at != 0.0:
+            if p.at < 0.0:
                 raise Stop()
             return
+        ended = p.ended
+        assert ended is not None, "a transfer nobody waits for"
         if self.shared.stop.is_set():
             raise Stop()
-        if p.helper is None:
-            p.wait(self.wire)
-            return
-        while not p.ended.acquire(timeout=POLL_S):
+        while not ended.acquire(timeout=POLL_S):
             if self.shared.stop.is_set():
                 raise Stop()
-        if p.failed:
+        if p.at < 0.0:
             raise Stop()
 
     def settle(self) -> int:
         """Log the sends done, in program order; how many are (a prefix of those posted)."""
         sends = self.sends
-        while sends and sends[0].done and not sends[0].failed:
+        while sends and sends[0].at > 0.0:
             p = sends.popleft()
             if p.log is not None:
                 p.log.done.append(p.at)
             self.settled += 1
+            if p.reused:
+                p.payload = p.works = None      # what it read is no longer kept alive
+                self.free.append(p)
         return self.settled
 
     def finish(self) -> None:

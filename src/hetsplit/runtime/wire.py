@@ -46,20 +46,28 @@ def host_tensor(a) -> torch.Tensor:
 class HostViews:
     """torch views of long-lived host buffers (a worker's pooled receive buffers), each made once: a
     tensor made per message (``torch.from_numpy``) and dropped after it costs ~10 µs of a message's
-    critical path and shows in gloo's own post; arrays not registered get a fresh view."""
+    critical path and shows in gloo's own post; arrays not registered get a fresh view. ``known``: per
+    registered array's id, the array, its tensor, and the one-tensor list a post takes (made once too)."""
 
     def __init__(self) -> None:
-        self._views: dict[int, tuple[np.ndarray, torch.Tensor]] = {}
+        self.known: dict[int, tuple[np.ndarray, torch.Tensor, list[torch.Tensor]]] = {}
 
     def add(self, a: np.ndarray) -> np.ndarray:
         """Register ``a`` (kept alive here, so its id stays its own) and return it."""
-        self._views[id(a)] = (a, torch.from_numpy(a))
+        t = torch.from_numpy(a)
+        self.known[id(a)] = (a, t, [t])
         return a
 
     def tensor(self, a) -> torch.Tensor:
         """The tensor sharing ``a``'s memory: its registered view, else ``host_tensor(a)``."""
-        view = self._views.get(id(a))
+        view = self.known.get(id(a))
         return view[1] if view is not None and view[0] is a else host_tensor(a)
+
+    def listed(self, a) -> list[torch.Tensor]:
+        """``[tensor(a)]``, as a post takes it: a registered array's list, made once (the transport copies
+        the list it is given, keeping none), else a fresh one."""
+        view = self.known.get(id(a))
+        return view[2] if view is not None and view[0] is a else [host_tensor(a)]
 
 
 def _td(seconds: float) -> datetime.timedelta:
@@ -97,7 +105,7 @@ class Wire:
     views: HostViews = field(default_factory=HostViews)   # tensors of the buffers reused across messages
 
     def __post_init__(self) -> None:
-        self._timeout = _td(self.timeout_s)   # made once: a wait per message end
+        self.work_timeout = _td(self.timeout_s)   # what each wait is given, made once: a wait per message end
 
     def on_gpu(self, edge: Edge) -> bool:
         """True when the edge moves CUDA tensors over NCCL (both ends are GPU devices)."""
@@ -125,7 +133,7 @@ class Wire:
     def wait(self, works: list, edge: Edge, sending: bool) -> None:
         try:
             for w in works:
-                w.wait(self._timeout)
+                w.wait(self.work_timeout)
         except RuntimeError as exc:
             raise self.failure(edge.peer, sending, exc) from None
 

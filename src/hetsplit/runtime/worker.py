@@ -41,7 +41,7 @@ from hetsplit.runtime.executor import (ORT_CPU, TORCH_CUDA, Executor, Host, Segm
 from hetsplit.runtime.inflight import InFlight, MessageLog, Shared, Stop
 from hetsplit.runtime.manifest import Edge, Manifest, TensorSpec
 from hetsplit.runtime.rounds import frees_after, lookahead, rounds, segment_lags
-from hetsplit.runtime.wire import HostViews, Wire, connect
+from hetsplit.runtime.wire import HostViews, Wire, connect, host_tensor
 
 
 class HostView(Mapping[str, Any]):
@@ -78,6 +78,10 @@ class DeviceView(Mapping[str, Any]):
         return len(self.local)
 
 
+Entry = tuple[np.ndarray, list, list]   # a pooled buffer, as made once: (the array, the one-tensor list a
+#                                         gloo post takes, the free stack it goes back to)
+
+
 class BufferPool:
     """Host receive buffers reused across inputs (fresh ones cost page faults on every message), the
     most recently freed first: the fewer distinct buffers a stream cycles through, the warmer the caches
@@ -85,44 +89,45 @@ class BufferPool:
     compute thread takes them and, once an input is computed, ``retire``s its frame (the buffers it
     received into); a frame comes back for reuse once the sender has finished every send submitted up to
     then (``recycle``), since a send may relay a received buffer. Each shape and dtype has one free stack,
-    made once (``stack``): a message's receive keeps its stacks, so taking a buffer looks nothing up; a
-    buffer is kept with its torch view for the transport (``HostViews``), made once."""
+    made once (``stack``): a message's receive keeps its stacks, so taking a buffer looks nothing up. A
+    buffer is an ``Entry`` made once: with its torch view for the transport (``HostViews``) and its stack,
+    so neither taking nor giving it back makes anything."""
 
     def __init__(self, views: HostViews, allocate: Callable[[TensorSpec], np.ndarray] = TensorSpec.empty) -> None:
         self.views = views                  # each buffer's tensor for the transport, made once
         self.allocate = allocate            # a GPU rank's are page-locked (``runtime.gpu.pinned_empty``)
-        self.free: dict[tuple, list[tuple[np.ndarray, Any]]] = {}    # (shape, dtype) -> (buffer, its view)
-        self.taken: list[tuple[list, tuple[np.ndarray, Any]]] = []   # (its stack, (buffer, view))
-        self.retired: collections.deque[tuple[int, list, Callable[[], bool] | None]] = collections.deque()
+        self.free: dict[tuple, list[Entry]] = {}    # (shape, dtype) -> its free buffers
+        self.taken: list[Entry] = []                # the current frame
+        self.retired: collections.deque[tuple[int, list[Entry], Callable[[], bool] | None]] = collections.deque()
         self.fence: Callable[[], Callable[[], bool]] | None = None   # a GPU rank's: whether the device has
         #   done the work queued up to now (its asynchronous copies from these buffers included)
 
-    def stack(self, spec: TensorSpec) -> list[tuple[np.ndarray, Any]]:
-        """The free buffers (with their views) of ``spec``'s shape and dtype: one list, made once."""
+    def stack(self, spec: TensorSpec) -> list[Entry]:
+        """The free buffers of ``spec``'s shape and dtype: one list, made once."""
         key = (spec.shape, spec.dtype)
         stack = self.free.get(key)
         if stack is None:
             stack = self.free[key] = []
         return stack
 
-    def new(self, spec: TensorSpec) -> tuple[np.ndarray, Any]:
-        """A buffer allocated for ``spec``, registered with its view."""
+    def new(self, spec: TensorSpec, stack: list[Entry]) -> Entry:
+        """A buffer allocated for ``spec`` (``stack``: its free stack), registered with its view."""
         a = self.views.add(self.allocate(spec))
-        return a, self.views.tensor(a)
+        return a, self.views.listed(a), stack
 
     def empty(self, spec: TensorSpec) -> np.ndarray:
         """A buffer for ``spec`` (only the compute thread takes them), recorded in the current frame."""
         stack = self.stack(spec)
-        pair = stack.pop() if stack else self.new(spec)
-        self.taken.append((stack, pair))
-        return pair[0]
+        entry = stack.pop() if stack else self.new(spec, stack)
+        self.taken.append(entry)
+        return entry[0]
 
-    def frame(self) -> list[tuple[list, tuple[np.ndarray, Any]]]:
+    def frame(self) -> list[Entry]:
         """Start recording the buffers taken from now on (one input's); the list they go into."""
         self.taken = []
         return self.taken
 
-    def retire(self, frame: list, sends_submitted: int) -> None:
+    def retire(self, frame: list[Entry], sends_submitted: int) -> None:
         """``frame`` is computed on; it is free once the first ``sends_submitted`` sends are done (and,
         with a ``fence``, once the device has read it)."""
         self.retired.append((sends_submitted, frame, self.fence() if self.fence is not None else None))
@@ -135,17 +140,17 @@ class BufferPool:
             fence = retired[0][2]
             if fence is not None and not fence():
                 break
-            for stack, pair in retired.popleft()[1]:
-                stack.append(pair)
+            for entry in retired.popleft()[1]:
+                entry[2].append(entry)
 
 
 class Inbox:
     """One message as this rank receives it, worked out once: its edge, log, the names its tensors get
     here (``name``: the one name of a one-tensor message) and, over gloo into host buffers, per tensor
-    its pool stack, spec and tag, so ``post`` takes its buffers and posts its receives looking nothing
-    up."""
+    its pool stack, spec and tag (``one``: those of a one-tensor message), so ``post`` takes its buffers
+    and posts its receives looking nothing up."""
 
-    __slots__ = ("mid", "edge", "log", "names", "name", "slots", "rank", "recv", "pool", "io")
+    __slots__ = ("mid", "edge", "log", "names", "name", "slots", "one", "rank", "recv", "pool", "io")
 
     def __init__(self, io: "Transfers", mid: int, log: MessageLog):
         edge = io.peer(mid, True)
@@ -155,21 +160,31 @@ class Inbox:
         self.rank, self.recv = edge.rank, io.wire.pg.recv
         self.slots = None if io.wire.on_gpu(edge) else \
             [(io.pool.stack(t), t, edge.tag + k) for k, t in enumerate(edge.tensors)]
+        self.one = self.slots[0] if self.slots is not None and len(self.slots) == 1 else None
 
-    def post(self) -> tuple[list, list]:
-        """Post this message's receive: its works, and the buffers they fill."""
+    def post(self) -> tuple[list, Any]:
+        """Post this message's receive: its works, and what they fill (the buffer of a one-tensor message,
+        else the list of its buffers)."""
+        if self.one is not None:                  # the common case, in line
+            stack, spec, tag = self.one
+            entry = stack.pop() if stack else self.pool.new(spec, stack)
+            self.pool.taken.append(entry)
+            try:
+                return [self.recv(entry[1], self.rank, tag)], entry[0]
+            except RuntimeError as exc:
+                raise self.io.wire.failure(self.edge.peer, False, exc) from None
         if self.slots is None:
             works, got = self.io.post_recv(self.mid)
-            return works, got[self.mid]
+            return works, got[self.mid][0] if self.name is not None else got[self.mid]
         pool, recv, rank = self.pool, self.recv, self.rank
         taken = pool.taken
         bufs, works = [], []
         try:
             for stack, spec, tag in self.slots:
-                pair = stack.pop() if stack else pool.new(spec)
-                taken.append((stack, pair))
-                bufs.append(pair[0])
-                works.append(recv([pair[1]], rank, tag))
+                entry = stack.pop() if stack else pool.new(spec, stack)
+                taken.append(entry)
+                bufs.append(entry[0])
+                works.append(recv(entry[1], rank, tag))
         except RuntimeError as exc:
             raise self.io.wire.failure(self.edge.peer, False, exc) from None
         return works, bufs
@@ -177,9 +192,10 @@ class Inbox:
 
 class Outbox:
     """One message as this rank sends it, worked out once: its edge, log, emulated latency and, over gloo
-    from host arrays with no cut to make, the names of the tensors it sends and their tags."""
+    from host arrays with no cut to make, the names of the tensors it sends and their tags (``one``: those
+    of a one-tensor message)."""
 
-    __slots__ = ("mid", "edge", "log", "delay_s", "sources", "rank", "send", "tensor", "io")
+    __slots__ = ("mid", "edge", "log", "delay_s", "sources", "one", "rank", "send", "known", "io")
 
     def __init__(self, io: "Transfers", mid: int, log: MessageLog, delay_s: float):
         edge = io.peer(mid, False)
@@ -187,19 +203,29 @@ class Outbox:
         tensors = io.m.message(mid).tensors
         plain = not io.wire.on_gpu(edge) and io.host_only() and all(t.take is None for t in tensors)
         self.sources = [(t.source, edge.tag + k) for k, t in enumerate(tensors)] if plain else None
-        self.rank, self.send, self.tensor = edge.rank, io.wire.pg.send, io.wire.views.tensor
+        self.one = self.sources[0] if self.sources is not None and len(self.sources) == 1 else None
+        self.rank, self.send, self.known = edge.rank, io.wire.pg.send, io.wire.views.known
 
     def post(self, local: Mapping[str, Any]) -> tuple[list, Any]:
-        """Post this message from the tensors in ``local``: its works, and the arrays they read."""
+        """Post this message from the tensors in ``local``: its works, and what they read (kept alive)."""
+        if self.one is not None:                  # the common case, in line (``HostViews.listed``)
+            name, tag = self.one
+            a = local[name]
+            view = self.known.get(id(a))
+            try:
+                return [self.send(view[2] if view is not None and view[0] is a else [host_tensor(a)], self.rank,
+                                  tag)], a
+            except RuntimeError as exc:
+                raise self.io.wire.failure(self.edge.peer, True, exc) from None
         if self.sources is None:
             return self.io.post_send(self.mid, local)
-        send, tensor, rank = self.send, self.tensor, self.rank
+        send, listed, rank = self.send, self.io.wire.views.listed, self.rank
         arrays, works = [], []
         try:
             for name, tag in self.sources:
                 a = local[name]
                 arrays.append(a)
-                works.append(send([tensor(a)], rank, tag))
+                works.append(send(listed(a), rank, tag))
         except RuntimeError as exc:
             raise self.io.wire.failure(self.edge.peer, True, exc) from None
         return works, arrays
@@ -327,8 +353,9 @@ class StepLoop:
     posted, the round's receive buffers retired once its inputs are done here. Made from the manifest and
     the rank's ``Transfers`` (its Wire and BufferPool) alone, so a bench can run it on a free transport
     (``bench/hop_bookkeeping.py``). Everything a step needs is worked out here, once: per message its
-    ``Inbox`` or ``Outbox`` (edge, log, buffers' stacks, tags, latency), per segment its call, messages
-    and drops, per round the receives it posts; the loop itself looks nothing up by name or id."""
+    ``Inbox`` or ``Outbox`` (edge, log, buffers' stacks, tags, latency), per step its input, call,
+    messages, drops and whether it is the input's first or last here, per round the receives it posts
+    and the rounds whose buffers it retires (``schedule``); the loop itself looks nothing up by name or id."""
 
     def __init__(self, manifest: Manifest, rank: int, io: Transfers, steps: Segments, cfg: RunConfig):
         w = manifest.worker(rank)
@@ -337,8 +364,7 @@ class StepLoop:
         self.rx_logs = {mid: MessageLog(mid, msgs[mid].src, msgs[mid].nbytes) for s in w.segments for mid in s.recv}
         self.tx_logs = {mid: MessageLog(mid, msgs[mid].dst, msgs[mid].nbytes) for s in w.segments for mid in s.send}
         self.shared = Shared()
-        pool = io.pool
-        self.flight = InFlight(io.wire, self.shared, idle=lambda: pool.recycle(self.flight.settle()))
+        self.flight = InFlight(io.wire, self.shared, idle=io.pool.recycle)
         lags = segment_lags(manifest)
         self.plan = rounds([lags[rank, s.index] for s in w.segments], cfg.inputs, cfg.latency_inputs)
         self.ahead = lookahead(manifest, lags, max(1, cfg.depth))
@@ -351,23 +377,42 @@ class StepLoop:
         shapes: dict[tuple[int, ...], tuple[Inbox, ...]] = {}   # rounds alike share one tuple
         self.posts = [shapes.setdefault(key, tuple(box for j in key for box in self.segments[j][1]))
                       for key in (tuple(j for _, j in steps_) for steps_ in self.plan)]
-        self.frees = frees_after(self.plan)
+        self.schedule = self.make_schedule(frees_after(self.plan))
+
+    def make_schedule(self, frees: list[int]) -> list[tuple[tuple, int, tuple[int, ...], bool]]:
+        """Per round: its steps (input, segment, whether it computes, inboxes, outboxes, drops, the input's
+        first step here, its last), the round whose receives it posts once its first step has taken its
+        messages (-1: none), the rounds whose buffers it retires once done (their inputs are done here), in
+        order, and whether it then takes back the buffers whose sends are done: unless the next round's
+        first step is an idle take (it has messages and nothing to compute), which does so anyway."""
+        n, retire, k = len(self.plan), [], 0
+        for r in range(n):           # a round's buffers are retired after the round that frees them, in order
+            done = []
+            while k <= r and frees[k] <= r:
+                done.append(k)
+                k += 1
+            retire.append(tuple(done))
+        steps = [tuple((i, s, call is not None, inboxes, outboxes, drops, s == 0, last)
+                       for i, s in steps_ for call, inboxes, outboxes, drops, last in (self.segments[s],))
+                 for steps_ in self.plan]
+        idle_next = [bool(st[0][3]) and not st[0][2] for st in steps[1:]] + [False]
+        return [(steps[r], r + self.ahead if r + self.ahead < n else -1, retire[r], bool(retire[r]) and not idle_next[r])
+                for r in range(n)]
 
     def run(self, inject: Callable[[str], None] | None = None) -> None:
         """Run every step (a failure is in ``shared.error``, the helpers ended); ``inject`` rehearses
         ``cfg.faults``' fault for this rank."""
-        flight, shared, steps, pool = self.flight, self.shared, self.steps, self.io.pool
-        plan, posts, ahead, frees, segments, idle = self.plan, self.posts, self.ahead, self.frees, self.segments, \
+        flight, shared, steps, pool, posts, idle = self.flight, self.shared, self.steps, self.io.pool, self.posts, \
             self.idle
-        expect, take, sent, lend = flight.expect, flight.take, flight.sent, flight.lend
+        expect, take, sent, lend, settle = flight.expect, flight.take, flight.sent, flight.lend, flight.settle
+        retire, recycle, run_segment = pool.retire, pool.recycle, steps.run
         clock = time.time
         per_segment = steps.per_segment
-        frames: dict[int, list] = {}
-        n_rounds = len(plan)
+        frames: list[Any] = [None] * len(self.plan)   # per round, its frame while its buffers are taken
 
         def post_receives(r: int) -> float:
             """Post round ``r``'s receives (together: one stamp for all); when they were posted."""
-            frames[r] = pool.frame()
+            frames[r] = pool.taken = []           # the buffers they take: round ``r``'s frame
             now = clock()
             for box in posts[r]:
                 works, bufs = box.post()
@@ -377,37 +422,34 @@ class StepLoop:
 
         flight.start()
         locals_: dict[int, dict[str, Any]] = {}   # each input's tensors here that a later segment still reads
-        next_free = 0
         try:
             fault = self.cfg.faults.get(str(self.rank))
             after = int(fault.get("after", 0)) if fault and inject is not None else -1
-            for r in range(min(n_rounds, ahead)):
+            for r in range(min(len(self.plan), self.ahead)):
                 post_receives(r)
-            for r, round_steps in enumerate(plan):
+            for r, (round_steps, post_next, retired, recycling) in enumerate(self.schedule):
                 if r == after and fault is not None and inject is not None:
                     inject(fault["kind"])
-                first = True
-                for i, s in round_steps:
-                    call, inboxes, outboxes, drops, last = segments[s]
-                    computing = call is not None
-                    local = locals_.get(i)
-                    if local is None:
-                        local = locals_[i] = {}
+                for i, s, computing, inboxes, outboxes, drops, first, last in round_steps:
+                    if first:
+                        local: dict[str, Any] = {}
+                        if not last:
+                            locals_[i] = local
+                    else:
+                        local = locals_[i]
                     t0 = clock()
                     for box in inboxes:
-                        bufs = take(computing)
                         if box.name is not None:
-                            local[box.name] = bufs[0]
+                            local[box.name] = take(computing)
                         else:
-                            local.update(zip(box.names, bufs))
+                            local.update(zip(box.names, take(computing)))
                     stamp = 0.0      # the last clock reading, when nothing was done since (0: none)
-                    if first:
-                        first = False
-                        if r + ahead < n_rounds:
-                            stamp = post_receives(r + ahead)
+                    if post_next >= 0:          # the round's first step: post round r + ahead's receives
+                        stamp = post_receives(post_next)
+                        post_next = -1
                     if computing:
                         lend()     # what lands or leaves while the sub-model runs is timestamped when it does
-                        t1 = steps.run(i, s, local)
+                        t1 = run_segment(i, s, local)
                         stamp = steps.ended
                     else:
                         t1 = stamp = stamp or clock()
@@ -425,15 +467,16 @@ class StepLoop:
                         raise Stop()
                     idle[i] += t1 - t0
                     if last:
-                        del locals_[i]
+                        if not first:
+                            del locals_[i]
                     else:
                         for name in drops:
                             del local[name]
-                if next_free <= r and frees[next_free] <= r:
-                    while next_free <= r and frees[next_free] <= r:   # its inputs are done here: free once sent
-                        pool.retire(frames.pop(next_free), flight.posted_sends)
-                        next_free += 1
-                    pool.recycle(flight.settle())
+                for k in retired:            # its inputs are done here: their buffers free once sent
+                    retire(frames[k], flight.posted_sends)
+                    frames[k] = None
+                if recycling:
+                    recycle(settle())
             flight.finish()
         except Stop:
             pass
