@@ -65,7 +65,7 @@ class Add:
 
 @pytest.mark.parametrize("computing", [False, True])
 def test_a_relay_sends_on_every_input_in_order_and_logs_each_end_once(computing):
-    n = 40
+    n = 200
     m = manifest(computing)
     group = Loopback()
     wire = Wire(group, "d", 10)
@@ -84,7 +84,8 @@ def test_a_relay_sends_on_every_input_in_order_and_logs_each_end_once(computing)
     made = sum(len(stack) for stack in pool.free.values())
     # buffers cycle: a handful, not one per input. Computing, every send goes through the helper threads and
     # the pool never waits for them (a buffer still in a send makes it allocate another), so how many it
-    # makes then depends on thread scheduling (5-7 seen at n = 40): reuse is what is checked
+    # makes then depends on thread scheduling (5-7 seen at n = 40, 11-12 on a loaded machine, however long
+    # the stream: what a send's lag costs does not grow with n): reuse is what is checked, over 200 inputs
     assert made <= (n // 4 if computing else 3), made
 
 
