@@ -314,6 +314,31 @@ def test_join_group_writes_only_an_existing_hetsplit_cgroup_procs_file(tmp_path)
     assert not missing.exists() and victim.read_text() == "precious\n"
 
 
+@pytest.mark.parametrize("version, quota_file, lifted", [("v2", "cpu.max", "max\n"), ("v1", "cpu.cfs_quota_us", "-1\n")])
+def test_release_group_lifts_only_its_own_groups_quota_and_creates_nothing(tmp_path, version, quota_file, lifted):
+    """A rank done with its measured work lifts its own group's quota (fake cgroup trees of both versions);
+    the same checks as joining: another run's group, or a file that is not a group's, is refused."""
+    from hetsplit.runtime.cpu_throttle import release_group
+
+    mine = tmp_path / f"hetsplit-{os.getppid()}-abc-r1"
+    mine.mkdir()
+    (mine / "cgroup.procs").write_text("")
+    (mine / quota_file).write_text("1000 100000\n" if version == "v2" else "1000\n")
+    release_group(str(mine / "cgroup.procs"))
+    # written in place from its start, as a cgroup file takes it (a regular file keeps the old tail)
+    assert (mine / quota_file).read_text().startswith(lifted) and sorted(p.name for p in mine.iterdir()) == sorted(
+        ["cgroup.procs", quota_file])
+    theirs = tmp_path / "hetsplit-1-abc-r1"
+    theirs.mkdir()
+    (theirs / quota_file).write_text("1000\n")
+    with pytest.raises(RuntimeFailure, match="not by the run that started this process"):
+        release_group(str(theirs / "cgroup.procs"))
+    with pytest.raises(RuntimeFailure, match="not the cgroup.procs of a hetsplit cgroup"):
+        release_group(str(tmp_path / "victim.txt"))
+    assert (theirs / quota_file).read_text() == "1000\n"
+    release_group(None)                                            # not throttled: nothing to do
+
+
 # ---- 5. a worker that fails before it computes frees its claim; the driver names its error ----------------
 
 def _run_across(tmp_path: Path, timeout: int):

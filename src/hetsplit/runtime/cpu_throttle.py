@@ -275,6 +275,26 @@ def join_group(procs_file: str | None) -> None:
     link, so no other file can be written this way."""
     if not procs_file:
         return
+    path = _owned_procs(procs_file)
+    _write_existing(path, f"{os.getpid()}\n", f"join {path.parent.name}")
+
+
+def release_group(procs_file: str | None) -> None:
+    """Lift the CPU quota of this rank's own cgroup (the one ``join_group`` joined; None: none) once its
+    measured work is done: what follows (reports, logits to disk, exit) is not the emulated device's work,
+    and at a share of a few percent of a core it took tens of seconds. Same checks as ``join_group``; the
+    group's quota file is written, never created."""
+    if not procs_file:
+        return
+    group = _owned_procs(procs_file).parent
+    if (group / "cpu.max").exists():
+        _write_existing(group / "cpu.max", "max\n", f"release {group.name}")
+    else:
+        _write_existing(group / "cpu.cfs_quota_us", "-1\n", f"release {group.name}")
+
+
+def _owned_procs(procs_file: str) -> Path:
+    """``procs_file`` when it is the ``cgroup.procs`` of a group made by the run that started this process."""
     path = Path(procs_file)
     owner = owner_of(path.parent.name)
     if path.name != "cgroup.procs" or owner is None:
@@ -283,11 +303,16 @@ def join_group(procs_file: str | None) -> None:
     if owner != os.getppid():
         raise RuntimeFailure(f"CPU throttling: cgroup {path.parent.name} was made by process {owner}, not by the "
                              f"run that started this process ({os.getppid()}); refused")
+    return path
+
+
+def _write_existing(path: Path, text: str, what: str) -> None:
+    """Write ``text`` to the existing file ``path`` (never created, truncated or followed through a link)."""
     try:
         fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)
         try:
-            os.write(fd, f"{os.getpid()}\n".encode())
+            os.write(fd, text.encode())
         finally:
             os.close(fd)
     except OSError as exc:
-        raise RuntimeFailure(f"CPU throttling: cannot join {path.parent.name}: {exc.strerror}") from None
+        raise RuntimeFailure(f"CPU throttling: cannot {what}: {exc.strerror}") from None

@@ -68,7 +68,7 @@ class Hops:
 
 def run_stage(cfg: RunConfig, job: PipelineJob, rank: int, run_dir: Path) -> dict:
     """Run this stage's share of every step; its measurements (stage 0: the tokens; the last: the logits file)."""
-    from hetsplit.runtime.cpu_throttle import join_group
+    from hetsplit.runtime.cpu_throttle import join_group, release_group
     from hetsplit.runtime.process import inject
     from hetsplit.runtime.wire import connect
 
@@ -114,6 +114,7 @@ def run_stage(cfg: RunConfig, job: PipelineJob, rank: int, run_dir: Path) -> dic
                       "sent_bytes": hops.sent_bytes - sent0, "sent_at": hops.sent_at, "arrived_at": hops.arrived_at})
         if i == 0 and job.prefill_cgroups.get(str(rank)):
             join_group(decode_group)           # the prompt's share, then the decode steps'
+    release_group(decode_group)         # the steps are done: what follows runs at full speed
     wire.pg.barrier().wait()            # nobody leaves while a peer may still read from it
     if rank == last and job.keep_logits:
         torch.save(torch.stack(logits), run_dir / LOGITS_FILE)

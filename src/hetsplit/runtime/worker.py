@@ -503,7 +503,7 @@ def load_executors(cfg: RunConfig, manifest: Manifest, rank: int, backend: str) 
 
 def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path, host: Host | None = None) -> dict:
     """Run device ``rank``'s segments for every input; its measurements for ``rank<R>.json``."""
-    from hetsplit.runtime.cpu_throttle import join_group
+    from hetsplit.runtime.cpu_throttle import join_group, release_group
     from hetsplit.runtime.nccl import NcclLinks, gpu_ranks, nccl_pairs, use_gpu_of
     from hetsplit.runtime.process import energy_meter, inject
 
@@ -546,6 +546,7 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path, hos
     #               of torch and onnxruntime (~40 ms)
     cpu0 = time.process_time()
     loop.run(inject)
+    release_group(cfg.cgroups.get(str(rank)))     # the stream is done: what follows runs at full speed
     gc.unfreeze()           # a warm process collects what this run left before its next job
     if loop.shared.error is not None:
         raise loop.shared.error
