@@ -64,14 +64,16 @@ def test_two_runs_on_one_port_end_clearly_within_their_timeout(case, tmp_path):
     end before the second meets it); the second, run here on the same --port, is refused within its
     timeout, naming the port; the first then runs to the end once its worker joins."""
     port, timeout = free_port(), 20
-    args = [str(case.plan_file), str(case.model), "-n", "4", "--timeout", str(timeout), "--port", str(port)]
-    net = Loopback()
-    first = start_across(net, {"c": 1}, args + ["--run-dir", str(tmp_path / "1")], tmp_path, start_workers=False)
+    args = [str(case.plan_file), str(case.model), "-n", "4", "--port", str(port)]
+    net = Loopback()      # the first waits for its worker up to 120 s: the second run and the worker's start
+    #                       took over 20 s together on a loaded machine
+    first = start_across(net, {"c": 1}, args + ["--timeout", "120", "--run-dir", str(tmp_path / "1")], tmp_path,
+                         start_workers=False)
     try:
         assert listening(port) and first.cli.poll() is None
         t0 = time.time()
-        second = subprocess.run([HETSPLIT, "run", *args, "--run-dir", str(tmp_path / "2")], capture_output=True,
-                                text=True, timeout=timeout + 120)
+        second = subprocess.run([HETSPLIT, "run", *args, "--timeout", str(timeout), "--run-dir", str(tmp_path / "2")],
+                                capture_output=True, text=True, timeout=timeout + 120)
         assert second.returncode == 2, second.stderr[-1500:]
         assert f"port {port} is in use" in second.stderr, second.stderr[-1500:]
         assert time.time() - t0 < timeout + 30
