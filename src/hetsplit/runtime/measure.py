@@ -31,13 +31,19 @@ def _med(xs) -> float:
 
 def compute_fields(doc: dict[str, Any], steady: slice) -> dict[str, Any]:
     """A worker's compute and CPU per input from its record: ``compute_s`` (median wall time of its
-    steady inputs), ``compute_mean_s``, ``cpu_per_input_s`` (its process, every thread) and, with one
-    compute thread, ``compute_cpu_per_input_s`` (the CPU inside its sub-models: the rest of the
-    process's CPU is the runtime's own)."""
+    steady inputs), ``compute_mean_s``, ``cpu_per_input_s`` (its process, every thread, per streamed
+    input: the latency inputs sent alone first carry the stream's one-time costs, and a quota caps CPU
+    per period of wall time they are not part of; over every input in a record without the stream's
+    count) and, with one compute thread, ``compute_cpu_per_input_s`` (the CPU inside its sub-models: the
+    rest of the process's CPU is the runtime's own)."""
     comp = doc["compute_s"]
     n = len(comp)
     one_thread = doc.get("threads", 1) == 1 and doc.get("kind", "cpu") == "cpu"
-    return {"cpu_per_input_s": doc["process_cpu_s"] / n if doc.get("process_cpu_s") is not None and n else None,
+    if doc.get("stream_cpu_s") is not None and doc.get("stream_inputs"):
+        cpu = doc["stream_cpu_s"] / doc["stream_inputs"]
+    else:
+        cpu = doc["process_cpu_s"] / n if doc.get("process_cpu_s") is not None and n else None
+    return {"cpu_per_input_s": cpu,
             "compute_cpu_per_input_s": doc["compute_cpu_s"] / n if one_thread and n and
             doc.get("compute_cpu_s") is not None else None,
             "compute_s": _med(comp[steady]), "compute_mean_s": float(np.mean(comp[steady])) if n else 0.0}

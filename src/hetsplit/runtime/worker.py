@@ -369,6 +369,10 @@ class StepLoop:
         self.plan = rounds([lags[rank, s.index] for s in w.segments], cfg.inputs, cfg.latency_inputs)
         self.ahead = lookahead(manifest, lags, max(1, cfg.depth))
         self.idle = [0.0] * cfg.inputs       # per input: time its steps waited for their messages here
+        # the latency inputs come one round each, first (``rounds``): the stream starts at that round
+        latency = min(cfg.latency_inputs, cfg.inputs)
+        self.stream_round = latency if latency < len(self.plan) else -1
+        self.stream_cpu0: float | None = None   # the process's CPU time when the stream started here
         inboxes = {mid: Inbox(io, mid, log) for mid, log in self.rx_logs.items()}
         outboxes = {mid: Outbox(io, mid, log, io.delay_s(cfg, mid)) for mid, log in self.tx_logs.items()}
         last = len(w.segments) - 1
@@ -430,6 +434,8 @@ class StepLoop:
             for r, (round_steps, post_next, retired, recycling) in enumerate(self.schedule):
                 if r == after and fault is not None and inject is not None:
                     inject(fault["kind"])
+                if r == self.stream_round:
+                    self.stream_cpu0 = time.process_time()
                 for i, s, computing, inboxes, outboxes, drops, first, last in round_steps:
                     if first:
                         local: dict[str, Any] = {}
@@ -550,11 +556,14 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path, hos
     gc.unfreeze()           # a warm process collects what this run left before its next job
     if loop.shared.error is not None:
         raise loop.shared.error
-    cpu = time.process_time() - cpu0
+    cpu_end = time.process_time()
+    cpu = cpu_end - cpu0
+    stream_cpu = cpu_end - loop.stream_cpu0 if loop.stream_cpu0 is not None else None
     energy = meter.stop()
     return {"compute_s": steps.compute, "idle_s": loop.idle, "segment_compute_s": steps.per_segment,
             "threads": int(cfg.threads.get(w.device, 1)), "kind": "gpu" if on_gpu else "cpu", "executor": backend,
-            "process_cpu_s": cpu, "compute_cpu_s": steps.cpu, "energy_j": energy,
+            "process_cpu_s": cpu, "stream_cpu_s": stream_cpu,
+            "stream_inputs": cfg.inputs - min(cfg.latency_inputs, cfg.inputs), "compute_cpu_s": steps.cpu, "energy_j": energy,
             "energy_meter": meter.name if energy is not None else meter.reason,
             "recv": [log.to_dict() for log in loop.rx_logs.values()],
             "send": [log.to_dict() for log in loop.tx_logs.values()]}
