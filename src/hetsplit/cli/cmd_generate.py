@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from hetsplit.cli.common import add_command, int_range
 from hetsplit.errors import UsageError
+from hetsplit.search.llm_rules import RULES
+
+if TYPE_CHECKING:
+    from hetsplit.estimate.llm import PipelinePrediction, Stage
 
 
 def register(sub) -> None:
@@ -28,6 +33,9 @@ def register(sub) -> None:
     p.add_argument("--plan", default=None, metavar="FILE",
                    help="run the stages of this hetsplit.generation-plan/1 file (hetsplit plan MODEL.gguf --out DIR "
                         "writes one) instead of planning")
+    p.add_argument("--rule", choices=RULES, default=None,
+                   help="split by another tool's rule instead of planning, to run it beside hetsplit's plan: "
+                        "memory-proportional is exo's default and llama.cpp RPC's (blocks in proportion to memory)")
     p.add_argument("--no-probe", action="store_true",
                    help="cost local-cpu devices by their device model, not by a torch probe of this machine")
     p.add_argument("--emulate-links", action="store_true",
@@ -55,11 +63,11 @@ def run(args) -> int:
     from hetsplit.workflow.generate import GenerateOptions, generate, read_generation_plan
 
     cluster = load_cluster_spec(args.cluster)
-    if args.plan and args.stages:
-        raise UsageError("--plan and --stages: give one (a plan to run, or an even cut)")
+    if sum(bool(x) for x in (args.plan, args.stages, args.rule)) > 1:
+        raise UsageError("--plan, --stages and --rule: give one (a plan to run, an even cut, or another tool's rule)")
     opts = GenerateOptions(args.prompt, args.tokens, args.objective, args.stages, not args.no_probe, args.verify,
                            args.emulate_links, args.emulate_devices, args.timeout, recover=args.recover,
-                           plan=read_generation_plan(args.plan) if args.plan else None)
+                           plan=read_generation_plan(args.plan) if args.plan else None, rule=args.rule)
 
     def stream(text: str) -> None:
         sys.stdout.write(text)
@@ -123,11 +131,10 @@ def plan_gguf(model: str, cluster_spec: str, objective: str, as_json: bool, out:
               streams: int = 1) -> int:
     """``hetsplit plan MODEL.gguf --cluster C``: the planned pipeline and every device alone, predicted;
     ``out``: the folder to write it in (``generation-plan.json``, what ``generate --plan`` reads)."""
-    from hetsplit.estimate.llm import Stage, predict_pipeline
     from hetsplit.graph.llm.load import read_model
     from hetsplit.outpath import output_dir, write_text
     from hetsplit.workflow import load_cluster_spec
-    from hetsplit.workflow.generate import PlanOptions, plan_generation
+    from hetsplit.workflow.generate import PlanOptions, plan_generation, references
 
     folder = output_dir(out)
     cluster = load_cluster_spec(cluster_spec)
@@ -135,9 +142,13 @@ def plan_gguf(model: str, cluster_spec: str, objective: str, as_json: bool, out:
     if streams > 1 and objective != "decode":
         raise UsageError("--streams: plans for the streams' tokens/s; leave out --objective")
     plan = plan_generation(m, cluster, PlanOptions(PLAN_PROMPT, PLAN_TOKENS, objective, streams=streams))
-    alone = {n: predict_pipeline(plan.costs, [Stage(n, 0, m.config.blocks)]) for n in plan.costs.devices}
+    refs = references(plan)
     doc = {"model": m.config.name, "cluster": cluster.name, "prompt_tokens": PLAN_PROMPT, "new_tokens": PLAN_TOKENS,
-           "objective": "streams" if streams > 1 else objective, "streams": streams, **plan.to_dict(), "alone": {n: p.to_dict() for n, p in alone.items()}}
+           "objective": "streams" if streams > 1 else objective, "streams": streams, **plan.to_dict(),
+           "alone": {r.stages[0].device: r.predicted.to_dict() for r in refs if r.name.endswith(" alone") and r.predicted},
+           "rules": {r.name: None if r.predicted is None else
+                     {"stages": [{"device": s.device, "blocks": [s.first, s.stop]} for s in r.stages],
+                      "predicted": r.predicted.to_dict()} for r in refs if not r.name.endswith(" alone")}}
     if folder is not None:
         write_text(folder / "generation-plan.json", json.dumps(doc, indent=1) + "\n")
     if as_json:
@@ -148,12 +159,25 @@ def plan_gguf(model: str, cluster_spec: str, objective: str, as_json: bool, out:
           f"{cluster.name}; {PLAN_PROMPT} prompt + {PLAN_TOKENS} new tokens; objective "
           f"{f'{streams} streams' if streams > 1 else objective}; {plan.how}")
     many = f"x{streams} tok/s" if streams > 1 else ""
-    print(f"{'plan':48}{'TTFT':>12}{'per token':>12}{'tokens/s':>10}{many:>14}  fits")
-    best = plan.single.stages[0].device if plan.single is not None else None
-    rows = [("planned: " + " | ".join(f"{s.device} {s.first}-{s.stop - 1}" for s in plan.stages), plan.predicted)]
-    rows += [(f"{n} alone" + (" (best single device)" if n == best else ""), p) for n, p in alone.items()]
+    best = f"{plan.single.stages[0].device} alone" if plan.single is not None else None
+    rows: list[tuple[str, PipelinePrediction | None]] = [("planned: " + _stages(plan.stages), plan.predicted)]
+    rows += [(r.name + (" (best single device)" if r.name == best else "") +
+              ("" if r.name.endswith(" alone") else f": {_stages(r.stages)}"), r.predicted) for r in refs]
+    width = max(48, *(len(name) + 2 for name, _ in rows))
+    print(f"{'plan':{width}}{'TTFT':>12}{'per token':>12}{'tokens/s':>10}{many:>14}  fits")
     for name, p in rows:
+        if p is None:
+            continue
         together = f"{p.streams_tokens_per_s:>14.1f}" if streams > 1 else ""
-        print(f"{name:48}{_ms(p.ttft_s):>12}{_ms(p.s_per_token):>12}{p.tokens_per_s:>10.1f}{together}  "
+        print(f"{name:{width}}{_ms(p.ttft_s):>12}{_ms(p.s_per_token):>12}{p.tokens_per_s:>10.1f}{together}  "
               f"{'yes' if p.fits else 'no'}")
+    for r in refs:
+        if r.predicted is None:
+            print(f"{r.name}: not applied ({r.why})")
+    print("memory-proportional: exo's default split and llama.cpp RPC's (whole blocks in proportion to each "
+          "device's memory, every device used)")
     return 0
+
+
+def _stages(stages: list[Stage]) -> str:
+    return " | ".join(f"{s.device} {s.first}-{s.stop - 1}" for s in stages)

@@ -20,8 +20,10 @@ from hetsplit.graph.llm.config import LlmConfig
 from hetsplit.graph.llm.decoder import Decoder, StageSpec
 from hetsplit.graph.llm.load import LlmModel, model_tokenizer, read_model
 from hetsplit.graph.llm.step_graph import FLOAT32, STORED
-from hetsplit.runtime.llm_pipeline import PipelineJob, PipelineOptions, PipelineReport, run_pipeline_decode
+from hetsplit.runtime.llm_pipeline import (BURST_PERIOD_US, PipelineJob, PipelineOptions, PipelineReport,
+                                           burst_period_us, run_pipeline_decode)
 from hetsplit.search.llm_pipeline import PipelineChoice, best_single, plan_pipeline, plan_streams
+from hetsplit.search.llm_rules import rule_stages
 
 if TYPE_CHECKING:
     from hetsplit.runtime.device_emulation import DeviceEmulation
@@ -68,6 +70,7 @@ class PlanOptions:
     probe: bool = True
     devices: tuple[str, ...] | None = None      # the devices the plan may use (default: all of the cluster's)
     given: tuple[Stage, ...] | None = None      # a plan to run as it is (``read_generation_plan``)
+    rule: str | None = None   # split by another tool's rule instead of planning (``search.llm_rules``)
     streams: int = 1          # generations decoding at once: > 1 plans for their tokens/s together
 
 
@@ -127,6 +130,8 @@ def plan_generation(model: LlmModel, cluster: Cluster, options: PlanOptions) -> 
                          f"({', '.join(costs.devices)})")
     if options.given is not None:
         stages, how = list(options.given), "given"
+    elif options.rule is not None:
+        stages, how = rule_stages(costs, options.rule, allowed), f"{options.rule} (another tool's rule, not planned)"
     elif options.stages:
         stages, how = even_stages(allowed, model.config.blocks, options.stages), f"even over {options.stages}"
     elif options.streams > 1:
@@ -144,6 +149,35 @@ def plan_generation(model: LlmModel, cluster: Cluster, options: PlanOptions) -> 
                           None if single is None else predict_pipeline(costs, single.stages), costs, how)
 
 
+@dataclass(frozen=True)
+class Reference:
+    """A plan to set beside the planned one: each device alone, or another tool's rule; its stages and
+    prediction (None, with ``why``, where the rule cannot be applied to this cluster)."""
+
+    name: str
+    stages: list[Stage]
+    predicted: PipelinePrediction | None
+    why: str = ""
+
+
+def references(plan: GenerationPlan) -> list[Reference]:
+    """Every device of the plan's cluster alone, then each rule of ``search.llm_rules``, predicted by the
+    same estimate as the plan."""
+    from hetsplit.search.llm_rules import RULES
+
+    costs, blocks = plan.costs, plan.costs.config.blocks
+    out = [Reference(f"{n} alone", [Stage(n, 0, blocks)], predict_pipeline(costs, [Stage(n, 0, blocks)]))
+           for n in costs.devices]
+    for rule in RULES:
+        try:
+            stages = rule_stages(costs, rule)
+        except UsageError as exc:
+            out.append(Reference(rule, [], None, str(exc)))
+            continue
+        out.append(Reference(rule, stages, predict_pipeline(costs, stages)))
+    return out
+
+
 def host_costs(model: LlmModel, costs: LlmCosts) -> LlmCosts:
     """``costs``' generation with every device of its cluster made this machine's one-thread torch worker
     (the probe; weights float32, as the worker holds them): what each stage costs the process running it."""
@@ -155,10 +189,12 @@ def host_costs(model: LlmModel, costs: LlmCosts) -> LlmCosts:
 @dataclass(frozen=True)
 class StageEmulation:
     """The CPU shares of each stage's process for the prompt's step and for the decode steps, at one
-    dilation (``prefill.dilation == decode.dilation``)."""
+    dilation (``prefill.dilation == decode.dilation``), and the CFS period of their quotas (set by the
+    shortest decode step: ``runtime.llm_pipeline.burst_period_us``)."""
 
     prefill: "DeviceEmulation"
     decode: "DeviceEmulation"
+    period_us: int
 
 
 def stage_emulation(model: LlmModel, plan: GenerationPlan, cores: int | None = None) -> StageEmulation:
@@ -173,18 +209,20 @@ def stage_emulation(model: LlmModel, plan: GenerationPlan, cores: int | None = N
 
     host = host_costs(model, plan.costs)
     how = "this machine's one-thread torch worker (hetsplit.costs.llm_probe), {} steps"
-    phases = []
+    phases, host_s = [], {}
     for phase, name in ((PREFILL, "prefill"), (DECODE, "decode")):
         times = {}
         for s in plan.stages:
             d = plan.costs.cluster.index(s.device)
             times[s.device] = (float(plan.costs.stage_s(phase, d, s.first, s.stop)),
                                float(host.stage_s(phase, d, s.first, s.stop)))
+            host_s[s.device] = times[s.device][1]           # the decode step's, the last one written
         phases.append(emulation_of(times, cores or usable_cores(), how.format(name)))
     dilation = max(e.dilation for e in phases)
     prefill, decode = (DeviceEmulation({d: s * e.dilation / dilation for d, s in e.shares.items()}, dilation, e.host)
                        for e in phases)
-    return StageEmulation(prefill, decode)
+    period = burst_period_us({d: (host_s[d], share) for d, share in decode.shares.items()})
+    return StageEmulation(prefill, decode, period)
 
 
 def check_emulation(links: bool, devices: bool) -> None:
@@ -221,6 +259,7 @@ class GenerateOptions:
     run_dir: Path | None = None
     recover: bool = False      # a device that fails: re-plan without it, rebuild the KV cache, go on
     plan: tuple[Stage, ...] | None = None      # run these stages (``read_generation_plan``) instead of planning
+    rule: str | None = None    # split by another tool's rule (``search.llm_rules.RULES``) instead of planning
 
 
 @dataclass
@@ -316,7 +355,8 @@ def generate(model_path: str | Path, cluster: Cluster, options: GenerateOptions,
         raise UsageError(f"{len(prompt)} prompt + {options.tokens} new tokens exceed the model's context of "
                          f"{model.config.context}")
     plan = plan_generation(model, cluster, PlanOptions(len(prompt), options.tokens, options.objective,
-                                                       options.stages, options.probe, given=options.plan))
+                                                       options.stages, options.probe, given=options.plan,
+                                                       rule=options.rule))
     got: list[int] = []
     shown = [""]
 
@@ -339,7 +379,8 @@ def generate(model_path: str | Path, cluster: Cluster, options: GenerateOptions,
         emu = stage_emulation(model, plan) if options.emulate_devices else None
         return run_pipeline_decode(job, PipelineOptions(
             timeout_s=options.timeout_s, faults=faults, run_dir=options.run_dir, on_token=on_token, links=links,
-            devices=emu.decode if emu else None, prefill_devices=emu.prefill if emu else None))
+            devices=emu.decode if emu else None, prefill_devices=emu.prefill if emu else None,
+            period_us=emu.period_us if emu else BURST_PERIOD_US))
 
     recovery = None
     try:

@@ -1,0 +1,49 @@
+"""The splits other LLM tools choose, so that hetsplit's plan can be run and predicted beside them.
+
+``memory_proportional`` is exo's default (its ring-memory-weighted partitioning) and what llama.cpp's RPC
+backend does unless ``--tensor-split`` is tuned by hand: every device takes a run of whole blocks in
+proportion to its memory, the devices in order of memory, largest first. It uses every device, whatever
+its speed or link, so a slow device with much memory slows every token.
+
+Not here: distributed-llama's equal tensor-parallel slices (hetsplit's LLM runtime runs pipelines of
+whole blocks, not tensor-parallel shares of one).
+"""
+
+from __future__ import annotations
+
+import math
+
+from hetsplit.errors import UsageError
+from hetsplit.estimate.llm import LlmCosts, Stage
+
+RULES = ("memory-proportional",)
+
+
+def memory_proportional(costs: LlmCosts, devices: list[str] | None = None) -> list[Stage]:
+    """exo's rule over ``devices`` (default: all of the cluster's): sorted by memory (largest first, then
+    name), device i's run of blocks ends at floor(L x its cumulative share of the memory), the last at L;
+    a device whose run is empty is left out, as exo leaves out an empty shard. The stages may not fit:
+    the rule does not look (``predict_pipeline`` says whether they do)."""
+    names = devices or costs.devices
+    memory = {n: float(costs.capacity[costs.cluster.index(n)]) for n in names}
+    unbounded = sorted(n for n, b in memory.items() if not math.isfinite(b))
+    if unbounded:
+        raise UsageError(f"memory-proportional split: devices {unbounded} have no memory size in the cluster; "
+                         "the rule divides the blocks by memory")
+    order = sorted(names, key=lambda n: (-memory[n], n))
+    total, blocks = sum(memory.values()), costs.config.blocks
+    stages, start, share = [], 0, 0.0
+    for i, name in enumerate(order):
+        share += memory[name] / total
+        stop = blocks if i == len(order) - 1 else min(blocks, math.floor(blocks * share + 1e-9))
+        if stop > start:
+            stages.append(Stage(name, start, stop))
+            start = stop
+    return stages
+
+
+def rule_stages(costs: LlmCosts, rule: str, devices: list[str] | None = None) -> list[Stage]:
+    """The stages ``rule`` (one of ``RULES``) gives over ``devices``."""
+    if rule == "memory-proportional":
+        return memory_proportional(costs, devices)
+    raise UsageError(f"split rule {rule!r}: choose one of {', '.join(RULES)}")
