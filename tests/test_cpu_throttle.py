@@ -168,7 +168,7 @@ def test_a_run_whose_worker_dies_still_removes_its_groups(tmp_path):
     plan = Plan(graph.name, "local", "hand", [Stage("local-cpu0", graph.names[:4]),
                                              Stage("local-cpu1", graph.names[4:])])
     split_model(plan, graph, tmp_path / "toy.onnx", tmp_path / "split")
-    emu = DeviceEmulation({"local-cpu0": 1.0, "local-cpu1": 1.0}, 1.0)
+    emu = DeviceEmulation({"local-cpu0": 0.9, "local-cpu1": 0.9}, 1.0)
     with pytest.raises(RuntimeFailure, match="local-cpu1"):
         run_manifest(load_manifest(tmp_path / "split"), RunOptions(
             inputs=6, timeout_s=20, devices=emu, run_dir=tmp_path / "run", faults={"2": {"kind": "die", "after": 2}}))
@@ -188,10 +188,28 @@ def test_throttle_and_link_emulation_compose(tmp_path):
     split_model(plan, graph, tmp_path / "toy.onnx", tmp_path / "split")
     manifest = load_manifest(tmp_path / "split")
     report = run_manifest(manifest, RunOptions(
-        inputs=4, timeout_s=20, run_dir=tmp_path / "run", devices=DeviceEmulation({"local-cpu1": 1.0}, 2.0),
+        inputs=4, timeout_s=20, run_dir=tmp_path / "run", devices=DeviceEmulation({"local-cpu1": 0.9}, 2.0),
         links=LinkMatrix.uniform(manifest.world_size, 1e8, 1e-4)))
     assert report.verify.ok and set(report.device_emulation.groups) == {"2"}
     assert report.emulation.namespaces == manifest.world_size
     shaped = {(s.from_rank, s.to_rank): s.bandwidth for s in report.emulation.shaped}
     assert shaped[(1, 2)] == pytest.approx(5e7)        # links dilated with compute: bandwidth / D
     assert not ours()
+
+
+@needs_cgroups
+def test_a_device_at_a_whole_core_is_not_throttled():
+    """A quota of the whole period still counts every thread against one core (SmolLM2's one stage ran
+    1.55x slower in one): a device whose share is 1 gets no group, the others theirs."""
+    emu = DeviceEmulation({"a": 1.0, "b": 0.5}, 2.0)
+    throttle = emu.throttle({1: "a", 2: "b", 3: "driverless"})
+    assert set(throttle.bandwidth) == {2} and throttle.bandwidth[2] == quota_for(0.5)
+
+
+def test_a_stage_quota_period_is_an_eighth_of_its_shortest_throttled_step_within_1_and_10_ms():
+    from hetsplit.runtime.llm_pipeline import BURST_PERIOD_US, burst_period_us
+
+    assert burst_period_us({"a": (0.033, 0.99), "b": (0.045, 0.5)}) == int(0.033 / 0.99 / 8 * 1e6)
+    assert burst_period_us({"a": (0.0004, 0.25)}) == 1000          # tiny steps: the kernel's least period
+    assert burst_period_us({"a": (2.0, 0.5)}) == 10_000             # long ones: at most 10 ms
+    assert burst_period_us({}) == BURST_PERIOD_US

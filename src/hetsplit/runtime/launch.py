@@ -141,7 +141,7 @@ class Launcher:
         from hetsplit.runtime import zygote
 
         kind = self.cfg.kinds.get(self.manifest.worker(rank).device, "cpu")
-        if threads != 1 or (kind == "gpu" and not self.cfg.cpu_only) or self.cfg.cgroups.get(str(rank)):
+        if threads != 1 or (kind == "gpu" and not self.cfg.cpu_only) or self.cfg.joins_cgroup(rank):
             return None
         z = zygote.shared(child_env(1))
         if z is None:

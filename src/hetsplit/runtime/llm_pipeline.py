@@ -16,8 +16,10 @@ into a cgroup whose CPU quota runs it at its device's speed (the prompt's step f
 ``PipelineOptions.prefill_devices``' share, where given) (``runtime.device_emulation``,
 ``runtime.cpu_throttle``), everything slowed by the emulation's dilation D (links dilated with it); the
 report keeps D, so figures divide back to the cluster's time. A stage computes in bursts between waits
-for its neighbours, so its quota is given over the shortest period the kernel allows (``BURST_PERIOD_US``):
-a longer one would let a burst shorter than its quota run unthrottled.
+for its neighbours, so its quota is given over a period much shorter than a burst (``burst_period_us``): a
+longer one would let a burst shorter than its quota run unthrottled. Not shorter than it must be either:
+below the kernel's 4 ms tick a quota is enforced late, and SmolLM2's first stage at a share of 0.99 ran
+its decode steps 1.55x slower over a 1 ms period than over 5 ms (where it ran at its share).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import json
 import shutil
 import statistics
 import tempfile
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
@@ -47,7 +49,18 @@ WORKER_MODULE = "hetsplit.runtime.llm_pipeline_worker"
 JOB_FILE = "job.json"
 LOGITS_FILE = "logits.pt"
 TOKENS_FILE = "tokens.txt"
-BURST_PERIOD_US = MIN_QUOTA_US     # a stage's CFS period: its quota is the kernel's least, 1 ms
+BURST_PERIOD_US = MIN_QUOTA_US     # the shortest CFS period: a stage's whose bursts are not known
+MAX_BURST_PERIOD_US = 10_000
+PERIODS_PER_BURST = 8
+
+
+def burst_period_us(bursts: dict[str, tuple[float, float]]) -> int:
+    """The CFS period for stages whose bursts take (CPU seconds on the host, CPU share) each: an eighth of
+    the shortest burst's throttled wall time (its CPU / its share), within 1 and 10 ms."""
+    walls = [cpu / share for cpu, share in bursts.values() if cpu > 0 and share > 0]
+    if not walls:
+        return BURST_PERIOD_US
+    return int(min(MAX_BURST_PERIOD_US, max(MIN_QUOTA_US, min(walls) / PERIODS_PER_BURST * 1e6)))
 
 
 @dataclass(frozen=True)
@@ -69,7 +82,6 @@ class PipelineJob:
     prompt: list[int]
     new_tokens: int
     keep_logits: bool = True
-    prefill_cgroups: dict[str, str] = field(default_factory=dict)   # rank -> its cgroup.procs for the prompt's step
 
     def __post_init__(self) -> None:
         if len(self.devices) != len(self.bounds) or not self.devices:
@@ -140,6 +152,7 @@ class PipelineOptions:
     links: LinkMatrix | None = None
     devices: DeviceEmulation | None = None
     prefill_devices: DeviceEmulation | None = None
+    period_us: int = BURST_PERIOD_US    # the throttled stages' CFS period (``burst_period_us``)
     faults: dict[str, dict] = field(default_factory=dict)
     run_dir: Path | None = None
     on_token: Callable[[int], None] | None = None
@@ -228,17 +241,18 @@ def _run(job: PipelineJob, opts: PipelineOptions, run_dir: Path) -> tuple[
     with contextlib.ExitStack() as stack:
         devices = prefill = wrap = None
         cgroups: dict[str, str] = {}
+        first_cgroups: dict[str, str] = {}
         ranks = dict(enumerate(job.devices))
         if opts.devices is not None:
-            throttle = stack.enter_context(opts.devices.throttle(ranks, BURST_PERIOD_US))
+            throttle = stack.enter_context(opts.devices.throttle(ranks, opts.period_us))
             cgroups, devices = throttle.procs_files(), opts.devices.describe(throttle)
             if opts.prefill_devices is not None:
-                first = stack.enter_context(opts.prefill_devices.throttle(ranks, BURST_PERIOD_US))
-                job = replace(job, prefill_cgroups=first.procs_files())
+                first = stack.enter_context(opts.prefill_devices.throttle(ranks, opts.period_us))
+                first_cgroups = first.procs_files()
                 prefill = opts.prefill_devices.describe(first)
         cfg = RunConfig(str(job.save(run_dir / JOB_FILE)), inputs=len(job.steps()), timeout_s=opts.timeout_s,
                         startup_timeout_s=opts.startup_timeout_s, faults=dict(opts.faults))
-        cfg.cgroups = cgroups
+        cfg.cgroups, cfg.first_cgroups = cgroups, first_cgroups
         emu = None
         if opts.links is not None:
             from hetsplit.runtime.netem import Emulation

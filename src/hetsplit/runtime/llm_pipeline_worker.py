@@ -80,7 +80,8 @@ def run_stage(cfg: RunConfig, job: PipelineJob, rank: int, run_dir: Path) -> dic
     dim = model.config.dim
     wire = connect(cfg, job.world_size, job.devices[rank], rank, run_dir)
     decode_group = cfg.cgroups.get(str(rank))
-    join_group(job.prefill_cgroups.get(str(rank)) or decode_group)   # throttled (--emulate-devices) from step 0 on
+    prefill_group = cfg.first_cgroups.get(str(rank))
+    join_group(prefill_group or decode_group)   # throttled (--emulate-devices) from step 0 on
     hops = Hops(wire, job, rank, cfg)
     fault = cfg.faults.get(str(rank))
     stream = open(run_dir / TOKENS_FILE, "a") if rank == 0 else None
@@ -112,8 +113,11 @@ def run_stage(cfg: RunConfig, job: PipelineJob, rank: int, run_dir: Path) -> dic
         wait = hops.wait_s - wait0
         steps.append({"tokens": n, "wall_s": wall, "wait_s": wait, "compute_s": wall - wait, "cpu_s": cpu,
                       "sent_bytes": hops.sent_bytes - sent0, "sent_at": hops.sent_at, "arrived_at": hops.arrived_at})
-        if i == 0 and job.prefill_cgroups.get(str(rank)):
-            join_group(decode_group)           # the prompt's share, then the decode steps'
+        if i == 0 and prefill_group:
+            if decode_group:
+                join_group(decode_group)       # the prompt's share, then the decode steps'
+            else:
+                release_group(prefill_group)   # the decode steps at a whole core: no quota
     release_group(decode_group)         # the steps are done: what follows runs at full speed
     wire.pg.barrier().wait()            # nobody leaves while a peer may still read from it
     if rank == last and job.keep_logits:
