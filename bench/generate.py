@@ -11,8 +11,9 @@ divided by the factor; weights at their stored bytes, as such a device would hol
 
 ``--compare`` runs, on the ``--speeds`` cluster, hetsplit's plan beside the best device alone and beside the
 split exo and llama.cpp's RPC backend choose (whole blocks in proportion to memory: ``search.llm_rules``),
-each run by hetsplit's runtime, and prints measured tokens/s and the ratios. ``--sweep`` does so over six
-clusters (2-4 devices 1-4x apart in speed; gigabit-like and Wi-Fi-like links, shaped), with every run's
+each run by hetsplit's runtime, and prints measured tokens/s and the ratios. ``--sweep`` does so over eight
+clusters (2-4 devices 1-4x apart in speed; gigabit-like and Wi-Fi-like links, shaped; in two the fastest
+device cannot hold the model), with every run's
 measured ms per token and TTFT beside the prediction.
 
 Run: PYTHONPATH=src .venv/bin/python bench/generate.py [--tokens 32] [--workers 1 2 3] [--emulate-links]
@@ -31,6 +32,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from hetsplit.cluster.loader import cluster_from_dict
+from hetsplit.costs.llm_probe import probe_torch_cpu
 from hetsplit.workflow.generate import GenerateOptions, generate
 
 PROMPT = "The capital of France is"
@@ -51,15 +53,18 @@ def here(n: int, latency: str, bandwidth: str):
         "links": {"default": {"name": "loopback", "bandwidth": bandwidth, "latency": latency}}})
 
 
-def unlike(speeds: list[float], latency: str, bandwidth: str, model: Path, tokens: int):
+def unlike(speeds: list[float], latency: str, bandwidth: str, model: Path, tokens: int,
+           memory: tuple[float, ...] | None = None):
     """One device per factor: this machine's one-thread torch worker (the probe's figures at the model's
-    shapes, the prompt's rows, the decode context of ``tokens`` new tokens) that much slower."""
+    shapes, the prompt's rows, the decode context of ``tokens`` new tokens) that much slower; ``memory``:
+    each device's memory as a fraction of the model's stored bytes (default 4 GiB each)."""
     from hetsplit.graph.llm.load import model_tokenizer, read_model
     from hetsplit.workflow.generate import host_probe
 
     m = read_model(model)
     p = host_probe(m.config, len(model_tokenizer(m).encode(PROMPT)), tokens)
-    devices = [{"name": f"x{s:g}" + "'" * i, "kind": "cpu", "type": f"t{i}", "memory": "4GiB", "model": "roofline",
+    size = [f"{int(f * m.stored_bytes())}B" for f in memory] if memory else ["4GiB"] * len(speeds)
+    devices = [{"name": f"x{s:g}" + "'" * i, "kind": "cpu", "type": f"t{i}", "memory": size[i], "model": "roofline",
                 "params": {"peak_macs": p.macs_per_s / s, "mem_bandwidth": p.bytes_per_s / s, "mem_efficiency": 1.0,
                            "efficiency": {"default": 1.0, "gemm": 1.0, "matmul": 1.0}, "overhead_s": p.call_s * s,
                            "power_active": "10W"}} for i, s in enumerate(speeds)]
@@ -69,15 +74,19 @@ def unlike(speeds: list[float], latency: str, bandwidth: str, model: Path, token
 
 GIGABIT = ("200us", "125MB/s")
 WIFI = ("3ms", "6MB/s")
-SWEEP = [((1, 2), GIGABIT), ((1, 2), WIFI), ((1, 4), GIGABIT), ((1, 1.5, 3), ("5ms", "6MB/s")),
-         ((1, 2, 2), GIGABIT), ((1, 2, 3, 4), ("2ms", "12MB/s"))]
+# (speeds, link, memory as a fraction of the model's bytes or None): the last two are a fast device too
+# small for the model (a GPU's memory) beside slower ones with room (a CPU's): a split is needed there
+SWEEP = [((1, 2), GIGABIT, None), ((1, 2), WIFI, None), ((1, 4), GIGABIT, None),
+         ((1, 1.5, 3), ("5ms", "6MB/s"), None), ((1, 2, 2), GIGABIT, None), ((1, 2, 3, 4), ("2ms", "12MB/s"), None),
+         ((1, 2), GIGABIT, (0.6, 4.0)), ((1, 2, 3), WIFI, (0.5, 0.5, 4.0))]
 
 
-def compare(model: Path, speeds: list[float], link: tuple[str, str], tokens: int, emulate_links: bool) -> list[tuple]:
+def compare(model: Path, speeds: list[float], link: tuple[str, str], tokens: int, emulate_links: bool,
+            memory: tuple[float, ...] | None = None) -> list[tuple]:
     """hetsplit's plan, the best device alone and exo's split, each generated with ``--emulate-devices``
     on the cluster of ``speeds``: (name, result) per plan run, the plan's own result reused where it is
     the best device alone."""
-    cluster = unlike(speeds, link[0], link[1], model, tokens)
+    cluster = unlike(speeds, link[0], link[1], model, tokens, memory)
     base = GenerateOptions(PROMPT, tokens, verify=True, emulate_links=emulate_links, emulate_devices=True,
                            timeout_s=180)
     planned = generate(model, cluster, base)
@@ -91,8 +100,9 @@ def compare(model: Path, speeds: list[float], link: tuple[str, str], tokens: int
     return runs
 
 
-def print_compare(speeds, link, runs, unsplit: list[int] | None) -> None:
-    print(f"\ndevices {' '.join(f'{s:g}x' for s in speeds)} slower than a worker here; links {link[0]}, {link[1]}")
+def print_compare(speeds, link, memory, runs, unsplit: list[int] | None) -> None:
+    held = f"; memory {', '.join(f'{f:g}' for f in memory)} x the model's bytes" if memory else ""
+    print(f"\ndevices {' '.join(f'{s:g}x' for s in speeds)} slower than a worker here; links {link[0]}, {link[1]}{held}")
     print(f"{'plan':22} {'stages':44} {'same':>4} {'ms/tok meas':>11} {'pred':>7} {'meas/pred':>9} "
           f"{'TTFT meas':>9} {'pred':>7} {'tok/s':>6}")
     for name, r in runs:
@@ -125,17 +135,20 @@ def main() -> None:
                     help="rehearse unlike devices, each this many times slower than a worker here (--emulate-devices)")
     ap.add_argument("--compare", action="store_true",
                     help="on the --speeds cluster: hetsplit's plan, the best device alone, exo's split (needs root)")
-    ap.add_argument("--sweep", action="store_true", help="--compare over six clusters, links shaped (needs root)")
+    ap.add_argument("--sweep", action="store_true", help="--compare over eight clusters, links shaped (needs root)")
+    ap.add_argument("--only", type=int, nargs="+", default=None, metavar="I", help="--sweep: only these clusters (0-7)")
     args = ap.parse_args()
     model = args.model or smollm2()
     if args.sweep or args.compare:
         unsplit = generate(model, here(1, args.latency, args.bandwidth),
                            GenerateOptions(PROMPT, args.tokens, stages=1, timeout_s=120)).tokens
-        configs = SWEEP if args.sweep else [(tuple(args.speeds or (1, 2)), (args.latency, args.bandwidth))]
+        configs = ([SWEEP[i] for i in args.only] if args.only else SWEEP) if args.sweep else \
+            [(tuple(args.speeds or (1, 2)), (args.latency, args.bandwidth), None)]
         ratios, errors = [], []
-        for speeds, link in configs:
-            runs = compare(model, list(speeds), link, args.tokens, args.sweep or args.emulate_links)
-            print_compare(speeds, link, runs, unsplit)
+        for speeds, link, memory in configs:
+            probe_torch_cpu.cache_clear()    # this machine's speed drifts: probe it afresh for each cluster
+            runs = compare(model, list(speeds), link, args.tokens, args.sweep or args.emulate_links, memory)
+            print_compare(speeds, link, memory, runs, unsplit)
             errors += [r.measured.s_per_token / r.measured.dilation / r.plan.predicted.s_per_token - 1
                        for name, r in runs if name != "best alone (= plan)"]
             ratios.append(runs)

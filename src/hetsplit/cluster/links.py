@@ -71,13 +71,16 @@ def wires(shared: bool, u: int, v: int) -> tuple[tuple[Any, ...], ...]:   # (kin
     return (("port", u), ("port", v)) if shared else (("link", u, v),)
 
 
-@njit(cache=True, inline="always")
 def wire_ids(shared: bool, u: Any, v: Any, n_dev: Any, base: Any) -> tuple[Any, Any]:   # ints or index arrays
     """``wires`` numbered for the compiled kernels: links ``base + u * D + v``, ports ``base + D * D + d``
-    (with per-link ports the one link, twice)."""
+    (with per-link ports the one link, twice). Plain numpy for array callers (``wire_ids_jit`` inside the
+    kernels): calling a compiled function starts numba, 5 s of a process's first pipeline evaluation."""
     if shared:
         return base + n_dev * n_dev + u, base + n_dev * n_dev + v
     return base + u * n_dev + v, base + u * n_dev + v
+
+
+wire_ids_jit = njit(cache=True, inline="always")(wire_ids)
 
 
 @dataclass(frozen=True)

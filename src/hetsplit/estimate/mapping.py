@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from hetsplit.cluster.links import end_time_jit, message_energy_jit, message_time_jit, wire_ids
+from hetsplit.cluster.links import end_time_jit, message_energy_jit, message_time_jit, wire_ids_jit
 from hetsplit.costs.problem import SplitProblem
 from hetsplit.errors import PlanError
 from hetsplit.estimate.batch import BatchMetrics
@@ -364,7 +364,7 @@ def plan_segments(row, has_ov, ov_time, ov_bytes, e_src, e_dst, e_bytes, out_ptr
 def _send(busy, u, v, x, top, top_res, shared_ports, ud):
     """Charge a message of ``x`` seconds from device u to v (unsigned) to the wires it holds
     (``cluster.links.wire_ids``: its link, or both devices' ports); the busiest resource so far (``_charge``)."""
-    w0, w1 = wire_ids(shared_ports, u, v, ud, np.uint64(0))
+    w0, w1 = wire_ids_jit(shared_ports, u, v, ud, np.uint64(0))
     top, top_res = _charge(busy, w0, x, top, top_res)
     if shared_ports:
         return _charge(busy, w1, x, top, top_res)
@@ -375,7 +375,7 @@ def _send(busy, u, v, x, top, top_res, shared_ports, ud):
 def _record(e, x, u, v, n_dev, shared_ports, xfer, r0, r1):
     """What one input's schedule reads of edge e's message (``x`` seconds, u -> v): its time and resources."""
     xfer[e] = x
-    w0, w1 = wire_ids(shared_ports, u, v, n_dev, n_dev)
+    w0, w1 = wire_ids_jit(shared_ports, u, v, n_dev, n_dev)
     r0[e] = w0
     if shared_ports:
         r1[e] = w1
