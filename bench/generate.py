@@ -117,6 +117,11 @@ def print_compare(speeds, link, memory, runs, unsplit: list[int] | None) -> None
         if dev is not None and name != "best alone (= plan)":
             shares = lambda e: ", ".join(f"{n} {s:.3f}" for n, s in e.shares.items()) if e else "as decode"  # noqa: E731
             print(f"  {name}: D = {dev.dilation:.3g}, CPU shares decode {shares(dev)}; prompt {shares(first)}")
+            d = dev.dilation      # per stage: compute / its CPU at its share / predicted, per hop: measured / predicted
+            print("    " + "; ".join(f"{s.device} {s.compute_s / d * 1e3:.1f}/{s.cpu_s / dev.shares.get(s.device, 1.0) / d * 1e3:.1f}"
+                                    f"/{r.plan.predicted.compute_s[s.device][1] * 1e3:.1f} ms" for s in r.measured.stages)
+                  + "".join(f"; {h} {t[1] / d * 1e3:.2f}/{r.plan.predicted.hops_s[h][1] * 1e3:.2f} ms"
+                            for h, t in r.measured.hops_s.items()))
     tps = {name: r.measured.dilation / r.measured.s_per_token for name, r in runs}
     best = tps.get("best alone", tps.get("best alone (= plan)"))
     print(f"measured tokens/s: hetsplit / best alone {tps['hetsplit'] / best:.2f}x, hetsplit / memory-proportional "

@@ -198,3 +198,19 @@ def test_a_given_plan_that_does_not_fit_the_model_or_cluster_is_refused_before_a
     with pytest.raises(PlanError, match=says):
         plan_generation(read_model(tiny_gguf), local_cluster(2),
                         PlanOptions(4, 2, probe=False, given=tuple(Stage(*s) for s in stages)))
+
+
+def test_a_rule_splits_instead_of_the_planner_and_the_command_takes_one_way_to_split(tiny_gguf, capsys):
+    """``--rule memory-proportional``: exo's split (every device, blocks by memory) is what runs, said as
+    another tool's rule; it cannot be given with --stages or --plan."""
+    from hetsplit.cli.main import main
+    from hetsplit.graph.llm.load import read_model
+    from hetsplit.search.llm_rules import memory_proportional
+    from hetsplit.workflow.generate import PlanOptions, plan_generation
+
+    plan = plan_generation(read_model(tiny_gguf), local_cluster(2), PlanOptions(4, 2, probe=False,
+                                                                                rule="memory-proportional"))
+    assert plan.stages == memory_proportional(plan.costs) and len(plan.stages) == 2
+    assert plan.how.startswith("memory-proportional (another tool's rule")
+    assert main(["generate", str(tiny_gguf), "--prompt", "hi", "--stages", "2", "--rule", "memory-proportional"]) == 2
+    assert "--plan, --stages and --rule: give one" in capsys.readouterr().err

@@ -34,7 +34,6 @@ import os
 import shutil
 import socket
 import shlex
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +45,7 @@ from hetsplit.runtime import rendezvous
 from hetsplit.runtime.config import RunConfig
 from hetsplit.runtime.launch import Launcher
 from hetsplit.runtime.manifest import MANIFEST_FILE, Manifest, load_manifest
+from hetsplit.runtime.scratch import worker_scratch
 from hetsplit.runtime.peer_config import published, remote_ranks, steps_per_input, worker_config
 from hetsplit.runtime.store_auth import StoreKey, Unauthenticated, declared, fetch, get_sealed, put, set_sealed
 from hetsplit.storeprobe import TOKEN_ENV, check_timeout
@@ -357,10 +357,10 @@ def join_run(opts: JoinOptions, dog: rendezvous.Watchdog | None = None) -> dict[
     if dog is not None:
         store = dog.watched(store)
     key = StoreKey.of(opts.token)
-    with tempfile.TemporaryDirectory(prefix="hetsplit-worker-") as tmp:
+    with worker_scratch() as tmp:
         run_dir = Path(opts.run_dir or tmp)
         if dog is not None and opts.run_dir is None:
-            dog.remove = Path(tmp)
+            dog.remove = tmp
         split = run_dir / "split"
         claimed: list[str] = []
         try:

@@ -2,7 +2,8 @@
 their owner, so what a killed run left behind is recognisable, and the record of removing them.
 
 A name is ``hetsplit-<pid>-<tag>-<what>``: ``pid`` the process that created it (the one running the run,
-which removes it on exit), ``tag`` 3-12 hex digits per run, ``what`` ``r<rank>`` or ``probe``. It is
+which removes it on exit), ``tag`` 3-12 hex digits per run, ``what`` ``r<rank>``, ``probe`` or ``worker``
+(a joined worker's scratch folder, ``runtime.scratch``). It is
 stale once its owner is no longer alive. A name that does not parse this way, or whose owner is alive,
 is never touched (a reused pid keeps a stale one until that process ends too).
 """
@@ -15,14 +16,14 @@ import signal
 from dataclasses import dataclass, field
 
 PREFIX = "hetsplit-"
-_NAME = re.compile(r"^hetsplit-(?P<pid>[1-9]\d{0,9})-(?P<tag>[0-9a-f]{3,12})-(?P<what>r\d{1,4}|probe)$")
+_NAME = re.compile(r"^hetsplit-(?P<pid>[1-9]\d{0,9})-(?P<tag>[0-9a-f]{3,12})-(?P<what>r\d{1,4}|probe|worker)$")
 
 
 def owned_name(tag: str, what: str, pid: int | None = None) -> str:
     """The name of a thing of run ``tag`` owned by ``pid`` (default: this process)."""
     name = f"{PREFIX}{os.getpid() if pid is None else int(pid)}-{tag}-{what}"
     if not _NAME.match(name):
-        raise ValueError(f"not a valid hetsplit name: {name!r} (tag: 3-12 hex digits, what: r<rank> or probe)")
+        raise ValueError(f"not a valid hetsplit name: {name!r} (tag: 3-12 hex digits, what: r<rank>, probe or worker)")
     return name
 
 
