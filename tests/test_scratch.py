@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import stat
 
+import pytest
+
 from hetsplit.runtime.owned import owned_name, owner_alive, owner_of
 from hetsplit.runtime.scratch import remove_stale_scratch, worker_scratch
 
@@ -51,3 +53,18 @@ def test_a_new_scratch_first_removes_what_a_killed_worker_left(tmp_path):
     stale.mkdir()
     with worker_scratch(tmp_path):
         assert not stale.exists()
+
+
+@pytest.mark.processes          # the doctor's other checks try a network namespace
+def test_doctor_lists_a_killed_workers_folder_on_a_dry_run_and_removes_it_otherwise(tmp_path, monkeypatch):
+    import tempfile
+
+    from hetsplit.doctor import check
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    stale = tmp_path / owned_name("0b2", "worker", pid=_dead_pid())
+    stale.mkdir()
+    item = next(i for i in check(dry_run=True) if i["item"] == "stale worker folders")
+    assert item["status"] == "stale" and stale.name in item["detail"] and stale.is_dir()
+    item = next(i for i in check(dry_run=False) if i["item"] == "stale worker folders")
+    assert "removed 1 stale worker scratch folder" in item["detail"] and not stale.exists()

@@ -26,12 +26,14 @@ def _package(name: str) -> tuple[str, str]:
 
 
 def check(dry_run: bool) -> list[dict]:
-    """Every check's item; ``dry_run`` lists stale namespaces and cgroups instead of removing them."""
+    """Every check's item; ``dry_run`` lists stale namespaces, cgroups and worker folders instead of removing
+    them."""
     from hetsplit import __version__
     from hetsplit.costs.meters import describe, meter_for
     from hetsplit.runtime.cpu_throttle import clean_stale_groups, throttle_available
     from hetsplit.runtime.netem import emulation_available
     from hetsplit.runtime.netns_cleanup import clean_stale
+    from hetsplit.runtime.scratch import clean_stale_scratch
 
     items = []
 
@@ -54,6 +56,7 @@ def check(dry_run: bool) -> list[dict]:
         add(f"energy meter ({kind})", OK if meter.available else UNAVAILABLE, describe(meter))
     _stale(add, "stale namespaces", clean_stale(dry_run=dry_run))
     _stale(add, "stale CPU cgroups", clean_stale_groups(dry_run=dry_run))
+    _stale(add, "stale worker folders", clean_stale_scratch(dry_run=dry_run))
     return items
 
 

@@ -9,7 +9,7 @@ from hetsplit.cli.common import add_command
 
 
 def register(sub) -> None:
-    p = add_command(sub, "doctor", "check this machine for what hetsplit needs; remove stale network namespaces and CPU cgroups",
+    p = add_command(sub, "doctor", "check this machine for what hetsplit needs; remove stale network namespaces, CPU cgroups and worker folders",
                     ["hetsplit doctor", "hetsplit doctor --dry-run", "hetsplit doctor --json"],
                     description="Report python and package versions, whether link emulation (--emulate-links), device "
                                 "emulation (--emulate-devices) and the energy meters can be used here (and why "
@@ -18,7 +18,7 @@ def register(sub) -> None:
                                 "Exit 0 when healthy, 1 when something checked is broken (a required package does "
                                 "not import, a stale namespace or cgroup cannot be removed), 2 on bad input. Link or device "
                                 "emulation and energy meters being unavailable is reported, not an error.")
-    p.add_argument("--dry-run", action="store_true", help="list stale namespaces and cgroups instead of removing them")
+    p.add_argument("--dry-run", action="store_true", help="list stale namespaces, cgroups and worker folders instead of removing them")
     p.add_argument("--json", action="store_true", help="print the items as JSON")
     p.set_defaults(func=run)
 

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from hetsplit.runtime.owned import PREFIX, owned_name, stale_names
+from hetsplit.runtime.owned import PREFIX, Cleanup, owned_name, stale_names
 
 WHAT = "worker"
 log = logging.getLogger(__name__)
@@ -36,15 +36,15 @@ def worker_scratch(root: Path | None = None) -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def remove_stale_scratch(root: Path | None = None) -> list[str]:
-    """Remove the scratch folders under ``root`` (default: the temporary directory) of workers that are
-    gone; the names removed (logged as one warning)."""
+def clean_stale_scratch(root: Path | None = None, dry_run: bool = False) -> Cleanup:
+    """The scratch folders under ``root`` (default: the temporary directory) of workers that are gone:
+    removed (``dry_run``: only listed). Only real folders of this user count; anything else is left alone."""
     base = Path(root or tempfile.gettempdir())
+    result = Cleanup(dry_run=dry_run, kind="worker scratch folder")
     try:
         names = [n for n in os.listdir(base) if n.startswith(PREFIX) and n.endswith(f"-{WHAT}")]
     except OSError:
-        return []
-    removed = []
+        return result
     for name in stale_names(names):
         path = base / name
         try:
@@ -53,9 +53,21 @@ def remove_stale_scratch(root: Path | None = None) -> list[str]:
             continue
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
             continue
+        result.stale.append(name)
+        if dry_run:
+            continue
         shutil.rmtree(path, ignore_errors=True)
-        if not path.exists():
-            removed.append(name)
-    if removed:
-        log.warning("removed %d scratch folder(s) of killed workers: %s", len(removed), ", ".join(removed))
-    return removed
+        if path.exists():
+            result.failed[name] = "could not remove every file in it"
+        else:
+            result.removed.append(name)
+    return result
+
+
+def remove_stale_scratch(root: Path | None = None) -> list[str]:
+    """Remove the scratch folders of workers that are gone (``clean_stale_scratch``); the names removed
+    (logged as one warning)."""
+    result = clean_stale_scratch(root)
+    if result.removed:
+        log.warning(result.summary())
+    return result.removed
