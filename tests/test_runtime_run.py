@@ -43,6 +43,7 @@ def test_three_stage_run_with_relays_is_verified_and_measured(toy, tmp_path):
     assert [h.nbytes for h in inner] == [graph.cut_bytes[4], graph.cut_bytes[6]]
     assert all(len(h.wire_all_s) == 6 and min(h.wire_all_s) > 0 for h in report.hops)
     assert report.throughput > 0 and report.latency_s > 0 and len(report.latencies_s) == 6
+    assert report.latency_s == report.latencies_s[1]     # of the 2 sent alone, the first warms the run up
     assert report.driver_cpu_per_input_s > 0
     assert not processes_of(tmp_path / "run")
     depth = 2   # RunOptions' default

@@ -235,8 +235,8 @@ class RunReport:
     """What one run measured (SI units), plus the verification result.
 
     ``throughput`` is the spacing of the streamed outputs, ``stream_throughput`` the streamed inputs over
-    first sent to last output; ``latency_s`` the median unloaded latency (the first inputs one at a time),
-    ``latency_loaded_s`` while streaming; ``stage_bound_throughput`` 1 / max(mean stage compute, mean link
+    first sent to last output; ``latency_s`` the median unloaded latency (the first inputs one at a time;
+    of two or more, the first, which warms the run up, left out), ``latency_loaded_s`` while streaming; ``stage_bound_throughput`` 1 / max(mean stage compute, mean link
     wire time) while streaming, set by ``stage_bound_by``. ``emulation`` and ``device_emulation`` describe
     how links and devices were shaped (``runtime.netem``, ``runtime.cpu_throttle``): set-up, not measurements.
     """

@@ -373,6 +373,7 @@ class StepLoop:
         latency = min(cfg.latency_inputs, cfg.inputs)
         self.stream_round = latency if latency < len(self.plan) else -1
         self.stream_cpu0: float | None = None   # the process's CPU time when the stream started here
+        self.stream_compute_cpu0 = 0.0          # ... and the compute thread's inside its sub-models
         inboxes = {mid: Inbox(io, mid, log) for mid, log in self.rx_logs.items()}
         outboxes = {mid: Outbox(io, mid, log, io.delay_s(cfg, mid)) for mid, log in self.tx_logs.items()}
         last = len(w.segments) - 1
@@ -435,7 +436,7 @@ class StepLoop:
                 if r == after and fault is not None and inject is not None:
                     inject(fault["kind"])
                 if r == self.stream_round:
-                    self.stream_cpu0 = time.process_time()
+                    self.stream_cpu0, self.stream_compute_cpu0 = time.process_time(), steps.cpu
                 for i, s, computing, inboxes, outboxes, drops, first, last in round_steps:
                     if first:
                         local: dict[str, Any] = {}
@@ -559,10 +560,11 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path, hos
     cpu_end = time.process_time()
     cpu = cpu_end - cpu0
     stream_cpu = cpu_end - loop.stream_cpu0 if loop.stream_cpu0 is not None else None
+    stream_compute_cpu = steps.cpu - loop.stream_compute_cpu0 if loop.stream_cpu0 is not None else None
     energy = meter.stop()
     return {"compute_s": steps.compute, "idle_s": loop.idle, "segment_compute_s": steps.per_segment,
             "threads": int(cfg.threads.get(w.device, 1)), "kind": "gpu" if on_gpu else "cpu", "executor": backend,
-            "process_cpu_s": cpu, "stream_cpu_s": stream_cpu,
+            "process_cpu_s": cpu, "stream_cpu_s": stream_cpu, "stream_compute_cpu_s": stream_compute_cpu,
             "stream_inputs": cfg.inputs - min(cfg.latency_inputs, cfg.inputs), "compute_cpu_s": steps.cpu, "energy_j": energy,
             "energy_meter": meter.name if energy is not None else meter.reason,
             "recv": [log.to_dict() for log in loop.rx_logs.values()],
