@@ -22,6 +22,16 @@ def cluster(speeds: list[float], memory: list[str] | None = None, latency: str =
                               "links": {"default": {"name": "net", "bandwidth": "100MB/s", "latency": latency}}})
 
 
+def fast_and_slow(path, slow_memory: str):
+    """A cluster file: a device 4x faster than the other, with 1 GiB; the slow one with ``slow_memory``."""
+    path.write_text("format: hetsplit.cluster/1\nname: two\ndevices:\n"
+                    "  - {name: fast, kind: cpu, memory: 1GiB, peak_macs: 4e9/s, mem_bandwidth: 4GB/s, power_active: 5W}\n"
+                    f"  - {{name: slow, kind: cpu, memory: {slow_memory}, peak_macs: 1e9/s, mem_bandwidth: 1GB/s, "
+                    "power_active: 5W}\n"
+                    "links:\n  default: {name: net, bandwidth: 100MB/s, latency: 1ms}\n")
+    return path
+
+
 def brute_force(costs, phase: int) -> float:
     """Every ordered subset of devices, every cut into that many non-empty stages."""
     return min((stage_value(costs, stages, phase) for stages in every_pipeline(costs)), default=np.inf)
@@ -138,11 +148,7 @@ def test_plan_of_a_gguf_prints_the_plan_and_every_device_alone(tiny_gguf, tmp_pa
 
     from hetsplit.cli.main import main
 
-    path = tmp_path / "c.yaml"
-    path.write_text("format: hetsplit.cluster/1\nname: two\ndevices:\n"
-                    "  - {name: fast, kind: cpu, memory: 1GiB, peak_macs: 4e9/s, mem_bandwidth: 4GB/s, power_active: 5W}\n"
-                    "  - {name: slow, kind: cpu, memory: 1GiB, peak_macs: 1e9/s, mem_bandwidth: 1GB/s, power_active: 5W}\n"
-                    "links:\n  default: {name: net, bandwidth: 100MB/s, latency: 1ms}\n")
+    path = fast_and_slow(tmp_path / "c.yaml", slow_memory="1GiB")
     assert main(["plan", str(tiny_gguf), "--cluster", str(path), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["stages"] == [{"device": "fast", "blocks": [0, 2]}] and doc["best_single"]["device"] == "fast"
@@ -328,11 +334,7 @@ def test_plan_of_a_gguf_sets_exos_split_beside_the_plan_and_the_plan_is_no_slowe
 
     from hetsplit.cli.main import main
 
-    path = tmp_path / "c.yaml"
-    path.write_text("format: hetsplit.cluster/1\nname: two\ndevices:\n"
-                    "  - {name: fast, kind: cpu, memory: 1GiB, peak_macs: 4e9/s, mem_bandwidth: 4GB/s, power_active: 5W}\n"
-                    "  - {name: slow, kind: cpu, memory: 4GiB, peak_macs: 1e9/s, mem_bandwidth: 1GB/s, power_active: 5W}\n"
-                    "links:\n  default: {name: net, bandwidth: 100MB/s, latency: 1ms}\n")
+    path = fast_and_slow(tmp_path / "c.yaml", slow_memory="4GiB")
     assert main(["plan", str(tiny_gguf), "--cluster", str(path), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     exo = doc["rules"]["memory-proportional"]

@@ -145,10 +145,10 @@ def plan_gguf(model: str, cluster_spec: str, objective: str, as_json: bool, out:
     refs = references(plan)
     doc = {"model": m.config.name, "cluster": cluster.name, "prompt_tokens": PLAN_PROMPT, "new_tokens": PLAN_TOKENS,
            "objective": "streams" if streams > 1 else objective, "streams": streams, **plan.to_dict(),
-           "alone": {r.stages[0].device: r.predicted.to_dict() for r in refs if r.name.endswith(" alone") and r.predicted},
+           "alone": {r.device: r.predicted.to_dict() for r in refs if r.device is not None and r.predicted},
            "rules": {r.name: None if r.predicted is None else
                      {"stages": [{"device": s.device, "blocks": [s.first, s.stop]} for s in r.stages],
-                      "predicted": r.predicted.to_dict()} for r in refs if not r.name.endswith(" alone")}}
+                      "predicted": r.predicted.to_dict()} for r in refs if r.device is None}}
     if folder is not None:
         write_text(folder / "generation-plan.json", json.dumps(doc, indent=1) + "\n")
     if as_json:
@@ -162,7 +162,7 @@ def plan_gguf(model: str, cluster_spec: str, objective: str, as_json: bool, out:
     best = f"{plan.single.stages[0].device} alone" if plan.single is not None else None
     rows: list[tuple[str, PipelinePrediction | None]] = [("planned: " + _stages(plan.stages), plan.predicted)]
     rows += [(r.name + (" (best single device)" if r.name == best else "") +
-              ("" if r.name.endswith(" alone") else f": {_stages(r.stages)}"), r.predicted) for r in refs]
+              ("" if r.device is not None else f": {_stages(r.stages)}"), r.predicted) for r in refs]
     width = max(48, *(len(name) + 2 for name, _ in rows))
     print(f"{'plan':{width}}{'TTFT':>12}{'per token':>12}{'tokens/s':>10}{many:>14}  fits")
     for name, p in rows:

@@ -430,12 +430,13 @@ class StepLoop:
         try:
             fault = self.cfg.faults.get(str(self.rank))
             after = int(fault.get("after", 0)) if fault and inject is not None else -1
+            stream_round = self.stream_round
             for r in range(min(len(self.plan), self.ahead)):
                 post_receives(r)
             for r, (round_steps, post_next, retired, recycling) in enumerate(self.schedule):
                 if r == after and fault is not None and inject is not None:
                     inject(fault["kind"])
-                if r == self.stream_round:
+                if r == stream_round:
                     self.stream_cpu0, self.stream_compute_cpu0 = time.process_time(), steps.cpu
                 for i, s, computing, inboxes, outboxes, drops, first, last in round_steps:
                     if first:

@@ -158,6 +158,7 @@ class Reference:
     stages: list[Stage]
     predicted: PipelinePrediction | None
     why: str = ""
+    device: str | None = None     # the device, for a device alone (None: a rule)
 
 
 def references(plan: GenerationPlan) -> list[Reference]:
@@ -166,7 +167,7 @@ def references(plan: GenerationPlan) -> list[Reference]:
     from hetsplit.search.llm_rules import RULES
 
     costs, blocks = plan.costs, plan.costs.config.blocks
-    out = [Reference(f"{n} alone", [Stage(n, 0, blocks)], predict_pipeline(costs, [Stage(n, 0, blocks)]))
+    out = [Reference(f"{n} alone", [Stage(n, 0, blocks)], predict_pipeline(costs, [Stage(n, 0, blocks)]), device=n)
            for n in costs.devices]
     for rule in RULES:
         try:
@@ -209,19 +210,19 @@ def stage_emulation(model: LlmModel, plan: GenerationPlan, cores: int | None = N
 
     host = host_costs(model, plan.costs)
     how = "this machine's one-thread torch worker (hetsplit.costs.llm_probe), {} steps"
-    phases, host_s = [], {}
+    phases = []
+    times: dict[int, dict[str, tuple[float, float]]] = {}     # phase -> device -> (on the device, on the host)
     for phase, name in ((PREFILL, "prefill"), (DECODE, "decode")):
-        times = {}
+        times[phase] = {}
         for s in plan.stages:
             d = plan.costs.cluster.index(s.device)
-            times[s.device] = (float(plan.costs.stage_s(phase, d, s.first, s.stop)),
-                               float(host.stage_s(phase, d, s.first, s.stop)))
-            host_s[s.device] = times[s.device][1]           # the decode step's, the last one written
-        phases.append(emulation_of(times, cores or usable_cores(), how.format(name)))
+            times[phase][s.device] = (float(plan.costs.stage_s(phase, d, s.first, s.stop)),
+                                      float(host.stage_s(phase, d, s.first, s.stop)))
+        phases.append(emulation_of(times[phase], cores or usable_cores(), how.format(name)))
     dilation = max(e.dilation for e in phases)
     prefill, decode = (DeviceEmulation({d: s * e.dilation / dilation for d, s in e.shares.items()}, dilation, e.host)
                        for e in phases)
-    period = burst_period_us({d: (host_s[d], share) for d, share in decode.shares.items()})
+    period = burst_period_us({d: (times[DECODE][d][1], share) for d, share in decode.shares.items()})
     return StageEmulation(prefill, decode, period)
 
 
