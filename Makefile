@@ -27,9 +27,10 @@ check: $(STAMP)
 	$(PY) -m ruff check src tests bench
 
 # Both tiers run on JOBS pytest-xdist workers (whole test files per worker, so module fixtures are built
-# once): 2 by default, the cores of the CI machine; `make test JOBS=0` runs in this one process.
+# once), in the order tests/conftest.py gives (files that start processes first): 2 by default, the
+# cores of the CI machine; `make test JOBS=0` runs in this one process.
 JOBS   ?= 2
-XDIST  := $(if $(filter 0,$(JOBS)),-p no:xdist,-n $(JOBS) --dist loadfile)
+XDIST  := $(if $(filter 0,$(JOBS)),-p no:xdist,-n $(JOBS) --dist loadfile --no-loadscope-reorder)
 
 test: check
 	$(PY) -m pytest -q $(XDIST) --durations=25
