@@ -67,6 +67,23 @@ def test_tensors_arrive_intact_and_a_silent_peer_times_out():
     assert info.value.kind == "stall" and info.value.peer == "a"
 
 
+def test_ready_returns_once_every_rank_is_there_and_names_a_wait_for_one_that_never_comes():
+    a, b = two_wires(timeout_s=1.0)
+    order: list[str] = []
+    late = threading.Event()
+
+    def b_late():                      # b sets up a while longer: a must not go on before b arrives
+        late.wait(0.3)
+        order.append("b ready")
+        b.ready(["a", "b"])
+
+    assert run_both(lambda: (a.ready(["a", "b"]), order.append("a past ready")), b_late) == {}
+    assert order == ["b ready", "a past ready"]
+    with pytest.raises(LinkFailure, match="device a: nothing arrived from b within 1 s") as info:
+        a.ready(["a", "b"])            # b never comes
+    assert info.value.peer == "b"
+
+
 def test_pooled_buffers_keep_one_tensor_and_every_message_lands_in_them():
     a, b = two_wires()
     x = TensorSpec("x", (4, 5), "float32")

@@ -55,6 +55,7 @@ def run_driver(cfg: RunConfig, manifest: Manifest, run_dir: Path) -> dict:
         sends.append(works)
 
     t_out: list[float] = []
+    wire.ready(manifest.names)          # every worker set up: the first input's latency is the plan's
     cpu0 = time.process_time()
     for i in range(min(n, cfg.depth + 1)):
         post_recv()

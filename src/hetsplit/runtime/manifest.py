@@ -321,6 +321,11 @@ class Manifest:
     def worker(self, rank: int) -> Worker:
         return self.workers[rank]
 
+    @property
+    def names(self) -> list[str]:
+        """Each rank's device name, by rank (rank 0: the driver)."""
+        return [w.device for w in self.workers]
+
     def message(self, mid: int) -> Message:
         return self.messages[mid]
 

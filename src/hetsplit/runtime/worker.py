@@ -552,6 +552,7 @@ def run_worker(cfg: RunConfig, manifest: Manifest, rank: int, run_dir: Path, hos
     meter.start()
     gc.freeze()   # the stream's garbage is young: a full collection would walk the ~180k start-up objects
     #               of torch and onnxruntime (~40 ms)
+    wire.ready(manifest.names)      # the driver sends the first input once every worker is here
     cpu0 = time.process_time()
     loop.run(inject)
     release_group(cfg.cgroups.get(str(rank)))     # the stream is done: what follows runs at full speed
