@@ -2,6 +2,7 @@
 for real, against the closed-form figures `hetsplit plan` prints for them.
 
   .venv/bin/python bench/plan_ranking.py [--runs 2] [--cached] [--models resnet50 densenet121 mobilebert yolov8n]
+                                          [--plans DIR]
 
 For each model, the plans a user of `hetsplit plan MODEL --cluster local` would weigh: the whole model on
 one device, DONNA's two-stage pipeline, map-opt's throughput mapping (whole layers, many segments per
@@ -25,6 +26,7 @@ import argparse
 import statistics
 import time
 from dataclasses import replace
+from pathlib import Path
 
 from scipy.stats import kendalltau
 
@@ -32,6 +34,7 @@ from hetsplit.costs.local_calibration import local_costs
 from hetsplit.estimate import estimate
 from hetsplit.estimate.processes import planned_profile
 from hetsplit.experiments.here_accuracy import run_here, two_stage_plan
+from hetsplit.plan.io import load_plan, save_plan
 from hetsplit.plan.types import Plan
 from hetsplit.runtime.calibration import runtime_costs
 from hetsplit.search import make_partitioner
@@ -43,15 +46,23 @@ THROUGHPUT_BAND = 0.20
 TAU_TARGET = 0.8
 
 
-def plans_of(model: str) -> dict[str, Plan]:
-    """label -> plan, all planned on the `local` cluster."""
+def plans_of(model: str, pinned: Path | None = None) -> dict[str, Plan]:
+    """label -> plan, all planned on the `local` cluster; with ``pinned``, the plans an earlier run wrote
+    there (``MODEL-KIND.json``; planned now and written there when any is missing)."""
+    kinds = ["one device", "pipeline", "map-opt"] + (["tensor-parallel"] if model == "mobilebert" else [])
+    files = {kind: pinned / f"{model}-{kind.replace(' ', '-')}.json" for kind in kinds} if pinned else {}
+    if files and all(f.is_file() for f in files.values()):
+        return {f"{model} {kind}": load_plan(f) for kind, f in files.items()}
     problem = load_problem(model, "local")
-    out = {f"{model} one device": make_partitioner("single").solve(problem)[0],
-           f"{model} pipeline": two_stage_plan(problem),
-           f"{model} map-opt": make_partitioner("map-opt").solve(problem)[0]}
-    if model == "mobilebert":
-        out[f"{model} tensor-parallel"] = make_partitioner("tensor-parallel").solve(problem)[0]
-    return out
+    planners = {"one device": lambda: make_partitioner("single").solve(problem)[0],
+                "pipeline": lambda: two_stage_plan(problem),
+                "map-opt": lambda: make_partitioner("map-opt").solve(problem)[0],
+                "tensor-parallel": lambda: make_partitioner("tensor-parallel").solve(problem)[0]}
+    plans = {kind: planners[kind]() for kind in kinds}
+    for kind, f in files.items():
+        f.parent.mkdir(parents=True, exist_ok=True)
+        save_plan(plans[kind], f)
+    return {f"{model} {kind}": plan for kind, plan in plans.items()}
 
 
 def main() -> None:
@@ -59,6 +70,9 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--cached", action="store_true", help="use this machine's cached calibrations")
     ap.add_argument("--models", nargs="+", default=list(INPUTS), choices=list(INPUTS))
+    ap.add_argument("--plans", type=Path, metavar="DIR",
+                    help="run the plans written in DIR by an earlier run (planned and written there if missing): "
+                         "the same plans measured run after run, whatever the calibration then says")
     args = ap.parse_args()
     t0 = time.monotonic()
     print(local_costs(recalibrate=not args.cached).source, flush=True)
@@ -66,7 +80,7 @@ def main() -> None:
     print(runtime.source, flush=True)
     todo: dict[str, tuple[str, Plan]] = {}
     for model in args.models:
-        todo.update({label: (model, plan) for label, plan in plans_of(model).items()})
+        todo.update({label: (model, plan) for label, plan in plans_of(model, args.plans).items()})
     predicted: dict[str, float] = {}
     no_ends: dict[str, float] = {}
     simulated: dict[str, float] = {}
