@@ -135,7 +135,7 @@ def _files_that_start_processes_first(items: list[pytest.Item]) -> None:
     """Order whole files so that those with a ``processes`` test come first, each file's tests in their
     order: the xdist workers take whole files in this order (the Makefile's ``--no-loadscope-reorder``;
     xdist's own order, most tests first, left the long few-test runtime files to one worker at the end:
-    7:36 for the suite, ~20 s of it one worker alone)."""
+    a fresh clone's suite took 7:36 that way, 6:55 this way)."""
     heavy = {item.path for item in items if item.get_closest_marker("processes") is not None}
     items.sort(key=lambda item: item.path not in heavy)      # stable: files and tests keep their order
 

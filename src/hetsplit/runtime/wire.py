@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -157,14 +157,16 @@ class Wire:
         then the plan's, not the start-up of the slowest worker: the driver sent it while workers still made
         their buffers and threads (40-70 ms under link emulation here, 1.3 s at an emulated CPU share of
         0.11). A rank that never comes ends the wait within the run's timeout, named."""
-        me, flag = self.pg.rank(), torch.zeros(1, dtype=torch.int64)
-        edges = [Edge(names[0], 0, (), READY_TAG)] if me else [Edge(n, r, (), READY_TAG) for r, n in enumerate(names) if r]
-        for e in edges:       # a worker says it is here, and the driver hears every worker
-            self.wait([self.pg.send([flag], e.rank, READY_TAG) if me else self.pg.recv([flag], e.rank, READY_TAG)],
-                      e, sending=bool(me))
-        for e in edges:       # then the driver says go, and each worker hears it
-            self.wait([self.pg.recv([flag], e.rank, READY_TAG) if me else self.pg.send([flag], e.rank, READY_TAG)],
-                      e, sending=not me)
+        flag = torch.zeros(1, dtype=torch.int64)
+        hear: tuple[Callable[..., Any], bool] = (self.pg.recv, False)    # (post, sending)
+        tell: tuple[Callable[..., Any], bool] = (self.pg.send, True)
+        if self.pg.rank() == 0:     # the driver hears every worker, then tells each to go
+            peers, steps = [Edge(n, r, (), READY_TAG) for r, n in enumerate(names) if r], (hear, tell)
+        else:                       # a worker tells the driver it is here, then hears the go
+            peers, steps = [Edge(names[0], 0, (), READY_TAG)], (tell, hear)
+        for post, sending in steps:
+            for e in peers:
+                self.wait([post([flag], e.rank, READY_TAG)], e, sending)
 
     def handshake(self, recv: list[Edge], send: list[Edge]) -> None:
         """Check that both ends of every edge expect the same tensors (fixed-layout int64 tensors)."""

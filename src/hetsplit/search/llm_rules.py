@@ -12,12 +12,10 @@ whole blocks, not tensor-parallel shares of one).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from hetsplit.errors import UsageError
 from hetsplit.estimate.llm import LlmCosts, Stage
-
-RULES = ("memory-proportional",)
-
 
 def memory_proportional(costs: LlmCosts, devices: list[str] | None = None) -> list[Stage]:
     """exo's rule over ``devices`` (default: all of the cluster's): sorted by memory (largest first, then
@@ -42,8 +40,11 @@ def memory_proportional(costs: LlmCosts, devices: list[str] | None = None) -> li
     return stages
 
 
+RULES: dict[str, Callable[[LlmCosts, list[str] | None], list[Stage]]] = {"memory-proportional": memory_proportional}
+
+
 def rule_stages(costs: LlmCosts, rule: str, devices: list[str] | None = None) -> list[Stage]:
     """The stages ``rule`` (one of ``RULES``) gives over ``devices``."""
-    if rule == "memory-proportional":
-        return memory_proportional(costs, devices)
-    raise UsageError(f"split rule {rule!r}: choose one of {', '.join(RULES)}")
+    if rule not in RULES:
+        raise UsageError(f"split rule {rule!r}: choose one of {', '.join(RULES)}")
+    return RULES[rule](costs, devices)
