@@ -11,6 +11,12 @@ links' ``message`` figures: what the runtime's calibration measured, on a cluste
 where the cluster gives none). Nothing else is charged per step: the runtime has no measured
 per-step cost of the pipeline's own loop. Memory per device: its weights (stored bytes, or float32
 where the executor dequantizes) and its blocks' KV cache at the target context.
+
+A stage may be tensor-parallel (``Stage.shares``: several devices, each with a ``TensorShare``): per block
+its slowest member's half, a sync, its slowest member's other half, a sync (``estimate.llm_shares``);
+the stage before sends its hidden state to every member, the leader (the stage's first device) sends it
+on; the last stage's leader gathers each member's best logit and sends the token to every member of the
+first stage.
 """
 
 from __future__ import annotations
@@ -23,11 +29,14 @@ import numpy as np
 from hetsplit.cluster.types import Cluster
 from hetsplit.costs.models.base import device_model
 from hetsplit.errors import PlanError
+from hetsplit.estimate.llm_shares import ShareCosts, share_costs, unit_counts
 from hetsplit.graph.llm.config import LlmConfig, StoredTensor
+from hetsplit.graph.llm.shares import TensorShare, check_shares
 from hetsplit.graph.llm.step_graph import F32, STORED, Phase, block_of, step_graph
 
 PREFILL, DECODE = 0, 1
 TOKEN_BYTES = 8
+PICK_BYTES = 16          # a member's best logit and its index, sent to the last stage's leader
 
 
 @dataclass(frozen=True)
@@ -52,6 +61,29 @@ class LlmCostOptions:
         return Phase(self.prompt_tokens, self.prompt_tokens), Phase(1, max(1, int(round(mean))))
 
 
+@dataclass(frozen=True)
+class StageShare:
+    """A member of a tensor-parallel stage: its device and its share."""
+
+    device: str
+    share: TensorShare
+
+
+@dataclass(frozen=True)
+class Stage:
+    """Blocks ``first .. stop - 1`` on ``device``; tensor-parallel when ``shares`` is given (every member's
+    share, the leader, ``device``, first)."""
+
+    device: str
+    first: int
+    stop: int
+    shares: tuple[StageShare, ...] = ()
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        return tuple(m.device for m in self.shares) if self.shares else (self.device,)
+
+
 @dataclass
 class LlmCosts:
     """Per phase (PREFILL, DECODE) and device: each block's seconds (``block_s`` [2, D, L]), the embedding's
@@ -71,11 +103,109 @@ class LlmCosts:
     embed_bytes: int
     head_bytes: int
     capacity: np.ndarray
+    shares: ShareCosts
     sources: dict[str, str] = field(default_factory=dict)
 
     @property
     def devices(self) -> list[str]:
         return self.cluster.names
+
+    def fan_out_s(self, src: int, dsts: list[int], nbytes: float) -> float:
+        """One message of ``nbytes`` from ``src`` to each of ``dsts`` in turn: the sender's ends one after the
+        other, the slowest wire and receiving end after them (a single destination: ``hop_seconds``)."""
+        links = self.cluster.links
+        others = [d for d in dsts if d != src]
+        if not others:
+            return 0.0
+        return float(len(others) * links.end(src, nbytes) + max(links.time(src, d, nbytes) + links.end(d, nbytes)
+                                                                for d in others))
+
+    def fan_in_s(self, srcs: list[int], dst: int, nbytes: float) -> float:
+        """One message of ``nbytes`` from each of ``srcs`` to ``dst``: the slowest sender's wire, then the
+        receiver's ends one after the other."""
+        links = self.cluster.links
+        others = [d for d in srcs if d != dst]
+        if not others:
+            return 0.0
+        return float(max(links.end(d, nbytes) + links.time(d, dst, nbytes) for d in others)
+                     + len(others) * links.end(dst, nbytes))
+
+    def hidden_bytes(self, phase: int) -> float:
+        return float((self.options.prompt_tokens if phase == PREFILL else 1) * self.config.dim * F32)
+
+    def sync_s(self, phase: int, members: list[int]) -> float:
+        """One star all-reduce of the hidden state over ``members`` (leader first)."""
+        nbytes = self.hidden_bytes(phase)
+        return self.fan_in_s(members[1:], members[0], nbytes) + self.fan_out_s(members[0], members[1:], nbytes)
+
+    def member_counts(self, stage: Stage) -> list[tuple[int, tuple[int, int, int]]]:
+        """Per member of a tensor-parallel stage: its device index and its share in units."""
+        return [(self.cluster.index(m.device), unit_counts(self.shares, m.share, f"stage {stage.first}..{stage.stop}"))
+                for m in stage.shares]
+
+    def member_s(self, phase: int, stage: Stage) -> dict[str, float]:
+        """Each device's own compute per step in ``stage`` (its share's, without waiting for the others)."""
+        if not stage.shares:
+            return {stage.device: self.stage_s(phase, self.cluster.index(stage.device), stage.first, stage.stop)}
+        sc, n, out = self.shares, stage.stop - stage.first, {}
+        for d, (kv, ffn, vocab) in self.member_counts(stage):
+            t = n * (sc.attn_s[phase, d, kv] + sc.ffn_s[phase, d, ffn])
+            t += self.embed_s[phase, d] if stage.first == 0 else 0.0
+            t += sc.head_s[phase, d, vocab] if stage.stop == self.config.blocks else 0.0
+            out[self.devices[d]] = float(t)
+        return out
+
+    def sync_total_s(self, phase: int, stage: Stage) -> float:
+        """What a tensor-parallel stage spends per step in its syncs (two per block; the head's pick)."""
+        if not stage.shares:
+            return 0.0
+        idx = [self.cluster.index(m.device) for m in stage.shares]
+        t = 2 * (stage.stop - stage.first) * self.sync_s(phase, idx)
+        return t + (self.fan_in_s(idx[1:], idx[0], PICK_BYTES) if stage.stop == self.config.blocks else 0.0)
+
+    def parallel_parts(self, phase: int, stage: Stage) -> tuple[float, float, float]:
+        """A tensor-parallel stage's seconds per block (its slowest member per half, two syncs), for the
+        embedding (its slowest member) and for the head (its slowest member's rows, then the pick), whatever
+        its blocks."""
+        sc, counts = self.shares, self.member_counts(stage)
+        idx = [d for d, _ in counts]
+        block = max(sc.attn_s[phase, d, c[0]] for d, c in counts) + max(sc.ffn_s[phase, d, c[1]] for d, c in counts)
+        embed = max(self.embed_s[phase, d] for d in idx)
+        head = max(sc.head_s[phase, d, c[2]] for d, c in counts) + self.fan_in_s(idx[1:], idx[0], PICK_BYTES)
+        return float(block + 2 * self.sync_s(phase, idx)), float(embed), float(head)
+
+    def stage_time(self, phase: int, stage: Stage) -> float:
+        """A stage's seconds per step: its device's, or a tensor-parallel stage's (``parallel_parts``)."""
+        if not stage.shares:
+            return self.stage_s(phase, self.cluster.index(stage.device), stage.first, stage.stop)
+        block, embed, head = self.parallel_parts(phase, stage)
+        return (stage.stop - stage.first) * block + (embed if stage.first == 0 else 0.0) + \
+            (head if stage.stop == self.config.blocks else 0.0)
+
+    def hop_between_s(self, phase: int, a: Stage, b: Stage) -> float:
+        """The hidden state from stage ``a``'s leader to every member of ``b``."""
+        return self.fan_out_s(self.cluster.index(a.device), [self.cluster.index(d) for d in b.devices],
+                              self.hidden_bytes(phase))
+
+    def back_between_s(self, last: Stage, first: Stage) -> float:
+        """The token from the last stage's leader to every member of the first."""
+        return self.fan_out_s(self.cluster.index(last.device), [self.cluster.index(d) for d in first.devices],
+                              TOKEN_BYTES)
+
+    def stage_memory(self, stage: Stage) -> dict[str, float]:
+        """Bytes each device of ``stage`` holds: its weights and its KV cache at the target context."""
+        if not stage.shares:
+            return {stage.device: self.stage_bytes(stage.first, stage.stop)}
+        sc, n, out = self.shares, stage.stop - stage.first, {}
+        kv_group = self.config.kv_bytes_per_position(1, F32) / self.config.kv_heads * self.options.context * \
+            self.options.streams
+        embed, head = stage.first == 0, stage.stop == self.config.blocks
+        for d, (kv, ffn, vocab) in self.member_counts(stage):
+            b = n * (sc.norm_bytes + kv * (sc.kv_group_bytes + kv_group) + ffn * sc.ffn_unit_bytes)
+            b += self.embed_bytes if embed else 0.0
+            b += vocab * sc.vocab_unit_bytes if head and not (self.config.tied and embed) else 0.0
+            out[self.devices[d]] = float(b)
+        return out
 
     def stage_s(self, phase: int, d: int, first: int, stop: int) -> float:
         s = float(self.block_s[phase, d, first:stop].sum())
@@ -130,8 +260,9 @@ def llm_costs(cfg: LlmConfig, tensors: dict[str, StoredTensor], cluster: Cluster
     kv = cfg.kv_bytes_per_position(1, F32) * options.context * options.streams
     embed_t = tensors["token_embd.weight"]
     embed_bytes = embed_t.stored_bytes if options.weight_bytes == STORED else embed_t.elements * F32
+    shares = share_costs(cfg, tensors, cluster, options.phases(), options.weight_bytes)
     return LlmCosts(cfg, cluster, options, block_s, embed_s, head_s, hop_s, back_s, weights + kv, embed_bytes,
-                    int(head_w), cluster.memory_bytes.astype(float), sources)
+                    int(head_w), cluster.memory_bytes.astype(float), shares, sources)
 
 
 def hop_seconds(cluster: Cluster, nbytes: float) -> np.ndarray:
@@ -143,11 +274,6 @@ def hop_seconds(cluster: Cluster, nbytes: float) -> np.ndarray:
     return np.where(np.eye(len(d), dtype=bool), 0.0, out)
 
 
-@dataclass(frozen=True)
-class Stage:
-    device: str
-    first: int
-    stop: int
 
 
 @dataclass
@@ -175,32 +301,48 @@ class PipelinePrediction:
 
 def check_stages(costs: LlmCosts, stages: list[Stage]) -> None:
     names = costs.devices
-    bad = [s.device for s in stages if s.device not in names]
+    devices = [d for s in stages for d in s.devices]
+    bad = [d for d in devices if d not in names]
     if bad:
         raise PlanError(f"stage devices {bad} are not in cluster {costs.cluster.name!r} (devices: {names})")
-    if len({s.device for s in stages}) != len(stages):
-        raise PlanError(f"a device runs two stages: {[s.device for s in stages]}")
+    if len(set(devices)) != len(devices):
+        raise PlanError(f"a device runs two stages or shares: {devices}")
     edges = [0] + [s.stop for s in stages]
     if [s.first for s in stages] != edges[:-1] or edges[-1] != costs.config.blocks or \
             any(s.first >= s.stop for s in stages):
         raise PlanError(f"stages {[(s.first, s.stop) for s in stages]} do not cover blocks 0..{costs.config.blocks - 1}")
+    for s in stages:
+        if s.shares:
+            where = f"stage of blocks {s.first}..{s.stop - 1}"
+            if s.shares[0].device != s.device:
+                raise PlanError(f"{where}: its leader {s.device!r} must hold the first share")
+            check_shares([m.share for m in s.shares], costs.config, where)
+            costs.member_counts(s)          # every edge on the planner's grain
 
 
 def predict_pipeline(costs: LlmCosts, stages: list[Stage]) -> PipelinePrediction:
     """TTFT and time per token of one stream through ``stages`` (each stage waits for the one before)."""
     check_stages(costs, stages)
-    idx = [costs.cluster.index(s.device) for s in stages]
-    compute = {s.device: [costs.stage_s(p, d, s.first, s.stop) for p in (PREFILL, DECODE)] for s, d in zip(stages, idx)}
+    compute: dict[str, list[float]] = {}
+    for s in stages:
+        per = [costs.member_s(p, s) for p in (PREFILL, DECODE)]
+        compute.update({d: [per[0][d], per[1][d]] for d in s.devices})
     hops = {}
-    for a, b in zip(idx, idx[1:]):
-        hops[f"{costs.devices[a]}->{costs.devices[b]}"] = [float(costs.hop_s[p, a, b]) for p in (PREFILL, DECODE)]
-    if len(idx) > 1:
-        back = float(costs.back_s[idx[-1], idx[0]])
-        hops[f"{costs.devices[idx[-1]]}->{costs.devices[idx[0]]}"] = [back, back]
-    total = [sum(v[p] for v in compute.values()) + sum(v[p] for v in hops.values()) for p in (PREFILL, DECODE)]
-    memory = {s.device: costs.stage_bytes(s.first, s.stop) for s in stages}
-    fits = all(memory[s.device] <= costs.capacity[d] for s, d in zip(stages, idx))
-    busiest = max([v[DECODE] for v in compute.values()] + [v[DECODE] for v in hops.values()])
+    for a, b in zip(stages, stages[1:]):
+        hops[f"{a.device}->{'+'.join(b.devices)}"] = [costs.hop_between_s(p, a, b) for p in (PREFILL, DECODE)]
+    for s in stages:
+        if s.shares:
+            hops[f"{'+'.join(s.devices)} syncs"] = [costs.sync_total_s(p, s) for p in (PREFILL, DECODE)]
+    if len(stages) > 1 or stages[0].shares:
+        back = costs.back_between_s(stages[-1], stages[0])
+        hops[f"{stages[-1].device}->{'+'.join(stages[0].devices)}"] = [back, back]
+    stage_t = [[costs.stage_time(p, s) for s in stages] for p in (PREFILL, DECODE)]
+    between = [[costs.hop_between_s(p, a, b) for a, b in zip(stages, stages[1:])] for p in (PREFILL, DECODE)]
+    back = costs.back_between_s(stages[-1], stages[0]) if len(stages) > 1 or stages[0].shares else 0.0
+    total = [sum(stage_t[p]) + sum(between[p]) + back for p in (PREFILL, DECODE)]
+    memory = {d: b for s in stages for d, b in costs.stage_memory(s).items()}
+    fits = all(memory[d] <= costs.capacity[costs.cluster.index(d)] for d in memory)
+    busiest = max(stage_t[DECODE] + between[DECODE] + [back])
     period = streams_period(total[1], busiest, costs.options.streams)
     return PipelinePrediction(total[0], total[1], compute, hops, memory, fits, costs.options.streams, 1.0 / period)
 

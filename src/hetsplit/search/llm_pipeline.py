@@ -1,18 +1,23 @@
-"""The exact planner of pipeline decode: which devices (each alone included), in which order, and
-which whole blocks each stage takes, minimizing one stream's time per token (``decode``) or its time
-to first token (``ttft``) as ``estimate.llm`` predicts them, every device within its memory.
+"""The exact planner of LLM decode: which devices (each alone included), in which order, which whole
+blocks each stage takes and, with ``tensor_parallel``, which stages several devices compute together
+and each one's share, minimizing one stream's time per token (``decode``) or its time to first token
+(``ttft``) as ``estimate.llm`` predicts them, every device within its memory.
 
-Solver: dynamic programming over (devices used, last device, blocks done), once per first device
-(the token's way back from the last stage to the first depends on both). A stage's cost is a prefix
-sum of block costs plus the embedding on the first and the head on the last, so a transition is a
-min over the previous boundary, vectorized; states no cheaper than the best complete plan so far are
-not extended when even the cheapest device for each remaining block and the head cannot make them
-better (a lower bound: every cost is >= 0); the optimum is exact (tested against enumeration of
-every ordered device subset and every cut). States: 2^D x D x (L + 1) per first device.
+A stage is a *group*: one device, or (tensor-parallel) two or more with their shares
+(``estimate.llm_shares.balanced_shares``: each half of a block and the head balanced over the members
+for the objective's phase; the leader is the member fastest on a whole block). Solver: dynamic
+programming over (devices used, last group, blocks done), once per first group (the token's way back from
+the last stage to the first depends on both). A stage's cost is a prefix sum of block costs plus the
+embedding on the first and the head on the last, so a transition is a min over the previous boundary,
+vectorized; states no cheaper than the best complete plan so far are not extended when even the
+cheapest group for each remaining block and the head cannot make them better (a lower bound: every
+cost is >= 0). The optimum is exact over the groups given (tested against enumeration of every ordered
+sequence of disjoint groups and every cut). States: 2^D x G x (L + 1) per first group.
 
 For B streams decoding at once (``plan_streams``) the objective is the period of the pipeline as a
 cyclic event graph, the longer of one stream's cycle / B and its busiest stage or hop: exact by a
-binary search over a cap on every station, one DP per cap (see ``plan_streams``).
+binary search over a cap on every station, one DP per cap (see ``plan_streams``); pipelines of single
+devices only.
 """
 
 from __future__ import annotations
@@ -24,10 +29,30 @@ from dataclasses import dataclass
 import numpy as np
 
 from hetsplit.errors import InfeasibleError, UsageError
-from hetsplit.estimate.llm import DECODE, PREFILL, LlmCosts, Stage, streams_period
+from hetsplit.estimate.llm import DECODE, PREFILL, TOKEN_BYTES, LlmCosts, Stage, StageShare, streams_period
+from hetsplit.estimate.llm_shares import balanced_shares
+from hetsplit.graph.llm.shares import TensorShare
 
 OBJECTIVES = {"decode": DECODE, "ttft": PREFILL}
 MAX_DEVICES = 10        # 2^D states per first device: beyond this the exact DP takes minutes
+MAX_TP_DEVICES = 6      # tensor-parallel groups are searched over clusters of at most this many devices
+MAX_TP_GROUP = 4        # and of at most this many members
+
+
+@dataclass(frozen=True)
+class Group:
+    """What one stage may run on: device indices (the leader first) and, for two or more, their shares."""
+
+    members: tuple[int, ...]
+    shares: tuple[TensorShare, ...] = ()
+
+    @property
+    def mask(self) -> int:
+        return sum(1 << d for d in self.members)
+
+    def stage(self, costs: LlmCosts, first: int, stop: int) -> Stage:
+        names = [costs.devices[d] for d in self.members]
+        return Stage(names[0], first, stop, tuple(StageShare(n, sh) for n, sh in zip(names, self.shares)))
 
 
 @dataclass
@@ -44,35 +69,97 @@ def _phase(objective: str) -> int:
     return OBJECTIVES[objective]
 
 
-def _tables(costs: LlmCosts, phase: int) -> tuple[np.ndarray, np.ndarray]:
-    """Stage seconds [D, L+1, L+1] (inf where b >= j or it does not fit) by (device, first, stop)."""
-    D, L = costs.cluster.num_devices, costs.config.blocks
-    pre = np.concatenate([np.zeros((D, 1)), np.cumsum(costs.block_s[phase], axis=1)], axis=1)   # D x L+1
-    cost = pre[:, None, :] - pre[:, :, None]                                                      # [d, b, j]
-    cost[:, 0, :] += costs.embed_s[phase][:, None]
-    cost[:, :, L] += costs.head_s[phase][:, None]
-    mem = np.full((L + 1, L + 1), np.inf)
-    for b in range(L):
-        for j in range(b + 1, L + 1):
-            mem[b, j] = costs.stage_bytes(b, j)
-    fits = (mem[None] <= costs.capacity[:, None, None]) & np.triu(np.ones((L + 1, L + 1), bool), 1)[None]
-    return np.where(fits, cost, np.inf), fits
+def singles(allowed: list[int]) -> list[Group]:
+    return [Group((d,)) for d in allowed]
+
+
+def tensor_parallel_groups(costs: LlmCosts, allowed: list[int], phase: int,
+                           max_members: int = MAX_TP_GROUP) -> list[Group]:
+    """Every subset of ``allowed`` of 2 .. ``max_members`` devices as a tensor-parallel group: the member
+    fastest on a whole block leads (then cluster order), shares balanced for ``phase``; subsets where a
+    member would hold nothing are left out (``balanced_shares``)."""
+    speed = costs.block_s[phase][:, 0]
+    out = []
+    for k in range(2, min(max_members, len(allowed)) + 1):
+        for subset in itertools.combinations(allowed, k):
+            members = sorted(subset, key=lambda d: (speed[d], d))
+            shares = balanced_shares(costs.shares, members, phase)
+            if shares is not None:
+                out.append(Group(tuple(members), tuple(shares)))
+    return out
+
+
+def _tables(costs: LlmCosts, phase: int, groups: list[Group]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per group: stage seconds [G, L+1, L+1] (inf where b >= j or it does not fit) by (group, first, stop),
+    each block's seconds [G, L] and the head's [G] (for the planner's lower bound)."""
+    L = costs.config.blocks
+    table = np.full((len(groups), L + 1, L + 1), np.inf)
+    blocks, heads = np.zeros((len(groups), L)), np.zeros(len(groups))
+    upper = np.triu(np.ones((L + 1, L + 1), bool), 1)
+    for g, group in enumerate(groups):
+        if not group.shares:
+            d = group.members[0]
+            pre = np.concatenate([[0.0], np.cumsum(costs.block_s[phase][d])])
+            cost = pre[None, :] - pre[:, None]
+            cost[0, :] += costs.embed_s[phase][d]
+            cost[:, L] += costs.head_s[phase][d]
+            blocks[g], heads[g] = costs.block_s[phase][d], costs.head_s[phase][d]
+        else:
+            per, embed, head = costs.parallel_parts(phase, group.stage(costs, 0, L))
+            n = np.arange(L + 1)
+            cost = (n[None, :] - n[:, None]) * per
+            cost[0, :] += embed
+            cost[:, L] += head
+            blocks[g], heads[g] = per, head
+        fits = np.ones((L + 1, L + 1), bool)
+        for b in range(L):
+            for j in range(b + 1, L + 1):
+                memory = costs.stage_memory(group.stage(costs, b, j))
+                fits[b, j] = all(memory[costs.devices[d]] <= costs.capacity[d] for d in group.members)
+        table[g] = np.where(fits & upper, cost, np.inf)
+    return table, blocks, heads
+
+
+def _hops(costs: LlmCosts, phase: int, groups: list[Group]) -> tuple[np.ndarray, np.ndarray]:
+    """[G, G]: the hidden state from each group's leader to every member of each other group; the token
+    back the same way (from a tensor-parallel group alone to its own other members on the diagonal)."""
+    G = len(groups)
+    hop, back = np.zeros((G, G)), np.zeros((G, G))
+    nbytes = costs.hidden_bytes(phase)
+    for a, ga in enumerate(groups):
+        for b, gb in enumerate(groups):
+            back[a, b] = costs.fan_out_s(ga.members[0], list(gb.members), TOKEN_BYTES)   # a group alone: its own
+            if a != b:
+                hop[a, b] = costs.fan_out_s(ga.members[0], list(gb.members), nbytes)
+    return hop, back
 
 
 def stage_value(costs: LlmCosts, stages: list[Stage], phase: int) -> float:
     """The objective of ``stages`` as the planner counts it (equal to ``predict_pipeline``'s figure)."""
-    idx = [costs.cluster.index(s.device) for s in stages]
-    v = sum(costs.stage_s(phase, d, s.first, s.stop) for s, d in zip(stages, idx))
-    v += sum(costs.hop_s[phase, a, b] for a, b in zip(idx, idx[1:]))
-    return float(v + (costs.back_s[idx[-1], idx[0]] if len(idx) > 1 else 0.0))
+    v = sum(costs.stage_time(phase, s) for s in stages)
+    v += sum(costs.hop_between_s(phase, a, b) for a, b in zip(stages, stages[1:]))
+    return float(v + (costs.back_between_s(stages[-1], stages[0]) if len(stages) > 1 or stages[0].shares else 0.0))
 
 
-def plan_pipeline(costs: LlmCosts, objective: str = "decode", devices: list[str] | None = None) -> PipelineChoice:
-    """The optimal pipeline over ``devices`` (default: all of the cluster's); InfeasibleError when none fits."""
+def candidate_groups(costs: LlmCosts, allowed: list[int], phase: int, tensor_parallel: bool) -> list[Group]:
+    """The groups a stage may run on: every allowed device alone and, with ``tensor_parallel`` on a cluster
+    of at most ``MAX_TP_DEVICES`` devices, every tensor-parallel group of them."""
+    groups = singles(allowed)
+    if tensor_parallel and len(allowed) <= MAX_TP_DEVICES:
+        groups += tensor_parallel_groups(costs, allowed, phase)
+    return groups
+
+
+def plan_pipeline(costs: LlmCosts, objective: str = "decode", devices: list[str] | None = None,
+                  tensor_parallel: bool = False) -> PipelineChoice:
+    """The optimal plan over ``devices`` (default: all of the cluster's): pipelines of single devices, and
+    with ``tensor_parallel`` tensor-parallel stages too; InfeasibleError when none fits."""
     phase = _phase(objective)
     allowed = _allowed(costs, devices)
-    table, _ = _tables(costs, phase)
-    value, stages = _best_pipeline(costs, phase, allowed, table, costs.hop_s[phase], costs.back_s)
+    groups = candidate_groups(costs, allowed, phase, tensor_parallel)
+    table, blocks, heads = _tables(costs, phase, groups)
+    hop, back = _hops(costs, phase, groups)
+    value, stages = _best_pipeline(costs, groups, table, blocks, heads, hop, back)
     if not stages:
         raise _infeasible(costs, allowed)
     return PipelineChoice(stages, value)
@@ -87,14 +174,15 @@ def plan_streams(costs: LlmCosts, devices: list[str] | None = None) -> PipelineC
     optimum is the plan there or at the cap below (a dozen DPs)."""
     allowed = _allowed(costs, devices)
     streams = costs.options.streams
-    table, _ = _tables(costs, DECODE)
-    hop, back = costs.hop_s[DECODE], costs.back_s
+    groups = singles(allowed)
+    table, blocks, heads = _tables(costs, DECODE, groups)
+    hop, back = _hops(costs, DECODE, groups)
     off = ~np.eye(len(hop), dtype=bool)
     caps = np.unique(np.concatenate([table[np.isfinite(table)], hop[off], back[off]]))
 
     def under(cap: float) -> tuple[float, list[Stage]]:
         """The least cycle with every stage and hop at most ``cap``, and its plan."""
-        return _best_pipeline(costs, DECODE, allowed, np.where(table <= cap, table, np.inf),
+        return _best_pipeline(costs, groups, np.where(table <= cap, table, np.inf), blocks, heads,
                               np.where(hop <= cap, hop, np.inf), np.where(back <= cap, back, np.inf))
 
     lo, hi = 0, len(caps) - 1          # the least cap whose least cycle / streams is at most the cap
@@ -115,25 +203,37 @@ def plan_streams(costs: LlmCosts, devices: list[str] | None = None) -> PipelineC
 
 def streams_value(costs: LlmCosts, stages: list[Stage]) -> float:
     """Seconds per token over ``costs.options.streams`` streams through ``stages``, as the planner counts it."""
-    idx = [costs.cluster.index(s.device) for s in stages]
-    times = [costs.stage_s(DECODE, d, s.first, s.stop) for s, d in zip(stages, idx)]
-    times += [float(costs.hop_s[DECODE, a, b]) for a, b in zip(idx, idx[1:])]
-    times += [float(costs.back_s[idx[-1], idx[0]])] if len(idx) > 1 else []
+    times = [costs.stage_time(DECODE, s) for s in stages]
+    times += [costs.hop_between_s(DECODE, a, b) for a, b in zip(stages, stages[1:])]
+    times += [costs.back_between_s(stages[-1], stages[0])] if len(stages) > 1 else []
     return streams_period(stage_value(costs, stages, DECODE), max(times), costs.options.streams)
 
 
-def every_pipeline(costs: LlmCosts) -> Iterator[list[Stage]]:
-    """Every pipeline that fits memory: each ordered subset of the devices, each cut of the blocks into that
-    many non-empty stages (the brute force the exact planners are checked against; exponential)."""
+def every_pipeline(costs: LlmCosts, groups: list[Group] | None = None) -> Iterator[list[Stage]]:
+    """Every plan that fits memory: each ordered sequence of disjoint ``groups`` (default: every device
+    alone), each cut of the blocks into that many non-empty stages (the brute force the exact planners are
+    checked against; exponential)."""
     L = costs.config.blocks
+    groups = groups if groups is not None else singles(list(range(costs.cluster.num_devices)))
     for k in range(1, costs.cluster.num_devices + 1):
-        for order in itertools.permutations(costs.devices, k):
+        for order in itertools.permutations(groups, k):
+            if not _disjoint(order):
+                continue
             for cuts in itertools.combinations(range(1, L), k - 1):
                 edges = [0, *cuts, L]
-                stages = [Stage(d, a, b) for d, a, b in zip(order, edges, edges[1:])]
-                if all(costs.stage_bytes(s.first, s.stop) <= costs.capacity[costs.cluster.index(s.device)]
-                       for s in stages):
+                stages = [g.stage(costs, a, b) for g, a, b in zip(order, edges, edges[1:])]
+                if all(costs.stage_memory(s)[d] <= costs.capacity[costs.cluster.index(d)]
+                       for s in stages for d in s.devices):
                     yield stages
+
+
+def _disjoint(groups: tuple[Group, ...]) -> bool:
+    seen = 0
+    for g in groups:
+        if seen & g.mask:
+            return False
+        seen |= g.mask
+    return True
 
 
 def _allowed(costs: LlmCosts, devices: list[str] | None) -> list[int]:
@@ -151,57 +251,61 @@ def _infeasible(costs: LlmCosts, allowed: list[int]) -> InfeasibleError:
                            "stream(s) included)")
 
 
-def _best_pipeline(costs: LlmCosts, phase: int, allowed: list[int], table: np.ndarray, hop: np.ndarray,
-                   back: np.ndarray) -> tuple[float, list[Stage]]:
-    """The least sum of stage (``table`` [D, L+1, L+1]) and hop seconds over ordered subsets of ``allowed``
-    and their cuts, and its stages ((inf, []) when nothing is finite)."""
+def _best_pipeline(costs: LlmCosts, groups: list[Group], table: np.ndarray, blocks: np.ndarray, heads: np.ndarray,
+                   hop: np.ndarray, back: np.ndarray) -> tuple[float, list[Stage]]:
+    """The least sum of stage (``table`` [G, L+1, L+1]) and hop (``hop``, ``back`` [G, G]) seconds over
+    ordered sequences of disjoint ``groups`` and their cuts, and its stages ((inf, []) when nothing is finite)."""
     L = costs.config.blocks
     best: tuple[float, list[Stage]] = (np.inf, [])
-    blocks = costs.block_s[phase][allowed].min(axis=0)                        # cheapest device per block
-    rest = np.append(np.cumsum(blocks[::-1])[::-1], 0.0) + costs.head_s[phase][allowed].min()
+    cheapest = blocks.min(axis=0)                                             # cheapest group per block
+    rest = np.append(np.cumsum(cheapest[::-1])[::-1], 0.0) + heads.min()
     rest[L] = 0.0                                       # rest[j]: a lower bound on what blocks j.. still cost
-    for f in allowed:                                   # the devices alone first: a bound for the rest
-        if table[f, 0, L] < best[0]:
-            best = (float(table[f, 0, L]), [Stage(costs.devices[f], 0, L)])
-    for f in allowed:
-        # dp[(mask, d)] = (cost over boundary j [L+1], parent (prev mask, prev d, prev boundary) per j)
-        dp: dict[tuple[int, int], tuple[np.ndarray, list]] = {(1 << f, f): (table[f, 0].copy(), [None] * (L + 1))}
-        for size in range(1, len(allowed) + 1):
-            layer = [(k, v) for k, v in dp.items() if bin(k[0]).count("1") == size]
-            for (mask, d), (val, _) in layer:
-                if val[L] < np.inf:
-                    total = val[L] + (back[d, f] if d != f else 0.0)
+    masks = [g.mask for g in groups]
+    for f, group in enumerate(groups):                  # every group alone first: a bound for the rest
+        alone = table[f, 0, L] + back[f, f]
+        if alone < best[0]:
+            best = (float(alone), [group.stage(costs, 0, L)])
+    for f in range(len(groups)):
+        # dp[(mask, g)] = (cost over boundary j [L+1], parent (prev mask, prev g, prev boundary) per j)
+        dp: dict[tuple[int, int], tuple[np.ndarray, list]] = {(masks[f], f): (table[f, 0].copy(), [None] * (L + 1))}
+        for size in range(bin(masks[f]).count("1"), costs.cluster.num_devices + 1):
+            # every state of this many devices is final: transitions only add devices
+            for key in [k for k in dp if bin(k[0]).count("1") == size]:
+                mask, g = key
+                val = dp[key][0]
+                if val[L] < np.inf and key != (masks[f], f):
+                    total = val[L] + back[g, f]
                     if total < best[0]:
-                        best = (total, _unwind(dp, costs, mask, d, L))
+                        best = (total, _unwind(dp, costs, groups, mask, g, L))
                 if not (val[1:L] + rest[1:L] < best[0]).any():   # no extension can beat the best so far
                     continue
-                for e in allowed:
-                    if mask >> e & 1:
+                for e, m in enumerate(masks):
+                    if mask & m:
                         continue
-                    cand = val[:, None] + hop[d, e] + table[e]          # [b, j]
+                    cand = val[:, None] + hop[g, e] + table[e]          # [b, j]
                     cand[0, :] = np.inf                                 # only the first stage starts at 0
                     j_best = cand.min(axis=0)
                     if not (j_best + rest < best[0]).any():
                         continue
                     arg = cand.argmin(axis=0)
-                    key = (mask | 1 << e, e)
-                    old, parents = dp.get(key, (np.full(L + 1, np.inf), [None] * (L + 1)))
+                    new = (mask | m, e)
+                    old, parents = dp.get(new, (np.full(L + 1, np.inf), [None] * (L + 1)))
                     better = j_best < old
                     for j in np.nonzero(better)[0]:
-                        parents[j] = (mask, d, int(arg[j]))
-                    dp[key] = (np.where(better, j_best, old), parents)
+                        parents[j] = (mask, g, int(arg[j]))
+                    dp[new] = (np.where(better, j_best, old), parents)
     return best
 
 
-def _unwind(dp: dict, costs: LlmCosts, mask: int, d: int, j: int) -> list[Stage]:
+def _unwind(dp: dict, costs: LlmCosts, groups: list[Group], mask: int, g: int, j: int) -> list[Stage]:
     stages = []
     while True:
-        parent = dp[(mask, d)][1][j]
+        parent = dp[(mask, g)][1][j]
         b = 0 if parent is None else parent[2]
-        stages.append(Stage(costs.devices[d], b, j))
+        stages.append(groups[g].stage(costs, b, j))
         if parent is None:
             return stages[::-1]
-        mask, d, j = parent
+        mask, g, j = parent
 
 
 def best_single(costs: LlmCosts, objective: str = "decode", devices: list[str] | None = None) -> PipelineChoice | None:
