@@ -341,4 +341,4 @@ def test_plan_of_a_gguf_sets_exos_split_beside_the_plan_and_the_plan_is_no_slowe
     assert exo["stages"] == [{"device": "slow", "blocks": [0, 1]}, {"device": "fast", "blocks": [1, 2]}]
     assert doc["predicted"]["s_per_token"] < exo["predicted"]["s_per_token"]
     assert main(["plan", str(tiny_gguf), "--cluster", str(path)]) == 0
-    assert "memory-proportional: slow 0-0 | fast 1-1" in capsys.readouterr().out
+    assert "memory-proportional: slow blocks 0-0 | fast blocks 1-1" in capsys.readouterr().out

@@ -36,6 +36,9 @@ def register(sub) -> None:
     p.add_argument("--rule", choices=RULES, default=None,
                    help="split by another tool's rule instead of planning, to run it beside hetsplit's plan: "
                         "memory-proportional is exo's default and llama.cpp RPC's (blocks in proportion to memory)")
+    p.add_argument("--no-tensor-parallel", action="store_true",
+                   help="plan pipelines of whole blocks only (by default a stage may be split over several devices, "
+                        "each with its share of the heads, FFN columns and head rows)")
     p.add_argument("--no-probe", action="store_true",
                    help="cost local-cpu devices by their device model, not by a torch probe of this machine")
     p.add_argument("--emulate-links", action="store_true",
@@ -67,7 +70,8 @@ def run(args) -> int:
         raise UsageError("--plan, --stages and --rule: give one (a plan to run, an even cut, or another tool's rule)")
     opts = GenerateOptions(args.prompt, args.tokens, args.objective, args.stages, not args.no_probe, args.verify,
                            args.emulate_links, args.emulate_devices, args.timeout, recover=args.recover,
-                           plan=read_generation_plan(args.plan) if args.plan else None, rule=args.rule)
+                           plan=read_generation_plan(args.plan) if args.plan else None, rule=args.rule,
+                           tensor_parallel=not args.no_tensor_parallel)
 
     def stream(text: str) -> None:
         sys.stdout.write(text)
@@ -83,10 +87,10 @@ def run(args) -> int:
     print()
     if (rec := result.recovery) is not None:
         print(f"\nrecovered: {rec.device} failed after {rec.tokens_before} tokens ({rec.error}); the plan "
-              f"({rec.plan.how}) was " + " | ".join(f"{s.device} blocks {s.first}-{s.stop - 1}" for s in rec.plan.stages)
+              f"({rec.plan.how}) was " + _stages(rec.plan.stages)
               + "; the KV cache rebuilt from the prompt and those tokens, measured below from there")
     plan, m = result.plan, result.measured
-    print(f"\nplan ({plan.how}): " + " | ".join(f"{s.device} blocks {s.first}-{s.stop - 1}" for s in plan.stages))
+    print(f"\nplan ({plan.how}): " + _stages(plan.stages))
     _print_emulation(m)
     d = m.dilation       # device emulation: measured / D is the cluster's time
     head = "measured" if m.device_emulation is None else "measured / D"
@@ -134,7 +138,7 @@ def plan_gguf(model: str, cluster_spec: str, objective: str, as_json: bool, out:
     from hetsplit.graph.llm.load import read_model
     from hetsplit.outpath import output_dir, write_text
     from hetsplit.workflow import load_cluster_spec
-    from hetsplit.workflow.generate import PlanOptions, plan_generation, references
+    from hetsplit.workflow.generate import PlanOptions, plan_generation, references, stage_dict
 
     folder = output_dir(out)
     cluster = load_cluster_spec(cluster_spec)
@@ -147,7 +151,7 @@ def plan_gguf(model: str, cluster_spec: str, objective: str, as_json: bool, out:
            "objective": "streams" if streams > 1 else objective, "streams": streams, **plan.to_dict(),
            "alone": {r.device: r.predicted.to_dict() for r in refs if r.device is not None and r.predicted},
            "rules": {r.name: None if r.predicted is None else
-                     {"stages": [{"device": s.device, "blocks": [s.first, s.stop]} for s in r.stages],
+                     {"stages": [stage_dict(s) for s in r.stages],
                       "predicted": r.predicted.to_dict()} for r in refs if r.device is None}}
     if folder is not None:
         write_text(folder / "generation-plan.json", json.dumps(doc, indent=1) + "\n")
@@ -175,9 +179,18 @@ def plan_gguf(model: str, cluster_spec: str, objective: str, as_json: bool, out:
         if r.predicted is None:
             print(f"{r.name}: not applied ({r.why})")
     print("memory-proportional: exo's default split and llama.cpp RPC's (whole blocks in proportion to each "
-          "device's memory, every device used)")
+          "device's memory, every device used); equal-slices: distributed-llama's (every block tensor-parallel "
+          "over every device, equal slices)")
     return 0
 
 
 def _stages(stages: list[Stage]) -> str:
-    return " | ".join(f"{s.device} {s.first}-{s.stop - 1}" for s in stages)
+    """Stages as ``device blocks`` (a tensor-parallel one: its devices joined by +, each one's share)."""
+    def one(s: Stage) -> str:
+        if not s.shares:
+            return f"{s.device} blocks {s.first}-{s.stop - 1}"
+        parts = ", ".join(f"{m.device} {m.share.size('kv_heads')} KV heads/{m.share.size('ffn')} FFN columns/"
+                          f"{m.share.size('vocab')} head rows" for m in s.shares)
+        return f"{'+'.join(s.devices)} blocks {s.first}-{s.stop - 1} tensor-parallel ({parts})"
+
+    return " | ".join(one(s) for s in stages)

@@ -1,5 +1,11 @@
 """Pipeline decode of a GGUF LLM by real processes: each stage owns whole blocks and keeps their KV cache.
 
+A stage may be tensor-parallel: several ranks, one per device, each with its ``TensorShare`` of the
+stage's blocks (``graph.llm.shares``); they sum their partial outputs twice per block (a star all-reduce
+through the stage's leader, its first rank), the stage before sends its hidden state to each of them, the
+last stage's members send their best logit to its leader, which picks the token and sends it to every
+member of the first stage. One worker program runs every rank of every kind of stage.
+
 ``run_pipeline_decode(job, options)`` starts one process per stage with the runtime's launcher
 (``runtime.launch``: rendezvous, supervision, a dead process ends the run naming its device). Rank
 ``r`` runs stage ``r`` (``runtime.llm_pipeline_worker``): stage 0 embeds the tokens, the last stage
@@ -36,6 +42,7 @@ from typing import TYPE_CHECKING, Callable
 import torch
 
 from hetsplit.errors import PlanError, RuntimeFailure
+from hetsplit.graph.llm.shares import TensorShare
 from hetsplit.runtime.config import RunConfig
 from hetsplit.runtime.cpu_throttle import MIN_QUOTA_US
 from hetsplit.runtime.launch import Launcher
@@ -47,11 +54,15 @@ if TYPE_CHECKING:     # imported where used: netem needs Linux network tools; th
 
 WORKER_MODULE = "hetsplit.runtime.llm_pipeline_worker"
 JOB_FILE = "job.json"
-LOGITS_FILE = "logits.pt"
+LOGITS_FILE = "logits-{rank}.pt"    # each rank of the last stage: its rows of every step's logits
 TOKENS_FILE = "tokens.txt"
 BURST_PERIOD_US = MIN_QUOTA_US     # the shortest CFS period: a stage's whose bursts are not known
 MAX_BURST_PERIOD_US = 10_000
 PERIODS_PER_BURST = 8
+
+
+def logits_file(rank: int) -> str:
+    return LOGITS_FILE.format(rank=rank)
 
 
 def burst_period_us(bursts: dict[str, tuple[float, float]]) -> int:
@@ -73,31 +84,66 @@ class Member:
 
 @dataclass
 class PipelineJob:
-    """The model file, the stages (device, first block, stop block), the prompt and how many tokens to make."""
+    """The model file, the ranks (each rank's device, its stage's first and stop block, its stage's index
+    and, in a tensor-parallel stage, its share), the prompt and how many tokens to make."""
 
     model: str
     devices: list[str]
-    bounds: list[list[int]]           # per stage [first, stop) of its blocks
+    bounds: list[list[int]]           # per rank: [first, stop) of its stage's blocks
     blocks: int
     prompt: list[int]
     new_tokens: int
     keep_logits: bool = True
+    stage_of: list[int] | None = None          # per rank: its stage (None: one rank per stage)
+    shares: list[dict | None] | None = None    # per rank: its ``TensorShare.to_dict`` (None: whole blocks)
 
     def __post_init__(self) -> None:
-        if len(self.devices) != len(self.bounds) or not self.devices:
-            raise PlanError(f"{len(self.devices)} devices for {len(self.bounds)} stages")
-        if len(set(self.devices)) != len(self.devices):
-            raise PlanError(f"a device runs two stages: {self.devices}")
-        edges = [0] + [b for _, b in self.bounds]
-        if [a for a, _ in self.bounds] != edges[:-1] or edges[-1] != self.blocks or \
-                any(a >= b for a, b in self.bounds):
-            raise PlanError(f"stages {self.bounds} do not cover blocks 0..{self.blocks - 1} in order, each non-empty")
+        n = len(self.devices)
+        if len(self.bounds) != n or not self.devices:
+            raise PlanError(f"{n} devices for {len(self.bounds)} ranks' blocks")
+        if len(set(self.devices)) != n:
+            raise PlanError(f"a device runs two ranks: {self.devices}")
+        stage_of = self.stage_of if self.stage_of is not None else list(range(n))
+        if len(stage_of) != n or stage_of[0] != 0 or any(type(x) is not int for x in stage_of) or \
+                any(b - a not in (0, 1) for a, b in zip(stage_of, stage_of[1:])):
+            raise PlanError(f"stage_of {stage_of}: each rank's stage, from 0, the ranks of a stage next to each other")
+        self.stage_of = stage_of
+        shares: list[dict | None] = self.shares if self.shares is not None else [None] * n
+        if len(shares) != n:
+            raise PlanError(f"{len(shares)} shares for {n} ranks")
+        self.shares = shares
+        for s in range(self.stages):
+            ranks = self.ranks_of(s)
+            if any(self.bounds[r] != self.bounds[ranks[0]] for r in ranks):
+                raise PlanError(f"the ranks {ranks} of stage {s} name different blocks")
+            if (len(ranks) > 1) != all(shares[r] is not None for r in ranks) or \
+                    (len(ranks) == 1 and shares[ranks[0]] is not None):
+                raise PlanError(f"stage {s}: every rank of a tensor-parallel stage has a share, a rank alone none")
+        leaders = [self.bounds[self.ranks_of(s)[0]] for s in range(self.stages)]
+        edges = [0] + [b for _, b in leaders]
+        if [a for a, _ in leaders] != edges[:-1] or edges[-1] != self.blocks or any(a >= b for a, b in leaders):
+            raise PlanError(f"stages {leaders} do not cover blocks 0..{self.blocks - 1} in order, each non-empty")
         if not self.prompt or self.new_tokens < 1:
             raise PlanError("a pipeline decode needs a prompt and at least one new token")
 
     @property
     def world_size(self) -> int:
         return len(self.devices)
+
+    @property
+    def stages(self) -> int:
+        assert self.stage_of is not None
+        return self.stage_of[-1] + 1
+
+    def ranks_of(self, stage: int) -> list[int]:
+        """The ranks of ``stage``, its leader first."""
+        assert self.stage_of is not None
+        return [r for r, s in enumerate(self.stage_of) if s == stage]
+
+    def share_of(self, rank: int) -> TensorShare | None:
+        assert self.shares is not None
+        doc = self.shares[rank]
+        return None if doc is None else TensorShare.from_dict(doc, f"rank {rank}'s share")
 
     def worker(self, rank: int) -> Member:
         return Member(rank, self.devices[rank])
@@ -263,17 +309,24 @@ def _run(job: PipelineJob, opts: PipelineOptions, run_dir: Path) -> tuple[
         launcher = Launcher(job, cfg, run_dir, wrap=wrap, peers=TokenStream(run_dir, opts.on_token))
         launcher.module = WORKER_MODULE
         docs = launcher.run()
-        logits = torch.load(run_dir / LOGITS_FILE) if job.keep_logits else None
+        last = job.ranks_of(job.stages - 1)
+        logits = torch.cat([torch.load(run_dir / logits_file(r)) for r in last], dim=1) if job.keep_logits else None
         return docs, logits, emu.describe() if emu is not None else None, devices, prefill
 
 
 def hop_times(job: PipelineJob, docs: dict[int, dict]) -> dict[str, list[float]]:
-    """Each hop's time (sent on one stage's clock to taken on the next's: one host, one clock): the
-    prefill step's and the median decode step's."""
-    k = job.world_size
+    """Each hop's time (sent on one stage's leader's clock to taken on the next's: one host, one clock): the
+    prefill step's and the median decode step's; and each tensor-parallel stage's syncs per step as its
+    leader waited in them (``"a+b syncs"``). Named as ``estimate.llm.predict_pipeline`` names them."""
     out = {}
-    for r in range(k if k > 1 else 0):
-        nxt = (r + 1) % k
-        times = [b["arrived_at"] - a["sent_at"] for a, b in zip(docs[r]["steps"], docs[nxt]["steps"])]
-        out[f"{job.devices[r]}->{job.devices[nxt]}"] = [times[0], _median(times[1:])]
+    k = job.stages
+    for s in range(k if k > 1 else 0):
+        a, b = job.ranks_of(s), job.ranks_of((s + 1) % k)
+        times = [y["arrived_at"] - x["sent_at"] for x, y in zip(docs[a[0]]["steps"], docs[b[0]]["steps"])]
+        out[f"{job.devices[a[0]]}->{'+'.join(job.devices[r] for r in b)}"] = [times[0], _median(times[1:])]
+    for s in range(k):
+        ranks = job.ranks_of(s)
+        if len(ranks) > 1:
+            syncs = [step.get("sync_s", 0.0) for step in docs[ranks[0]]["steps"]]
+            out[f"{'+'.join(job.devices[r] for r in ranks)} syncs"] = [syncs[0], _median(syncs[1:])]
     return out

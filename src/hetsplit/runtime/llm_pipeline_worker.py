@@ -1,11 +1,14 @@
-"""One stage of a pipeline decode: ``python -m hetsplit.runtime.llm_pipeline_worker RUN_DIR RANK``.
+"""One rank of a pipeline decode: ``python -m hetsplit.runtime.llm_pipeline_worker RUN_DIR RANK``.
 
-The rank reads its blocks from the GGUF file (``graph.llm``: only its tensors, dequantized), joins the
-run's gloo group (``wire.connect``) and runs the job's steps: it receives the hidden state from the
-stage before (stage 0: the tokens, from itself), runs its blocks with their KV cache and sends the
-result on; the last stage applies the LM head, keeps the step's logits and sends the greedy token
-back to stage 0, which appends it to ``tokens.txt`` and feeds it to the next step. Each step's
-receive is posted before the stage computes. Under link emulation a sender sleeps the link's latency
+The rank reads its blocks from the GGUF file (``graph.llm``: only its tensors, dequantized; in a
+tensor-parallel stage only its share's slices), joins the run's gloo group (``wire.connect``) and runs
+the job's steps: it receives the hidden state from the stage before's leader (stage 0: the tokens), runs
+its blocks with their KV cache and, if it leads its stage, sends the result to every rank of the next;
+in a tensor-parallel stage every block's two partial sums go through the stage's leader, which adds them
+up and sends the sum back (``all_reduce``). The last stage applies the LM head (each member its rows),
+keeps the step's logits, and its leader picks the greedy token from each member's best logit and sends
+it to every rank of stage 0; rank 0 appends it to ``tokens.txt``, and every rank of stage 0 feeds it to
+the next step. Each step's receives are posted before the rank computes. Under link emulation a sender sleeps the link's latency
 where netem cannot add it (``cfg.delays_s``, as ``runtime.worker``); under device emulation the rank
 joins its cgroup once connected. Failures and reports go through ``process.main``.
 """
@@ -23,11 +26,13 @@ import torch
 from hetsplit.graph.llm.decoder import Decoder, StageSpec
 from hetsplit.graph.llm.load import read_model
 from hetsplit.runtime.config import RunConfig
-from hetsplit.runtime.llm_pipeline import LOGITS_FILE, TOKENS_FILE, PipelineJob
+from hetsplit.errors import RuntimeFailure
+from hetsplit.graph.llm.shares import check_shares
+from hetsplit.runtime.llm_pipeline import TOKENS_FILE, PipelineJob, logits_file
 from hetsplit.runtime.manifest import Edge
 from hetsplit.runtime.wire import Wire
 
-HIDDEN_TAG, TOKEN_TAG = 1 << 11, (1 << 11) + 1
+HIDDEN_TAG, TOKEN_TAG, REDUCE_UP_TAG, REDUCE_DOWN_TAG, PICK_TAG = ((1 << 11) + k for k in range(5))
 
 
 class Hops:
@@ -46,18 +51,21 @@ class Hops:
         e = self.edge(peer, tag)
         return e, self.wire.post(e, [buf], sending=False), buf
 
-    def take(self, posted: tuple) -> np.ndarray:
+    def take(self, posted: tuple, hop: bool = True) -> np.ndarray:
+        """The posted receive's buffer once it arrived; ``hop``: a stage-to-stage hop (its arrival time kept)."""
         e, works, buf = posted
         t0 = time.perf_counter()
         self.wire.wait(works, e, sending=False)
         self.wait_s += time.perf_counter() - t0
-        self.arrived_at = time.time()          # the host clock, shared by every stage here
+        if hop:
+            self.arrived_at = time.time()          # the host clock, shared by every stage here
         return buf
 
-    def send(self, peer: int, x: torch.Tensor, tag: int) -> None:
+    def send(self, peer: int, x: torch.Tensor, tag: int, hop: bool = True) -> None:
         delay = self.cfg.delay(self.rank, peer)
         t0 = time.perf_counter()
-        self.sent_at = time.time()
+        if hop:
+            self.sent_at = time.time()
         if delay > 0:
             time.sleep(delay)
         e = self.edge(peer, tag)
@@ -77,19 +85,82 @@ def warm_up(dec: Decoder, embeds: bool, dim: int, prompt: int) -> None:
         dec.forward(x, pos)
 
 
+class Place:
+    """A rank's place in the job: its stage's ranks (the leader first), the ranks it hands on to, where its
+    input and its tokens come from."""
+
+    def __init__(self, job: PipelineJob, rank: int):
+        stage = job.stage_of[rank] if job.stage_of is not None else rank
+        self.rank, self.ranks = rank, job.ranks_of(stage)
+        self.leader = self.ranks[0]
+        self.prev_leader = job.ranks_of(stage - 1)[0] if stage > 0 else None
+        self.next_ranks = job.ranks_of(stage + 1) if stage + 1 < job.stages else []
+        self.first_ranks = job.ranks_of(0)
+        self.last_leader = job.ranks_of(job.stages - 1)[0]
+        self.embeds, self.heads = stage == 0, stage == job.stages - 1
+
+    @property
+    def leads(self) -> bool:
+        return self.rank == self.leader
+
+    @property
+    def waits_for_token(self) -> bool:
+        """A rank of stage 0 that the token comes to from the last stage's leader."""
+        return self.embeds and self.rank != self.last_leader
+
+
+def all_reduce(hops: Hops, place: Place, partial: torch.Tensor) -> torch.Tensor:
+    """The sum of the stage's partials (the leader's, then each member's in rank order), on every member."""
+    if len(place.ranks) == 1:
+        return partial
+    shape = tuple(partial.shape)
+    if place.leads:
+        posted = [hops.post_recv(r, shape, np.float32, REDUCE_UP_TAG) for r in place.ranks[1:]]
+        total = partial.clone()
+        for p in posted:
+            total += torch.from_numpy(hops.take(p, hop=False))
+        for r in place.ranks[1:]:
+            hops.send(r, total, REDUCE_DOWN_TAG, hop=False)
+        return total
+    down = hops.post_recv(place.leader, shape, np.float32, REDUCE_DOWN_TAG)
+    hops.send(place.leader, partial, REDUCE_UP_TAG, hop=False)
+    return torch.from_numpy(hops.take(down, hop=False))
+
+
+def pick_token(hops: Hops, place: Place, row: torch.Tensor, offset: int, picks: list) -> int | None:
+    """The greedy token over the last stage's members: each sends its best logit and its index to the
+    leader, which takes the largest (the lowest index among equals, as argmax over the whole row does);
+    None on a member."""
+    best = int(row.argmax())
+    mine = torch.tensor([float(row[best]), float(best + offset)], dtype=torch.float64)
+    if not place.leads:
+        hops.send(place.leader, mine, PICK_TAG, hop=False)
+        return None
+    value, token = float(mine[0]), int(mine[1])
+    for p in picks:
+        v, t = hops.take(p, hop=False)
+        if v > value or (v == value and int(t) < token):
+            value, token = float(v), int(t)
+    return token
+
+
 def run_stage(cfg: RunConfig, job: PipelineJob, rank: int, run_dir: Path) -> dict:
-    """Run this stage's share of every step; its measurements (stage 0: the tokens; the last: the logits file)."""
+    """Run this rank's share of every step; its measurements (rank 0: the tokens; the last stage: its logits)."""
     from hetsplit.runtime.cpu_throttle import join_group, release_group
     from hetsplit.runtime.process import inject
     from hetsplit.runtime.wire import connect
 
     model = read_model(job.model)
+    place = Place(job, rank)
     first, stop = job.bounds[rank]
-    last = job.world_size - 1
+    share = job.share_of(rank)
+    if share is not None:
+        members = [job.share_of(r) for r in place.ranks]
+        check_shares([m for m in members if m is not None], model.config, f"stage of blocks {first}..{stop - 1}")
     capacity = len(job.prompt) + job.new_tokens
-    dec = Decoder(model, StageSpec(first, stop, rank == 0, rank == last), capacity)
+    dec = Decoder(model, StageSpec(first, stop, place.embeds, place.heads), capacity, share=share)
     dim = model.config.dim
-    warm_up(dec, rank == 0, dim, len(job.prompt))
+    warm_up(dec, place.embeds, dim, len(job.prompt))
     wire = connect(cfg, job.world_size, job.devices[rank], rank, run_dir)
     decode_group = cfg.cgroups.get(str(rank))
     prefill_group = cfg.first_cgroups.get(str(rank))
@@ -97,34 +168,49 @@ def run_stage(cfg: RunConfig, job: PipelineJob, rank: int, run_dir: Path) -> dic
     hops = Hops(wire, job, rank, cfg)
     fault = cfg.faults.get(str(rank))
     stream = open(run_dir / TOKENS_FILE, "a") if rank == 0 else None
+    offset = share.vocab[0] if share is not None else 0
     steps, logits, generated, feed, pos = [], [], [], list(job.prompt), 0
     for i, n in enumerate(job.steps()):
         if fault and i == int(fault.get("after", 0)):
             inject(fault["kind"])
         wait0, sent0, t0, c0 = hops.wait_s, hops.sent_bytes, time.perf_counter(), time.thread_time()
-        hidden = hops.post_recv(rank - 1, (n, dim), np.float32, HIDDEN_TAG) if rank > 0 else None
-        back = hops.post_recv(last, (1,), np.int64, TOKEN_TAG) if rank == 0 and last > 0 else None
-        x = torch.tensor(feed) if hidden is None else torch.from_numpy(hops.take(hidden))   # None: rank 0
-        out = dec.forward(x, pos)
-        if rank < last:
-            hops.send(rank + 1, out, HIDDEN_TAG)
+        hidden = hops.post_recv(place.prev_leader, (n, dim), np.float32, HIDDEN_TAG) \
+            if place.prev_leader is not None else None
+        back = hops.post_recv(place.last_leader, (1,), np.int64, TOKEN_TAG) if place.waits_for_token else None
+        picks = [hops.post_recv(r, (2,), np.float64, PICK_TAG) for r in place.ranks[1:]] \
+            if place.heads and place.leads else []
+        x = torch.tensor(feed) if hidden is None else torch.from_numpy(hops.take(hidden))   # None: stage 0
+        sync0 = hops.wait_s
+        out = dec.forward(x, pos, reduce=lambda partial: all_reduce(hops, place, partial))
+        sync = hops.wait_s - sync0                 # the stage's all-reduces (0 for a rank alone)
+        token = None
+        if not place.heads:
+            if place.leads:
+                for r in place.next_ranks:
+                    hops.send(r, out, HIDDEN_TAG)
         else:
             row = out[-1]
             if job.keep_logits:
                 logits.append(row.clone())
-            token = torch.tensor([int(row.argmax())], dtype=torch.int64)
-            if last > 0:
-                hops.send(0, token, TOKEN_TAG)
-        if stream is not None:     # rank 0, which feeds the tokens back and streams them
-            feed = [int(hops.take(back)[0])] if back is not None else [int(token[0])]
-            generated.append(feed[0])
-            stream.write(f"{feed[0]}\n")
-            stream.flush()
+            token = pick_token(hops, place, row, offset, picks)
+            if token is not None:
+                for r in place.first_ranks:
+                    if r != rank:
+                        hops.send(r, torch.tensor([token], dtype=torch.int64), TOKEN_TAG)
+        if place.embeds:     # stage 0 feeds the token back (rank 0 streams it)
+            if back is None and token is None:
+                raise RuntimeFailure(f"rank {rank} of stage 0 has no token to feed back", job.devices[rank])
+            feed = [int(hops.take(back)[0])] if back is not None else [int(token)]  # type: ignore[arg-type]
+            if stream is not None:
+                generated.append(feed[0])
+                stream.write(f"{feed[0]}\n")
+                stream.flush()
         pos += n
         wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
         wait = hops.wait_s - wait0
         steps.append({"tokens": n, "wall_s": wall, "wait_s": wait, "compute_s": wall - wait, "cpu_s": cpu,
-                      "sent_bytes": hops.sent_bytes - sent0, "sent_at": hops.sent_at, "arrived_at": hops.arrived_at})
+                      "sync_s": sync, "sent_bytes": hops.sent_bytes - sent0, "sent_at": hops.sent_at,
+                      "arrived_at": hops.arrived_at})
         if i == 0 and prefill_group:
             if decode_group:
                 join_group(decode_group)       # the prompt's share, then the decode steps'
@@ -132,11 +218,12 @@ def run_stage(cfg: RunConfig, job: PipelineJob, rank: int, run_dir: Path) -> dic
                 release_group(prefill_group)   # the decode steps at a whole core: no quota
     release_group(decode_group)         # the steps are done: what follows runs at full speed
     wire.pg.barrier().wait()            # nobody leaves while a peer may still read from it
-    if rank == last and job.keep_logits:
-        torch.save(torch.stack(logits), run_dir / LOGITS_FILE)
+    if place.heads and job.keep_logits:
+        torch.save(torch.stack(logits), run_dir / logits_file(rank))
     if stream is not None:
         stream.close()
-    return {"steps": steps, "generated": generated, "blocks": [first, stop]}
+    return {"steps": steps, "generated": generated, "blocks": [first, stop],
+            "share": share.to_dict() if share is not None else None}
 
 
 def stage_work(cfg: RunConfig, rank: int, run_dir: Path) -> tuple[str, Callable[[], dict]]:

@@ -5,8 +5,10 @@ backend does unless ``--tensor-split`` is tuned by hand: every device takes a ru
 proportion to its memory, the devices in order of memory, largest first. It uses every device, whatever
 its speed or link, so a slow device with much memory slows every token.
 
-Not here: distributed-llama's equal tensor-parallel slices (hetsplit's LLM runtime runs pipelines of
-whole blocks, not tensor-parallel shares of one).
+``equal_slices`` is distributed-llama's: one tensor-parallel stage of every device, each holding an equal
+slice of every block's KV-head groups, FFN columns and head rows, whatever its speed (distributed-llama
+also requires the KV heads to divide evenly by the devices; here a part that does not divide is cut as
+evenly as its units allow, the first devices taking one more, so the rule applies to any count).
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ import math
 from collections.abc import Callable
 
 from hetsplit.errors import UsageError
-from hetsplit.estimate.llm import LlmCosts, Stage
+from hetsplit.estimate.llm import LlmCosts, Stage, StageShare
+from hetsplit.estimate.llm_shares import equal_shares
+
 
 def memory_proportional(costs: LlmCosts, devices: list[str] | None = None) -> list[Stage]:
     """exo's rule over ``devices`` (default: all of the cluster's): sorted by memory (largest first, then
@@ -40,7 +44,18 @@ def memory_proportional(costs: LlmCosts, devices: list[str] | None = None) -> li
     return stages
 
 
-RULES: dict[str, Callable[[LlmCosts, list[str] | None], list[Stage]]] = {"memory-proportional": memory_proportional}
+def equal_slices(costs: LlmCosts, devices: list[str] | None = None) -> list[Stage]:
+    """distributed-llama's rule over ``devices`` (default: all of the cluster's, in its order; the first
+    leads, as its root node does): one stage of every block, each device an equal slice of each part."""
+    names = devices or costs.devices
+    if len(names) < 2:
+        raise UsageError(f"equal tensor-parallel slices need two or more devices, got {names}")
+    shares = equal_shares(costs.shares, len(names))
+    return [Stage(names[0], 0, costs.config.blocks, tuple(StageShare(n, sh) for n, sh in zip(names, shares)))]
+
+
+RULES: dict[str, Callable[[LlmCosts, list[str] | None], list[Stage]]] = {"memory-proportional": memory_proportional,
+                                                                         "equal-slices": equal_slices}
 
 
 def rule_stages(costs: LlmCosts, rule: str, devices: list[str] | None = None) -> list[Stage]:

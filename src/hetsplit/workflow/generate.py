@@ -13,16 +13,17 @@ import torch
 
 from hetsplit.cluster.types import Cluster
 from hetsplit.costs.llm_probe import ProbeShape, TorchCpuProbe, probe_device, probe_torch_cpu
-from hetsplit.errors import HetsplitError, RuntimeFailure, UsageError
-from hetsplit.estimate.llm import (DECODE, PREFILL, LlmCostOptions, LlmCosts, PipelinePrediction, Stage, llm_costs,
-                                   predict_pipeline)
+from hetsplit.errors import HetsplitError, PlanError, RuntimeFailure, UsageError
+from hetsplit.estimate.llm import (DECODE, PREFILL, LlmCostOptions, LlmCosts, PipelinePrediction, Stage, StageShare,
+                                   llm_costs, predict_pipeline)
 from hetsplit.graph.llm.config import LlmConfig
 from hetsplit.graph.llm.decoder import Decoder, StageSpec
 from hetsplit.graph.llm.load import LlmModel, model_tokenizer, read_model
+from hetsplit.graph.llm.shares import PARTS, TensorShare
 from hetsplit.graph.llm.step_graph import FLOAT32, STORED
 from hetsplit.runtime.llm_pipeline import (BURST_PERIOD_US, PipelineJob, PipelineOptions, PipelineReport,
                                            burst_period_us, run_pipeline_decode)
-from hetsplit.search.llm_pipeline import PipelineChoice, best_single, plan_pipeline, plan_streams
+from hetsplit.search.llm_pipeline import MAX_TP_DEVICES, PipelineChoice, best_single, plan_pipeline, plan_streams
 from hetsplit.search.llm_rules import rule_stages
 
 if TYPE_CHECKING:
@@ -52,8 +53,27 @@ def read_generation_plan(path: str | Path) -> tuple[Stage, ...]:
         if not (isinstance(st, dict) and isinstance(st.get("device"), str) and isinstance(blocks, list)
                 and len(blocks) == 2 and all(type(b) is int for b in blocks)):
             raise UsageError(f"{where}: stage {i} must be {{\"device\": NAME, \"blocks\": [FIRST, STOP]}}")
-        stages.append(Stage(st["device"], blocks[0], blocks[1]))
+        stages.append(Stage(st["device"], blocks[0], blocks[1], _read_shares(st.get("shares"), f"{where}: stage {i}")))
     return tuple(stages)
+
+
+def _read_shares(raw: Any, where: str) -> tuple[StageShare, ...]:
+    """A stage's ``shares`` (absent: whole blocks on its device): ``[{device, kv_heads, ffn, vocab}, ...]``."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not 2 <= len(raw) <= MAX_STAGES:
+        raise UsageError(f"{where}: 'shares' must be a list of 2 to {MAX_STAGES} shares")
+    out = []
+    for k, doc in enumerate(raw):
+        if not isinstance(doc, dict) or not isinstance(doc.get("device"), str):
+            raise UsageError(f"{where}: share {k} must be {{\"device\": NAME, \"kv_heads\": [A, B], \"ffn\": [A, B], "
+                             "\"vocab\": [A, B]}")
+        try:
+            share = TensorShare.from_dict({p: doc.get(p) for p in PARTS}, f"{where}: share {k}")
+        except PlanError as exc:
+            raise UsageError(str(exc)) from None
+        out.append(StageShare(doc["device"], share))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -72,6 +92,7 @@ class PlanOptions:
     given: tuple[Stage, ...] | None = None      # a plan to run as it is (``read_generation_plan``)
     rule: str | None = None   # split by another tool's rule instead of planning (``search.llm_rules``)
     streams: int = 1          # generations decoding at once: > 1 plans for their tokens/s together
+    tensor_parallel: bool = True   # the planner may give a stage to several devices, each its share
 
 
 @dataclass
@@ -87,10 +108,30 @@ class GenerationPlan:
 
     def to_dict(self) -> dict[str, Any]:
         """``hetsplit.generation-plan/1``: what ``generate --plan`` reads back (its stages), with the figures."""
-        return {"format": PLAN_FORMAT, "stages": [{"device": s.device, "blocks": [s.first, s.stop]} for s in self.stages],
+        return {"format": PLAN_FORMAT, "stages": [stage_dict(s) for s in self.stages],
                 "how": self.how, "predicted": self.predicted.to_dict(),
                 "best_single": None if self.single is None or self.single_predicted is None else
                 {"device": self.single.stages[0].device, "predicted": self.single_predicted.to_dict()}}
+
+
+def stage_dict(stage: Stage) -> dict[str, Any]:
+    """A stage as a generation plan writes it (``shares`` only for a tensor-parallel one)."""
+    doc: dict[str, Any] = {"device": stage.device, "blocks": [stage.first, stage.stop]}
+    if stage.shares:
+        doc["shares"] = [{"device": m.device, **m.share.to_dict()} for m in stage.shares]
+    return doc
+
+
+def pipeline_job(model_path: str | Path, stages: list[Stage], blocks: int, prompt: list[int], new_tokens: int,
+                 keep_logits: bool) -> PipelineJob:
+    """The runtime's job for ``stages``: one rank per device, the ranks of a stage next to each other, its
+    leader first."""
+    ranks: list[tuple[int, str, dict | None]] = []
+    for k, s in enumerate(stages):
+        ranks += [(k, m.device, m.share.to_dict()) for m in s.shares] if s.shares else [(k, s.device, None)]
+    return PipelineJob(str(model_path), [d for _, d, _ in ranks],
+                       [[stages[k].first, stages[k].stop] for k, _, _ in ranks], blocks, prompt, new_tokens,
+                       keep_logits=keep_logits, stage_of=[k for k, _, _ in ranks], shares=[sh for _, _, sh in ranks])
 
 
 def host_probe(config: LlmConfig, prompt_tokens: int, new_tokens: int) -> TorchCpuProbe:
@@ -138,7 +179,9 @@ def plan_generation(model: LlmModel, cluster: Cluster, options: PlanOptions) -> 
         stages = plan_streams(costs, allowed).stages
         how = f"exact ({options.streams} streams: a DP per cap on the busiest stage or hop, binary search)"
     else:
-        stages, how = plan_pipeline(costs, options.objective, allowed).stages, f"exact DP ({options.objective})"
+        tp = options.tensor_parallel and len(allowed) <= MAX_TP_DEVICES
+        stages = plan_pipeline(costs, options.objective, allowed, tensor_parallel=tp).stages
+        how = f"exact DP ({options.objective}" + ("; tensor-parallel stages searched)" if tp else ")")
     single = best_single(costs, options.objective, allowed)
     predicted = predict_pipeline(costs, stages)       # checks the stages: devices of the cluster, every block once
     if options.given is not None and not predicted.fits:
@@ -215,9 +258,8 @@ def stage_emulation(model: LlmModel, plan: GenerationPlan, cores: int | None = N
     for phase, name in ((PREFILL, "prefill"), (DECODE, "decode")):
         times[phase] = {}
         for s in plan.stages:
-            d = plan.costs.cluster.index(s.device)
-            times[phase][s.device] = (float(plan.costs.stage_s(phase, d, s.first, s.stop)),
-                                      float(host.stage_s(phase, d, s.first, s.stop)))
+            on_device, on_host = plan.costs.member_s(phase, s), host.member_s(phase, s)
+            times[phase].update({d: (on_device[d], on_host[d]) for d in s.devices})
         phases.append(emulation_of(times[phase], cores or usable_cores(), how.format(name)))
     dilation = max(e.dilation for e in phases)
     prefill, decode = (DeviceEmulation({d: s * e.dilation / dilation for d, s in e.shares.items()}, dilation, e.host)
@@ -261,6 +303,7 @@ class GenerateOptions:
     recover: bool = False      # a device that fails: re-plan without it, rebuild the KV cache, go on
     plan: tuple[Stage, ...] | None = None      # run these stages (``read_generation_plan``) instead of planning
     rule: str | None = None    # split by another tool's rule (``search.llm_rules.RULES``) instead of planning
+    tensor_parallel: bool = True   # the planner may give a stage to several devices (``PlanOptions``)
 
 
 @dataclass
@@ -357,7 +400,7 @@ def generate(model_path: str | Path, cluster: Cluster, options: GenerateOptions,
                          f"{model.config.context}")
     plan = plan_generation(model, cluster, PlanOptions(len(prompt), options.tokens, options.objective,
                                                        options.stages, options.probe, given=options.plan,
-                                                       rule=options.rule))
+                                                       rule=options.rule, tensor_parallel=options.tensor_parallel))
     got: list[int] = []
     shown = [""]
 
@@ -369,9 +412,8 @@ def generate(model_path: str | Path, cluster: Cluster, options: GenerateOptions,
             shown[0] = text
 
     def run(plan: GenerationPlan, before: list[int], faults: dict[str, dict]) -> PipelineReport:
-        job = PipelineJob(str(model_path), [s.device for s in plan.stages], [[s.first, s.stop] for s in plan.stages],
-                          model.config.blocks, prompt + before, options.tokens - len(before),
-                          keep_logits=options.verify)
+        job = pipeline_job(model_path, plan.stages, model.config.blocks, prompt + before, options.tokens - len(before),
+                           options.verify)
         links = None
         if options.emulate_links:
             from hetsplit.runtime.netem import LinkMatrix
@@ -412,7 +454,8 @@ def replan_without(model: LlmModel, cluster: Cluster, options: GenerateOptions, 
     try:
         return plan_generation(model, cluster, PlanOptions(prompt_tokens + recovery.tokens_before,
                                                            options.tokens - recovery.tokens_before,
-                                                           options.objective, 0, options.probe, left))
+                                                           options.objective, 0, options.probe, left,
+                                                           tensor_parallel=options.tensor_parallel))
     except HetsplitError as exc:
         raise RuntimeFailure(f"{recovery.error}; --recover: no plan without {recovery.device}: {exc}",
                              recovery.device) from None

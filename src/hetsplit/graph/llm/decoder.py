@@ -2,11 +2,17 @@
 of blocks, with the embedding on the first stage and the final norm and LM head on the last. Each
 block keeps its KV cache (``capacity`` positions); ``forward`` feeds T tokens at position ``pos``
 (the prompt in one pass, then one token per step). The same code computes the unsplit reference and
-every stage of a split, so a split's logits equal the reference's up to float rounding."""
+every stage of a split, so a split's logits equal the reference's up to float rounding.
+
+A member of a tensor-parallel stage (``share``: ``graph.llm.shares.TensorShare``) holds its KV-head groups'
+query, key and value rows, their K/V cache and their columns of the output projection, its FFN columns'
+gate and up rows and down columns, its rows of the LM head; each block hands its partial attention and
+FFN outputs to ``reduce`` (the stage's all-reduce: the members' partials summed) before the residual."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,6 +22,13 @@ from torch.nn import functional as F
 from hetsplit.errors import ModelError
 from hetsplit.graph.llm.config import BLOCK_TENSORS, LlmConfig, block_tensor
 from hetsplit.graph.llm.load import LlmModel
+from hetsplit.graph.llm.shares import TensorShare
+
+Reduce = Callable[[torch.Tensor], torch.Tensor]
+
+
+def _alone(partial: torch.Tensor) -> torch.Tensor:
+    return partial
 
 
 @dataclass(frozen=True)
@@ -63,65 +76,100 @@ class RopeTables:
         return torch.stack((x0 * c - x1 * s, x0 * s + x1 * c), -1).reshape(x.shape)
 
 
-class Block:
-    """One block's weights and KV cache."""
+def share_slices(cfg: LlmConfig, share: TensorShare) -> dict[str, tuple[int, slice]]:
+    """Per block tensor role: the axis (0: rows, 1: columns) and the slice a member holds."""
+    hd, group = cfg.head_dim, cfg.heads // cfg.kv_heads
+    (a, b), (fa, fb) = share.kv_heads, share.ffn
+    q, kv = slice(a * group * hd, b * group * hd), slice(a * hd, b * hd)
+    return {"attn_q": (0, q), "attn_k": (0, kv), "attn_v": (0, kv), "attn_output": (1, q),
+            "ffn_gate": (0, slice(fa, fb)), "ffn_up": (0, slice(fa, fb)), "ffn_down": (1, slice(fa, fb))}
 
-    def __init__(self, cfg: LlmConfig, w: dict[str, torch.Tensor], i: int, capacity: int, rope: RopeTables):
+
+def take(w: torch.Tensor, axis: int, part: slice) -> torch.Tensor:
+    """A member's slice of a weight, in memory of its own (the whole tensor can then be freed)."""
+    return (w[part] if axis == 0 else w[:, part]).contiguous().clone()
+
+
+class Block:
+    """One block's weights and KV cache; under ``share``, ``w`` holds a member's slices of the weights
+    (``share_slices``) and the cache its KV-head groups."""
+
+    def __init__(self, cfg: LlmConfig, w: dict[str, torch.Tensor], i: int, capacity: int, rope: RopeTables,
+                 share: TensorShare | None = None):
         self.cfg, self.rope = cfg, rope
         self.w = {r: w[block_tensor(i, r)] for r in BLOCK_TENSORS}
-        self.k = torch.zeros(cfg.kv_heads, capacity, cfg.head_dim)
+        self.kv_heads = share.size("kv_heads") if share is not None else cfg.kv_heads
+        self.ffn = share.size("ffn") if share is not None else cfg.ffn
+        self.k = torch.zeros(self.kv_heads, capacity, cfg.head_dim)
         self.v = torch.zeros_like(self.k)
 
-    def __call__(self, x: torch.Tensor, pos: int) -> torch.Tensor:
-        """``x``: (T, dim) at positions pos .. pos + T - 1; the block's output, K/V cached."""
+    def __call__(self, x: torch.Tensor, pos: int, reduce: Reduce = _alone) -> torch.Tensor:
+        """``x``: (T, dim) at positions pos .. pos + T - 1; the block's output, K/V cached; ``reduce`` sums
+        the attention's and the FFN's partial outputs over a tensor-parallel stage's members."""
         c, w, t = self.cfg, self.w, x.shape[0]
         if pos + t > self.k.shape[1]:
             raise ModelError(f"position {pos + t} is beyond the KV cache's {self.k.shape[1]} positions")
         h = rms_norm(x, w["attn_norm"], c.eps)
-        q = F.linear(h, w["attn_q"]).view(t, c.heads, c.head_dim).transpose(0, 1)
-        k = F.linear(h, w["attn_k"]).view(t, c.kv_heads, c.head_dim).transpose(0, 1)
-        v = F.linear(h, w["attn_v"]).view(t, c.kv_heads, c.head_dim).transpose(0, 1)
+        x = x + reduce(self.attention(h, pos) if self.kv_heads else torch.zeros_like(x))
+        h = rms_norm(x, w["ffn_norm"], c.eps)
+        ffn = F.linear(F.silu(F.linear(h, w["ffn_gate"])) * F.linear(h, w["ffn_up"]), w["ffn_down"]) if self.ffn \
+            else torch.zeros_like(x)
+        return x + reduce(ffn)
+
+    def attention(self, h: torch.Tensor, pos: int) -> torch.Tensor:
+        """The attention's output projection of this block's (or share's) heads."""
+        c, w, t = self.cfg, self.w, h.shape[0]
+        group = c.heads // c.kv_heads
+        heads = self.kv_heads * group
+        q = F.linear(h, w["attn_q"]).view(t, heads, c.head_dim).transpose(0, 1)
+        k = F.linear(h, w["attn_k"]).view(t, self.kv_heads, c.head_dim).transpose(0, 1)
+        v = F.linear(h, w["attn_v"]).view(t, self.kv_heads, c.head_dim).transpose(0, 1)
         self.k[:, pos:pos + t] = self.rope.apply(k, pos)
         self.v[:, pos:pos + t] = v
         q = self.rope.apply(q, pos)
-        group = c.heads // c.kv_heads
         keys = self.k[:, :pos + t].repeat_interleave(group, 0)
         values = self.v[:, :pos + t].repeat_interleave(group, 0)
         scores = q @ keys.transpose(1, 2) / math.sqrt(c.head_dim)
         if t > 1:
             scores = scores + torch.full((t, pos + t), float("-inf")).triu(pos + 1)
-        att = (scores.softmax(-1) @ values).transpose(0, 1).reshape(t, c.dim)
-        x = x + F.linear(att, w["attn_output"])
-        h = rms_norm(x, w["ffn_norm"], c.eps)
-        return x + F.linear(F.silu(F.linear(h, w["ffn_gate"])) * F.linear(h, w["ffn_up"]), w["ffn_down"])
+        att = (scores.softmax(-1) @ values).transpose(0, 1).reshape(t, heads * c.head_dim)
+        return F.linear(att, w["attn_output"])
 
 
 class Decoder:
     """A stage (or the whole model) with its KV caches; ``forward(ids or hidden, pos)``."""
 
     def __init__(self, model: LlmModel, spec: StageSpec, capacity: int,
-                 weights: dict[str, np.ndarray] | None = None):
+                 weights: dict[str, np.ndarray] | None = None, share: TensorShare | None = None):
         cfg = model.config
         if capacity > cfg.context:
             raise ModelError(f"{capacity} positions exceed the model's context of {cfg.context}")
-        arrays = weights if weights is not None else model.load(stage_tensor_names(model, spec))
-        w = {k: torch.from_numpy(v) for k, v in arrays.items()}
-        self.cfg, self.spec = cfg, spec
+        slices = share_slices(cfg, share) if share is not None else {}
+        w: dict[str, torch.Tensor] = {}
+        for name in stage_tensor_names(model, spec):   # one at a time: a member keeps its slices, not every whole
+            whole = torch.from_numpy(weights[name] if weights is not None else model.load([name])[name])
+            role = name.split(".")[2] if name.startswith("blk.") else ""
+            w[name] = take(whole, *slices[role]) if role in slices else whole
+        self.cfg, self.spec, self.share = cfg, spec, share
         rope = RopeTables(cfg.head_dim, cfg.rope_base, capacity)
-        self.blocks = [Block(cfg, w, i, capacity, rope) for i in range(spec.first, spec.stop)]
+        self.blocks = [Block(cfg, w, i, capacity, rope, share) for i in range(spec.first, spec.stop)]
         self.embedding = w["token_embd.weight"] if spec.embed else None
         self.norm = w["output_norm.weight"] if spec.head else None
         self.output = w[model.head_name()] if spec.head else None
+        if self.output is not None and share is not None:
+            a, b = share.vocab
+            self.output = take(self.output, 0, slice(a, b))
 
-    def forward(self, x: torch.Tensor, pos: int, every_position: bool = False) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, pos: int, every_position: bool = False, reduce: Reduce = _alone) -> torch.Tensor:
         """Token ids (T,) on an embedding stage, else the hidden state (T, dim); the hidden state out,
         or on the head stage the logits of the last position (1, vocab: the next token's, all a step
-        uses), of all T positions with ``every_position``."""
+        uses; a member's rows of them), of all T positions with ``every_position``. ``reduce``: the
+        tensor-parallel stage's all-reduce."""
         with torch.no_grad():
             if self.embedding is not None:
                 x = F.embedding(x, self.embedding)
             for b in self.blocks:
-                x = b(x, pos)
+                x = b(x, pos, reduce)
             if self.output is not None and self.norm is not None:     # the head: both or neither
                 x = F.linear(rms_norm(x if every_position else x[-1:], self.norm, self.cfg.eps), self.output)
         return x
