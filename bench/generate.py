@@ -9,8 +9,9 @@ divided by the factor; weights at their stored bytes, as such a device would hol
 ``--emulate-devices`` (each stage's process throttled to its device's speed, figures measured / D).
 ``--emulate-links`` shapes the links (``--latency``, ``--bandwidth``) as ``hetsplit run`` does.
 
-``--compare`` runs, on the ``--speeds`` cluster, hetsplit's plan beside the best device alone and beside the
-split exo and llama.cpp's RPC backend choose (whole blocks in proportion to memory: ``search.llm_rules``),
+``--compare`` runs, on the ``--speeds`` cluster, hetsplit's plan beside the best device alone, beside the
+split exo and llama.cpp's RPC backend choose (whole blocks in proportion to memory) and beside
+distributed-llama's (every block tensor-parallel over every device in equal slices; ``search.llm_rules``),
 each run by hetsplit's runtime, and prints measured tokens/s and the ratios. ``--sweep`` does so over eight
 clusters (2-4 devices 1-4x apart in speed; gigabit-like and Wi-Fi-like links, shaped; in two the fastest
 device cannot hold the model), with every run's
@@ -96,7 +97,8 @@ def compare(model: Path, speeds: list[float], link: tuple[str, str], tokens: int
         runs.append(("best alone (= plan)", planned))
     elif single is not None:
         runs.append(("best alone", generate(model, cluster, replace(base, plan=tuple(single.stages)))))
-    runs.append(("memory-proportional", generate(model, cluster, replace(base, rule="memory-proportional"))))
+    for rule in ("memory-proportional", "equal-slices"):
+        runs.append((rule, generate(model, cluster, replace(base, rule=rule))))
     return runs
 
 
@@ -107,7 +109,7 @@ def print_compare(speeds, link, memory, runs, unsplit: list[int] | None) -> None
           f"{'TTFT meas':>9} {'pred':>7} {'tok/s':>6}")
     for name, r in runs:
         m, p, d = r.measured, r.plan.predicted, r.measured.dilation
-        stages = " | ".join(f"{s.device} {s.first}-{s.stop - 1}" for s in r.plan.stages)
+        stages = " | ".join(f"{'+'.join(s.devices)} {s.first}-{s.stop - 1}" for s in r.plan.stages)
         same = (unsplit is None or r.tokens == unsplit) and r.verify["identical_tokens"]
         print(f"{name:22} {stages:44} {'yes' if same else 'NO':>4} {m.s_per_token / d * 1e3:>11.2f} "
               f"{p.s_per_token * 1e3:>7.2f} {m.s_per_token / d / p.s_per_token:>9.2f} {m.ttft_s / d * 1e3:>9.1f} "
@@ -124,8 +126,10 @@ def print_compare(speeds, link, memory, runs, unsplit: list[int] | None) -> None
                             for h, t in r.measured.hops_s.items()))
     tps = {name: r.measured.dilation / r.measured.s_per_token for name, r in runs}
     best = tps.get("best alone", tps.get("best alone (= plan)"))
-    print(f"measured tokens/s: hetsplit / best alone {tps['hetsplit'] / best:.2f}x, hetsplit / memory-proportional "
-          f"{tps['hetsplit'] / tps['memory-proportional']:.2f}x" if best else "no device holds the model alone")
+    others = ", ".join(f"hetsplit / {rule} {tps['hetsplit'] / tps[rule]:.2f}x"
+                       for rule in ("memory-proportional", "equal-slices"))
+    print(f"measured tokens/s: hetsplit / best alone {tps['hetsplit'] / best:.2f}x, {others}" if best
+          else f"no device holds the model alone; measured tokens/s: {others}")
 
 
 def main() -> None:
