@@ -61,7 +61,7 @@ PROCESSES: dict[str, object] = {
         "test_run_lifetime.py", "test_runtime_cli.py", "test_runtime_faults.py", "test_runtime_hosts.py",
         "test_runtime_lblp.py", "test_runtime_mapping.py", "test_runtime_netem.py", "test_runtime_pool.py",
         "test_runtime_run.py", "test_runtime_zygote.py", "test_tensor_parallel_run.py", "test_llm_generate.py",
-        "test_llm_docs.py", "test_llm_tensor_parallel_run.py"], ALL),
+        "test_llm_docs.py", "test_llm_tensor_parallel_run.py", "test_llm_streams_run.py"], ALL),
     # single tests in otherwise in-process modules
     "test_cluster_local_calibration.py": {"test_run_recalibrate_measures_again"},
     "test_hostile_input.py": {"test_a_long_simulation_ends_within_2_s_of_sigterm",

@@ -36,6 +36,9 @@ def register(sub) -> None:
     p.add_argument("--rule", choices=RULES, default=None,
                    help="split by another tool's rule instead of planning, to run it beside hetsplit's plan: "
                         "memory-proportional is exo's default and llama.cpp RPC's (blocks in proportion to memory)")
+    p.add_argument("--streams", type=int_range(1, 64), default=1, metavar="B",
+                   help="generate B streams of the prompt at once, each with its own KV caches, in turn on every "
+                        "stage (planned for their tokens/s together); the text shown is stream 0's")
     p.add_argument("--no-tensor-parallel", action="store_true",
                    help="plan pipelines of whole blocks only (by default a stage may be split over several devices, "
                         "each with its share of the heads, FFN columns and head rows)")
@@ -71,7 +74,7 @@ def run(args) -> int:
     opts = GenerateOptions(args.prompt, args.tokens, args.objective, args.stages, not args.no_probe, args.verify,
                            args.emulate_links, args.emulate_devices, args.timeout, recover=args.recover,
                            plan=read_generation_plan(args.plan) if args.plan else None, rule=args.rule,
-                           tensor_parallel=not args.no_tensor_parallel)
+                           tensor_parallel=not args.no_tensor_parallel, streams=args.streams)
 
     def stream(text: str) -> None:
         sys.stdout.write(text)
@@ -96,8 +99,13 @@ def run(args) -> int:
     head = "measured" if m.device_emulation is None else "measured / D"
     print(f"{'':14}{head:>14}{'predicted':>14}")
     print(f"{'TTFT':14}{_ms(m.ttft_s / d):>14}{_ms(plan.predicted.ttft_s):>14}")
-    print(f"{'per token':14}{_ms(m.s_per_token / d):>14}{_ms(plan.predicted.s_per_token):>14}")
-    print(f"{'tokens/s':14}{d / m.s_per_token:>14.1f}{plan.predicted.tokens_per_s:>14.1f}")
+    streams = max(1, len(m.streams_tokens))
+    per_token = plan.predicted.s_per_token if streams == 1 else streams / plan.predicted.streams_tokens_per_s
+    print(f"{'per token':14}{_ms(m.s_per_token / d):>14}{_ms(per_token):>14}")
+    print(f"{'tokens/s':14}{d / m.s_per_token:>14.1f}{1 / per_token:>14.1f}")
+    if streams > 1:
+        print(f"{f'x{streams} tok/s':14}{m.streams_tokens_per_s * d:>14.1f}"
+              f"{plan.predicted.streams_tokens_per_s:>14.1f}   (every stream's decode tokens per second, together)")
     for s in m.stages:
         pred = plan.predicted.compute_s[s.device]
         print(f"  {s.device}: compute per token {_ms(s.compute_s / d)} (predicted {_ms(pred[1])}), waiting "

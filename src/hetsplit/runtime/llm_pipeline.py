@@ -59,6 +59,7 @@ TOKENS_FILE = "tokens.txt"
 BURST_PERIOD_US = MIN_QUOTA_US     # the shortest CFS period: a stage's whose bursts are not known
 MAX_BURST_PERIOD_US = 10_000
 PERIODS_PER_BURST = 8
+MAX_STREAMS = 64
 
 
 def logits_file(rank: int) -> str:
@@ -96,6 +97,7 @@ class PipelineJob:
     keep_logits: bool = True
     stage_of: list[int] | None = None          # per rank: its stage (None: one rank per stage)
     shares: list[dict | None] | None = None    # per rank: its ``TensorShare.to_dict`` (None: whole blocks)
+    streams: int = 1                           # generations at once, each with its KV caches, in turn
 
     def __post_init__(self) -> None:
         n = len(self.devices)
@@ -125,6 +127,8 @@ class PipelineJob:
             raise PlanError(f"stages {leaders} do not cover blocks 0..{self.blocks - 1} in order, each non-empty")
         if not self.prompt or self.new_tokens < 1:
             raise PlanError("a pipeline decode needs a prompt and at least one new token")
+        if type(self.streams) is not int or not 1 <= self.streams <= MAX_STREAMS:
+            raise PlanError(f"streams {self.streams!r}: 1 to {MAX_STREAMS} generations at once")
 
     @property
     def world_size(self) -> int:
@@ -221,17 +225,22 @@ class StageReport:
 
 @dataclass
 class PipelineReport:
-    """A run: the tokens, per-step logits (the last stage's), stage 0's wall time per step."""
+    """A run: stream 0's tokens, per-step logits (the last stage's; streams in turn within a step), stage 0's
+    times: TTFT (its first step begun to stream 0's first token known there) and stream 0's time per
+    token (from each of its tokens to the next); with several streams every stream's tokens and their
+    tokens/s together."""
 
     tokens: list[int]
     logits: torch.Tensor | None
     ttft_s: float                   # the prefill step on stage 0: prompt in, first token back
-    steps_s: list[float]            # every decode step's wall time on stage 0
+    steps_s: list[float]            # every decode step's time on stage 0 (stream 0's)
     stages: list[StageReport]
     hops_s: dict[str, list[float]] = field(default_factory=dict)   # "a->b" -> [prefill, median decode] s
     emulation: LinkShaping | None = None             # how the links were emulated (None: not)
     device_emulation: DeviceShaping | None = None    # how the devices were (None: not)
     prefill_emulation: DeviceShaping | None = None   # how they were for the prompt's step (None: as decode)
+    streams_tokens: list[list[int]] = field(default_factory=list)   # every stream's tokens
+    streams_tokens_per_s: float = float("nan")       # decode tokens of every stream per second, together
 
     @property
     def s_per_token(self) -> float:
@@ -254,9 +263,9 @@ def _median(xs: list[float]) -> float:
     return float(statistics.median(xs)) if xs else 0.0
 
 
-def _stage_report(doc: dict, bounds: list[int]) -> StageReport:
+def _stage_report(doc: dict, bounds: list[int], streams: int) -> StageReport:
     steps = doc["steps"]
-    decode = steps[1:]
+    decode = steps[streams:]
     return StageReport(int(doc["rank"]), doc["device"], list(bounds), steps[0]["compute_s"],
                        _median([s["compute_s"] for s in decode]), _median([s["cpu_s"] for s in decode]),
                        _median([s["wait_s"] for s in decode]),
@@ -271,13 +280,27 @@ def run_pipeline_decode(job: PipelineJob, options: PipelineOptions | None = None
     if opts.run_dir is None:
         shutil.rmtree(run_dir, ignore_errors=True)
     root = docs[0]
-    if len(root.get("generated", [])) != job.new_tokens:
-        raise RuntimeFailure(f"stage 0 ({job.devices[0]}) returned {len(root.get('generated', []))} tokens, "
-                             f"{job.new_tokens} were asked for")
-    walls = [s["wall_s"] for s in root["steps"]]
-    return PipelineReport(root["generated"], logits, walls[0], walls[1:],
-                          [_stage_report(docs[r], job.bounds[r]) for r in sorted(docs)], hop_times(job, docs),
-                          links, devices, prefill)
+    made = root.get("generated", [])
+    if len(made) != job.streams or any(len(t) != job.new_tokens for t in made):
+        raise RuntimeFailure(f"stage 0 ({job.devices[0]}) returned {[len(t) for t in made]} tokens per stream, "
+                             f"{job.new_tokens} for each of {job.streams} were asked for")
+    ttft, steps, together = token_times(root["steps"], job.streams)
+    return PipelineReport(made[0], logits, ttft, steps,
+                          [_stage_report(docs[r], job.bounds[r], job.streams) for r in sorted(docs)],
+                          hop_times(job, docs), links, devices, prefill, made, together)
+
+
+def token_times(steps: list[dict], streams: int) -> tuple[float, list[float], float]:
+    """From stage 0's step records (streams in turn, each with ``token_at``): stream 0's TTFT (from the
+    first step's start) and its time from each token to the next; and the decode tokens of every stream
+    per second, from the last stream's first token to the last token."""
+    start = steps[0]["started_at"]
+    at = [[s["token_at"] for s in steps[b::streams]] for b in range(streams)]
+    mine = at[0]
+    since = at[-1][0]
+    later = sorted(t for ts in at for t in ts[1:] if t > since)
+    together = len(later) / (later[-1] - since) if later and later[-1] > since else float("nan")
+    return mine[0] - start, [b - a for a, b in zip(mine, mine[1:])], together
 
 
 def _run(job: PipelineJob, opts: PipelineOptions, run_dir: Path) -> tuple[
@@ -315,18 +338,25 @@ def _run(job: PipelineJob, opts: PipelineOptions, run_dir: Path) -> tuple[
 
 
 def hop_times(job: PipelineJob, docs: dict[int, dict]) -> dict[str, list[float]]:
-    """Each hop's time (sent on one stage's leader's clock to taken on the next's: one host, one clock): the
-    prefill step's and the median decode step's; and each tensor-parallel stage's syncs per step as its
-    leader waited in them (``"a+b syncs"``). Named as ``estimate.llm.predict_pipeline`` names them."""
+    """Each hop's time (sent on one stage's leader's clock to taken on the next's: one host, one clock; the
+    token's way back: to when stage 0 took it, which with several streams may be later than it arrived):
+    the prefill step's and the median decode step's (stream 0's); and each tensor-parallel stage's syncs
+    per step as its leader waited in them (``"a+b syncs"``). Named as ``estimate.llm.predict_pipeline``
+    names them."""
     out = {}
-    k = job.stages
+    k, n = job.stages, job.streams
+
+    def prefill_and_decode(times: list[float]) -> list[float]:
+        return [times[0], _median(times[n:])]
+
     for s in range(k if k > 1 else 0):
         a, b = job.ranks_of(s), job.ranks_of((s + 1) % k)
-        times = [y["arrived_at"] - x["sent_at"] for x, y in zip(docs[a[0]]["steps"], docs[b[0]]["steps"])]
-        out[f"{job.devices[a[0]]}->{'+'.join(job.devices[r] for r in b)}"] = [times[0], _median(times[1:])]
+        taken = "token_at" if s == k - 1 else "arrived_at"
+        times = [y[taken] - x["sent_at"] for x, y in zip(docs[a[0]]["steps"], docs[b[0]]["steps"])]
+        out[f"{job.devices[a[0]]}->{'+'.join(job.devices[r] for r in b)}"] = prefill_and_decode(times)
     for s in range(k):
         ranks = job.ranks_of(s)
         if len(ranks) > 1:
             syncs = [step.get("sync_s", 0.0) for step in docs[ranks[0]]["steps"]]
-            out[f"{'+'.join(job.devices[r] for r in ranks)} syncs"] = [syncs[0], _median(syncs[1:])]
+            out[f"{'+'.join(job.devices[r] for r in ranks)} syncs"] = prefill_and_decode(syncs)
     return out

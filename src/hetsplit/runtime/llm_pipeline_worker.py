@@ -158,7 +158,7 @@ def run_stage(cfg: RunConfig, job: PipelineJob, rank: int, run_dir: Path) -> dic
         members = [job.share_of(r) for r in place.ranks]
         check_shares([m for m in members if m is not None], model.config, f"stage of blocks {first}..{stop - 1}")
     capacity = len(job.prompt) + job.new_tokens
-    dec = Decoder(model, StageSpec(first, stop, place.embeds, place.heads), capacity, share=share)
+    dec = Decoder(model, StageSpec(first, stop, place.embeds, place.heads), capacity, share=share, streams=job.streams)
     dim = model.config.dim
     warm_up(dec, place.embeds, dim, len(job.prompt))
     wire = connect(cfg, job.world_size, job.devices[rank], rank, run_dir)
@@ -167,63 +167,122 @@ def run_stage(cfg: RunConfig, job: PipelineJob, rank: int, run_dir: Path) -> dic
     join_group(prefill_group or decode_group)   # throttled (--emulate-devices) from step 0 on
     hops = Hops(wire, job, rank, cfg)
     fault = cfg.faults.get(str(rank))
-    stream = open(run_dir / TOKENS_FILE, "a") if rank == 0 else None
+    tokens = Tokens(hops, place, job, run_dir) if place.embeds else None
     offset = share.vocab[0] if share is not None else 0
-    steps, logits, generated, feed, pos = [], [], [], list(job.prompt), 0
+    steps: list[dict] = []
+    logits = []
+    pos = [0] * job.streams
     for i, n in enumerate(job.steps()):
-        if fault and i == int(fault.get("after", 0)):
-            inject(fault["kind"])
-        wait0, sent0, t0, c0 = hops.wait_s, hops.sent_bytes, time.perf_counter(), time.thread_time()
-        hidden = hops.post_recv(place.prev_leader, (n, dim), np.float32, HIDDEN_TAG) \
-            if place.prev_leader is not None else None
-        back = hops.post_recv(place.last_leader, (1,), np.int64, TOKEN_TAG) if place.waits_for_token else None
-        picks = [hops.post_recv(r, (2,), np.float64, PICK_TAG) for r in place.ranks[1:]] \
-            if place.heads and place.leads else []
-        x = torch.tensor(feed) if hidden is None else torch.from_numpy(hops.take(hidden))   # None: stage 0
-        sync0 = hops.wait_s
-        out = dec.forward(x, pos, reduce=lambda partial: all_reduce(hops, place, partial))
-        sync = hops.wait_s - sync0                 # the stage's all-reduces (0 for a rank alone)
-        token = None
-        if not place.heads:
-            if place.leads:
-                for r in place.next_ranks:
-                    hops.send(r, out, HIDDEN_TAG)
-        else:
-            row = out[-1]
-            if job.keep_logits:
-                logits.append(row.clone())
-            token = pick_token(hops, place, row, offset, picks)
-            if token is not None:
-                for r in place.first_ranks:
-                    if r != rank:
-                        hops.send(r, torch.tensor([token], dtype=torch.int64), TOKEN_TAG)
-        if place.embeds:     # stage 0 feeds the token back (rank 0 streams it)
-            if back is None and token is None:
-                raise RuntimeFailure(f"rank {rank} of stage 0 has no token to feed back", job.devices[rank])
-            feed = [int(hops.take(back)[0])] if back is not None else [int(token)]  # type: ignore[arg-type]
-            if stream is not None:
-                generated.append(feed[0])
-                stream.write(f"{feed[0]}\n")
-                stream.flush()
-        pos += n
-        wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
-        wait = hops.wait_s - wait0
-        steps.append({"tokens": n, "wall_s": wall, "wait_s": wait, "compute_s": wall - wait, "cpu_s": cpu,
-                      "sync_s": sync, "sent_bytes": hops.sent_bytes - sent0, "sent_at": hops.sent_at,
-                      "arrived_at": hops.arrived_at})
+        for b in range(job.streams):            # the streams in turn: each stage works on one while the next works on another
+            if fault and i == int(fault.get("after", 0)) and b == 0:
+                inject(fault["kind"])
+            wait0, sent0, t0, c0 = hops.wait_s, hops.sent_bytes, time.perf_counter(), time.thread_time()
+            started_at = time.time()
+            feed = tokens.feed(b, i) if tokens is not None else None
+            hidden = hops.post_recv(place.prev_leader, (n, dim), np.float32, HIDDEN_TAG) \
+                if place.prev_leader is not None else None
+            picks = [hops.post_recv(r, (2,), np.float64, PICK_TAG) for r in place.ranks[1:]] \
+                if place.heads and place.leads else []
+            x = torch.tensor(feed) if hidden is None else torch.from_numpy(hops.take(hidden))   # None: stage 0
+            sync0 = hops.wait_s
+            out = dec.forward(x, pos[b], reduce=lambda partial: all_reduce(hops, place, partial), stream=b)
+            sync = hops.wait_s - sync0                 # the stage's all-reduces (0 for a rank alone)
+            token = None
+            if not place.heads:
+                if place.leads:
+                    for r in place.next_ranks:
+                        hops.send(r, out, HIDDEN_TAG)
+            else:
+                row = out[-1]
+                if job.keep_logits:
+                    logits.append(row.clone())
+                token = pick_token(hops, place, row, offset, picks)
+                if token is not None:
+                    for r in place.first_ranks:
+                        if r != rank:
+                            hops.send(r, torch.tensor([token], dtype=torch.int64), TOKEN_TAG)
+            steps.append({"stream": b, "tokens": n, "sync_s": sync, "sent_bytes": hops.sent_bytes - sent0,
+                          "started_at": started_at, "sent_at": hops.sent_at, "arrived_at": hops.arrived_at})
+            if tokens is not None:
+                tokens.expect(b, len(steps) - 1, token)     # known now (this rank picked it) or posted
+            pos[b] += n
+            wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
+            wait = hops.wait_s - wait0
+            steps[-1].update({"wall_s": wall, "wait_s": wait, "compute_s": wall - wait, "cpu_s": cpu})
         if i == 0 and prefill_group:
             if decode_group:
                 join_group(decode_group)       # the prompt's share, then the decode steps'
             else:
                 release_group(prefill_group)   # the decode steps at a whole core: no quota
+    if tokens is not None:
+        tokens.drain(steps)
     release_group(decode_group)         # the steps are done: what follows runs at full speed
     wire.pg.barrier().wait()            # nobody leaves while a peer may still read from it
     if place.heads and job.keep_logits:
         torch.save(torch.stack(logits), run_dir / logits_file(rank))
-    if stream is not None:
-        stream.close()
-    return {"steps": steps, "generated": generated, "blocks": [first, stop],
-            "share": share.to_dict() if share is not None else None}
+    return {"steps": steps, "generated": tokens.generated if tokens is not None and rank == 0 else [],
+            "blocks": [first, stop], "share": share.to_dict() if share is not None else None}
+
+
+class Tokens:
+    """Stage 0's side of the token loop, per stream: the token a step made (picked here, or received from
+    the last stage's leader, its receive posted as the step begins) is taken only when that stream's next
+    step needs it as its feed, so that stage 0 goes on with the other streams meanwhile; each step's
+    record gets ``token_at``, when its token was known here. Rank 0 streams stream 0's tokens to
+    ``tokens.txt`` and keeps every stream's."""
+
+    def __init__(self, hops: Hops, place: Place, job: PipelineJob, run_dir: Path):
+        self.hops, self.place, self.job = hops, place, job
+        self.pending: list[tuple[int, object] | None] = [None] * job.streams   # (step record, posted or token)
+        self.generated: list[list[int]] = [[] for _ in range(job.streams)]
+        self.file = open(run_dir / TOKENS_FILE, "a") if place.rank == 0 else None
+        self.records: list[dict] = []
+
+    def expect(self, stream: int, record: int, token: int | None) -> None:
+        """The step just done (its record's index) makes ``token`` here, or it comes from the last stage."""
+        if token is None:
+            if not self.place.waits_for_token:
+                raise RuntimeFailure(f"rank {self.place.rank} of stage 0 has no token to feed back",
+                                     self.job.devices[self.place.rank])
+            posted: object = self.hops.post_recv(self.place.last_leader, (1,), np.int64, TOKEN_TAG)
+            self.pending[stream] = (record, posted)
+        else:
+            self.pending[stream] = (record, token)
+            self._known(stream, record, token, None)
+
+    def feed(self, stream: int, step: int) -> list[int]:
+        """What ``stream`` feeds at ``step``: the prompt, then the token of its step before."""
+        if step == 0:
+            return list(self.job.prompt)
+        return [self._take(stream)]
+
+    def _take(self, stream: int) -> int:
+        got = self.pending[stream]
+        assert got is not None
+        record, posted = got
+        self.pending[stream] = None
+        if isinstance(posted, int):
+            return posted
+        token = int(self.hops.take(posted, hop=False)[0])       # type: ignore[arg-type]
+        self._known(stream, record, token, time.time())
+        return token
+
+    def _known(self, stream: int, record: int, token: int, at: float | None) -> None:
+        self.records.append({"record": record, "token_at": at if at is not None else time.time()})
+        self.generated[stream].append(token)
+        if self.file is not None and stream == 0:
+            self.file.write(f"{token}\n")
+            self.file.flush()
+
+    def drain(self, steps: list[dict]) -> None:
+        """Take every stream's last token, and mark each step's record with when its token was known."""
+        for stream in range(self.job.streams):
+            if self.pending[stream] is not None:
+                self._take(stream)
+        for r in self.records:
+            steps[r["record"]]["token_at"] = r["token_at"]
+        if self.file is not None:
+            self.file.close()
 
 
 def stage_work(cfg: RunConfig, rank: int, run_dir: Path) -> tuple[str, Callable[[], dict]]:

@@ -123,7 +123,7 @@ def stage_dict(stage: Stage) -> dict[str, Any]:
 
 
 def pipeline_job(model_path: str | Path, stages: list[Stage], blocks: int, prompt: list[int], new_tokens: int,
-                 keep_logits: bool) -> PipelineJob:
+                 keep_logits: bool, streams: int = 1) -> PipelineJob:
     """The runtime's job for ``stages``: one rank per device, the ranks of a stage next to each other, its
     leader first."""
     ranks: list[tuple[int, str, dict | None]] = []
@@ -131,7 +131,8 @@ def pipeline_job(model_path: str | Path, stages: list[Stage], blocks: int, promp
         ranks += [(k, m.device, m.share.to_dict()) for m in s.shares] if s.shares else [(k, s.device, None)]
     return PipelineJob(str(model_path), [d for _, d, _ in ranks],
                        [[stages[k].first, stages[k].stop] for k, _, _ in ranks], blocks, prompt, new_tokens,
-                       keep_logits=keep_logits, stage_of=[k for k, _, _ in ranks], shares=[sh for _, _, sh in ranks])
+                       keep_logits=keep_logits, stage_of=[k for k, _, _ in ranks], shares=[sh for _, _, sh in ranks],
+                       streams=streams)
 
 
 def host_probe(config: LlmConfig, prompt_tokens: int, new_tokens: int) -> TorchCpuProbe:
@@ -304,6 +305,7 @@ class GenerateOptions:
     plan: tuple[Stage, ...] | None = None      # run these stages (``read_generation_plan``) instead of planning
     rule: str | None = None    # split by another tool's rule (``search.llm_rules.RULES``) instead of planning
     tensor_parallel: bool = True   # the planner may give a stage to several devices (``PlanOptions``)
+    streams: int = 1           # generations of the prompt at once, each with its KV caches, in turn on every stage
 
 
 @dataclass
@@ -341,6 +343,8 @@ class GenerateResult:
         m = self.measured
         return {"text": self.text, "prompt_tokens": self.prompt_tokens, "tokens": self.tokens, "verify": self.verify,
                 "measured": {"ttft_s": m.ttft_s, "s_per_token": m.s_per_token, "tokens_per_s": 1 / m.s_per_token,
+                             "streams": len(m.streams_tokens) or 1, "streams_tokens_per_s": m.streams_tokens_per_s,
+                             "streams_tokens": m.streams_tokens,
                              "stages": [vars(s) for s in m.stages], "hops_s": m.hops_s},
                 "emulated": m.emulated() if m.device_emulation is not None else None,
                 "emulation": {"links": m.emulation.to_dict() if m.emulation is not None else None,
@@ -375,13 +379,19 @@ def verify_steps(model: LlmModel, prompt: list[int], report: PipelineReport, bef
     if report.logits is None:
         raise UsageError("verify: the run kept no logits to compare (run it with keep_logits)")
     before = before or []
-    tokens = before + report.tokens
-    ref = reference_logits(model, prompt, tokens)
-    diff = float((ref[len(before):] - report.logits).abs().max())
-    greedy = [int(r.argmax()) for r in ref]
-    first = next((i for i, (a, b) in enumerate(zip(greedy, tokens)) if a != b), None)
+    streams = report.streams_tokens or [report.tokens]
+    diff, first = 0.0, None
+    refs: dict[tuple[int, ...], torch.Tensor] = {}
+    for b, made in enumerate(streams):         # every stream fed the same prompt: one reference per token list
+        tokens = before + made
+        ref = refs.setdefault(tuple(tokens), reference_logits(model, prompt, tokens)) if tuple(tokens) not in refs \
+            else refs[tuple(tokens)]
+        diff = max(diff, float((ref[len(before):] - report.logits[b::len(streams)]).abs().max()))
+        greedy = [int(r.argmax()) for r in ref]
+        here = next((i for i, (x, y) in enumerate(zip(greedy, tokens)) if x != y), None)
+        first = here if first is None else (first if here is None else min(first, here))
     return {"ok": first is None, "max_abs_logit_diff": diff, "identical_tokens": first is None,
-            "first_differing_step": first}
+            "first_differing_step": first, "streams": len(streams)}
 
 
 def generate(model_path: str | Path, cluster: Cluster, options: GenerateOptions,
@@ -389,6 +399,8 @@ def generate(model_path: str | Path, cluster: Cluster, options: GenerateOptions,
     """Plan, run as a pipeline of processes here, stream the text to ``on_text``, measure, verify if asked."""
     if options.tokens < 1:
         raise UsageError(f"--tokens {options.tokens}: generate at least one token")
+    if options.streams > 1 and options.recover:
+        raise UsageError("--recover goes on with one stream: leave out --streams or --recover")
     check_emulation(options.emulate_links, options.emulate_devices)
     model = read_model(model_path)
     tok = model_tokenizer(model)
@@ -400,7 +412,8 @@ def generate(model_path: str | Path, cluster: Cluster, options: GenerateOptions,
                          f"{model.config.context}")
     plan = plan_generation(model, cluster, PlanOptions(len(prompt), options.tokens, options.objective,
                                                        options.stages, options.probe, given=options.plan,
-                                                       rule=options.rule, tensor_parallel=options.tensor_parallel))
+                                                       rule=options.rule, tensor_parallel=options.tensor_parallel,
+                                                       streams=options.streams))
     got: list[int] = []
     shown = [""]
 
@@ -413,7 +426,7 @@ def generate(model_path: str | Path, cluster: Cluster, options: GenerateOptions,
 
     def run(plan: GenerationPlan, before: list[int], faults: dict[str, dict]) -> PipelineReport:
         job = pipeline_job(model_path, plan.stages, model.config.blocks, prompt + before, options.tokens - len(before),
-                           options.verify)
+                           options.verify, options.streams)
         links = None
         if options.emulate_links:
             from hetsplit.runtime.netem import LinkMatrix

@@ -91,17 +91,22 @@ def take(w: torch.Tensor, axis: int, part: slice) -> torch.Tensor:
 
 
 class Block:
-    """One block's weights and KV cache; under ``share``, ``w`` holds a member's slices of the weights
-    (``share_slices``) and the cache its KV-head groups."""
+    """One block's weights and KV cache (one per stream: ``use_stream`` picks the one ``k``/``v`` name);
+    under ``share``, ``w`` holds a member's slices of the weights (``share_slices``) and the caches its
+    KV-head groups."""
 
     def __init__(self, cfg: LlmConfig, w: dict[str, torch.Tensor], i: int, capacity: int, rope: RopeTables,
-                 share: TensorShare | None = None):
+                 share: TensorShare | None = None, streams: int = 1):
         self.cfg, self.rope = cfg, rope
         self.w = {r: w[block_tensor(i, r)] for r in BLOCK_TENSORS}
         self.kv_heads = share.size("kv_heads") if share is not None else cfg.kv_heads
         self.ffn = share.size("ffn") if share is not None else cfg.ffn
-        self.k = torch.zeros(self.kv_heads, capacity, cfg.head_dim)
-        self.v = torch.zeros_like(self.k)
+        self.caches = [(torch.zeros(self.kv_heads, capacity, cfg.head_dim),
+                        torch.zeros(self.kv_heads, capacity, cfg.head_dim)) for _ in range(streams)]
+        self.k, self.v = self.caches[0]
+
+    def use_stream(self, stream: int) -> None:
+        self.k, self.v = self.caches[stream]
 
     def __call__(self, x: torch.Tensor, pos: int, reduce: Reduce = _alone) -> torch.Tensor:
         """``x``: (T, dim) at positions pos .. pos + T - 1; the block's output, K/V cached; ``reduce`` sums
@@ -140,7 +145,7 @@ class Decoder:
     """A stage (or the whole model) with its KV caches; ``forward(ids or hidden, pos)``."""
 
     def __init__(self, model: LlmModel, spec: StageSpec, capacity: int,
-                 weights: dict[str, np.ndarray] | None = None, share: TensorShare | None = None):
+                 weights: dict[str, np.ndarray] | None = None, share: TensorShare | None = None, streams: int = 1):
         cfg = model.config
         if capacity > cfg.context:
             raise ModelError(f"{capacity} positions exceed the model's context of {cfg.context}")
@@ -152,7 +157,7 @@ class Decoder:
             w[name] = take(whole, *slices[role]) if role in slices else whole
         self.cfg, self.spec, self.share = cfg, spec, share
         rope = RopeTables(cfg.head_dim, cfg.rope_base, capacity)
-        self.blocks = [Block(cfg, w, i, capacity, rope, share) for i in range(spec.first, spec.stop)]
+        self.blocks = [Block(cfg, w, i, capacity, rope, share, streams) for i in range(spec.first, spec.stop)]
         self.embedding = w["token_embd.weight"] if spec.embed else None
         self.norm = w["output_norm.weight"] if spec.head else None
         self.output = w[model.head_name()] if spec.head else None
@@ -160,11 +165,14 @@ class Decoder:
             a, b = share.vocab
             self.output = take(self.output, 0, slice(a, b))
 
-    def forward(self, x: torch.Tensor, pos: int, every_position: bool = False, reduce: Reduce = _alone) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, pos: int, every_position: bool = False, reduce: Reduce = _alone,
+                stream: int = 0) -> torch.Tensor:
         """Token ids (T,) on an embedding stage, else the hidden state (T, dim); the hidden state out,
         or on the head stage the logits of the last position (1, vocab: the next token's, all a step
         uses; a member's rows of them), of all T positions with ``every_position``. ``reduce``: the
-        tensor-parallel stage's all-reduce."""
+        tensor-parallel stage's all-reduce; ``stream``: whose KV cache."""
+        for b in self.blocks:
+            b.use_stream(stream)
         with torch.no_grad():
             if self.embedding is not None:
                 x = F.embedding(x, self.embedding)
