@@ -26,12 +26,13 @@ plan 1.27-1.61x faster than predicted over its minutes of runs. So by default th
 (``local_costs(recalibrate=True)``: the probe models, a few seconds) is measured again right before each
 plan's run, and that run's figures (closed form, no ends, sim, latency, per-device compute) come from it:
 each ratio then compares a run with a prediction from the same minute, calibrated on the probes only,
-never on the run it predicts. Each run's line prints the scale beside its ratio, so the drift shows; the
-final table gives, per plan, the median of the runs' predictions and of their ratios. ``--calibrate-once``
-keeps the old protocol (one calibration at the start for every run). Either way the runtime's
-calibration (per message and segment, ``runtime_costs``) is measured once, and the plans are fixed
-(planned once on the first calibration, or read from ``--plans DIR``): only the figures follow the
-machine, never the choice of plan.
+never on the run it predicts. Each run's line prints the scale beside its ratio, so the drift shows (``*``:
+that calibration was taken on a busy machine, ``calibration_store``: it then carries the neighbours' load
+into the prediction, as the run carries it into the measurement); the final table gives, per plan, the
+median of the runs' predictions and of their ratios. ``--calibrate-once`` keeps the old protocol (one
+calibration at the start for every run). Either way the runtime's calibration (per message and segment,
+``runtime_costs``) is measured once, and the plans are fixed (planned once on the first calibration, or
+read from ``--plans DIR``): only the figures follow the machine, never the choice of plan.
 """
 
 from __future__ import annotations
@@ -83,10 +84,12 @@ def plans_of(model: str, pinned: Path | None = None) -> dict[str, Plan]:
 @dataclass(frozen=True)
 class Predicted:
     """One plan's figures from one calibration of this machine (``scale``: its factor, None: the roofline
-    fallback): closed-form throughput, the same with message ends free, the simulator's, closed-form
-    latency, and each participating device's closed-form compute per input."""
+    fallback; ``busy``: it was taken on a busy machine, ``calibration_store``): closed-form throughput, the
+    same with message ends free, the simulator's, closed-form latency, and each participating device's
+    closed-form compute per input."""
 
     scale: float | None
+    busy: bool
     closed: float
     no_ends: float
     simulated: float
@@ -103,7 +106,7 @@ def predict(model: str, plan: Plan, recalibrate: bool) -> tuple[Predicted, Profi
     metrics = estimate(problem, [plan], "closed")
     free = replace(problem, cluster=problem.cluster.with_message_cpu(0.0, 0.0))
     figures = Predicted(
-        cal.scale if cal is not None else None, float(metrics.throughput[0]),
+        cal.scale if cal is not None else None, bool(cal and cal.busy), float(metrics.throughput[0]),
         float(estimate(free, [plan], "closed").throughput[0]), float(estimate(problem, [plan], "simulated").throughput[0]),
         float(metrics.latency_s[0]),
         {name: float(metrics.compute_s_per_device[0, d]) for d, name in enumerate(problem.cluster.names)
@@ -125,8 +128,8 @@ class Measured:
         return self.throughput / figure
 
 
-def scale_text(scale: float | None) -> str:
-    return "roofline" if scale is None else f"x{scale:.2f}"
+def scale_text(p: Predicted) -> str:
+    return "roofline" if p.scale is None else f"x{p.scale:.2f}" + ("*" if p.busy else "")
 
 
 def main() -> None:
@@ -164,7 +167,7 @@ def main() -> None:
             m = Measured(pred, r.measured_throughput, r.measured_latency_s, ratios, r.others_share)
             runs[label].append(m)
             others = "?" if m.others is None else f"{m.others:.0%}"
-            print(f"{label:30} {run:3d} {scale_text(pred.scale):>8} {pred.closed:9.1f} {m.throughput:8.1f} "
+            print(f"{label:30} {run:3d} {scale_text(pred):>8} {pred.closed:9.1f} {m.throughput:8.1f} "
                   f"{m.ratio(pred.closed):5.2f} {others:>6}  " + " ".join(f"{u} {x:.2f}" for u, x in ratios.items()),
                   flush=True)
     report(runs, time.monotonic() - t0)
@@ -198,7 +201,9 @@ def report(runs: dict[str, list[Measured]], seconds: float) -> None:
         for title, name in (("no ends", "no_ends"), ("sim", "simulated"))))
     scales = [m.predicted.scale for ms in runs.values() for m in ms if m.predicted.scale is not None]
     if scales:
-        print(f"calibration scale over the runs: x{min(scales):.2f} to x{max(scales):.2f}")
+        busy = sum(m.predicted.busy for ms in runs.values() for m in ms)
+        print(f"calibration scale over the runs: x{min(scales):.2f} to x{max(scales):.2f}" + (
+            f"; {busy} of {sum(map(len, runs.values()))} calibrations (*) taken on a busy machine" if busy else ""))
     print(f"\n{within['closed']} of {len(labels)} plans within +-{THROUGHPUT_BAND:.0%}; Kendall's tau (closed vs "
           f"measured throughput) {tau['closed']:.2f} (target >= {TAU_TARGET}); {seconds:.0f} s")
 
