@@ -29,7 +29,7 @@ def report() -> RunReport:
             HopRun("a", "b", 4096, 3e-4, payload="t", collective="gather", tensors=["t"], wire_all_s=[3e-4, 3e-4])]
     return RunReport("m", devices, hops, 2, 400.0, 3e-3, 4e-3, [3e-3, 4e-3], Verification(4, 1e-6, 1e-5, "y"), 450.0,
                      plan_kind="mapping", stage_bound_by="stage a", links=[LinkRun("a", "b", 4096, 1, 3e-4)],
-                     stream_throughput=380.0, driver_cpu_per_input_s=5e-4, ranks_cpu_s=1.25,
+                     stream_throughput=380.0, driver_cpu_per_input_s=5e-4,
                      emulated=EmulatedRun(2.0, 800.0, 1.5e-3, 2e-3, {"a": 1e-3, "b": 5e-4}),
                      emulation=LinkShaping(3, "tc netem", [ShapedLink(1, 2, 5e7)]),
                      device_emulation=DeviceShaping(2.0, {"a": 0.5, "b": 1.0}, "test", "v2", 10000,

@@ -10,8 +10,8 @@ Two plans of ResNet-18 (CIFAR) over two of this machine's worker processes, each
   shortcut runs on device 1, so tensors go 0 -> 1 -> 0 -> 1 and two branches compute at once.
 
 Each run records the share of the CPU other processes used meanwhile (``machine_load``; the run's own
-processes, this one and its ranks, which report their CPU, not counted): a run on a busy machine says so,
-and its ratios say more about the neighbours than about the prediction.
+processes, this one and its ranks, which report their CPU to it, not counted): a run on a busy machine
+says so, and its ratios say more about the neighbours than about the prediction.
 """
 
 from __future__ import annotations
@@ -94,7 +94,5 @@ def run_here(case: str, plan: Plan, profile: Profile, runtime: RuntimeCosts, inp
     with LoadWatch() as watch:
         res = run_mapping(plan.model, plan, MappingRunOptions(inputs=inputs, latency_inputs=latency_inputs,
                                                               profile=profile, runtime=runtime, timeout_s=120))
-    ranks_cpu = res.report.ranks_cpu_s          # the driver and workers, never waited for by this process
-    share = watch.share_less(ranks_cpu) if ranks_cpu is not None else None
     return HereRun(case, plan, res.prediction, res.measured_throughput, res.measured_latency_s, res.max_abs_err,
-                   share, {u.device: u.measured_s for u in res.units})
+                   watch.share, {u.device: u.measured_s for u in res.units})

@@ -13,7 +13,6 @@ Energy per input comes from the device's meter (RAPL, NVML) where one is readabl
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ import numpy as np
 from hetsplit.runtime.manifest import Manifest
 from hetsplit.runtime.report import DeviceRun, HopRun, LinkRun, RunReport, Verification
 
-__all__ = ["RunReport", "ranks_cpu_s", "read_driver_doc", "stage_bound", "stream_rate", "stream_throughput", "summarize",
+__all__ = ["RunReport", "read_driver_doc", "stage_bound", "stream_rate", "stream_throughput", "summarize",
            "wire_times"]
 
 
@@ -84,18 +83,8 @@ def wire_times(manifest: Manifest, sends: dict[int, dict[int, dict]], recvs: dic
     return out
 
 
-def ranks_cpu_s(docs: dict[int, dict], here: Iterable[int]) -> float | None:
-    """The CPU the processes of ranks ``here`` (this host's) spent on the run: their ``job_cpu_s``
-    summed; None when one of them did not report it."""
-    cpus = [docs.get(r, {}).get("job_cpu_s") for r in here]
-    known = [float(c) for c in cpus if isinstance(c, (int, float))]
-    return sum(known) if len(known) == len(cpus) else None
-
-
-def summarize(manifest: Manifest, docs: dict[int, dict], here: Iterable[int] | None = None) -> RunReport:
-    """Measurements of a finished run from the rank documents (ranks on other hosts are left out);
-    ``here``: the ranks that ran on this host (None: every rank in ``docs``), whose CPU
-    ``RunReport.ranks_cpu_s`` sums.
+def summarize(manifest: Manifest, docs: dict[int, dict]) -> RunReport:
+    """Measurements of a finished run from the rank documents (ranks on other hosts are left out).
 
     Per device: compute time per input (the sum of its segments), idle time waiting for messages,
     bytes received and sent per input (``*_workers_bytes``: between workers only, what the plan's
@@ -154,7 +143,7 @@ def summarize(manifest: Manifest, docs: dict[int, dict], here: Iterable[int] | N
                      plan_kind="pipeline" if manifest.plan.get("stages") else "mapping", stage_bound_by=by,
                      links=list(links.values()), stream_throughput=stream_rate(drv),
                      driver_cpu_per_input_s=drv["process_cpu_s"] / n if drv.get("process_cpu_s") is not None and n
-                     else None, ranks_cpu_s=ranks_cpu_s(docs, docs if here is None else here))
+                     else None)
 
 
 def stream_throughput(report: RunReport, latency_inputs: int) -> float:

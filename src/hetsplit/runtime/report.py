@@ -256,7 +256,6 @@ class RunReport:
     links: list[LinkRun] = field(default_factory=list)
     stream_throughput: float | None = None
     driver_cpu_per_input_s: float | None = None
-    ranks_cpu_s: float | None = None     # CPU this host's rank processes spent on the run (None: not reported)
     run_dir: str | None = None           # where the logs and records were kept (None: a temporary folder)
     removed_leftovers: list[str] = field(default_factory=list)
     emulation: LinkShaping | None = None
@@ -308,7 +307,6 @@ class RunReport:
             "devices": [d.to_dict() for d in self.devices], "hops": [h.to_dict() for h in self.hops],
             "links": [x.to_dict() for x in self.links], "run_dir": self.run_dir}
         optional = {"stream_throughput": self.stream_throughput, "driver_cpu_per_input_s": self.driver_cpu_per_input_s,
-                    "ranks_cpu_s": self.ranks_cpu_s,
                     "removed_leftovers": self.removed_leftovers or None,
                     "emulation": self.emulation.to_dict() if self.emulation is not None else None,
                     "device_emulation": self.device_emulation.to_dict() if self.device_emulation is not None else None,
@@ -364,6 +362,5 @@ class _Plain:
     stage_bound_by: str = ""
     stream_throughput: float | None = None
     driver_cpu_per_input_s: float | None = None
-    ranks_cpu_s: float | None = None
     run_dir: str | None = None
     removed_leftovers: list[str] = field(default_factory=list)

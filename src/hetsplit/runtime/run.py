@@ -140,7 +140,7 @@ def _run(manifest: Manifest, opts: RunOptions, run_dir: Path) -> RunReport:
             launcher = opts.pool.launcher(manifest, cfg, run_dir, ranks=ranks, wrap=wrap)
         else:
             launcher = Launcher(manifest, cfg, run_dir, ranks=ranks, wrap=wrap, peers=peers)
-        report = summarize(manifest, launcher.run(), here=launcher.ranks)
+        report = summarize(manifest, launcher.run())
         if emu is not None:
             report = replace(report, emulation=emu.describe())
         if throttle is not None and opts.devices is not None:
