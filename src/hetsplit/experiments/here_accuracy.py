@@ -9,8 +9,9 @@ Two plans of ResNet-18 (CIFAR) over two of this machine's worker processes, each
   the second stage's second block, then the next block's convolutions run back on device 0 while its
   shortcut runs on device 1, so tensors go 0 -> 1 -> 0 -> 1 and two branches compute at once.
 
-Each run records the share of the CPU other processes used meanwhile (``machine_load``): a run on a busy
-machine says so, and its ratios say more about the neighbours than about the prediction.
+Each run records the share of the CPU other processes used meanwhile (``machine_load``; the run's own
+processes, this one and its ranks, which report their CPU to it, not counted): a run on a busy machine
+says so, and its ratios say more about the neighbours than about the prediction.
 """
 
 from __future__ import annotations

@@ -184,7 +184,9 @@ class Launcher:
             for rank in self.ranks:
                 if rank != 0:
                     self.start(rank)
-            return self.supervise()
+            docs = self.supervise()
+            self.count_unwaited_cpu(docs)
+            return docs
         except RuntimeFailure as exc:
             failure = str(exc)
             raise
@@ -192,6 +194,17 @@ class Launcher:
             self.kill_all()
             if self.peers is not None:
                 self.peers.close(self.rank_docs(), failure)
+
+    def count_unwaited_cpu(self, docs: dict[int, dict]) -> None:
+        """The CPU each rank this process never waits for (forked by the zygote, run in a warm process)
+        reported, counted as this process's own (``machine_load.count_own_cpu``): a rank started here with
+        ``Popen`` is reaped here, and ``os.times`` already holds it."""
+        from hetsplit.costs.machine_load import count_own_cpu
+
+        for p in self.procs:
+            cpu = docs.get(p.rank, {}).get("job_cpu_s")
+            if not isinstance(p.popen, subprocess.Popen) and isinstance(cpu, (int, float)) and cpu >= 0:
+                count_own_cpu(float(cpu))
 
     # ---- supervising --------------------------------------------------------------------------
     def deadline_s(self) -> float:

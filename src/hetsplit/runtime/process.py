@@ -2,7 +2,8 @@
 
 Rank 0 is the driver (``runtime.driver``: serves the rendezvous, feeds inputs, collects and verifies
 outputs); rank ``r >= 1`` runs the program of the plan's ``r``-th device (``runtime.worker``). Each
-writes ``rank<R>.json`` into the run directory: its measurements, or ``{"ok": false, "error": ...}``
+writes ``rank<R>.json`` into the run directory: its measurements (with ``job_cpu_s``, the CPU its process
+spent on the run: every thread, set-up and verification included), or ``{"ok": false, "error": ...}``
 naming the device and the cause. The process always ends with ``os._exit`` so no lingering
 transport thread can keep it alive.
 """
@@ -78,18 +79,21 @@ def main(argv: list[str], work: Work = manifest_work) -> int:
     """Run rank ``argv[1]`` of the run in ``argv[0]``; write ``rank<R>.json`` and exit (never raises)."""
     from hetsplit.runtime.zygote import FORKED
 
-    code = run_rank(Path(argv[0]), int(argv[1]), work, dict(FORKED) or None)
+    code = run_rank(Path(argv[0]), int(argv[1]), work, dict(FORKED) or None, cpu_since=0.0)   # a fresh process
     sys.stdout.flush(), sys.stderr.flush()
     os._exit(code)
 
 
-def run_rank(run_dir: Path, rank: int, work: Work = manifest_work, extra: dict | None = None) -> int:
+def run_rank(run_dir: Path, rank: int, work: Work = manifest_work, extra: dict | None = None,
+             cpu_since: float | None = None) -> int:
     """Run rank ``rank`` of the run in ``run_dir`` and write ``rank<R>.json`` (with ``extra`` on success); the
     exit code it calls for (0: done, 1: failed, reported). Never raises; a warm process (``runtime.pool``)
-    calls it once per run."""
+    calls it once per run. ``job_cpu_s``: this process's CPU time since ``cpu_since`` (a
+    ``time.process_time`` reading; None: from this call), what the run cost it."""
     out = run_dir / f"rank{rank}.json"
     device = f"rank {rank}"
     t0 = time.time()
+    cpu0 = time.process_time() if cpu_since is None else cpu_since
     try:
         cfg = RunConfig.load(run_dir / "config.json")
         if cfg.cpus.get(str(rank)):
@@ -98,7 +102,7 @@ def run_rank(run_dir: Path, rank: int, work: Work = manifest_work, extra: dict |
         device, job = work(cfg, rank, run_dir)
         result = job()
         doc = {"ok": True, "rank": rank, "device": device, "t_start": t0, "t_end": time.time(),
-               "peak_rss_bytes": peak_rss_bytes(),
+               "job_cpu_s": time.process_time() - cpu0, "peak_rss_bytes": peak_rss_bytes(),
                "cpus": sorted(os.sched_getaffinity(0)), **(extra or {}), **result}
         code = 0
     except BaseException as exc:  # noqa: BLE001 - every failure is reported, never raised past here
