@@ -146,6 +146,8 @@ def main() -> None:
                     help="on the --speeds cluster: hetsplit's plan, the best device alone, exo's split (needs root)")
     ap.add_argument("--sweep", action="store_true", help="--compare over eight clusters, links shaped (needs root)")
     ap.add_argument("--only", type=int, nargs="+", default=None, metavar="I", help="--sweep: only these clusters (0-7)")
+    ap.add_argument("--streams", type=int, default=1, metavar="B",
+                    help="the plain runs: B generations at once (their tokens/s together measured beside predicted)")
     args = ap.parse_args()
     model = args.model or smollm2()
     if args.sweep or args.compare:
@@ -175,7 +177,7 @@ def main() -> None:
         t0 = time.perf_counter()
         r = generate(model, cluster,
                      GenerateOptions(PROMPT, args.tokens, stages=k, verify=True, emulate_links=args.emulate_links,
-                                     emulate_devices=bool(args.speeds), timeout_s=120))
+                                     emulate_devices=bool(args.speeds), timeout_s=120, streams=args.streams))
         if (dev := r.measured.device_emulation) is not None:
             print(f"{k} worker(s): CPU shares {dev.shares}, dilation D = {dev.dilation:.3g} (figures below: measured / D)")
         unsplit = unsplit or r.tokens
@@ -189,6 +191,12 @@ def main() -> None:
         print(f"{k:>7} {'yes' if same else 'NO':>11} {r.verify['max_abs_logit_diff']:>11.3g} "
               f"{m.ttft_s / d * 1e3:>10.1f} {p.ttft_s * 1e3:>8.1f} {m.s_per_token / d * 1e3:>11.2f} "
               f"{p.s_per_token * 1e3:>8.2f} {m.s_per_token / d / p.s_per_token:>9.2f} {wall:>7.1f}")
+    if args.streams > 1:
+        print(f"\n{args.streams} streams at once: tokens/s of them all, measured / predicted")
+        for k, r, _ in rows:
+            got, want = r.measured.streams_tokens_per_s * r.measured.dilation, r.plan.predicted.streams_tokens_per_s
+            print(f"  {k} worker(s): {got:.1f} / {want:.1f} = {got / want:.2f}; one stream alone predicted "
+                  f"{r.plan.predicted.tokens_per_s:.1f}")
     print("\nper stage (median decode step): compute measured / its CPU time at the stage's share / predicted ms"
           "\n(the CPU figure is what the stage takes when it gets the core, or its quota, whenever it runs)")
     for k, r, _ in rows:

@@ -49,3 +49,16 @@ def test_streams_are_bounded_and_recover_goes_on_with_one(three):
         PipelineJob(str(three), ["a"], [[0, 3]], 3, [1, 2], 4, streams=0)
     with pytest.raises(UsageError, match="--recover"):
         generate(three, local_cluster(2), GenerateOptions("the cat", tokens=4, streams=2, recover=True))
+
+
+def test_token_times_are_stage_0s_from_its_first_step_and_between_one_streams_tokens():
+    from hetsplit.runtime.llm_pipeline import token_times
+
+    one = [{"started_at": 10.0, "token_at": 10.5}, {"token_at": 10.7}, {"token_at": 11.0}]
+    ttft, steps, together = token_times(one, 1)
+    assert ttft == pytest.approx(0.5) and steps == pytest.approx([0.2, 0.3]) and together == pytest.approx(2 / 0.5)
+    two = [{"started_at": 0.0, "token_at": 1.0}, {"token_at": 1.5}, {"token_at": 2.0}, {"token_at": 2.25},
+           {"token_at": 3.0}, {"token_at": 3.5}]          # streams in turn: 0, 1, 0, 1, 0, 1
+    ttft, steps, together = token_times(two, 2)
+    assert ttft == 1.0 and steps == [1.0, 1.0]
+    assert together == pytest.approx(4 / (3.5 - 1.5))     # from the last stream's first token on
