@@ -190,7 +190,7 @@ def main() -> None:
         same = r.tokens == unsplit and r.verify["identical_tokens"]
         print(f"{k:>7} {'yes' if same else 'NO':>11} {r.verify['max_abs_logit_diff']:>11.3g} "
               f"{m.ttft_s / d * 1e3:>10.1f} {p.ttft_s * 1e3:>8.1f} {m.s_per_token / d * 1e3:>11.2f} "
-              f"{p.s_per_token * 1e3:>8.2f} {m.s_per_token / d / p.s_per_token:>9.2f} {wall:>7.1f}")
+              f"{p.stream_s_per_token * 1e3:>8.2f} {m.s_per_token / d / p.stream_s_per_token:>9.2f} {wall:>7.1f}")
     if args.streams > 1:
         print(f"\n{args.streams} streams at once: tokens/s of them all, measured / predicted")
         for k, r, _ in rows:

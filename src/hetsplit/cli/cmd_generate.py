@@ -100,7 +100,7 @@ def run(args) -> int:
     print(f"{'':14}{head:>14}{'predicted':>14}")
     print(f"{'TTFT':14}{_ms(m.ttft_s / d):>14}{_ms(plan.predicted.ttft_s):>14}")
     streams = max(1, len(m.streams_tokens))
-    per_token = plan.predicted.s_per_token if streams == 1 else streams / plan.predicted.streams_tokens_per_s
+    per_token = plan.predicted.stream_s_per_token
     print(f"{'per token':14}{_ms(m.s_per_token / d):>14}{_ms(per_token):>14}")
     print(f"{'tokens/s':14}{d / m.s_per_token:>14.1f}{1 / per_token:>14.1f}")
     if streams > 1:

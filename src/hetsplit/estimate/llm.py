@@ -293,6 +293,11 @@ class PipelinePrediction:
     def tokens_per_s(self) -> float:
         return 1.0 / self.s_per_token
 
+    @property
+    def stream_s_per_token(self) -> float:
+        """Each stream's seconds per token while ``streams`` decode at once (``s_per_token`` for one)."""
+        return self.s_per_token if self.streams == 1 else self.streams / self.streams_tokens_per_s
+
     def to_dict(self) -> dict[str, Any]:
         return {"ttft_s": self.ttft_s, "s_per_token": self.s_per_token, "tokens_per_s": self.tokens_per_s,
                 "compute_s": self.compute_s, "hops_s": self.hops_s, "memory_bytes": self.memory_bytes,
