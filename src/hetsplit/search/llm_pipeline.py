@@ -5,7 +5,9 @@ and each one's share, minimizing one stream's time per token (``decode``) or its
 
 A stage is a *group*: one device, or (tensor-parallel) two or more with their shares
 (``estimate.llm_shares.balanced_shares``: each half of a block and the head balanced over the members
-for the objective's phase; the leader is the member fastest on a whole block). Solver: dynamic
+for the objective's phase; the leader is the member fastest on a whole block). Shares are chosen for
+speed alone; a group whose shares do not fit its members' memory for a run of blocks is not offered
+those blocks (a memory-aware uneven share is not searched). Solver: dynamic
 programming over (devices used, last group, blocks done), once per first group (the token's way back from
 the last stage to the first depends on both). A stage's cost is a prefix sum of block costs plus the
 embedding on the first and the head on the last, so a transition is a min over the previous boundary,
