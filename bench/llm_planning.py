@@ -8,7 +8,7 @@ up to ``--brute-max`` devices the plan is checked against brute force (every ord
 devices, every cut of the blocks into that many stages), whose time is printed beside it as the
 baseline. The target (issue 43): <= 1 s for pipelines over <= 8 devices, proven optimal. The
 ``tensor-parallel`` columns plan the same clusters with tensor-parallel stages searched too
-(``tensor_parallel=True``: every group of up to 4 devices with balanced shares, clusters of at most 6
+(``tensor_parallel=True``: every group of up to 4 devices with balanced shares, clusters of at most 8
 devices), with how many plans chose one and, up to ``--brute-max`` devices, the check against brute
 force over every ordered sequence of disjoint groups. The last column times ``plan_streams`` (8 streams
 decoding at once: a DP per cap, binary search) on the same clusters.

@@ -196,16 +196,21 @@ class LlmCosts:
         """Bytes each device of ``stage`` holds: its weights and its KV cache at the target context."""
         if not stage.shares:
             return {stage.device: self.stage_bytes(stage.first, stage.stop)}
-        sc, n, out = self.shares, stage.stop - stage.first, {}
+        n, embed, head = stage.stop - stage.first, stage.first == 0, stage.stop == self.config.blocks
+        return {self.devices[d]: float(n * block + (first if embed else 0.0) +
+                                       (last if head and not (self.config.tied and embed) else 0.0))
+                for d, (block, first, last) in self.member_memory(stage).items()}
+
+    def member_memory(self, stage: Stage) -> dict[int, tuple[float, float, float]]:
+        """Per member of a tensor-parallel stage (device index): its bytes per block (norms, its KV-head
+        groups' weights and cache, its FFN columns), for the embedding (the whole table, on the first
+        stage) and for its head rows (on the last; none beside a tied embedding it holds whole)."""
+        sc = self.shares
         kv_group = self.config.kv_bytes_per_position(1, F32) / self.config.kv_heads * self.options.context * \
             self.options.streams
-        embed, head = stage.first == 0, stage.stop == self.config.blocks
-        for d, (kv, ffn, vocab) in self.member_counts(stage):
-            b = n * (sc.norm_bytes + kv * (sc.kv_group_bytes + kv_group) + ffn * sc.ffn_unit_bytes)
-            b += self.embed_bytes if embed else 0.0
-            b += vocab * sc.vocab_unit_bytes if head and not (self.config.tied and embed) else 0.0
-            out[self.devices[d]] = float(b)
-        return out
+        return {d: (sc.norm_bytes + kv * (sc.kv_group_bytes + kv_group) + ffn * sc.ffn_unit_bytes,
+                    float(self.embed_bytes), vocab * sc.vocab_unit_bytes)
+                for d, (kv, ffn, vocab) in self.member_counts(stage)}
 
     def stage_s(self, phase: int, d: int, first: int, stop: int) -> float:
         s = float(self.block_s[phase, d, first:stop].sum())

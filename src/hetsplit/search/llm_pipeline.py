@@ -37,7 +37,7 @@ from hetsplit.graph.llm.shares import TensorShare
 
 OBJECTIVES = {"decode": DECODE, "ttft": PREFILL}
 MAX_DEVICES = 10        # 2^D states per first device: beyond this the exact DP takes minutes
-MAX_TP_DEVICES = 6      # tensor-parallel groups are searched over clusters of at most this many devices
+MAX_TP_DEVICES = 8      # tensor-parallel groups are searched over clusters of at most this many devices
 MAX_TP_GROUP = 4        # and of at most this many members
 
 
@@ -98,6 +98,10 @@ def _tables(costs: LlmCosts, phase: int, groups: list[Group]) -> tuple[np.ndarra
     table = np.full((len(groups), L + 1, L + 1), np.inf)
     blocks, heads = np.zeros((len(groups), L)), np.zeros(len(groups))
     upper = np.triu(np.ones((L + 1, L + 1), bool), 1)
+    whole = np.full((L + 1, L + 1), np.inf)            # bytes of a stage of whole blocks b..j-1 on one device
+    for b in range(L):
+        for j in range(b + 1, L + 1):
+            whole[b, j] = costs.stage_bytes(b, j)
     for g, group in enumerate(groups):
         if not group.shares:
             d = group.members[0]
@@ -113,27 +117,49 @@ def _tables(costs: LlmCosts, phase: int, groups: list[Group]) -> tuple[np.ndarra
             cost[0, :] += embed
             cost[:, L] += head
             blocks[g], heads[g] = per, head
-        fits = np.ones((L + 1, L + 1), bool)
-        for b in range(L):
-            for j in range(b + 1, L + 1):
-                memory = costs.stage_memory(group.stage(costs, b, j))
-                fits[b, j] = all(memory[costs.devices[d]] <= costs.capacity[d] for d in group.members)
-        table[g] = np.where(fits & upper, cost, np.inf)
+        table[g] = np.where(_fits(costs, group, whole) & upper, cost, np.inf)
     return table, blocks, heads
+
+
+def _fits(costs: LlmCosts, group: Group, whole: np.ndarray) -> np.ndarray:
+    """[L+1, L+1]: whether each member holds what the group's stage of blocks b..j-1 puts on it
+    (``LlmCosts.stage_memory``, by its parts)."""
+    if not group.shares:
+        return whole <= costs.capacity[group.members[0]]
+    L = costs.config.blocks
+    n = np.arange(L + 1)
+    count = n[None, :] - n[:, None]
+    first, last = (n == 0)[:, None], (n == L)[None, :]
+    fits = np.ones((L + 1, L + 1), bool)
+    for d, (block, embed, head) in costs.member_memory(group.stage(costs, 0, L)).items():
+        held = count * block + first * embed + last * head * ~(first & costs.config.tied)
+        fits &= held <= costs.capacity[d]
+    return fits
 
 
 def _hops(costs: LlmCosts, phase: int, groups: list[Group]) -> tuple[np.ndarray, np.ndarray]:
     """[G, G]: the hidden state from each group's leader to every member of each other group; the token
-    back the same way (from a tensor-parallel group alone to its own other members on the diagonal)."""
-    G = len(groups)
-    hop, back = np.zeros((G, G)), np.zeros((G, G))
-    nbytes = costs.hidden_bytes(phase)
-    for a, ga in enumerate(groups):
-        for b, gb in enumerate(groups):
-            back[a, b] = costs.fan_out_s(ga.members[0], list(gb.members), TOKEN_BYTES)   # a group alone: its own
-            if a != b:
-                hop[a, b] = costs.fan_out_s(ga.members[0], list(gb.members), nbytes)
-    return hop, back
+    back the same way (from a tensor-parallel group alone to its own other members on the diagonal).
+    Each is ``LlmCosts.fan_out_s``, for every leader and group at once."""
+    leaders = [g.members[0] for g in groups]
+    hop = _fan_out(costs, groups, costs.hidden_bytes(phase))[leaders]
+    np.fill_diagonal(hop, 0.0)
+    return hop, _fan_out(costs, groups, TOKEN_BYTES)[leaders]
+
+
+def _fan_out(costs: LlmCosts, groups: list[Group], nbytes: float) -> np.ndarray:
+    """[D, G]: ``fan_out_s`` from each device to each group's members (itself left out)."""
+    links, idx = costs.cluster.links, np.arange(costs.cluster.num_devices)
+    end = np.asarray(links.end(idx, nbytes), dtype=float)
+    reach = np.asarray(links.time(idx[:, None], idx[None, :], nbytes), dtype=float) + end[None, :]
+    out = np.zeros((len(idx), len(groups)))
+    for g, group in enumerate(groups):
+        members = np.array(group.members)
+        itself = idx[:, None] == members[None, :]
+        count = len(members) - itself.sum(axis=1)
+        slowest = np.where(itself, -np.inf, reach[:, members]).max(axis=1)
+        out[:, g] = np.where(count > 0, count * end + slowest, 0.0)
+    return out
 
 
 def stage_value(costs: LlmCosts, stages: list[Stage], phase: int) -> float:
