@@ -111,3 +111,28 @@ def test_on_slow_links_the_planner_keeps_whole_blocks(three_blocks):
                       LlmCostOptions(8, 8))
     got = plan_pipeline(costs, tensor_parallel=True)
     assert not any(s.shares for s in got.stages)
+
+
+def test_the_streams_planner_with_tensor_parallel_stages_is_exact_against_brute_force(three_blocks):
+    from dataclasses import replace
+
+    from hetsplit.search.llm_pipeline import plan_streams, streams_value
+
+    chosen = 0
+    for seed in range(6):
+        base = random_costs(three_blocks, seed)
+        streams = [2, 4, 16][seed % 3]
+        costs = llm_costs(three_blocks.config, three_blocks.tensors, base.cluster,
+                          replace(base.options, streams=streams))
+        groups = candidate_groups(costs, list(range(costs.cluster.num_devices)), DECODE, True)
+        want = min((streams_value(costs, s) for s in every_pipeline(costs, groups)), default=np.inf)
+        if not np.isfinite(want):
+            with pytest.raises(InfeasibleError):
+                plan_streams(costs, tensor_parallel=True)
+            continue
+        got = plan_streams(costs, tensor_parallel=True)
+        assert got.value == pytest.approx(want, rel=1e-12)
+        pred = predict_pipeline(costs, got.stages)
+        assert 1 / pred.streams_tokens_per_s == pytest.approx(want, rel=1e-12)
+        chosen += any(s.shares for s in got.stages)
+    assert chosen >= 2

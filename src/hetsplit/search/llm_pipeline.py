@@ -193,20 +193,21 @@ def plan_pipeline(costs: LlmCosts, objective: str = "decode", devices: list[str]
     return PipelineChoice(stages, value)
 
 
-def plan_streams(costs: LlmCosts, devices: list[str] | None = None) -> PipelineChoice:
+def plan_streams(costs: LlmCosts, devices: list[str] | None = None, tensor_parallel: bool = False) -> PipelineChoice:
     """The pipeline that decodes ``costs.options.streams`` generations at once fastest: least seconds per
     token over all of them (``estimate.llm.streams_period``: the longer of one stream's cycle / streams
     and the busiest stage or hop). Exact: for a cap on every stage and hop, the least cycle is the DP's
     (stations over the cap left out); that least cycle falls as the cap rises, so a binary search over
     the caps (the stage and hop times themselves) finds where cycle / streams meets the cap, and the
-    optimum is the plan there or at the cap below (a dozen DPs)."""
+    optimum is the plan there or at the cap below (a dozen DPs). With ``tensor_parallel``, over the same
+    groups as ``plan_pipeline`` (a tensor-parallel stage is one station, its syncs in it)."""
     allowed = _allowed(costs, devices)
     streams = costs.options.streams
-    groups = singles(allowed)
+    groups = candidate_groups(costs, allowed, DECODE, tensor_parallel)
     table, blocks, heads = _tables(costs, DECODE, groups)
     hop, back = _hops(costs, DECODE, groups)
     off = ~np.eye(len(hop), dtype=bool)
-    caps = np.unique(np.concatenate([table[np.isfinite(table)], hop[off], back[off]]))
+    caps = np.unique(np.concatenate([table[np.isfinite(table)], hop[off], back.ravel()]))
 
     def under(cap: float) -> tuple[float, list[Stage]]:
         """The least cycle with every stage and hop at most ``cap``, and its plan."""
@@ -233,7 +234,7 @@ def streams_value(costs: LlmCosts, stages: list[Stage]) -> float:
     """Seconds per token over ``costs.options.streams`` streams through ``stages``, as the planner counts it."""
     times = [costs.stage_time(DECODE, s) for s in stages]
     times += [costs.hop_between_s(DECODE, a, b) for a, b in zip(stages, stages[1:])]
-    times += [costs.back_between_s(stages[-1], stages[0])] if len(stages) > 1 else []
+    times += [costs.back_between_s(stages[-1], stages[0])] if len(stages) > 1 or stages[0].shares else []
     return streams_period(stage_value(costs, stages, DECODE), max(times), costs.options.streams)
 
 

@@ -170,6 +170,7 @@ def plan_generation(model: LlmModel, cluster: Cluster, options: PlanOptions) -> 
     if unknown or not allowed:
         raise UsageError(f"devices {unknown or allowed}: give devices of cluster {cluster.name!r} "
                          f"({', '.join(costs.devices)})")
+    tp = options.tensor_parallel and len(allowed) <= MAX_TP_DEVICES
     if options.given is not None:
         stages, how = list(options.given), "given"
     elif options.rule is not None:
@@ -177,10 +178,10 @@ def plan_generation(model: LlmModel, cluster: Cluster, options: PlanOptions) -> 
     elif options.stages:
         stages, how = even_stages(allowed, model.config.blocks, options.stages), f"even over {options.stages}"
     elif options.streams > 1:
-        stages = plan_streams(costs, allowed).stages
-        how = f"exact ({options.streams} streams: a DP per cap on the busiest stage or hop, binary search)"
+        stages = plan_streams(costs, allowed, tensor_parallel=tp).stages
+        how = f"exact ({options.streams} streams: a DP per cap on the busiest stage or hop, binary search" + \
+            ("; tensor-parallel stages searched)" if tp else ")")
     else:
-        tp = options.tensor_parallel and len(allowed) <= MAX_TP_DEVICES
         stages = plan_pipeline(costs, options.objective, allowed, tensor_parallel=tp).stages
         how = f"exact DP ({options.objective}" + ("; tensor-parallel stages searched)" if tp else ")")
     single = best_single(costs, options.objective, allowed)
