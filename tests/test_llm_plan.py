@@ -340,5 +340,10 @@ def test_plan_of_a_gguf_sets_exos_split_beside_the_plan_and_the_plan_is_no_slowe
     exo = doc["rules"]["memory-proportional"]
     assert exo["stages"] == [{"device": "slow", "blocks": [0, 1]}, {"device": "fast", "blocks": [1, 2]}]
     assert doc["predicted"]["s_per_token"] < exo["predicted"]["s_per_token"]
+    dllama = doc["rules"]["equal-slices"]               # distributed-llama's: both devices, equal slices
+    assert [s["device"] for s in dllama["stages"][0]["shares"]] == ["fast", "slow"]
+    assert doc["predicted"]["s_per_token"] < dllama["predicted"]["s_per_token"]
     assert main(["plan", str(tiny_gguf), "--cluster", str(path)]) == 0
-    assert "memory-proportional: slow blocks 0-0 | fast blocks 1-1" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "memory-proportional: slow blocks 0-0 | fast blocks 1-1" in out
+    assert "equal-slices: fast+slow blocks 0-1 tensor-parallel (fast 1 KV heads/" in out
