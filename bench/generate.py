@@ -6,7 +6,9 @@ model's (``--verify``), and the measured TTFT and ms per token beside the predic
 ``--speeds 1 2`` rehearses a cluster of unlike devices instead: worker i stands for a device ``speeds[i]``
 times slower than this machine's one-thread torch worker as the probe costs it (its roofline figures
 divided by the factor; weights at their stored bytes, as such a device would hold them), run with
-``--emulate-devices`` (each stage's process throttled to its device's speed, figures measured / D).
+``--emulate-devices`` (each stage's process throttled to its device's speed, figures measured / D). In
+``--compare`` and ``--sweep`` this machine is probed again right before each run (its speed drifts within
+minutes here), so each run's throttling, and so its devices' speeds, rest on a probe of that moment.
 ``--emulate-links`` shapes the links (``--latency``, ``--bandwidth``) as ``hetsplit run`` does.
 
 ``--compare`` runs, on the ``--speeds`` cluster, hetsplit's plan beside the best device alone, beside the
@@ -90,15 +92,20 @@ def compare(model: Path, speeds: list[float], link: tuple[str, str], tokens: int
     cluster = unlike(speeds, link[0], link[1], model, tokens, memory)
     base = GenerateOptions(PROMPT, tokens, verify=True, emulate_links=emulate_links, emulate_devices=True,
                            timeout_s=180)
-    planned = generate(model, cluster, base)
+
+    def run(options: GenerateOptions):
+        probe_torch_cpu.cache_clear()      # this machine's speed drifts within minutes: probe it right before
+        return generate(model, cluster, options)
+
+    planned = run(base)
     runs = [("hetsplit", planned)]
     single = planned.plan.single
     if single is not None and single.stages == planned.plan.stages:
         runs.append(("best alone (= plan)", planned))
     elif single is not None:
-        runs.append(("best alone", generate(model, cluster, replace(base, plan=tuple(single.stages)))))
+        runs.append(("best alone", run(replace(base, plan=tuple(single.stages)))))
     for rule in ("memory-proportional", "equal-slices"):
-        runs.append((rule, generate(model, cluster, replace(base, rule=rule))))
+        runs.append((rule, run(replace(base, rule=rule))))
     return runs
 
 
@@ -157,7 +164,6 @@ def main() -> None:
             [(tuple(args.speeds or (1, 2)), (args.latency, args.bandwidth), None)]
         ratios, errors = [], []
         for speeds, link, memory in configs:
-            probe_torch_cpu.cache_clear()    # this machine's speed drifts: probe it afresh for each cluster
             runs = compare(model, list(speeds), link, args.tokens, args.sweep or args.emulate_links, memory)
             print_compare(speeds, link, memory, runs, unsplit)
             errors += [r.measured.s_per_token / r.measured.dilation / r.plan.predicted.s_per_token - 1
