@@ -4,8 +4,7 @@ model's (``--verify``), and the measured TTFT and ms per token beside the predic
 ``local-cpu`` devices costed by a torch probe of this machine, not fitted on these runs).
 
 ``--speeds 1 2`` rehearses a cluster of unlike devices instead: worker i stands for a device ``speeds[i]``
-times slower (and ``HEADROOM`` more, so that every device is throttled) than this machine's one-thread
-torch worker as the probe costs it (its roofline figures
+times slower than this machine's one-thread torch worker as the probe costs it (its roofline figures
 divided by the factor; weights at their stored bytes, as such a device would hold them), run with
 ``--emulate-devices`` (each stage's process throttled to its device's speed, figures measured / D). In
 ``--compare`` and ``--sweep`` this machine is probed again right before each run (its speed drifts within
@@ -40,7 +39,6 @@ from hetsplit.costs.llm_probe import probe_torch_cpu
 from hetsplit.workflow.generate import GenerateOptions, generate
 
 PROMPT = "The capital of France is"
-HEADROOM = 1.3          # every emulated device this much slower than its factor says (``unlike``)
 
 
 def smollm2() -> Path:
@@ -61,22 +59,18 @@ def here(n: int, latency: str, bandwidth: str):
 def unlike(speeds: list[float], latency: str, bandwidth: str, model: Path, tokens: int,
            memory: tuple[float, ...] | None = None):
     """One device per factor: this machine's one-thread torch worker (the probe's figures at the model's
-    shapes, the prompt's rows, the decode context of ``tokens`` new tokens) that much slower, and
-    ``HEADROOM`` slower again, so that even the fastest device is throttled (to 1 / HEADROOM of a core) and
-    the emulation can follow this machine's speed both ways (a device as fast as the host cannot be
-    emulated once the host slows down: measured 1.25-1.47x its prediction in a sweep without headroom);
-    ``memory``: each device's memory as a fraction of the model's stored bytes (default 4 GiB each)."""
+    shapes, the prompt's rows, the decode context of ``tokens`` new tokens) that much slower; ``memory``:
+    each device's memory as a fraction of the model's stored bytes (default 4 GiB each)."""
     from hetsplit.graph.llm.load import model_tokenizer, read_model
     from hetsplit.workflow.generate import host_probe
 
     m = read_model(model)
     p = host_probe(m.config, len(model_tokenizer(m).encode(PROMPT)), tokens)
     size = [f"{int(f * m.stored_bytes())}B" for f in memory] if memory else ["4GiB"] * len(speeds)
-    slow = [s * HEADROOM for s in speeds]
     devices = [{"name": f"x{s:g}" + "'" * i, "kind": "cpu", "type": f"t{i}", "memory": size[i], "model": "roofline",
-                "params": {"peak_macs": p.macs_per_s / f, "mem_bandwidth": p.bytes_per_s / f, "mem_efficiency": 1.0,
-                           "efficiency": {"default": 1.0, "gemm": 1.0, "matmul": 1.0}, "overhead_s": p.call_s * f,
-                           "power_active": "10W"}} for i, (s, f) in enumerate(zip(speeds, slow))]
+                "params": {"peak_macs": p.macs_per_s / s, "mem_bandwidth": p.bytes_per_s / s, "mem_efficiency": 1.0,
+                           "efficiency": {"default": 1.0, "gemm": 1.0, "matmul": 1.0}, "overhead_s": p.call_s * s,
+                           "power_active": "10W"}} for i, s in enumerate(speeds)]
     return cluster_from_dict({"format": "hetsplit.cluster/1", "name": "unlike", "devices": devices,
                               "links": {"default": {"name": "net", "bandwidth": bandwidth, "latency": latency}}})
 
