@@ -381,16 +381,17 @@ def verify_steps(model: LlmModel, prompt: list[int], report: PipelineReport, bef
         raise UsageError("verify: the run kept no logits to compare (run it with keep_logits)")
     before = before or []
     streams = report.streams_tokens or [report.tokens]
-    diff, first = 0.0, None
+    diff, differing = 0.0, []
     refs: dict[tuple[int, ...], torch.Tensor] = {}
     for b, made in enumerate(streams):         # every stream fed the same prompt: one reference per token list
         tokens = before + made
-        ref = refs.setdefault(tuple(tokens), reference_logits(model, prompt, tokens)) if tuple(tokens) not in refs \
-            else refs[tuple(tokens)]
+        if tuple(tokens) not in refs:
+            refs[tuple(tokens)] = reference_logits(model, prompt, tokens)
+        ref = refs[tuple(tokens)]
         diff = max(diff, float((ref[len(before):] - report.logits[b::len(streams)]).abs().max()))
         greedy = [int(r.argmax()) for r in ref]
-        here = next((i for i, (x, y) in enumerate(zip(greedy, tokens)) if x != y), None)
-        first = here if first is None else (first if here is None else min(first, here))
+        differing += [i for i, (x, y) in enumerate(zip(greedy, tokens)) if x != y][:1]
+    first = min(differing, default=None)
     return {"ok": first is None, "max_abs_logit_diff": diff, "identical_tokens": first is None,
             "first_differing_step": first, "streams": len(streams)}
 
