@@ -113,12 +113,22 @@ class LlmCosts:
     def fan_out_s(self, src: int, dsts: list[int], nbytes: float) -> float:
         """One message of ``nbytes`` from ``src`` to each of ``dsts`` in turn: the sender's ends one after the
         other, the slowest wire and receiving end after them (a single destination: ``hop_seconds``)."""
-        links = self.cluster.links
-        others = [d for d in dsts if d != src]
-        if not others:
-            return 0.0
-        return float(len(others) * links.end(src, nbytes) + max(links.time(src, d, nbytes) + links.end(d, nbytes)
-                                                                for d in others))
+        return float(self.fan_out_table([dsts], nbytes)[src, 0])
+
+    def fan_out_table(self, receivers: list[list[int]] | list[tuple[int, ...]], nbytes: float) -> np.ndarray:
+        """[D, G]: ``fan_out_s`` from each device to each list of ``receivers`` (the sender itself left out;
+        0 where none is left), for every sender and list at once."""
+        links, idx = self.cluster.links, np.arange(self.cluster.num_devices)
+        end = np.asarray(links.end(idx, nbytes), dtype=float)
+        reach = np.asarray(links.time(idx[:, None], idx[None, :], nbytes), dtype=float) + end[None, :]
+        out = np.zeros((len(idx), len(receivers)))
+        for g, members in enumerate(receivers):
+            to = np.array(members, dtype=int)
+            itself = idx[:, None] == to[None, :]
+            count = len(to) - itself.sum(axis=1)
+            slowest = np.where(itself, -np.inf, reach[:, to]).max(axis=1) if len(to) else np.zeros(len(idx))
+            out[:, g] = np.where(count > 0, count * end + slowest, 0.0)
+        return out
 
     def fan_in_s(self, srcs: list[int], dst: int, nbytes: float) -> float:
         """One message of ``nbytes`` from each of ``srcs`` to ``dst``: the slowest sender's wire, then the
@@ -196,20 +206,22 @@ class LlmCosts:
         """Bytes each device of ``stage`` holds: its weights and its KV cache at the target context."""
         if not stage.shares:
             return {stage.device: self.stage_bytes(stage.first, stage.stop)}
-        n, embed, head = stage.stop - stage.first, stage.first == 0, stage.stop == self.config.blocks
-        return {self.devices[d]: float(n * block + (first if embed else 0.0) +
-                                       (last if head and not (self.config.tied and embed) else 0.0))
-                for d, (block, first, last) in self.member_memory(stage).items()}
+        return {self.devices[d]: float(held[stage.first, stage.stop])
+                for d, held in self.member_bytes_table(stage).items()}
 
-    def member_memory(self, stage: Stage) -> dict[int, tuple[float, float, float]]:
-        """Per member of a tensor-parallel stage (device index): its bytes per block (norms, its KV-head
-        groups' weights and cache, its FFN columns), for the embedding (the whole table, on the first
-        stage) and for its head rows (on the last; none beside a tied embedding it holds whole)."""
-        sc = self.shares
+    def member_bytes_table(self, stage: Stage) -> dict[int, np.ndarray]:
+        """Per member of a tensor-parallel stage (device index), [L+1, L+1]: the bytes it would hold were the
+        stage's blocks b..j-1, its shares as they are: per block its norms, its KV-head groups' weights and
+        cache and its FFN columns; the whole embedding on the first stage; its head rows on the last (none
+        beside a tied embedding it holds whole)."""
+        sc, L = self.shares, self.config.blocks
         kv_group = self.config.kv_bytes_per_position(1, F32) / self.config.kv_heads * self.options.context * \
             self.options.streams
-        return {d: (sc.norm_bytes + kv * (sc.kv_group_bytes + kv_group) + ffn * sc.ffn_unit_bytes,
-                    float(self.embed_bytes), vocab * sc.vocab_unit_bytes)
+        n = np.arange(L + 1)
+        count = np.maximum(n[None, :] - n[:, None], 0)
+        first, last = (n == 0)[:, None], (n == L)[None, :]
+        return {d: count * (sc.norm_bytes + kv * (sc.kv_group_bytes + kv_group) + ffn * sc.ffn_unit_bytes)
+                + first * float(self.embed_bytes) + last * ~(first & self.config.tied) * (vocab * sc.vocab_unit_bytes)
                 for d, (kv, ffn, vocab) in self.member_counts(stage)}
 
     def stage_s(self, phase: int, d: int, first: int, stop: int) -> float:

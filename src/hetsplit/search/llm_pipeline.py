@@ -123,43 +123,24 @@ def _tables(costs: LlmCosts, phase: int, groups: list[Group]) -> tuple[np.ndarra
 
 def _fits(costs: LlmCosts, group: Group, whole: np.ndarray) -> np.ndarray:
     """[L+1, L+1]: whether each member holds what the group's stage of blocks b..j-1 puts on it
-    (``LlmCosts.stage_memory``, by its parts)."""
+    (``LlmCosts.stage_memory``: ``stage_bytes``, or ``member_bytes_table``)."""
     if not group.shares:
         return whole <= costs.capacity[group.members[0]]
-    L = costs.config.blocks
-    n = np.arange(L + 1)
-    count = n[None, :] - n[:, None]
-    first, last = (n == 0)[:, None], (n == L)[None, :]
-    fits = np.ones((L + 1, L + 1), bool)
-    for d, (block, embed, head) in costs.member_memory(group.stage(costs, 0, L)).items():
-        held = count * block + first * embed + last * head * ~(first & costs.config.tied)
+    fits = np.ones_like(whole, dtype=bool)
+    for d, held in costs.member_bytes_table(group.stage(costs, 0, costs.config.blocks)).items():
         fits &= held <= costs.capacity[d]
     return fits
 
 
 def _hops(costs: LlmCosts, phase: int, groups: list[Group]) -> tuple[np.ndarray, np.ndarray]:
     """[G, G]: the hidden state from each group's leader to every member of each other group; the token
-    back the same way (from a tensor-parallel group alone to its own other members on the diagonal).
-    Each is ``LlmCosts.fan_out_s``, for every leader and group at once."""
+    back the same way (from a tensor-parallel group alone to its own other members on the diagonal):
+    ``LlmCosts.fan_out_table`` for every leader and group at once."""
     leaders = [g.members[0] for g in groups]
-    hop = _fan_out(costs, groups, costs.hidden_bytes(phase))[leaders]
+    members = [g.members for g in groups]
+    hop = costs.fan_out_table(members, costs.hidden_bytes(phase))[leaders]
     np.fill_diagonal(hop, 0.0)
-    return hop, _fan_out(costs, groups, TOKEN_BYTES)[leaders]
-
-
-def _fan_out(costs: LlmCosts, groups: list[Group], nbytes: float) -> np.ndarray:
-    """[D, G]: ``fan_out_s`` from each device to each group's members (itself left out)."""
-    links, idx = costs.cluster.links, np.arange(costs.cluster.num_devices)
-    end = np.asarray(links.end(idx, nbytes), dtype=float)
-    reach = np.asarray(links.time(idx[:, None], idx[None, :], nbytes), dtype=float) + end[None, :]
-    out = np.zeros((len(idx), len(groups)))
-    for g, group in enumerate(groups):
-        members = np.array(group.members)
-        itself = idx[:, None] == members[None, :]
-        count = len(members) - itself.sum(axis=1)
-        slowest = np.where(itself, -np.inf, reach[:, members]).max(axis=1)
-        out[:, g] = np.where(count > 0, count * end + slowest, 0.0)
-    return out
+    return hop, costs.fan_out_table(members, TOKEN_BYTES)[leaders]
 
 
 def stage_value(costs: LlmCosts, stages: list[Stage], phase: int) -> float:
