@@ -176,10 +176,11 @@ class Across:
 
 
 def start_across(net: NetHosts | Loopback, placement: dict[str, int], args: list[str], folder: Path,
-                 start_workers: bool = True, ssh: bool = False) -> Across:
-    """``hetsplit run ARGS --hosts`` on host 0 with devices placed on hosts by ``placement``; once it prints
-    the worker commands, each is started in its host's namespace (unless ``start_workers`` is False), or
-    with ``ssh`` the run starts them itself (``--ssh``, through ``NetHosts.fake_ssh``)."""
+                 start_workers: bool = True, ssh: bool = False, command: str = "run") -> Across:
+    """``hetsplit COMMAND ARGS --hosts`` (``run`` or ``generate``) on host 0 with devices placed on hosts by
+    ``placement``; once it prints the worker commands, each is started in its host's namespace (unless
+    ``start_workers`` is False), or with ``ssh`` the run starts them itself (``--ssh``, through
+    ``NetHosts.fake_ssh``)."""
     hosts = ",".join(f"{d}={net.addr(i)}" for d, i in placement.items())
     out, err = folder / "cli.out", folder / "cli.err"
     env = dict(os.environ)
@@ -188,7 +189,7 @@ def start_across(net: NetHosts | Loopback, placement: dict[str, int], args: list
         env["PATH"] = f"{net.fake_ssh(folder / 'bin')}:{Path(HETSPLIT).parent}:{env.get('PATH', '')}"
         start_workers = False
     with open(out, "w") as fo, open(err, "w") as fe:
-        cli = subprocess.Popen(net.exec(0) + [HETSPLIT, "run", *args, "--hosts", hosts], stdout=fo, stderr=fe,
+        cli = subprocess.Popen(net.exec(0) + [HETSPLIT, command, *args, "--hosts", hosts], stdout=fo, stderr=fe,
                                stdin=subprocess.DEVNULL, start_new_session=True, env=env)
     run = Across(cli, out, err)
     end = time.time() + 90

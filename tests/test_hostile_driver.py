@@ -19,7 +19,7 @@ from hetsplit.runtime.config import RunConfig
 from hetsplit.runtime.cpu_throttle import join_group
 from hetsplit.runtime.launch import processes_of
 from hetsplit.runtime.manifest import load_manifest
-from hetsplit.runtime.peer_config import FORMAT, PeerConfigError, published, worker_config
+from hetsplit.runtime.peer_config import FORMAT, PeerConfigError, published, steps_per_input, worker_config
 from hetsplit.runtime.split import split_model
 from hetsplit.runtime.store_auth import CHUNK, StoreKey, put, set_sealed
 from nethosts import HETSPLIT
@@ -56,7 +56,7 @@ class FakeDriver:
         return published(cfg, self.manifest, [self.rank])
 
     def publish(self, manifest: dict | None = None, config: dict | None = None, remote=None,
-                files: dict[str, bytes] | None = None, key: StoreKey | None = None) -> None:
+                files: dict[str, bytes] | None = None, key: StoreKey | None = None, program: bytes = b"mapping") -> None:
         key = key or self.key
         doc = manifest or json.loads((self.dir / "manifest.json").read_text())
         put(self.store, key, "manifest", json.dumps(doc).encode())
@@ -69,6 +69,7 @@ class FakeDriver:
                 data = path.read_bytes() if path.is_file() else b"x"
             put(self.store, key, f"file/{name}", data)
         put(self.store, key, "config", json.dumps(self.honest_config() if config is None else config).encode())
+        set_sealed(self.store, key, "program", program)
         set_sealed(self.store, key, "remote", json.dumps({DEVICE: self.rank} if remote is None else remote).encode())
 
     def claims(self) -> int:
@@ -153,16 +154,16 @@ def test_an_odd_remote_map_is_refused(driver, tmp_path, capsys, remote):
 
 def test_an_honest_drivers_configuration_round_trips_and_takes_nothing_of_the_host(split):
     d = FakeDriver(split)
-    cfg = worker_config(d.honest_config(), d.manifest, [d.rank], who="w", manifest_path="m.json", token=TOKEN,
+    cfg = worker_config(d.honest_config(), d.manifest, [d.rank], steps=steps_per_input(d.manifest, [d.rank]), who="w", manifest_path="m.json", token=TOKEN,
                         master_addr="10.0.0.1", master_port=29500, addr="10.0.0.2", cores=4)
     assert (cfg.inputs, cfg.timeout_s, cfg.threads, cfg.kinds) == (4, 10.0, {"b": 1}, {"b": "cpu"})
     assert cfg.cgroups == {} and cfg.cpus == {} and cfg.faults == {} and cfg.manifest == "m.json"
     assert cfg.addrs == {str(d.rank): "10.0.0.2"} and cfg.launcher_serves
-    many = worker_config({**d.honest_config(), "threads": {"b": 64}}, d.manifest, [d.rank], who="w",
+    many = worker_config({**d.honest_config(), "threads": {"b": 64}}, d.manifest, [d.rank], steps=steps_per_input(d.manifest, [d.rank]), who="w",
                          manifest_path="m", token=TOKEN, master_addr="h", master_port=1, addr="a", cores=4)
     assert many.threads == {"b": 4}                                   # at most this host's cores
     with pytest.raises(PeerConfigError, match="format"):
-        worker_config({**d.honest_config(), "format": "x"}, d.manifest, [d.rank], who="w", manifest_path="m",
+        worker_config({**d.honest_config(), "format": "x"}, d.manifest, [d.rank], steps=steps_per_input(d.manifest, [d.rank]), who="w", manifest_path="m",
                       token=TOKEN, master_addr="h", master_port=1, addr="a")
     assert d.honest_config()["format"] == FORMAT and "cgroups" not in d.honest_config()
 
@@ -514,10 +515,11 @@ def test_a_driver_that_takes_requests_and_never_replies_ends_the_worker_with_a_m
 
 @pytest.mark.parametrize("forged", ["beat", "report"])
 def test_the_driver_refuses_a_beat_or_report_forged_without_the_token(split, forged):
-    from hetsplit.runtime.hosts import HostMap, Hosted
+    from hetsplit.runtime.hosts import HostMap, Hosted, mapping_handout
 
     manifest = load_manifest(split)
-    hosted = Hosted(manifest, HostMap({DEVICE: "127.0.0.1"}))
+    hosts = HostMap({DEVICE: "127.0.0.1"})
+    hosted = Hosted(manifest, hosts, mapping_handout(manifest, split / "manifest.json", sorted(hosts.remote_ranks(manifest))))
     cfg = RunConfig(str(split / "manifest.json"), inputs=2, timeout_s=10, startup_timeout_s=10, token=TOKEN)
     hosted.open(cfg)
     try:
@@ -542,17 +544,19 @@ def test_the_driver_prints_the_token_once_and_no_worker_command_carries_it(split
 
     from hetsplit.cli.common import progress
     from hetsplit.cli.run_print import hooks
-    from hetsplit.workflow.run import _announcer
-    from hetsplit.runtime.hosts import HostMap, Hosted
+    from hetsplit.workflow.run import worker_announcer
+    from hetsplit.runtime.hosts import HostMap, Hosted, mapping_handout
 
     manifest = load_manifest(split)
     shown = []
-    hosted = Hosted(manifest, HostMap({DEVICE: "127.0.0.1", "c": "127.0.0.1"}), shown.extend)
+    hosts = HostMap({DEVICE: "127.0.0.1", "c": "127.0.0.1"})
+    hosted = Hosted(manifest, hosts, mapping_handout(manifest, split / "manifest.json", sorted(hosts.remote_ranks(manifest))),
+                    shown.extend)
     hosted.open(RunConfig(str(split / "manifest.json"), inputs=2, timeout_s=10, startup_timeout_s=10, token=TOKEN))
     try:
         assert shown and all("--token" not in c.argv and TOKEN not in c.text() for c in shown)
         with contextlib.ExitStack() as stack:
-            _announcer(hooks(progress).announce, False, stack)(shown)
+            worker_announcer(hooks(progress).announce, False, stack)(shown)
         err = capsys.readouterr().err
         assert err.count(TOKEN) == 1 and len(shown) == 2, err
     finally:

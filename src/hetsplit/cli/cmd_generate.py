@@ -21,7 +21,9 @@ def register(sub) -> None:
                     ["hetsplit generate SmolLM2-135M-Instruct.Q4_1.gguf --cluster local --prompt 'The capital of "
                      "France is' --tokens 16",
                      "hetsplit generate model.gguf --cluster home.yaml --prompt 'Hi' --emulate-devices --emulate-links",
-                     "hetsplit generate model.gguf --cluster local --stages 2 --tokens 32 --verify --json"])
+                     "hetsplit generate model.gguf --cluster local --stages 2 --tokens 32 --verify --json",
+                     "hetsplit generate model.gguf --cluster home.yaml --prompt 'Hi' --hosts desktop-gpu=10.0.0.2  # "
+                     "prints the worker command to run there"])
     p.add_argument("model", help="a GGUF file of the Llama family, or a Hugging Face Llama folder (config.json, *.safetensors, tokenizer.json)")
     p.add_argument("--cluster", "-c", default="local", help="built-in cluster name or YAML (default: local)")
     p.add_argument("--prompt", "-p", required=True, help="the prompt text")
@@ -55,6 +57,12 @@ def register(sub) -> None:
     p.add_argument("--recover", action="store_true",
                    help="when a device's worker fails, re-plan without it, rebuild the KV cache from the prompt and "
                         "the tokens so far, and go on (default: end naming the device)")
+    p.add_argument("--hosts", default=None, metavar="DEV=HOST,...",
+                   help="run these devices on other hosts: generate prints the `hetsplit worker` command for each "
+                        "(the first stage's leader stays here, streaming the text)")
+    p.add_argument("--port", type=int_range(0, 65535), default=0, help="with --hosts: the rendezvous port (default 0: "
+                                                                       "a free one)")
+    p.add_argument("--ssh", action="store_true", help="with --hosts: run each host's worker command over ssh")
     p.add_argument("--timeout", type=float, default=60.0, metavar="S", help="longest wait for a peer (default 60 s)")
     p.add_argument("--json", action="store_true", help="print one JSON object (the text is not streamed)")
     p.set_defaults(func=run)
@@ -66,6 +74,8 @@ def _ms(s: float) -> str:
 
 def run(args) -> int:
     from hetsplit.workflow import load_cluster_spec
+    from hetsplit.cli.common import progress
+    from hetsplit.cli.run_print import hooks
     from hetsplit.workflow.generate import GenerateOptions, generate, read_generation_plan
 
     cluster = load_cluster_spec(args.cluster)
@@ -74,7 +84,8 @@ def run(args) -> int:
     opts = GenerateOptions(args.prompt, args.tokens, args.objective, args.stages, not args.no_probe, args.verify,
                            args.emulate_links, args.emulate_devices, args.timeout, recover=args.recover,
                            plan=read_generation_plan(args.plan) if args.plan else None, rule=args.rule,
-                           tensor_parallel=not args.no_tensor_parallel, streams=args.streams)
+                           tensor_parallel=not args.no_tensor_parallel, streams=args.streams, hosts=args.hosts,
+                           port=args.port, ssh=args.ssh)
 
     def stream(text: str) -> None:
         sys.stdout.write(text)
@@ -82,7 +93,8 @@ def run(args) -> int:
 
     if not args.json:
         print(args.prompt, end="", flush=True)
-    result = generate(args.model, cluster, opts, on_text=None if args.json else stream)
+    result = generate(args.model, cluster, opts, on_text=None if args.json else stream,
+                      announce=hooks(progress).announce)
     if args.json:
         json.dump(result.to_dict(), sys.stdout, indent=1)
         print()

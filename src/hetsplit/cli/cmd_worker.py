@@ -10,7 +10,8 @@ from hetsplit.storeprobe import TOKEN_ENV
 
 
 def register(sub) -> None:
-    p = add_command(sub, "worker", "run a device of a run across hosts (the command `hetsplit run --hosts` prints)",
+    p = add_command(sub, "worker", "run a device of a run across hosts (the command `hetsplit run --hosts` or "
+                                      "`hetsplit generate --hosts` prints)",
                     [                     "hetsplit worker --join 10.0.0.1:29500 --token-file run.token --device cpu1,cpu2 --run-dir logs/",
                      "HETSPLIT_TOKEN=3f2a... hetsplit worker --join 10.0.0.1:29500 --device gpu0"])
     p.add_argument("--join", required=True, metavar="HOST:PORT", help="the driver's rendezvous (printed by the run)")

@@ -37,13 +37,13 @@ import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from hetsplit.errors import HetsplitError, RuntimeFailure, UsageError
 from hetsplit.jsonfile import MAX_INPUT_ENV, ONNX_MAX_BYTES, max_input_bytes
 from hetsplit.runtime import rendezvous
 from hetsplit.runtime.config import RunConfig
-from hetsplit.runtime.launch import Launcher
+from hetsplit.runtime.launch import Launchable, Launcher
 from hetsplit.runtime.manifest import MANIFEST_FILE, Manifest, load_manifest
 from hetsplit.runtime.scratch import worker_scratch
 from hetsplit.runtime.peer_config import published, remote_ranks, steps_per_input, worker_config
@@ -90,15 +90,16 @@ class HostMap:
             raise UsageError("--hosts is empty; write DEVICE=HOST pairs separated by commas")
         return cls(pairs)
 
-    def check(self, manifest: Manifest) -> None:
-        devices = {w.device for w in manifest.stages}
+    def check(self, job: Launchable) -> None:
+        devices = {job.worker(r).device for r in range(job.world_size)}
         unknown = sorted(set(self.by_device) - devices)
         if unknown:
             raise UsageError(f"--hosts names devices {unknown} that the plan does not use; it uses {sorted(devices)}")
 
-    def remote_ranks(self, manifest: Manifest) -> dict[int, str]:
+    def remote_ranks(self, job: Launchable) -> dict[int, str]:
         """rank -> host of every device placed on another host."""
-        return {w.rank: self.by_device[w.device] for w in manifest.stages if w.device in self.by_device}
+        return {r: self.by_device[job.worker(r).device] for r in range(job.world_size)
+                if job.worker(r).device in self.by_device}
 
 
 @dataclass(frozen=True)
@@ -123,15 +124,38 @@ def worker_argv(addr: str, port: int, device: str, timeout_s: float) -> list[str
     return ["hetsplit", "worker", "--join", f"{addr}:{port}", "--device", device, "--timeout", f"{timeout_s:g}"]
 
 
+@dataclass
+class Handout:
+    """What a driver hands its workers on other hosts: the program their ranks run (``PROGRAMS``), the
+    documents they read (store name -> bytes: the manifest or the job), the files they fetch (store name ->
+    the driver's file), the records each remote rank keeps per input (its report's cap), and what each
+    sends back beside its report (rank -> result name -> its exact size in bytes)."""
+
+    program: str
+    documents: dict[str, bytes]
+    files: dict[str, Path]
+    steps: dict[int, int]
+    results: dict[int, dict[str, int]] = field(default_factory=dict)
+
+
+def mapping_handout(manifest: Manifest, manifest_file: Path, remote: list[int]) -> Handout:
+    """A mapping's handout: the manifest and the sub-models of the remote ranks."""
+    files = {f"file/{seg.submodel}": manifest.submodel_path(rank, seg.index)
+             for rank in remote for seg in manifest.worker(rank).segments if seg.submodel}
+    return Handout("mapping", {"manifest": manifest_file.read_bytes()}, files,
+                   {r: steps_per_input(manifest, [r]) for r in remote})
+
+
 class Hosted:
     """The driver side of a run across hosts (the launcher's ``Peers``): serves the rendezvous, publishes
-    what each worker needs, follows the workers' beats and collects their reports."""
+    what each worker needs (``handout``), follows the workers' beats and collects their reports and results."""
 
-    def __init__(self, manifest: Manifest, hostmap: HostMap,
+    def __init__(self, job: Launchable, hostmap: HostMap, handout: Handout,
                  announce: Callable[[list[WorkerCommand]], None] | None = None):
-        self.manifest, self.hostmap, self.announce = manifest, hostmap, announce
-        self.remote = hostmap.remote_ranks(manifest)
+        self.job, self.hostmap, self.handout, self.announce = job, hostmap, handout, announce
+        self.remote = hostmap.remote_ranks(job)
         self.reports: dict[int, dict] = {}
+        self.results: dict[int, dict[str, bytes]] = {}
         self.commands: dict[int, WorkerCommand] = {}
         self.base: dist.TCPStore | None = None
         self.store: rendezvous.KeyValueStore | None = None
@@ -143,24 +167,23 @@ class Hosted:
         cfg.master_port = base.port
         addr = local_addr(next(iter(self.remote.values())), cfg.master_port)
         cfg.master_addr = addr
-        cfg.addrs = {str(r): addr for r in range(self.manifest.world_size) if r not in self.remote}
+        cfg.addrs = {str(r): addr for r in range(self.job.world_size) if r not in self.remote}
         self.store = store = rendezvous.scoped(base, cfg.token)
         self.key = StoreKey.of(cfg.token)
-        put(store, self.key, "manifest", (Path(cfg.manifest)).read_bytes())
-        for rank in self.remote:
-            for seg in self.manifest.worker(rank).segments:
-                if seg.submodel:
-                    put(store, self.key, f"file/{seg.submodel}",
-                        self.manifest.submodel_path(rank, seg.index).read_bytes())
-        doc = published(cfg, self.manifest, sorted(self.remote))
+        for name, data in self.handout.documents.items():
+            put(store, self.key, name, data)
+        for name, path in self.handout.files.items():
+            put(store, self.key, name, path.read_bytes())
+        doc = published(cfg, self.job, sorted(self.remote))
         put(store, self.key, "config", json.dumps(doc).encode())
+        set_sealed(store, self.key, "program", self.handout.program.encode())
         set_sealed(store, self.key, "remote",
-                   json.dumps({self.manifest.worker(r).device: r for r in self.remote}).encode())
+                   json.dumps({self.job.worker(r).device: r for r in self.remote}).encode())
         self.t_open = time.time()
         self.beats = {r: (0, self.t_open) for r in self.remote}
         self.t_tick = 0.0
-        self.commands = {r: WorkerCommand(self.manifest.worker(r).device, host,
-                                          worker_argv(addr, cfg.master_port, self.manifest.worker(r).device,
+        self.commands = {r: WorkerCommand(self.job.worker(r).device, host,
+                                          worker_argv(addr, cfg.master_port, self.job.worker(r).device,
                                                       cfg.timeout_s), cfg.token)
                          for r, host in self.remote.items()}
         if self.announce is not None:
@@ -186,10 +209,14 @@ class Hosted:
         who = f"driver (device {cmd.device} on {cmd.host})"
         try:
             if store.check([f"report/{rank}"]):
-                steps = steps_per_input(self.manifest, [rank])
+                steps = self.handout.steps.get(rank, 1)
                 cap = max(REPORT_BYTES, self.cfg.inputs * steps * REPORT_BYTES_PER_STEP)
-                self.reports[rank] = report_doc(fetch(store, self.key, f"report/{rank}", cap, who), rank,
-                                                cmd.device)
+                doc = report_doc(fetch(store, self.key, f"report/{rank}", cap, who), rank, cmd.device)
+                if doc["ok"]:
+                    self.results[rank] = {name: exact(fetch(store, self.key, f"result/{rank}/{name}", size, who),
+                                                      size, f"{who}: its result {name!r}")
+                                          for name, size in self.handout.results.get(rank, {}).items()}
+                self.reports[rank] = doc
                 return
             beats = 0
             if store.check([f"beat/{rank}"]):
@@ -241,6 +268,13 @@ class Hosted:
         self.store = self.base = None         # the server stops: every worker still joined ends
 
 
+def exact(data: bytes, size: int, what: str) -> bytes:
+    """``data`` if it has exactly ``size`` bytes, else ValueError naming ``what``."""
+    if len(data) != size:
+        raise ValueError(f"{what} has {len(data):,} bytes, not the {size:,} expected; refused")
+    return data
+
+
 def report_doc(data: bytes, rank: int, device: str) -> dict:
     """A worker's report as the driver takes it: a JSON object whose rank and device are the driver's own."""
     try:
@@ -261,9 +295,10 @@ class DriverWatch:
     """The worker side (the launcher's ``Peers`` on a worker host): beats for its ranks, ends them when
     the driver aborts or goes away, and sends their reports back (every value sealed with ``key``)."""
 
-    def __init__(self, store: rendezvous.KeyValueStore, key: StoreKey, where: str, ranks: dict[int, str], run_dir: Path, kept: bool):
+    def __init__(self, store: rendezvous.KeyValueStore, key: StoreKey, where: str, ranks: dict[int, str], run_dir: Path,
+                 kept: bool, results: Callable[[int], dict[str, bytes]] | None = None):
         self.store, self.key, self.where, self.ranks = store, key, where, ranks
-        self.run_dir, self.kept = run_dir, kept
+        self.run_dir, self.kept, self.results = run_dir, kept, results
         self.t_beat = 0.0
         self.beats = 0
 
@@ -298,7 +333,16 @@ class DriverWatch:
             log = doc.get("log")
             doc["log"] = (f"{log} on the worker's host" if self.kept else
                           "the worker's host (keep its logs with hetsplit worker --run-dir DIR)")
+            results: dict[str, bytes] = {}
+            if doc.get("ok") is True and self.results is not None:
+                try:
+                    results = self.results(rank)
+                except (OSError, RuntimeError, ValueError, HetsplitError) as exc:
+                    doc = {"ok": False, "kind": "error", "rank": rank, "device": device, "t_fail": time.time(),
+                           "error": f"device {device}: its results could not be read ({exc})", "log": doc["log"]}
             try:
+                for name, data in results.items():       # before the report, which the driver waits for
+                    put(self.store, self.key, f"result/{rank}/{name}", data)
                 put(self.store, self.key, f"report/{rank}", json.dumps(doc).encode())
             except (RuntimeError, OSError):
                 return          # the driver is gone: nobody to tell
@@ -347,6 +391,72 @@ def _write_fetched(store, key: StoreKey, name: str, folder: Path, file: str, cap
         tmp.unlink(missing_ok=True)
 
 
+class Program(Protocol):
+    """How a worker takes one kind of run from its driver (``program_named``): checks its job document and
+    writes its own job file, fetches the files its ranks read, and names what they send back."""
+
+    module: str             # what each rank runs (``python -m MODULE RUN_DIR RANK``)
+
+    def read_job(self, store: rendezvous.KeyValueStore, key: StoreKey, split: Path, who: str
+                 ) -> tuple[Launchable, Path]:
+        """The driver's job document, checked; written as this worker's own file (its path)."""
+
+    def steps(self, job: Launchable, ranks: list[int]) -> int:
+        """Records the ranks keep per input."""
+
+    def fetch_files(self, store: rendezvous.KeyValueStore, key: StoreKey, job: Launchable, ranks: list[int],
+                    split: Path, who: str) -> None:
+        """The files the ranks read, fetched into ``split`` and checked against the job."""
+
+    def results(self, job: Launchable, run_dir: Path) -> Callable[[int], dict[str, bytes]] | None:
+        """What a rank sends back beside its report (None: nothing)."""
+
+
+class MappingProgram:
+    """A mapping's worker (``runtime.worker``): the manifest, then the sub-models of its ranks."""
+
+    module = Launcher.module
+
+    def read_job(self, store, key: StoreKey, split: Path, who: str) -> tuple[Launchable, Path]:
+        _write_fetched(store, key, "manifest", split, MANIFEST_FILE, max_input_bytes(), who)
+        return load_manifest(split / MANIFEST_FILE), split / MANIFEST_FILE
+
+    def steps(self, job: Launchable, ranks: list[int]) -> int:
+        assert isinstance(job, Manifest)
+        return steps_per_input(job, ranks)
+
+    def fetch_files(self, store, key: StoreKey, job: Launchable, ranks: list[int], split: Path, who: str) -> None:
+        assert isinstance(job, Manifest)
+        files = [s.submodel for r in ranks for s in job.worker(r).segments if s.submodel]
+        fetch_all(store, key, {f"file/{name}": name for name in files}, split, submodel_cap(), who)
+
+    def results(self, job: Launchable, run_dir: Path) -> Callable[[int], dict[str, bytes]] | None:
+        return None
+
+
+def program_named(name: str, who: str) -> Program:
+    """The worker side of the program ``name`` the driver runs."""
+    if name == "mapping":
+        return MappingProgram()
+    if name == "generation":
+        from hetsplit.runtime.llm_hosts import GenerationProgram
+
+        return GenerationProgram()
+    raise RuntimeFailure(f"{who}: the driver runs a program {name!r:.40} this hetsplit does not know; install the same "
+                         "hetsplit on every host")
+
+
+def fetch_all(store, key: StoreKey, names: dict[str, str], folder: Path, cap: int, who: str) -> None:
+    """Fetch each store value of ``names`` into ``folder`` under its file name, every size checked against
+    ``cap`` and the folder's free space before any bytes are read."""
+    need = sum(declared(store, key, name, cap, who) for name in names)   # sizes first
+    free = shutil.disk_usage(folder).free
+    if need > free:
+        raise RuntimeFailure(f"{who}: the driver's files take {need:,} bytes; {folder} has {free:,} free")
+    for name, file in names.items():
+        _write_fetched(store, key, name, folder, file, cap, who)
+
+
 def join_run(opts: JoinOptions, dog: rendezvous.Watchdog | None = None) -> dict[int, dict]:
     """Serve ``opts.devices`` in the run at ``opts.host:opts.port`` until it ends; their reports. With ``dog``,
     every store call is timed by it (a driver that stops answering mid-call ends the process)."""
@@ -364,53 +474,51 @@ def join_run(opts: JoinOptions, dog: rendezvous.Watchdog | None = None) -> dict[
         split = run_dir / "split"
         claimed: list[str] = []
         try:
-            manifest, ranks, cfg = _take_run(store, key, opts, run_dir, split, who, where, claimed)
+            program, job, ranks, cfg = _take_run(store, key, opts, run_dir, split, who, where, claimed)
         except BaseException as exc:       # a failure before computing: free the claims, tell the driver
             _give_up(store, key, opts.devices, claimed, exc)
             raise
-        watch = DriverWatch(store, key, where, ranks, run_dir, kept=opts.run_dir is not None)
-        return Launcher(manifest, cfg, run_dir, ranks=sorted(ranks), peers=watch).run()
+        watch = DriverWatch(store, key, where, ranks, run_dir, kept=opts.run_dir is not None,
+                            results=program.results(job, run_dir))
+        launcher = Launcher(job, cfg, run_dir, ranks=sorted(ranks), peers=watch)
+        launcher.module = program.module
+        return launcher.run()
 
 
 def _take_run(store, key: StoreKey, opts: JoinOptions, run_dir: Path, split: Path, who: str, where: str,
-              claimed: list[str]) -> tuple[Manifest, dict[int, str], RunConfig]:
-    """Fetch and check what the driver hands out, claim the devices and write their sub-models."""
+              claimed: list[str]) -> tuple[Program, Launchable, dict[int, str], RunConfig]:
+    """Fetch and check what the driver hands out, claim the devices and write the files their ranks read."""
     try:
         store.wait(["remote"], rendezvous._td(opts.timeout_s))
+        program = program_named(get_sealed(store, key, "program", who, cap=64).decode(errors="replace"), who)
         remote_doc = json.loads(get_sealed(store, key, "remote", who, cap=1 << 20))
         split.mkdir(parents=True, exist_ok=True)
         if split.is_symlink() or split.resolve().parent != run_dir.resolve():
             raise RuntimeFailure(f"{who}: {split} is a link out of the run folder; refused")
-        _write_fetched(store, key, "manifest", split, MANIFEST_FILE, max_input_bytes(), who)
-        manifest = load_manifest(split / MANIFEST_FILE)
-        remote = remote_ranks(remote_doc, manifest, who)
+        job, job_file = program.read_job(store, key, split, who)
+        remote = remote_ranks(remote_doc, job, who)
         unknown = [d for d in opts.devices if d not in remote]
         if unknown:
             raise UsageError(f"--device {', '.join(unknown)}: this run places only {sorted(remote)} on other hosts")
         ranks = {remote[d]: d for d in opts.devices}
         addr = opts.addr or local_addr(opts.host, opts.port)
         doc = json.loads(fetch(store, key, "config", max_input_bytes(), who))
-        cfg = worker_config(doc, manifest, sorted(ranks), who=who, manifest_path=str(split / MANIFEST_FILE),
-                            token=opts.token, master_addr=opts.host, master_port=opts.port, addr=addr)
+        cfg = worker_config(doc, job, sorted(ranks), steps=program.steps(job, sorted(ranks)), who=who,
+                            manifest_path=str(job_file), token=opts.token, master_addr=opts.host,
+                            master_port=opts.port, addr=addr)
         for d in opts.devices:
             if store.add(f"claim/{d}", 1) > 1:
                 store.add(f"claim/{d}", -1)
                 raise rendezvous.Refused(f"{who}: device {d} already has a worker in the run at {where}")
             claimed.append(d)
-        files = [s.submodel for r in ranks for s in manifest.worker(r).segments if s.submodel]
-        need = sum(declared(store, key, f"file/{name}", submodel_cap(), who) for name in files)   # sizes first
-        free = shutil.disk_usage(split).free
-        if need > free:
-            raise RuntimeFailure(f"{who}: the driver's sub-models take {need:,} bytes; {split} has {free:,} free")
-        for name in files:
-            _write_fetched(store, key, f"file/{name}", split, name, submodel_cap(), who)
+        program.fetch_files(store, key, job, sorted(ranks), split, who)
     except (RuntimeError, OSError) as exc:
         raise RuntimeFailure(f"{who}: the driver at {where} did not hand out the run "
                              f"({rendezvous._first_line(exc)})") from None
     except (ValueError, RecursionError) as exc:     # JSON that does not parse
         raise RuntimeFailure(f"{who}: the driver at {where} hands out a run this hetsplit cannot read ({exc}); "
                              "install the same hetsplit on every host") from None
-    return manifest, ranks, cfg
+    return program, job, ranks, cfg
 
 
 def _give_up(store, key: StoreKey, devices: list[str], claimed: list[str], exc: BaseException) -> None:

@@ -68,6 +68,27 @@ class Peers(Protocol):
         """After the run (this host's reports, the failure if there was one)."""
 
 
+class PeerSet:
+    """Several ``Peers`` watched as one (a generation across hosts: the token stream and the other hosts)."""
+
+    def __init__(self, *members: Peers):
+        self.members = members
+
+    def open(self, cfg: RunConfig) -> None:
+        for m in self.members:
+            m.open(cfg)
+
+    def tick(self) -> bool:
+        return all([m.tick() for m in self.members])       # every member ticks, every poll
+
+    def docs(self) -> dict[int, dict]:
+        return {r: d for m in self.members for r, d in m.docs().items()}
+
+    def close(self, docs: dict[int, dict], failure: str | None) -> None:
+        for m in self.members:
+            m.close(docs, failure)
+
+
 class RankProcess(Protocol):
     """What the launcher reads of a rank's process: a ``Popen``, or the pool's view of one rank run in a
     warm process (``pool.PooledRank``)."""

@@ -41,14 +41,15 @@ from typing import TYPE_CHECKING, Callable
 
 import torch
 
-from hetsplit.errors import PlanError, RuntimeFailure
+from hetsplit.errors import PlanError, RuntimeFailure, UsageError
 from hetsplit.graph.llm.shares import TensorShare
 from hetsplit.runtime.config import RunConfig
 from hetsplit.runtime.cpu_throttle import MIN_QUOTA_US
-from hetsplit.runtime.launch import Launcher
+from hetsplit.runtime.launch import Launcher, PeerSet, Peers
 from hetsplit.runtime.report import DeviceShaping, LinkShaping
 
 if TYPE_CHECKING:     # imported where used: netem needs Linux network tools; the workers need neither
+    from hetsplit.runtime.hosts import HostMap, Hosted, WorkerCommand
     from hetsplit.runtime.device_emulation import DeviceEmulation
     from hetsplit.runtime.netem import LinkMatrix
 
@@ -195,7 +196,7 @@ class PipelineOptions:
     """How to run: timeouts, the links to emulate between ranks (``runtime.netem``; rank r runs stage r),
     the devices to emulate (``runtime.device_emulation``: shares by device name; ``prefill_devices``: the
     shares of the prompt's step, at the same dilation, where they differ), faults to rehearse
-    (rank -> {kind: die|stall, after: step}), where to keep the run."""
+    (rank -> {kind: die|stall, after: step}), where to keep the run, the devices on other hosts."""
 
     timeout_s: float = 60.0
     startup_timeout_s: float = 120.0
@@ -206,6 +207,9 @@ class PipelineOptions:
     faults: dict[str, dict] = field(default_factory=dict)
     run_dir: Path | None = None
     on_token: Callable[[int], None] | None = None
+    hosts: HostMap | None = None       # devices on other hosts (``runtime.llm_hosts``): their workers join
+    port: int = 0                      # with ``hosts``: the rendezvous port (0: a free one)
+    announce: Callable[[list[WorkerCommand]], None] | None = None   # told each other host's worker command
 
 
 @dataclass
@@ -320,7 +324,7 @@ def _run(job: PipelineJob, opts: PipelineOptions, run_dir: Path) -> tuple[
                 first_cgroups = first.procs_files()
                 prefill = opts.prefill_devices.describe(first)
         cfg = RunConfig(str(job.save(run_dir / JOB_FILE)), inputs=len(job.steps()), timeout_s=opts.timeout_s,
-                        startup_timeout_s=opts.startup_timeout_s, faults=dict(opts.faults))
+                        startup_timeout_s=opts.startup_timeout_s, faults=dict(opts.faults), master_port=opts.port)
         cfg.cgroups, cfg.first_cgroups = cgroups, first_cgroups
         emu = None
         if opts.links is not None:
@@ -329,12 +333,38 @@ def _run(job: PipelineJob, opts: PipelineOptions, run_dir: Path) -> tuple[
             links = opts.links.dilated(opts.devices.dilation) if opts.devices is not None else opts.links
             emu = stack.enter_context(Emulation(job, links))
             wrap = emu.apply(cfg)
-        launcher = Launcher(job, cfg, run_dir, wrap=wrap, peers=TokenStream(run_dir, opts.on_token))
+        tokens = TokenStream(run_dir, opts.on_token)
+        peers: Peers = tokens
+        local: list[int] | None = None
+        hosted: Hosted | None = None
+        vocab = 0
+        if opts.hosts is not None:
+            from hetsplit.graph.llm.load import read_model
+            from hetsplit.runtime.llm_hosts import hosted_generation
+
+            if opts.links is not None or opts.devices is not None:
+                raise UsageError("--emulate-links and --emulate-devices shape this machine's own processes; they do "
+                                 "not combine with --hosts")
+            vocab = read_model(job.model).config.vocab
+            hosted = hosted_generation(job, opts.hosts, vocab, opts.announce)
+            local = [r for r in range(job.world_size) if r not in hosted.remote]
+            peers = PeerSet(tokens, hosted)
+        launcher = Launcher(job, cfg, run_dir, ranks=local, wrap=wrap, peers=peers)
         launcher.module = WORKER_MODULE
         docs = launcher.run()
-        last = job.ranks_of(job.stages - 1)
-        logits = torch.cat([torch.load(run_dir / logits_file(r)) for r in last], dim=1) if job.keep_logits else None
+        logits = None
+        if job.keep_logits:
+            logits = torch.cat([_logits(run_dir, job, r, hosted, vocab) for r in job.ranks_of(job.stages - 1)], dim=1)
         return docs, logits, emu.describe() if emu is not None else None, devices, prefill
+
+
+def _logits(run_dir: Path, job: PipelineJob, rank: int, hosted: Hosted | None, vocab: int) -> torch.Tensor:
+    """A last-stage rank's logits: its file here, or the result its worker on another host sent back."""
+    if hosted is None or rank not in hosted.remote:
+        return torch.load(run_dir / logits_file(rank))
+    from hetsplit.runtime.llm_hosts import logits_of
+
+    return torch.from_numpy(logits_of(hosted, job, rank, vocab).copy())
 
 
 def hop_times(job: PipelineJob, docs: dict[int, dict]) -> dict[str, list[float]]:

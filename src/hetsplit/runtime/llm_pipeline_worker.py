@@ -62,6 +62,7 @@ class Hops:
         return buf
 
     def send(self, peer: int, x: torch.Tensor, tag: int, hop: bool = True) -> None:
+        """Send ``x`` to ``peer``; ``hop``: this send begins a stage-to-stage hop (its time kept)."""
         delay = self.cfg.delay(self.rank, peer)
         t0 = time.perf_counter()
         if hop:
@@ -189,18 +190,17 @@ def run_stage(cfg: RunConfig, job: PipelineJob, rank: int, run_dir: Path) -> dic
             sync = hops.wait_s - sync0                 # the stage's all-reduces (0 for a rank alone)
             token = None
             if not place.heads:
-                if place.leads:
-                    for r in place.next_ranks:
-                        hops.send(r, out, HIDDEN_TAG)
+                if place.leads:        # the hop begins with its first send (``sent_at``)
+                    for k, r in enumerate(place.next_ranks):
+                        hops.send(r, out, HIDDEN_TAG, hop=k == 0)
             else:
                 row = out[-1]
                 if job.keep_logits:
                     logits.append(row.clone())
                 token = pick_token(hops, place, row, offset, picks)
                 if token is not None:
-                    for r in place.first_ranks:
-                        if r != rank:
-                            hops.send(r, torch.tensor([token], dtype=torch.int64), TOKEN_TAG)
+                    for k, r in enumerate(r for r in place.first_ranks if r != rank):
+                        hops.send(r, torch.tensor([token], dtype=torch.int64), TOKEN_TAG, hop=k == 0)
             steps.append({"stream": b, "tokens": n, "sync_s": sync, "sent_bytes": hops.sent_bytes - sent0,
                           "started_at": started_at, "sent_at": hops.sent_at, "arrived_at": hops.arrived_at})
             if tokens is not None:

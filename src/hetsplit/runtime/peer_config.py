@@ -27,6 +27,7 @@ from typing import Any
 from hetsplit.errors import RuntimeFailure
 from hetsplit.limits import memory_budget
 from hetsplit.runtime.config import RunConfig
+from hetsplit.runtime.launch import Launchable
 from hetsplit.runtime.manifest import Manifest
 from hetsplit.storeprobe import MAX_TIMEOUT_S     # a week (cmd_run reads it here)
 
@@ -48,9 +49,10 @@ class PeerConfigError(RuntimeFailure):
     """The driver's configuration holds a field a worker does not take, or a value out of range."""
 
 
-def published(cfg: RunConfig, manifest: Manifest, ranks: list[int]) -> dict[str, Any]:
-    """What the driver hands the workers of ``ranks``: only the fields of ``TAKEN``."""
-    devices = {manifest.worker(r).device for r in ranks}
+def published(cfg: RunConfig, job: Launchable, ranks: list[int]) -> dict[str, Any]:
+    """What the driver hands the workers of ``ranks`` of ``job`` (a manifest, a pipeline job): only the
+    fields of ``TAKEN``."""
+    devices = {job.worker(r).device for r in ranks}
     return {"format": FORMAT, "inputs": cfg.inputs, "latency_inputs": cfg.latency_inputs, "timeout_s": cfg.timeout_s,
             "startup_timeout_s": cfg.startup_timeout_s, "depth": cfg.depth,
             "threads": {d: int(n) for d, n in cfg.threads.items() if d in devices},
@@ -99,9 +101,10 @@ class _Checker:
         return v
 
 
-def worker_config(doc: Any, manifest: Manifest, ranks: list[int], *, who: str, manifest_path: str, token: str,
-                  master_addr: str, master_port: int, addr: str, cores: int | None = None) -> RunConfig:
-    """The worker's own RunConfig for ``ranks``: the checked fields of the driver's ``doc``, the rest its own."""
+def worker_config(doc: Any, job: Launchable, ranks: list[int], *, steps: int, who: str, manifest_path: str,
+                  token: str, master_addr: str, master_port: int, addr: str, cores: int | None = None) -> RunConfig:
+    """The worker's own RunConfig for ``ranks`` of ``job`` (which keep ``steps`` records per input): the
+    checked fields of the driver's ``doc``, the rest its own."""
     c = _Checker(who)
     if not isinstance(doc, dict):
         raise PeerConfigError(f"{who}: the driver's configuration is a {type(doc).__name__}, not an object; refused")
@@ -120,8 +123,8 @@ def worker_config(doc: Any, manifest: Manifest, ranks: list[int], *, who: str, m
     if missing:
         raise PeerConfigError(f"{who}: the driver's configuration lacks {', '.join(missing)}; refused")
     inputs = c.whole("inputs", doc["inputs"], 1, MAX_INPUTS)
-    check_inputs(inputs, steps_per_input(manifest, ranks), f"{who}: the driver's configuration field 'inputs' is")
-    devices = {w.device for w in manifest.stages}
+    check_inputs(inputs, steps, f"{who}: the driver's configuration field 'inputs' is")
+    devices = {job.worker(r).device for r in range(job.world_size)}
     threads = {}
     for d, n in c.mapping("threads", doc["threads"]).items():
         if d not in devices:
@@ -135,7 +138,7 @@ def worker_config(doc: Any, manifest: Manifest, ranks: list[int], *, who: str, m
     if type(doc["cpu_only"]) is not bool:
         raise c.fail("cpu_only", f"is {doc['cpu_only']!r:.60}, not true or false")
     delays: dict[str, dict[str, float]] = {}
-    world = manifest.world_size
+    world = job.world_size
     for r, peers in c.mapping("delays_s", doc["delays_s"]).items():
         if r not in {str(x) for x in ranks}:
             raise c.fail("delays_s", f"names rank {r!r:.60}, not a rank of this worker")
@@ -154,16 +157,16 @@ def worker_config(doc: Any, manifest: Manifest, ranks: list[int], *, who: str, m
                      delays_s=delays)
 
 
-def remote_ranks(doc: Any, manifest: Manifest, who: str) -> dict[str, int]:
-    """The driver's map of devices on other hosts to their ranks, checked against the manifest."""
+def remote_ranks(doc: Any, job: Launchable, who: str) -> dict[str, int]:
+    """The driver's map of devices on other hosts to their ranks, checked against the run's ranks."""
     if not isinstance(doc, dict) or not doc:
         raise PeerConfigError(f"{who}: the driver's 'remote' map is {type(doc).__name__} {doc!r:.60}, not an object of "
                               "devices to ranks; refused")
     out: dict[str, int] = {}
     for d, r in doc.items():
-        ok = type(r) is int and 1 <= r < manifest.world_size and manifest.worker(r).device == d
+        ok = type(r) is int and 1 <= r < job.world_size and job.worker(r).device == d
         if not ok:
             raise PeerConfigError(f"{who}: the driver's 'remote' map sends device {d!r:.60} to rank {r!r:.60}, which "
-                                  "is not that device's rank in the manifest; refused")
+                                  "is not that device's rank in the run; refused")
         out[d] = r
     return out

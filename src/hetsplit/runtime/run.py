@@ -16,7 +16,7 @@ from hetsplit.graph.types import Graph
 from hetsplit.plan.types import Plan
 from hetsplit.runtime.config import RunConfig
 from hetsplit.runtime.device_emulation import DeviceEmulation
-from hetsplit.runtime.hosts import HostMap, Hosted, WorkerCommand
+from hetsplit.runtime.hosts import HostMap, Hosted, WorkerCommand, mapping_handout
 from hetsplit.runtime.rendezvous import check_port
 from hetsplit.runtime.launch import Launcher
 from hetsplit.runtime.leftovers import remove_leftovers
@@ -133,7 +133,8 @@ def _run(manifest: Manifest, opts: RunOptions, run_dir: Path) -> RunReport:
             if opts.pool is not None:
                 raise UsageError("a pooled run keeps its warm processes on this host; run across hosts without the pool")
             opts.hosts.check(manifest)
-            peers = Hosted(manifest, opts.hosts, opts.announce)
+            remote = sorted(opts.hosts.remote_ranks(manifest))
+            peers = Hosted(manifest, opts.hosts, mapping_handout(manifest, Path(cfg.manifest), remote), opts.announce)
             ranks = [r for r in range(manifest.world_size) if r not in peers.remote]
         launcher: Launcher
         if opts.pool is not None:

@@ -5,6 +5,7 @@ MODEL.gguf``)."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -25,9 +26,11 @@ from hetsplit.runtime.llm_pipeline import (BURST_PERIOD_US, PipelineJob, Pipelin
                                            burst_period_us, run_pipeline_decode)
 from hetsplit.search.llm_pipeline import MAX_TP_DEVICES, PipelineChoice, best_single, plan_pipeline, plan_streams
 from hetsplit.search.llm_rules import rule_stages
+from hetsplit.workflow.run import worker_announcer
 
 if TYPE_CHECKING:
     from hetsplit.runtime.device_emulation import DeviceEmulation
+    from hetsplit.runtime.hosts import HostMap, WorkerCommand
 
 LOCAL_TYPES = ("local-cpu",)
 PLAN_FORMAT = "hetsplit.generation-plan/1"
@@ -307,6 +310,25 @@ class GenerateOptions:
     rule: str | None = None    # split by another tool's rule (``search.llm_rules.RULES``) instead of planning
     tensor_parallel: bool = True   # the planner may give a stage to several devices (``PlanOptions``)
     streams: int = 1           # generations of the prompt at once, each with its KV caches, in turn on every stage
+    hosts: str | None = None   # DEV=HOST,...: these devices' workers join from other hosts (``hetsplit worker``)
+    port: int = 0              # with ``hosts``: the rendezvous port (0: a free one)
+    ssh: bool = False          # with ``hosts``: start each host's worker command over ssh
+
+    def check_hosts(self) -> "HostMap | None":
+        """The devices on other hosts (None: all here); UsageError for what does not combine with them."""
+        from hetsplit.runtime.hosts import HostMap
+
+        if not self.hosts:
+            if self.ssh:
+                raise UsageError("--ssh starts the workers of --hosts; give --hosts DEV=HOST,...")
+            return None
+        for flag, on in (("--emulate-links", self.emulate_links), ("--emulate-devices", self.emulate_devices)):
+            if on:
+                raise UsageError(f"{flag} shapes this machine's own processes; it does not combine with --hosts")
+        if self.recover:
+            raise UsageError("--recover re-runs on this host's processes; the workers of --hosts end with the run "
+                             "that lost a device: leave out --recover or --hosts")
+        return HostMap.parse(self.hosts)
 
 
 @dataclass
@@ -397,8 +419,11 @@ def verify_steps(model: LlmModel, prompt: list[int], report: PipelineReport, bef
 
 
 def generate(model_path: str | Path, cluster: Cluster, options: GenerateOptions,
-             on_text: Callable[[str], None] | None = None) -> GenerateResult:
-    """Plan, run as a pipeline of processes here, stream the text to ``on_text``, measure, verify if asked."""
+             on_text: Callable[[str], None] | None = None,
+             announce: Callable[[list[WorkerCommand]], None] | None = None) -> GenerateResult:
+    """Plan, run as a pipeline of processes here (and on the hosts of ``options.hosts``, each host's worker
+    command told to ``announce``), stream the text to ``on_text``, measure, verify if asked."""
+    hosts = options.check_hosts()
     if options.tokens < 1:
         raise UsageError(f"--tokens {options.tokens}: generate at least one token")
     if options.streams > 1 and options.recover:
@@ -435,10 +460,12 @@ def generate(model_path: str | Path, cluster: Cluster, options: GenerateOptions,
 
             links = LinkMatrix.between(job.devices, cluster)
         emu = stage_emulation(model, plan) if options.emulate_devices else None
-        return run_pipeline_decode(job, PipelineOptions(
-            timeout_s=options.timeout_s, faults=faults, run_dir=options.run_dir, on_token=on_token, links=links,
-            devices=emu.decode if emu else None, prefill_devices=emu.prefill if emu else None,
-            period_us=emu.period_us if emu else BURST_PERIOD_US))
+        with contextlib.ExitStack() as stack:
+            tell = worker_announcer(announce or (lambda _: None), options.ssh, stack) if hosts else None
+            return run_pipeline_decode(job, PipelineOptions(
+                timeout_s=options.timeout_s, faults=faults, run_dir=options.run_dir, on_token=on_token, links=links,
+                devices=emu.decode if emu else None, prefill_devices=emu.prefill if emu else None,
+                period_us=emu.period_us if emu else BURST_PERIOD_US, hosts=hosts, port=options.port, announce=tell))
 
     recovery = None
     try:

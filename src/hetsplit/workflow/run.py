@@ -241,7 +241,7 @@ def run_split(plan: Plan, graph: Graph, model_path: str | Path, cluster: Cluster
                           cpu_only=request.cpu_only, devices=devices, hosts=hosts,
                           links=LinkMatrix.from_cluster(manifest, cluster) if request.emulate_links and cluster
                           else None,
-                          announce=_announcer(hooks.announce, request.ssh, stack) if hosts else None)
+                          announce=worker_announcer(hooks.announce, request.ssh, stack) if hosts else None)
         return run_manifest(manifest, opts)
 
 
@@ -266,7 +266,7 @@ def no_cuda_note(kinds: dict[str, str]) -> str | None:
             f"{'compute' if many else 'computes'} on the CPU")
 
 
-def _announcer(tell: Callable[[list["WorkerCommand"]], None], ssh: bool, stack: contextlib.ExitStack
+def worker_announcer(tell: Callable[[list["WorkerCommand"]], None], ssh: bool, stack: contextlib.ExitStack
                ) -> Callable[[list["WorkerCommand"]], None]:
     """What the run does once it serves the rendezvous: ``tell`` each host's worker command, and with ``ssh``
     run it there (the ssh clients end with this stack; the workers end with the run)."""

@@ -1,0 +1,197 @@
+"""``hetsplit generate --hosts``: a generation whose devices join from other hosts with ``hetsplit worker``.
+
+Real runs: a pipeline into a tensor-parallel last stage whose two members join from "other hosts" on
+loopback (workers started from the printed commands, the logits of both sent back and verified), and
+the CLI across network-namespace hosts. A hostile driver's generation is refused by the worker field by
+field (exit 2, a message naming what, nothing written outside its run folder, its claim freed), as
+``test_hostile_driver`` does for a mapping.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from hetsplit.errors import UsageError
+from hetsplit.estimate.llm import Stage
+from hetsplit.graph.llm.gguf_file import read_gguf
+from hetsplit.runtime import rendezvous
+from hetsplit.runtime.config import RunConfig
+from hetsplit.runtime.hosts import HostMap
+from hetsplit.runtime.llm_hosts import check_job_model, hosted_generation, peer_job
+from hetsplit.runtime.llm_pipeline import PipelineJob
+from hetsplit.runtime.peer_config import PeerConfigError, published
+from hetsplit.runtime.store_auth import StoreKey, put, set_sealed
+from hetsplit.workflow.generate import GenerateOptions, generate
+from llm_tiny import write_tiny_gguf
+from nethosts import HETSPLIT, NetHosts, available, start_across
+from test_hostile_driver import TOKEN, attacked
+from test_llm_generate import local_cluster
+from test_llm_tensor_parallel_run import uneven
+
+pytestmark = [pytest.mark.processes, pytest.mark.timeout(180)]
+
+
+@pytest.fixture(scope="module")
+def three(tmp_path_factory):
+    return write_tiny_gguf(tmp_path_factory.mktemp("hosts") / "three.gguf", seed=3, blocks=3)
+
+
+def test_a_tensor_parallel_stage_whose_members_join_from_other_hosts_gives_the_unsplit_models_tokens(three, tmp_path):
+    """cpu0 (here) computes block 0; cpu1 and cpu2, each a `hetsplit worker` started from the printed command
+    with the token in its environment, compute blocks 1-2 and the head with uneven shares."""
+    workers: list[subprocess.Popen] = []
+
+    def announce(commands) -> None:
+        for c in commands:
+            assert TOKEN not in c.text() and c.token not in c.text()
+            env = {**os.environ, "HETSPLIT_TOKEN": c.token}
+            workers.append(subprocess.Popen([HETSPLIT, *c.argv[1:], "--run-dir", str(tmp_path / c.device)], env=env,
+                                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
+
+    last = Stage("cpu1", 1, 3, uneven(three, ["cpu1", "cpu2"], [20, 12], [9, 23]))
+    try:
+        r = generate(three, local_cluster(3), GenerateOptions(
+            "the cat sat on", tokens=6, verify=True, timeout_s=30, plan=(Stage("cpu0", 0, 1), last),
+            hosts="cpu1=127.0.0.1,cpu2=127.0.0.1"), announce=announce)
+        codes = [w.wait(30) for w in workers]
+    finally:
+        for w in workers:
+            w.kill()
+    assert codes == [0, 0]
+    assert r.verify["ok"] and r.verify["identical_tokens"] and r.verify["max_abs_logit_diff"] <= 1e-4
+    assert r.measured.logits is not None and r.measured.logits.shape == (6, read_gguf(three).config.vocab)
+    assert [s.device for s in r.measured.stages] == ["cpu0", "cpu1", "cpu2"]     # the remote reports came back
+    assert all(s.compute_s > 0 for s in r.measured.stages)
+    hops = r.measured.hops_s
+    assert hops["cpu0->cpu1+cpu2"][1] > 0 and hops["cpu1->cpu0"][1] > 0 and hops["cpu1+cpu2 syncs"][1] > 0
+
+
+WHY = available()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(WHY is not None, reason=f"network namespaces unavailable: {WHY}")
+def test_generate_across_namespace_hosts_streams_the_unsplit_models_tokens(three, tmp_path):
+    """`hetsplit generate --hosts b=10.77.0.2` on host 0; b's worker runs the printed command on host 1."""
+    cluster = tmp_path / "two.yaml"
+    cluster.write_text(json.dumps({"format": "hetsplit.cluster/1", "name": "two-hosts", "devices": [
+        {"name": n, "kind": "cpu", "type": "local-cpu", "memory": "1GiB",
+         "params": {"peak_macs": "4e10/s", "mem_bandwidth": "20GB/s", "power_active": "10W"}} for n in ("a", "b")],
+        "links": {"default": {"name": "lan", "bandwidth": "1GB/s", "latency": "150us"}}}))
+    args = [str(three), "--cluster", str(cluster), "--prompt", "the cat sat on", "--tokens", "6", "--stages", "2",
+            "--no-probe", "--verify", "--json", "--timeout", "30"]
+    with NetHosts(2) as net:
+        run = start_across(net, {"b": 1}, args, tmp_path, command="generate")
+        code, out, err = run.wait(150)
+    assert code == 0, err[-3000:]
+    assert all(w.returncode == 0 for w in run.workers.values())
+    doc = json.loads(out)
+    assert doc["verify"]["ok"] and doc["verify"]["identical_tokens"]
+    assert [s["device"] for s in doc["measured"]["stages"]] == ["a", "b"]
+    assert doc["measured"]["hops_s"]["a->b"][1] > 0
+
+
+def test_what_does_not_combine_with_hosts_is_refused_naming_the_flag(three):
+    for opts, said in ((GenerateOptions("x", emulate_links=True, hosts="b=10.0.0.2"), "--emulate-links"),
+                       (GenerateOptions("x", recover=True, hosts="b=10.0.0.2"), "--recover"),
+                       (GenerateOptions("x", ssh=True), "--ssh"),
+                       (GenerateOptions("x", hosts="b"), "DEVICE=HOST")):
+        with pytest.raises(UsageError, match=said):
+            opts.check_hosts()
+    job = PipelineJob(str(three), ["a", "b"], [[0, 1], [1, 3]], 3, [1, 2], 2)
+    with pytest.raises(UsageError, match="leads the first stage"):
+        hosted_generation(job, HostMap.parse("a=10.0.0.2"), 100, None)
+    with pytest.raises(UsageError, match="does not use"):
+        hosted_generation(job, HostMap.parse("z=10.0.0.2"), 100, None)
+
+
+# ---- a hostile driver's generation ---------------------------------------------------------------------
+
+class FakeGenerationDriver:
+    """Serves a generation's store as a driver would, each part replaceable by an attack: device b runs
+    block 1 of a tiny 2-block model after a (never started) a."""
+
+    def __init__(self, gguf: Path):
+        self.base = rendezvous.serve(0, TOKEN, 30)
+        self.store = rendezvous.scoped(self.base, TOKEN)
+        self.key = StoreKey.of(TOKEN)
+        self.gguf = gguf
+        self.job = PipelineJob("", ["a", "b"], [[0, 1], [1, 2]], 2, [1, 2, 3], 4)
+
+    def honest_job(self) -> dict:
+        return dataclasses.asdict(self.job)
+
+    def publish(self, job: dict | None = None, names: list | None = None, program: bytes = b"generation") -> None:
+        names = [self.gguf.name] if names is None else names
+        put(self.store, self.key, "job", json.dumps(self.honest_job() if job is None else job).encode())
+        put(self.store, self.key, "model-files", json.dumps(names).encode())
+        for n in names:
+            put(self.store, self.key, f"model/{n}", self.gguf.read_bytes())
+        cfg = RunConfig("job.json", inputs=4, timeout_s=10, startup_timeout_s=10)
+        put(self.store, self.key, "config", json.dumps(published(cfg, self.job, [1])).encode())
+        set_sealed(self.store, self.key, "program", program)
+        set_sealed(self.store, self.key, "remote", json.dumps({"b": 1}).encode())
+
+    def claims(self) -> int:
+        return self.store.add("claim/b", 0)
+
+
+@pytest.fixture
+def driver(tmp_path_factory):
+    d = FakeGenerationDriver(write_tiny_gguf(tmp_path_factory.mktemp("hostile-gen") / "tiny.gguf"))
+    yield d
+    d.store = d.base = None
+
+
+@pytest.mark.parametrize("field, value, said", [
+    ("model", "/etc/passwd", "names a model path"),
+    ("run_as", "root", "does not take"),
+    ("new_tokens", "4", "'new_tokens'"),
+    ("new_tokens", True, "'new_tokens'"),
+    ("prompt", [1, -1], "prompt[1]"),
+    ("prompt", [1, 10_000], "the vocabulary has"),
+    ("bounds", [[0, 1]], "'bounds'"),
+    ("devices", ["a", 7], "'devices'"),
+    ("shares", [None, {"kv_heads": "all"}], "share"),
+    ("streams", 10_000, "'streams'"),
+    ("blocks", 3, "blocks"),
+])
+def test_a_job_field_out_of_bounds_or_of_the_wrong_type_is_refused_naming_it(driver, tmp_path, capsys, field, value,
+                                                                             said):
+    job = driver.honest_job()
+    job[field] = value
+    if field == "blocks":                  # a job consistent in itself, but not the checkpoint handed out
+        job["bounds"] = [[0, 1], [1, 3]]
+    driver.publish(job=job)
+    err = attacked(driver, tmp_path, capsys)
+    assert said in err and "refused" in err, err
+
+
+@pytest.mark.parametrize("names", [["../tiny.gguf"], [".hidden.gguf"], ["model.sh"], ["a/b.safetensors"], []])
+def test_a_checkpoint_file_name_that_is_not_plain_is_refused(driver, tmp_path, capsys, names):
+    driver.publish(names=names)
+    err = attacked(driver, tmp_path, capsys)
+    assert "plain file name" in err or "1.." in err, err
+    assert not (tmp_path / "tiny.gguf").exists()
+
+
+def test_a_program_the_worker_does_not_know_is_refused(driver, tmp_path, capsys):
+    driver.publish(program=b"shell")
+    assert "does not know" in attacked(driver, tmp_path, capsys)
+
+
+def test_an_honest_job_round_trips_and_its_kv_caches_must_fit_the_hosts_memory(driver, tmp_path, monkeypatch):
+    job = peer_job(driver.honest_job(), tmp_path / "mine.gguf", "w")
+    assert job.model == str(tmp_path / "mine.gguf") and job.bounds == driver.job.bounds
+    config = read_gguf(driver.gguf).config
+    check_job_model(job, config, [1], "w")
+    monkeypatch.setenv("HETSPLIT_MAX_MEMORY_GB", "1e-9")
+    with pytest.raises(PeerConfigError, match="KV cache"):
+        check_job_model(job, config, [1], "w")
+
