@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import torch
 
 from hetsplit.errors import ModelError
 from hetsplit.graph.llm.hf import write_safetensors
 from hetsplit.graph.llm.tokenizer import write_word_tokenizer
-from hetsplit.graph.zoo.transformer import ROPE_THETA, TinyLlama
+from hetsplit.graph.zoo.transformer import ROPE_THETA, LlamaBlock, TinyLlama
 
 WORD = "t{}"
 # Hugging Face's name of each block tensor, by the zoo block's attribute
@@ -32,10 +34,11 @@ def prompt_text(ids: list[int]) -> str:
     return " ".join(WORD.format(i) for i in ids)
 
 
-def hf_config(module: TinyLlama, name: str) -> dict:
+def hf_config(module: TinyLlama, name: str) -> dict[str, Any]:
     """config.json of ``module``."""
     vocab, dim = module.tok_embeddings.weight.shape
     first = module.layers[0]
+    assert isinstance(first, LlamaBlock)
     return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "_name_or_path": name,
             "hidden_size": int(dim), "intermediate_size": int(first.w1.weight.shape[0]),
             "num_attention_heads": int(first.heads), "num_key_value_heads": int(first.heads),
@@ -46,7 +49,7 @@ def hf_config(module: TinyLlama, name: str) -> dict:
 
 def hf_tensors(module: TinyLlama) -> dict[str, np.ndarray]:
     """``module``'s weights by Hugging Face Llama name (the tied LM head once, as the embedding)."""
-    def f32(p) -> np.ndarray:
+    def f32(p: torch.Tensor) -> np.ndarray:
         return p.detach().cpu().float().numpy()
 
     out = {"model.embed_tokens.weight": f32(module.tok_embeddings.weight)}
