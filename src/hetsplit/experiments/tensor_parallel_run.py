@@ -172,11 +172,12 @@ def format_table(results: list[TensorParallelRunResult]) -> str:
                      f"{num(w['ratio'], '.2f'):>9} {num(w['baseline_ms'], '.2f'):>15} {num(w['speedup'], '.2f'):>8} "
                      f"{num(w['predicted_speedup'], '.2f'):>14} {w['root_sent_bytes']:>10}")
     lines.append("")
-    lines.append("per rank, per decode token (median): compute measured/predicted ms, waits ms, bytes sent")
+    lines.append("per rank, per decode token (median): compute ms measured (its thread's CPU) / predicted, "
+                 "waits ms, bytes sent")
     for r in results:
         predicted = r.run.plan.predicted.compute_s
-        ranks = ", ".join(f"{s.device} {s.compute_s * 1e3:.2f}/{predicted[s.device][1] * 1e3:.2f} "
-                          f"{s.wait_s * 1e3:.2f} {s.sent_bytes}B" for s in r.run.measured.stages)
+        ranks = ", ".join(f"{s.device} {s.compute_s * 1e3:.2f} ({s.cpu_s * 1e3:.2f}) / {predicted[s.device][1] * 1e3:.2f}"
+                          f" {s.wait_s * 1e3:.2f} {s.sent_bytes}B" for s in r.run.measured.stages)
         lines.append(f"  {r.workers} worker(s): {ranks}")
     notes = sorted({n for r in results for n in r.notes})
     return "\n".join(lines + [f"note: {n}" for n in notes])
