@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import struct
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,7 +11,7 @@ import torch
 from hetsplit.errors import ModelError
 from hetsplit.graph.llm.decoder import greedy
 from hetsplit.graph.llm.gguf_file import read_gguf
-from hetsplit.graph.llm.hf import TOP, read_hf
+from hetsplit.graph.llm.hf import TOP, read_hf, write_safetensors
 from hetsplit.graph.llm.load import model_tokenizer, read_model
 
 HF_ROLE = {"attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
@@ -24,17 +22,6 @@ HF_ROLE = {"attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k
 def half_split(w: np.ndarray, heads: int) -> np.ndarray:
     """GGUF's adjacent-pair Q/K rows back to Hugging Face's half-split layout."""
     return w.reshape(heads, w.shape[0] // heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-
-
-def write_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
-    header, offset, blobs = {}, 0, []
-    for name, a in tensors.items():
-        b = np.ascontiguousarray(a, np.float32).tobytes()
-        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [offset, offset + len(b)]}
-        offset += len(b)
-        blobs.append(b)
-    head = json.dumps(header).encode()
-    path.write_bytes(struct.pack("<Q", len(head)) + head + b"".join(blobs))
 
 
 @pytest.fixture(scope="module")

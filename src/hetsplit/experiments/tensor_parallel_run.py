@@ -1,42 +1,32 @@
-"""TinyLlama decoded tensor-parallel for real on this machine, beside hetsplit's prediction.
+"""The zoo's TinyLlama decoded tensor-parallel for real on this machine, beside hetsplit's prediction.
 
-``run_tensor_parallel(model, workers)`` builds Bochem et al.'s tensor-parallel plan of the model's
-graph over ``workers`` devices named ``local-cpu0 ..`` (``search.tensor_parallel``: heads and F
-sliced, two tree all-reduces per block, the LM head by vocabulary columns), runs it with one process
-per device (``runtime.tensor_parallel``: a prefill pass, then greedy decode steps with a per-rank KV
-cache; every step's logits checked against the unsplit model) and puts the measured time per token
-beside the prediction:
+The zoo model is written as a Hugging Face Llama folder (``zoo_checkpoint``:
+``graph.zoo.llama_checkpoint``) and run by the one LLM program, as ``hetsplit generate`` runs any
+checkpoint (``workflow.generate.generate``): one tensor-parallel stage of every block over ``workers``
+``local-cpu`` processes of this machine (``cluster.local.local_cluster``), each an equal share of the
+KV-head groups, FFN columns and LM-head rows (distributed-llama's equal slices, ``search.llm_rules``),
+the partial sums added up twice per block by a star all-reduce through the stage's leader
+(``runtime.llm_pipeline``); one worker is the same program with one rank, nothing sent. The prompt is
+``prompt_tokens`` seeded random ids (one prefill pass), then greedy decode steps; every step's logits are
+checked against the unsplit decoder (``verify``) and must be within ``atol`` with the same tokens.
 
-- predicted: the ``closed`` fidelity's latency (``estimate.estimate_plan``) of the *same* plan on the decode step of
-  the model's graph (``graph.transformer.decode_step``: one token against a KV cache of
-  ``context`` positions, the cache length at the median measured step). It covers every layer of the
-  graph: the embedding with the first norm, the 8 blocks, the final norm and the LM head (whose
-  costs per block equal ``transformer_shapes.transformer_graph`` of TinyLlama's dimensions, a test
-  of ``test_tensor_parallel``), on a cluster of ``workers`` ``local-cpu`` devices with the ``local``
-  built-in's roofline figures and loopback link (``cluster.local.local_cluster``): a device model, as
-  a profile measures the prompt pass it was taken on, not a decode step;
-- measured: the root's wall time per decode step (median after warm-up), each rank's compute and
-  communication (time inside its transfers, waiting for the others included), bytes sent per token:
-  checked equal to the decode step's TaskGraph messages per device (``check_plan``);
-- the 1-worker run (the same runtime in one process, nothing sent) is the baseline of the speed-up.
-
-``transformer_shapes.transformer_graph`` builds the same blocks from the dimensions alone; the decode
-step of the exported graph is used instead because it also holds the embedding, the final norm and
-the LM head under the plan's own layer names, so the plan that ran is the plan evaluated.
+- measured: stage 0's median time per generated token, each rank's compute and waits per decode step,
+  the bytes it sends per token;
+- predicted: the LLM estimator's time per token of the same plan (``estimate.llm.predict_pipeline``,
+  this machine's ``local-cpu`` devices costed by the torch probe unless ``probe`` is off, the ``local``
+  built-in's loopback link), each rank's compute;
+- the 1-worker run of the same invocation is the speed-up's baseline (measured and predicted).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from torch import nn
-
-from hetsplit.errors import HetsplitError
-from hetsplit.graph.types import Graph
-from hetsplit.plan.types import Plan
-from hetsplit.runtime.tensor_parallel import TensorParallelOptions, TensorParallelReport
+from hetsplit.errors import ModelError, RuntimeFailure, UsageError
+from hetsplit.workflow.generate import GenerateOptions, GenerateResult
 
 DEVICE = "local-cpu"
 
@@ -45,34 +35,33 @@ def worker_names(workers: int) -> list[str]:
     return [f"{DEVICE}{i}" for i in range(workers)]
 
 
-@dataclass
-class DecodePrediction:
-    """The evaluator on one decode step of the plan (SI units), and its messages per device."""
+def zoo_checkpoint(model: str, folder: str | Path) -> Path:
+    """The seeded zoo Transformer ``model`` (a TinyLlama: the weights of its ONNX file) written as a Hugging
+    Face Llama folder in ``folder``."""
+    from hetsplit.graph.zoo.export import build_module
+    from hetsplit.graph.zoo.llama_checkpoint import write_llama_checkpoint
+    from hetsplit.graph.zoo.transformer import TinyLlama
 
-    context: int
-    latency_s: float
-    compute_s: dict[str, float]
-    sent_bytes: dict[str, float]          # per device: the TaskGraph's messages it sends
+    module, _, _ = build_module(model)
+    if not isinstance(module, TinyLlama):
+        raise ModelError(f"zoo model {model!r} is a {type(module).__name__}, not a TinyLlama decoder")
+    return write_llama_checkpoint(module, folder, model)
 
 
-def predict_decode(graph: Graph, plan: Plan, context: int) -> DecodePrediction:
-    """``plan`` (made on ``graph``) evaluated on the decode step of ``graph`` with a cache of ``context``
-    positions, its devices ``local-cpu`` processes of this machine."""
-    from hetsplit.cluster.local import local_cluster
-    from hetsplit.costs import build_problem
-    from hetsplit.estimate import estimate_plan
-    from hetsplit.graph.transformer import decode_step
-    from hetsplit.plan.check import check_plan
+@dataclass(frozen=True)
+class TensorParallelRunOptions:
+    """The generation (prompt ids drawn with ``seed``), the check (``atol`` on every step's logits), the
+    estimate (``probe``: this machine's devices costed by the torch probe), the run (timeout, faults to
+    rehearse: rank -> {kind, after}, where to keep it)."""
 
-    step = decode_step(graph, context)
-    same = replace(plan, model=step.name, metrics=None)
-    cluster = local_cluster(plan.devices, name=f"{len(plan.devices)}x{DEVICE}")
-    problem = build_problem(step, cluster)
-    metrics = estimate_plan(problem, same, "closed")
-    sent = {d: 0.0 for d in cluster.names}
-    for m in check_plan(step, cluster, same).messages():
-        sent[cluster.names[m.src]] += m.nbytes
-    return DecodePrediction(context, float(metrics.latency_s), dict(metrics.compute_s_per_device), sent)
+    prompt_tokens: int = 16
+    new_tokens: int = 32
+    atol: float = 1e-3
+    seed: int = 0
+    probe: bool = True
+    timeout_s: float = 60.0
+    faults: dict[str, dict] = field(default_factory=dict)
+    run_dir: Path | None = None
 
 
 @dataclass
@@ -80,21 +69,24 @@ class TensorParallelRunResult:
     """One run beside its prediction (times in seconds per generated token)."""
 
     workers: int
-    tree: int
-    report: TensorParallelReport
-    prediction: DecodePrediction
-    baseline_s: float | None = None       # the 1-worker run's time per token
-    baseline_predicted_s: float | None = None
+    run: GenerateResult
+    baseline_s: float | None = None           # the 1-worker run's time per token, measured
+    baseline_predicted_s: float | None = None  # and predicted
     cores: int = 0
     notes: list[str] = field(default_factory=list)
 
     @property
+    def max_abs_err(self) -> float:
+        assert self.run.verify is not None
+        return float(self.run.verify["max_abs_logit_diff"])
+
+    @property
     def measured_s(self) -> float:
-        return self.report.s_per_token
+        return self.run.measured.s_per_token
 
     @property
     def predicted_s(self) -> float:
-        return self.prediction.latency_s
+        return self.run.plan.predicted.s_per_token
 
     @property
     def ratio(self) -> float:
@@ -110,69 +102,64 @@ class TensorParallelRunResult:
         return self.baseline_predicted_s / self.predicted_s if self.baseline_predicted_s else None
 
     def row(self) -> dict[str, Any]:
-        return {"workers": self.workers, "max_abs_err": self.report.max_abs_err,
+        return {"workers": self.workers, "max_abs_err": self.max_abs_err,
                 "measured_ms": self.measured_s * 1e3, "predicted_ms": self.predicted_s * 1e3, "ratio": self.ratio,
                 "baseline_ms": None if self.baseline_s is None else self.baseline_s * 1e3,
                 "speedup": self.speedup, "predicted_speedup": self.predicted_speedup,
-                "root_sent_bytes": self.report.ranks[0].sent_bytes}
+                "root_sent_bytes": self.run.measured.stages[0].sent_bytes}
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.row(), "tree": self.tree, "cores": self.cores, "context": self.prediction.context,
-                "predicted_compute_s": self.prediction.compute_s, "plan_sent_bytes": self.prediction.sent_bytes,
-                "baseline_s": self.baseline_s, "notes": list(self.notes), "run": self.report.to_dict()}
+        return {**self.row(), "cores": self.cores, "baseline_s": self.baseline_s,
+                "baseline_predicted_s": self.baseline_predicted_s, "notes": list(self.notes),
+                "run": self.run.to_dict()}
 
 
-def check_bytes(report: TensorParallelReport, prediction: DecodePrediction) -> None:
-    """Each rank's bytes per decode token must be its messages in the plan's TaskGraph."""
-    bad = [f"{r.device}: sent {r.sent_bytes}, the plan {prediction.sent_bytes.get(r.device, 0):g}"
-           for r in report.ranks if r.sent_bytes != prediction.sent_bytes.get(r.device, 0)]
-    if bad:
-        raise HetsplitError("bytes per token differ from the plan's messages: " + "; ".join(bad))
+def run_tensor_parallel(checkpoint: str | Path, workers: int,
+                        options: TensorParallelRunOptions | None = None) -> TensorParallelRunResult:
+    """Decode ``checkpoint`` (a ``zoo_checkpoint`` folder) as one tensor-parallel stage over ``workers``
+    processes (one: the whole model on one), verified, beside the prediction; RuntimeFailure when a step's
+    logits are off by more than ``atol`` or a token differs from the unsplit model's."""
+    import numpy as np
 
-
-def zoo_model(model: str) -> tuple[nn.Module, Graph]:
-    """The seeded torch module of a zoo Transformer (the weights of its ONNX file) and its Graph."""
-    from hetsplit.graph.load import load_model
-    from hetsplit.graph.zoo.export import build_module
-
-    module, _, _ = build_module(model)
-    return module, load_model(model)
-
-
-def run_tensor_parallel(model: str = "tinyllama-42m", workers: int = 2, prompt_tokens: int = 16,
-                        new_tokens: int = 32, tree: int = 4, warmup: int = 2, atol: float = 1e-3,
-                        baseline_s: float | None = None, measure_baseline: bool = True,
-                        loaded: tuple[nn.Module, Graph] | None = None, timeout_s: float = 60.0,
-                        seed: int = 0) -> TensorParallelRunResult:
-    """Run ``model`` tensor-parallel on ``workers`` processes, verified, beside the prediction.
-
-    ``loaded``: the module and graph (default: the zoo's); ``baseline_s``: the 1-worker time per token
-    measured elsewhere, else measured now (``measure_baseline``) when ``workers`` > 1."""
     from hetsplit.cluster.examples import usable_cores
-    from hetsplit.runtime.tensor_parallel import run_tensor_parallel_model
-    from hetsplit.search.tensor_parallel import tensor_parallel_plan
+    from hetsplit.cluster.local import local_cluster
+    from hetsplit.graph.llm.hf import read_hf
+    from hetsplit.graph.zoo.llama_checkpoint import prompt_text
+    from hetsplit.workflow.generate import generate
 
-    module, graph = loaded or zoo_model(model)
-    plan = tensor_parallel_plan(graph, worker_names(workers), tree)
-    context = prompt_tokens + (warmup + new_tokens) // 2 + 1
-    opts = TensorParallelOptions(prompt_tokens, new_tokens, warmup, seed, atol, timeout_s)
-    report = run_tensor_parallel_model(module.eval(), graph, plan, opts)
-    prediction = predict_decode(graph, plan, context)
-    check_bytes(report, prediction)
-    if workers > 1 and baseline_s is None and measure_baseline:
-        baseline_s = run_tensor_parallel(model, 1, prompt_tokens, new_tokens, tree, warmup, atol,
-                                         loaded=(module, graph), timeout_s=timeout_s, seed=seed).measured_s
-    base_pred = predict_decode(graph, tensor_parallel_plan(graph, worker_names(1), tree), context).latency_s
+    opts = options or TensorParallelRunOptions()
+    if workers < 1:
+        raise UsageError(f"{workers} workers: run at least one")
+    vocab = read_hf(checkpoint).config.vocab
+    prompt = [int(t) for t in np.random.default_rng(opts.seed).integers(0, vocab, opts.prompt_tokens)]
+    cluster = local_cluster(worker_names(workers), name=f"{workers}x{DEVICE}")
+    run = generate(checkpoint, cluster, GenerateOptions(
+        prompt_text(prompt), opts.new_tokens, stages=1 if workers == 1 else 0,
+        rule="equal-slices" if workers > 1 else None, probe=opts.probe, verify=True, timeout_s=opts.timeout_s,
+        faults=dict(opts.faults), run_dir=opts.run_dir))
+    verify = run.verify or {}
+    if run.prompt_tokens != prompt:
+        raise RuntimeFailure(f"{checkpoint}: the prompt's words encode to {run.prompt_tokens[:8]}..., not its ids")
+    if not verify.get("identical_tokens") or not verify.get("max_abs_logit_diff", math.inf) <= opts.atol:
+        raise RuntimeFailure(f"{workers} workers: logits off by {verify.get('max_abs_logit_diff')} (atol "
+                             f"{opts.atol}), first differing token at step {verify.get('first_differing_step')}")
     cores = usable_cores()
-    notes = []
-    if workers > cores:
-        notes.append(f"{workers} worker processes share {cores} cores; the prediction gives each its own")
-    return TensorParallelRunResult(workers, tree, report, prediction, baseline_s if workers > 1 else report.s_per_token,
-                                   base_pred, cores, notes)
+    notes = [f"{workers} worker processes share {cores} cores; the prediction gives each its own"] \
+        if workers > cores else []
+    result = TensorParallelRunResult(workers, run, cores=cores, notes=notes)
+    if workers == 1:
+        result.baseline_s, result.baseline_predicted_s = result.measured_s, result.predicted_s
+    return result
+
+
+def set_baseline(results: list[TensorParallelRunResult], baseline: TensorParallelRunResult) -> None:
+    """Give every run the 1-worker ``baseline``'s measured and predicted time per token."""
+    for r in results:
+        r.baseline_s, r.baseline_predicted_s = baseline.measured_s, baseline.predicted_s
 
 
 def format_table(results: list[TensorParallelRunResult]) -> str:
-    """The runs as a table, then per rank compute / communication per token."""
+    """The runs as a table, then per rank compute (measured / predicted) and waits per token."""
     def num(x: float | None, spec: str) -> str:
         return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
@@ -185,10 +172,12 @@ def format_table(results: list[TensorParallelRunResult]) -> str:
                      f"{num(w['ratio'], '.2f'):>9} {num(w['baseline_ms'], '.2f'):>15} {num(w['speedup'], '.2f'):>8} "
                      f"{num(w['predicted_speedup'], '.2f'):>14} {w['root_sent_bytes']:>10}")
     lines.append("")
-    lines.append("per rank, per token (median): compute / communication ms, bytes sent (= the plan's messages)")
+    lines.append("per rank, per decode token (median): compute ms measured (its thread's CPU) / predicted, "
+                 "waits ms, bytes sent")
     for r in results:
-        ranks = ", ".join(f"{k.device} {k.compute_s * 1e3:.2f}/{k.comm_s * 1e3:.2f} {k.sent_bytes}B"
-                          for k in r.report.ranks)
+        predicted = r.run.plan.predicted.compute_s
+        ranks = ", ".join(f"{s.device} {s.compute_s * 1e3:.2f} ({s.cpu_s * 1e3:.2f}) / {predicted[s.device][1] * 1e3:.2f}"
+                          f" {s.wait_s * 1e3:.2f} {s.sent_bytes}B" for s in r.run.measured.stages)
         lines.append(f"  {r.workers} worker(s): {ranks}")
     notes = sorted({n for r in results for n in r.notes})
     return "\n".join(lines + [f"note: {n}" for n in notes])

@@ -1,7 +1,8 @@
 """A Hugging Face Llama checkpoint in: a folder with ``config.json``, ``*.safetensors`` weights and
 ``tokenizer.json``. Tensors are renamed to GGUF's names and Q/K rows reordered for RoPE on adjacent
 pairs (as llama.cpp's converter does), so the rest of ``graph.llm`` treats both formats alike.
-Safetensors are read directly (an 8-byte header length, a JSON header, raw little-endian data)."""
+Safetensors are read and written directly (an 8-byte header length, a JSON header, raw little-endian
+data; ``write_safetensors``)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,25 @@ ROLES = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_att
          "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
 TOP = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
        "lm_head.weight": "output.weight"}
+
+
+def write_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> Path:
+    """``tensors`` (float32 or float16, in the given order) as one safetensors file."""
+    kinds = {np.dtype(np.float32): "F32", np.dtype(np.float16): "F16"}
+    head: dict[str, Any] = {}
+    at = 0
+    for name, a in tensors.items():
+        if a.dtype not in kinds:
+            raise ModelError(f"{path}: tensor {name!r} is {a.dtype}; safetensors are written as float32 or float16")
+        head[name] = {"dtype": kinds[a.dtype], "shape": list(a.shape), "data_offsets": [at, at + a.nbytes]}
+        at += a.nbytes
+    raw = json.dumps(head).encode()
+    raw += b" " * (-len(raw) % 8)              # the data 8-byte aligned, as the format recommends
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)) + raw)
+        for a in tensors.values():
+            f.write(np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<"), copy=False).tobytes())
+    return path
 
 
 def gguf_name(hf: str) -> str | None:

@@ -1,5 +1,7 @@
 """The tokenizer a GGUF file carries (``tokenizer.ggml.*``), built with ``tokenizers``: byte-level BPE
-(``model: gpt2``) from its tokens and merges; control tokens (type 3) are special (one token each)."""
+(``model: gpt2``) from its tokens and merges; control tokens (type 3) are special (one token each). A
+``tokenizer.json`` of whole words (``write_word_tokenizer``) names the token ids of a model that has no
+vocabulary of its own (the zoo's random-weight decoders)."""
 
 from __future__ import annotations
 
@@ -67,3 +69,16 @@ def file_tokenizer(path: Path) -> Tokenizer:
         raise ModelError(f"{path}: no tokenizer.json beside the model")
     tok = HfTokenizer.from_file(str(path))
     return Tokenizer(tok, None, None, False)
+
+
+def write_word_tokenizer(path: Path, words: list[str]) -> Path:
+    """A ``tokenizer.json`` whose token i is ``words[i]`` (whitespace-separated words, one id each; decoded
+    joined by spaces); ``words[0]`` stands for an unknown word."""
+    from tokenizers import Tokenizer as HfTokenizer, models, pre_tokenizers
+
+    if not words or len(set(words)) != len(words) or any(not w or w.split() != [w] for w in words):
+        raise ModelError(f"{path}: a word tokenizer needs distinct words without spaces")
+    tok = HfTokenizer(models.WordLevel(vocab={w: i for i, w in enumerate(words)}, unk_token=words[0]))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.save(str(path))
+    return path

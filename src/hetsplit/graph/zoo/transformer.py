@@ -14,6 +14,9 @@ import torch
 from torch import nn
 
 
+ROPE_THETA = 10000.0     # TinyLlama's RoPE base
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float = 1e-5) -> None:
         super().__init__()
@@ -80,7 +83,7 @@ class TinyLlama(nn.Module):
         self.output = nn.Linear(dim, vocab, bias=False)
         self.output.weight = self.tok_embeddings.weight
         hd = dim // heads
-        freqs = 1.0 / (10000.0 ** (torch.arange(0, hd // 2).float() / (hd // 2)))
+        freqs = 1.0 / (ROPE_THETA ** (torch.arange(0, hd // 2).float() / (hd // 2)))
         angles = torch.outer(torch.arange(seq).float(), freqs)
         self.register_buffer("cos", torch.cat((angles.cos(), angles.cos()), -1))
         self.register_buffer("sin", torch.cat((angles.sin(), angles.sin()), -1))
