@@ -127,3 +127,17 @@ def test_a_failed_run_without_a_run_dir_keeps_the_logs_its_message_names(split, 
         assert Path(log).is_file() and Path(log).is_relative_to(tmp_path), (log, str(info.value))
     folder = Path(logs[0]).parent
     assert folder.name.startswith("hetsplit-run-") and not processes_of(folder)
+
+
+def test_the_device_blamed_for_a_stalled_or_lost_link_is_the_peer_that_stopped_answering(tmp_path):
+    """What ``generate --recover`` leaves out: the rank that waited reports the stall, its peer is to blame;
+    a rank that errs blames itself; a stall blaming a peer that reported its own death follows it there."""
+    from hetsplit.runtime.launch import root_cause
+
+    stall = {"ok": False, "device": "a", "peer": "b", "kind": "stall", "error": "device a: nothing arrived from b",
+             "t_fail": 2.0}
+    assert root_cause([stall], tmp_path).device == "b"
+    assert root_cause([{**stall, "kind": "lost"}], tmp_path).device == "b"
+    assert root_cause([{**stall, "kind": "error", "peer": None}], tmp_path).device == "a"
+    died = {"ok": False, "device": "c", "kind": "died", "error": "device c died", "t_fail": 3.0}
+    assert root_cause([{**stall, "peer": "c"}, died], tmp_path).device == "c"

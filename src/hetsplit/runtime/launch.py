@@ -307,7 +307,9 @@ class Launcher:
 
 def root_cause(docs: list[dict], run_dir: Path) -> RuntimeFailure:
     """The failure to report among the processes' reports: by ``ORDER``; a link failure blaming a peer that
-    reported its own failure is a consequence, so the blame follows it to the peer that went silent."""
+    reported its own failure is a consequence, so the blame follows it to the peer that went silent. The
+    device blamed (what a run that recovers leaves out) is the one that failed: for a stalled or lost link,
+    the peer that stopped answering, not the rank that waited for it."""
     failed = [d for d in docs if d.get("ok") is False]
     if not failed:
         return RuntimeFailure(f"a process of the run failed without a report; logs in {run_dir}")
@@ -315,7 +317,7 @@ def root_cause(docs: list[dict], run_dir: Path) -> RuntimeFailure:
     first = min(failed, key=lambda d: (ORDER.get(str(d.get("kind")), 1), d.get("peer") in reported,
                                        d.get("t_fail", 0.0)))
     log = first.get("log") or run_dir / f"rank{first.get('rank')}.log"
-    device = first.get("device")
+    device = first.get("peer") if first.get("kind") in ("stall", "lost") else first.get("device")
     return RuntimeFailure(f"{first['error']} (log: {log})", device if isinstance(device, str) else None)
 
 
