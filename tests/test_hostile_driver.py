@@ -570,3 +570,10 @@ def test_a_command_run_over_ssh_reads_the_token_from_its_input_not_its_command_l
     assert TOKEN not in cmd.remote_shell() and TOKEN not in repr(cmd)
     p = subprocess.run(["sh", "-c", cmd.remote_shell()], input=TOKEN + "\n", capture_output=True, text=True, timeout=30)
     assert p.returncode == 0 and p.stdout == TOKEN, p
+
+
+def test_a_checkpoint_given_to_a_mapping_worker_is_refused(driver, tmp_path, capsys):
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"x")
+    driver.publish()
+    assert "--model is a generation's checkpoint" in attacked(driver, tmp_path, capsys, "--model", str(model))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from hetsplit.graph.llm.gguf_file import read_gguf
 from hetsplit.runtime import rendezvous
 from hetsplit.runtime.config import RunConfig
 from hetsplit.runtime.hosts import HostMap
-from hetsplit.runtime.llm_hosts import check_job_model, hosted_generation, peer_job
+from hetsplit.runtime.llm_hosts import check_job_model, file_entries, hosted_generation, peer_job
 from hetsplit.runtime.llm_pipeline import PipelineJob
 from hetsplit.runtime.peer_config import PeerConfigError, published
 from hetsplit.runtime.store_auth import StoreKey, put, set_sealed
@@ -44,15 +45,21 @@ def three(tmp_path_factory):
 
 def test_a_tensor_parallel_stage_whose_members_join_from_other_hosts_gives_the_unsplit_models_tokens(three, tmp_path):
     """cpu0 (here) computes block 0; cpu1 and cpu2, each a `hetsplit worker` started from the printed command
-    with the token in its environment, compute blocks 1-2 and the head with uneven shares."""
+    with the token in its environment, compute blocks 1-2 and the head with uneven shares; cpu1 fetches the
+    checkpoint from the driver, cpu2 reads its host's own copy (``--model``)."""
     workers: list[subprocess.Popen] = []
+
+    own = tmp_path / "cpu2-copy" / three.name          # cpu2's host has its own copy; cpu1's fetches it
+    own.parent.mkdir()
+    shutil.copy(three, own)
 
     def announce(commands) -> None:
         for c in commands:
             assert TOKEN not in c.text() and c.token not in c.text()
             env = {**os.environ, "HETSPLIT_TOKEN": c.token}
-            workers.append(subprocess.Popen([HETSPLIT, *c.argv[1:], "--run-dir", str(tmp_path / c.device)], env=env,
-                                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
+            extra = ["--model", str(own)] if c.device == "cpu2" else []
+            workers.append(subprocess.Popen([HETSPLIT, *c.argv[1:], "--run-dir", str(tmp_path / c.device), *extra],
+                                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
 
     last = Stage("cpu1", 1, 3, uneven(three, ["cpu1", "cpu2"], [20, 12], [9, 23]))
     try:
@@ -64,6 +71,8 @@ def test_a_tensor_parallel_stage_whose_members_join_from_other_hosts_gives_the_u
         for w in workers:
             w.kill()
     assert codes == [0, 0]
+    assert (tmp_path / "cpu1" / "split" / "model" / three.name).read_bytes() == three.read_bytes()
+    assert not (tmp_path / "cpu2" / "split" / "model").exists()
     assert r.verify["ok"] and r.verify["identical_tokens"] and r.verify["max_abs_logit_diff"] <= 1e-4
     assert r.measured.logits is not None and r.measured.logits.shape == (6, read_gguf(three).config.vocab)
     assert [s.device for s in r.measured.stages] == ["cpu0", "cpu1", "cpu2"]     # the remote reports came back
@@ -128,11 +137,16 @@ class FakeGenerationDriver:
         return dataclasses.asdict(self.job)
 
     def publish(self, job: dict | None = None, names: list | None = None, program: bytes = b"generation") -> None:
+        """``names``: the checkpoint's files as the driver lists them (a string: the tiny GGUF's size and digest
+        under that name; anything else as it is)."""
         names = [self.gguf.name] if names is None else names
         put(self.store, self.key, "job", json.dumps(self.honest_job() if job is None else job).encode())
-        put(self.store, self.key, "model-files", json.dumps(names).encode())
+        [honest] = file_entries({self.gguf.name: self.gguf})
+        entries = [{**honest, "name": n} if isinstance(n, str) else n for n in names]
+        put(self.store, self.key, "model-files", json.dumps(entries).encode())
         for n in names:
-            put(self.store, self.key, f"model/{n}", self.gguf.read_bytes())
+            if isinstance(n, str):
+                put(self.store, self.key, f"model/{n}", self.gguf.read_bytes())
         cfg = RunConfig("job.json", inputs=4, timeout_s=10, startup_timeout_s=10)
         put(self.store, self.key, "config", json.dumps(published(cfg, self.job, [1])).encode())
         set_sealed(self.store, self.key, "program", program)
@@ -179,6 +193,20 @@ def test_a_checkpoint_file_name_that_is_not_plain_is_refused(driver, tmp_path, c
     err = attacked(driver, tmp_path, capsys)
     assert "plain file name" in err or "1.." in err, err
     assert not (tmp_path / "tiny.gguf").exists()
+
+
+def test_a_copy_of_the_checkpoint_that_is_not_the_drivers_is_refused_naming_the_file(driver, tmp_path, capsys):
+    other = tmp_path / "mine" / driver.gguf.name
+    other.parent.mkdir()
+    write_tiny_gguf(other, seed=9)                  # same name and size, other weights
+    driver.publish()
+    err = attacked(driver, tmp_path, capsys, "--model", str(other))
+    assert f"{driver.gguf.name} differ" in err
+
+
+def test_a_list_of_checkpoint_files_without_sizes_and_digests_is_refused(driver, tmp_path, capsys):
+    driver.publish(names=[{"name": "tiny.gguf"}])
+    assert "a name, a size and a SHA-256" in attacked(driver, tmp_path, capsys)
 
 
 def test_a_program_the_worker_does_not_know_is_refused(driver, tmp_path, capsys):

@@ -13,7 +13,8 @@ def register(sub) -> None:
     p = add_command(sub, "worker", "run a device of a run across hosts (the command `hetsplit run --hosts` or "
                                       "`hetsplit generate --hosts` prints)",
                     [                     "hetsplit worker --join 10.0.0.1:29500 --token-file run.token --device cpu1,cpu2 --run-dir logs/",
-                     "HETSPLIT_TOKEN=3f2a... hetsplit worker --join 10.0.0.1:29500 --device gpu0"])
+                     "HETSPLIT_TOKEN=3f2a... hetsplit worker --join 10.0.0.1:29500 --device gpu0",
+                     "HETSPLIT_TOKEN=3f2a... hetsplit worker --join 10.0.0.1:29500 --device desktop --model model.gguf"])
     p.add_argument("--join", required=True, metavar="HOST:PORT", help="the driver's rendezvous (printed by the run)")
     p.add_argument("--token", default=None,
                    help="the run's token (printed by the run); another run refuses it. It shows in the process "
@@ -25,6 +26,9 @@ def register(sub) -> None:
     p.add_argument("--addr", default="", metavar="ADDR",
                    help="this host's address for the other hosts (default: the one on the route to the driver)")
     p.add_argument("--run-dir", default=None, metavar="DIR", help="keep the sub-models and logs here")
+    p.add_argument("--model", default=None, metavar="PATH",
+                   help="a generation's checkpoint (GGUF file or Hugging Face folder) on this host, used instead of "
+                        "fetching it from the driver when its files are the driver's (names, sizes, SHA-256)")
     p.set_defaults(func=run)
 
 
@@ -82,6 +86,18 @@ def _options(args):
     return host.strip("[]"), int(port), read_token(args), devices, run_dir
 
 
+def _own_model(given: str | None) -> Path | None:
+    """``--model``: an existing file or folder of this host (checked against the driver's once it joins)."""
+    from hetsplit.errors import UsageError
+
+    if given is None:
+        return None
+    path = Path(given)
+    if not path.exists():
+        raise UsageError(f"--model {given}: no such file or folder on this host")
+    return path
+
+
 def run(args) -> int:
     import hashlib
 
@@ -94,7 +110,8 @@ def run(args) -> int:
     from hetsplit.runtime.hosts import JoinOptions, join_run
     from hetsplit.runtime.rendezvous import Watchdog
 
-    opts = JoinOptions(host, port, token, devices, timeout_s=args.timeout, addr=args.addr, run_dir=run_dir)
+    opts = JoinOptions(host, port, token, devices, timeout_s=args.timeout, addr=args.addr, run_dir=run_dir,
+                       model=_own_model(args.model))
     # torch's own waits end at --timeout; the watchdog, for a call that never returns, 5% later (checked
     # every 2.5%): every wait on the driver ends within --timeout plus 10%
     dog = Watchdog(opts.timeout_s * 1.05, lambda: _stalled(opts, dog))

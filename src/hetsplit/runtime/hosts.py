@@ -47,13 +47,15 @@ from hetsplit.runtime.launch import Launchable, Launcher
 from hetsplit.runtime.manifest import MANIFEST_FILE, Manifest, load_manifest
 from hetsplit.runtime.scratch import worker_scratch
 from hetsplit.runtime.peer_config import published, remote_ranks, steps_per_input, worker_config
-from hetsplit.runtime.store_auth import StoreKey, Unauthenticated, declared, fetch, get_sealed, put, set_sealed
+from hetsplit.runtime.store_auth import (StoreKey, Unauthenticated, declared, fetch, get_sealed, put, put_file,
+                                         set_sealed)
 from hetsplit.storeprobe import TOKEN_ENV, check_timeout
 
 if TYPE_CHECKING:
     import torch.distributed as dist
 
 BEAT_S = 0.25            # how often a worker says it is alive (and checks the driver is)
+WANT = "want-files"       # a worker asks for the handout's files (published on request)
 LOST_AFTER_S = 5.0       # a worker silent this long is taken for dead (at most the run's --timeout)
 REPORT_BYTES = 100 << 20          # a worker's report (its measurements) is at most this ...
 REPORT_BYTES_PER_STEP = 128       # ... or its timestamps, a few JSON numbers per input, segment and message end
@@ -128,14 +130,16 @@ def worker_argv(addr: str, port: int, device: str, timeout_s: float) -> list[str
 class Handout:
     """What a driver hands its workers on other hosts: the program their ranks run (``PROGRAMS``), the
     documents they read (store name -> bytes: the manifest or the job), the files they fetch (store name ->
-    the driver's file), the records each remote rank keeps per input (its report's cap), and what each
-    sends back beside its report (rank -> result name -> its exact size in bytes)."""
+    the driver's file; ``on_request``: published once a worker asks), the records each remote rank keeps
+    per input (its report's cap), and what each sends back beside its report (rank -> result name -> its
+    exact size in bytes)."""
 
     program: str
     documents: dict[str, bytes]
     files: dict[str, Path]
     steps: dict[int, int]
     results: dict[int, dict[str, int]] = field(default_factory=dict)
+    on_request: bool = False      # the files only once a worker asks for them (``WANT``): others have their own
 
 
 def mapping_handout(manifest: Manifest, manifest_file: Path, remote: list[int]) -> Handout:
@@ -172,8 +176,9 @@ class Hosted:
         self.key = StoreKey.of(cfg.token)
         for name, data in self.handout.documents.items():
             put(store, self.key, name, data)
-        for name, path in self.handout.files.items():
-            put(store, self.key, name, path.read_bytes())
+        self.files_out = False
+        if not self.handout.on_request:
+            self._put_files()
         doc = published(cfg, self.job, sorted(self.remote))
         put(store, self.key, "config", json.dumps(doc).encode())
         set_sealed(store, self.key, "program", self.handout.program.encode())
@@ -189,10 +194,17 @@ class Hosted:
         if self.announce is not None:
             self.announce(list(self.commands.values()))
 
+    def _put_files(self) -> None:
+        for name, path in self.handout.files.items():
+            put_file(self._open_store(), self.key, name, path)
+        self.files_out = True
+
     def tick(self) -> bool:
         now = time.time()
         if now - self.t_tick >= BEAT_S / 2:
             self.t_tick = now
+            if not self.files_out and self._open_store().check([WANT]):
+                self._put_files()
             for rank in self.remote:
                 if rank not in self.reports:
                     self._follow(rank, now)
@@ -359,6 +371,7 @@ class JoinOptions:
     timeout_s: float = 60.0
     addr: str = ""                 # this host's address for the other hosts (default: the route to the driver)
     run_dir: Path | None = None    # keep the sub-models and logs here (default: a temporary directory)
+    model: Path | None = None      # a generation's checkpoint, this host's copy (checked against the driver's)
 
     def __post_init__(self) -> None:
         if not self.token or not self.devices or not 1 <= self.port <= 65535:
@@ -434,14 +447,17 @@ class MappingProgram:
         return None
 
 
-def program_named(name: str, who: str) -> Program:
+def program_named(name: str, opts: JoinOptions, who: str) -> Program:
     """The worker side of the program ``name`` the driver runs."""
     if name == "mapping":
+        if opts.model is not None:
+            raise UsageError("--model is a generation's checkpoint; this run is a mapping, whose sub-models come from "
+                             "the driver: leave out --model")
         return MappingProgram()
     if name == "generation":
         from hetsplit.runtime.llm_hosts import GenerationProgram
 
-        return GenerationProgram()
+        return GenerationProgram(opts.model)
     raise RuntimeFailure(f"{who}: the driver runs a program {name!r:.40} this hetsplit does not know; install the same "
                          "hetsplit on every host")
 
@@ -490,7 +506,7 @@ def _take_run(store, key: StoreKey, opts: JoinOptions, run_dir: Path, split: Pat
     """Fetch and check what the driver hands out, claim the devices and write the files their ranks read."""
     try:
         store.wait(["remote"], rendezvous._td(opts.timeout_s))
-        program = program_named(get_sealed(store, key, "program", who, cap=64).decode(errors="replace"), who)
+        program = program_named(get_sealed(store, key, "program", who, cap=64).decode(errors="replace"), opts, who)
         remote_doc = json.loads(get_sealed(store, key, "remote", who, cap=1 << 20))
         split.mkdir(parents=True, exist_ok=True)
         if split.is_symlink() or split.resolve().parent != run_dir.resolve():

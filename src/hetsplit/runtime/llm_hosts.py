@@ -1,10 +1,12 @@
 """A generation across hosts: ``hetsplit generate --hosts DEV=HOST,...`` and the ``hetsplit worker`` that joins it.
 
 The driver's side (``hosted_generation``) is a ``runtime.hosts.Hosted`` whose handout is the pipeline
-job with its model path blanked, the checkpoint's files (a GGUF file, or a Hugging Face folder's
-``config.json``, ``*.safetensors`` and ``tokenizer.json``) and, for each remote rank of the last stage, its
-logits as a result of exactly ``logits_shape`` float32 values. The first stage's leader (rank 0) stays on
-the driver's host: it streams the tokens there.
+job with its model path blanked, the list of the checkpoint's files (a GGUF file, or a Hugging Face
+folder's ``config.json``, ``*.safetensors`` and ``tokenizer.json``: name, size, SHA-256), the files
+themselves once a worker asks for them (a worker run with ``--model`` uses its host's own copy when it
+is the same, and asks for nothing) and, for each remote rank of the last stage, its logits as a result
+of exactly ``logits_shape`` float32 values. The first stage's leader (rank 0) stays on the driver's
+host: it streams the tokens there.
 
 The worker's side (``GenerationProgram``, chosen by ``runtime.hosts.program_named``) takes nothing it has
 not checked: the job document has exactly the job's fields, each of its type and within its bound, and no
@@ -17,6 +19,7 @@ host's memory budget (``check_job_model``).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from pathlib import Path
 from typing import Any, Callable
@@ -28,11 +31,11 @@ from hetsplit.graph.llm.config import LlmConfig
 from hetsplit.graph.llm.shares import TensorShare, check_shares
 from hetsplit.limits import memory_budget
 from hetsplit.runtime import rendezvous
-from hetsplit.runtime.hosts import Handout, HostMap, Hosted, WorkerCommand, fetch_all, submodel_cap
+from hetsplit.runtime.hosts import WANT, Handout, HostMap, Hosted, WorkerCommand, fetch_all, submodel_cap
 from hetsplit.runtime.launch import Launchable
 from hetsplit.runtime.llm_pipeline import JOB_FILE, MAX_STREAMS, WORKER_MODULE, PipelineJob, logits_file
 from hetsplit.runtime.peer_config import PeerConfigError
-from hetsplit.runtime.store_auth import StoreKey, fetch
+from hetsplit.runtime.store_auth import StoreKey, fetch, set_sealed
 
 JOB_BYTES = 16 << 20            # a job document: mostly the prompt's token ids
 FILES_BYTES = 64 << 10          # the list of the checkpoint's file names
@@ -65,6 +68,18 @@ def model_files(path: Path) -> dict[str, Path]:
     return {check_model_file(p.name): p for p in files}
 
 
+def file_entries(files: dict[str, Path]) -> list[dict[str, Any]]:
+    """Each checkpoint file's name, size and SHA-256 (what a worker with its own copy compares)."""
+    out = []
+    for name, path in sorted(files.items()):
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 22):
+                h.update(chunk)
+        out.append({"name": name, "bytes": path.stat().st_size, "sha256": h.hexdigest()})
+    return out
+
+
 def logits_shape(job: PipelineJob, rank: int, vocab: int) -> tuple[int, int]:
     """What a rank of the last stage keeps: a row per step and stream, of its vocabulary rows (all of them
     for a rank alone)."""
@@ -85,18 +100,49 @@ def hosted_generation(job: PipelineJob, hosts: HostMap, vocab: int,
         raise UsageError(f"--hosts places {job.devices[0]}, which leads the first stage: it streams the tokens to "
                          "this host; run generate on its host, or leave it out of --hosts")
     files = model_files(Path(job.model))
-    doc = {**dataclasses.asdict(job), "model": ""}      # a worker reads only the checkpoint it fetched
-    documents = {"job": json.dumps(doc).encode(), "model-files": json.dumps(sorted(files)).encode()}
+    doc = {**dataclasses.asdict(job), "model": ""}      # a worker reads only its own checkpoint or the one fetched
+    documents = {"job": json.dumps(doc).encode(), "model-files": json.dumps(file_entries(files)).encode()}
     results = {r: {"logits": int(np.prod(logits_shape(job, r, vocab))) * 4}
                for r in last_ranks(job) if r in remote and job.keep_logits}
     handout = Handout("generation", documents, {f"model/{n}": p for n, p in files.items()},
-                      {r: job.streams for r in remote}, results)
+                      {r: job.streams for r in remote}, results, on_request=True)
     return Hosted(job, hosts, handout, announce)
 
 
 def logits_of(hosted: Hosted, job: PipelineJob, rank: int, vocab: int) -> np.ndarray:
     """A remote rank's logits from its result (its size checked exactly when fetched)."""
     return np.frombuffer(hosted.results[rank]["logits"], dtype=np.float32).reshape(logits_shape(job, rank, vocab))
+
+
+def checked_entries(doc: Any, who: str) -> list[dict[str, Any]]:
+    """The driver's list of checkpoint files (``file_entries``), each field checked."""
+    ok = isinstance(doc, list) and 1 <= len(doc) <= MAX_FILES and all(
+        isinstance(e, dict) and set(e) == {"name", "bytes", "sha256"} and type(e["bytes"]) is int
+        and 0 <= e["bytes"] <= submodel_cap() and isinstance(e["sha256"], str) and len(e["sha256"]) == 64
+        and all(c in "0123456789abcdef" for c in e["sha256"]) for e in doc)
+    if not ok:
+        raise PeerConfigError(f"{who}: the driver's list of checkpoint files is not 1..{MAX_FILES} entries of a name, "
+                              "a size and a SHA-256; refused")
+    for e in doc:
+        check_model_file(e["name"])
+    if len({e["name"] for e in doc}) != len(doc):
+        raise PeerConfigError(f"{who}: the driver's list of checkpoint files names a file twice; refused")
+    return doc
+
+
+def check_own_copy(path: Path, entries: list[dict[str, Any]]) -> None:
+    """UsageError unless ``path`` (``hetsplit worker --model``) holds the driver's checkpoint files: the same
+    names, sizes and SHA-256."""
+    if not path.exists():
+        raise UsageError(f"--model {path}: no such file or folder")
+    mine = {e["name"]: e for e in file_entries(model_files(path))}
+    theirs = {e["name"]: e for e in entries}
+    if set(mine) != set(theirs):
+        raise UsageError(f"--model {path}: holds {sorted(mine)}; the driver's checkpoint is {sorted(theirs)}")
+    differ = sorted(n for n in mine if mine[n] != theirs[n])
+    if differ:
+        raise UsageError(f"--model {path}: {', '.join(differ)} differ from the driver's (size or SHA-256): not the "
+                         "checkpoint of this run; copy the driver's, or leave out --model to fetch it")
 
 
 class _Check:
@@ -185,23 +231,26 @@ def check_job_model(job: PipelineJob, config: LlmConfig, ranks: list[int], who: 
 
 
 class GenerationProgram:
-    """A generation's worker (``runtime.llm_pipeline_worker``): the job, then the checkpoint; its last stage's
-    ranks send their logits back."""
+    """A generation's worker (``runtime.llm_pipeline_worker``): the job, then the checkpoint (this host's own
+    copy, ``--model``, when its files are the driver's by name, size and SHA-256; else fetched); its last
+    stage's ranks send their logits back."""
 
     module = WORKER_MODULE
 
-    def __init__(self) -> None:
-        self.names: list[str] = []
+    def __init__(self, own: Path | None = None):
+        self.own = own
+        self.entries: list[dict[str, Any]] = []
 
     def read_job(self, store: rendezvous.KeyValueStore, key: StoreKey, split: Path, who: str
                  ) -> tuple[Launchable, Path]:
-        names = json.loads(fetch(store, key, "model-files", FILES_BYTES, who))
-        if not isinstance(names, list) or not 1 <= len(names) <= MAX_FILES:
-            raise PeerConfigError(f"{who}: the driver's list of checkpoint files is not 1..{MAX_FILES} names; refused")
-        self.names = [check_model_file(n) for n in names]
-        folder = split / "model"
-        ggufs = [n for n in self.names if n.endswith(".gguf")]
-        path = folder / ggufs[0] if len(self.names) == 1 and ggufs else folder
+        self.entries = checked_entries(json.loads(fetch(store, key, "model-files", FILES_BYTES, who)), who)
+        names = [e["name"] for e in self.entries]
+        if self.own is not None:
+            check_own_copy(self.own, self.entries)
+            path = self.own.resolve()
+        else:
+            folder = split / "model"
+            path = folder / names[0] if len(names) == 1 and names[0].endswith(".gguf") else folder
         job = peer_job(json.loads(fetch(store, key, "job", JOB_BYTES, who)), path, who)
         return job, job.save(split / JOB_FILE)
 
@@ -215,11 +264,13 @@ class GenerationProgram:
         from hetsplit.graph.llm.load import read_model
 
         assert isinstance(job, PipelineJob)
-        folder = split / "model"
-        folder.mkdir(exist_ok=True)
-        if folder.is_symlink() or folder.resolve().parent != split.resolve():
-            raise RuntimeFailure(f"{who}: {folder} is a link out of the run folder; refused")
-        fetch_all(store, key, {f"model/{n}": n for n in self.names}, folder, submodel_cap(), who)
+        if self.own is None:
+            folder = split / "model"
+            folder.mkdir(exist_ok=True)
+            if folder.is_symlink() or folder.resolve().parent != split.resolve():
+                raise RuntimeFailure(f"{who}: {folder} is a link out of the run folder; refused")
+            set_sealed(store, key, WANT, b"1")
+            fetch_all(store, key, {f"model/{e['name']}": e["name"] for e in self.entries}, folder, submodel_cap(), who)
         try:
             config = read_model(job.model).config
         except ModelError as exc:

@@ -21,6 +21,7 @@ import hashlib
 import hmac
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 from hetsplit.errors import RuntimeFailure
@@ -69,6 +70,20 @@ def put(store: KeyValueStore, key: StoreKey, name: str, data: bytes) -> None:
     for i, c in enumerate(chunks):
         store.set(f"{name}#{i}", c)
     header = {"nbytes": len(data), "chunks": len(chunks), "sha256": hashlib.sha256(data).hexdigest()}
+    store.set(name, key.seal(name, json.dumps(header).encode()))
+
+
+def put_file(store: KeyValueStore, key: StoreKey, name: str, path: Path) -> None:
+    """``put`` of a file's bytes, read and stored a chunk at a time (a checkpoint need not fit in memory twice)."""
+    h, nbytes, count = hashlib.sha256(), 0, 0
+    with open(path, "rb") as f:
+        while (c := f.read(CHUNK)) or count == 0:
+            store.set(f"{name}#{count}", c)
+            h.update(c)
+            nbytes, count = nbytes + len(c), count + 1
+            if len(c) < CHUNK:
+                break
+    header = {"nbytes": nbytes, "chunks": count, "sha256": h.hexdigest()}
     store.set(name, key.seal(name, json.dumps(header).encode()))
 
 
