@@ -216,3 +216,29 @@ def test_a_rule_splits_instead_of_the_planner_and_the_command_takes_one_way_to_s
     assert plan.how.startswith("memory-proportional (another tool's rule")
     assert main(["generate", str(tiny_gguf), "--prompt", "hi", "--stages", "2", "--rule", "memory-proportional"]) == 2
     assert "--plan, --stages and --rule: give one" in capsys.readouterr().err
+
+
+def test_a_gpu_devices_stage_runs_where_the_host_has_cuda_and_on_the_cpu_with_a_note_where_not(tiny_gguf):
+    """The rule of ``executor.choose_backend``: here (no CUDA) the gpu's stage computes on the CPU, the run
+    says so and its tokens are the unsplit model's; with CUDA it would take a GPU (ranks spread over them)."""
+    import torch
+
+    from hetsplit.runtime.config import RunConfig
+    from hetsplit.runtime.llm_pipeline_worker import stage_device
+
+    cfg = RunConfig("job.json", kinds={"gpu0": "gpu", "cpu0": "cpu"})
+    assert stage_device(cfg, "gpu0", 3, cuda=True).type == "cuda"
+    assert stage_device(cfg, "cpu0", 3, cuda=True) == torch.device("cpu")
+    assert stage_device(cfg, "gpu0", 3, cuda=False) == torch.device("cpu")
+    cfg.cpu_only = True
+    assert stage_device(cfg, "gpu0", 3, cuda=True) == torch.device("cpu")
+    cluster = cluster_from_dict({"format": "hetsplit.cluster/1", "name": "cpu-gpu", "devices": [
+        {"name": "cpu0", "kind": "cpu", "type": "local-cpu", "memory": "1GiB",
+         "params": {"peak_macs": "4e10/s", "mem_bandwidth": "20GB/s", "power_active": "10W"}},
+        {"name": "gpu0", "kind": "gpu", "type": "gpu", "memory": "8GiB",
+         "params": {"peak_macs": "1e12/s", "mem_bandwidth": "400GB/s", "power_active": "150W"}}],
+        "links": {"default": {"name": "pcie", "bandwidth": "8GB/s", "latency": "20us"}}})
+    r = generate(tiny_gguf, cluster, GenerateOptions("the cat", tokens=3, stages=2, verify=True, timeout_s=30))
+    assert r.verify["ok"] and [s.device for s in r.measured.stages] == ["cpu0", "gpu0"]
+    if not torch.cuda.is_available():
+        assert any("gpu0 computes on the CPU" in n for n in r.notes), r.notes

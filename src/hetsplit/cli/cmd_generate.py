@@ -57,6 +57,8 @@ def register(sub) -> None:
     p.add_argument("--recover", action="store_true",
                    help="when a device's worker fails, re-plan without it, rebuild the KV cache from the prompt and "
                         "the tokens so far, and go on (default: end naming the device)")
+    p.add_argument("--cpu-only", action="store_true",
+                   help="run every stage on the CPU (by default a gpu device's stage runs on its host's CUDA GPU)")
     p.add_argument("--hosts", default=None, metavar="DEV=HOST,...",
                    help="run these devices on other hosts: generate prints the `hetsplit worker` command for each "
                         "(the first stage's leader stays here, streaming the text)")
@@ -84,7 +86,7 @@ def run(args) -> int:
     opts = GenerateOptions(args.prompt, args.tokens, args.objective, args.stages, not args.no_probe, args.verify,
                            args.emulate_links, args.emulate_devices, args.timeout, recover=args.recover,
                            plan=read_generation_plan(args.plan) if args.plan else None, rule=args.rule,
-                           tensor_parallel=not args.no_tensor_parallel, streams=args.streams, hosts=args.hosts,
+                           tensor_parallel=not args.no_tensor_parallel, streams=args.streams, cpu_only=args.cpu_only, hosts=args.hosts,
                            port=args.port, ssh=args.ssh)
 
     def stream(text: str) -> None:
@@ -95,6 +97,8 @@ def run(args) -> int:
         print(args.prompt, end="", flush=True)
     result = generate(args.model, cluster, opts, on_text=None if args.json else stream,
                       announce=hooks(progress).announce)
+    for note in result.notes:
+        print(f"note: {note}", file=sys.stderr)
     if args.json:
         json.dump(result.to_dict(), sys.stdout, indent=1)
         print()

@@ -207,6 +207,8 @@ class PipelineOptions:
     faults: dict[str, dict] = field(default_factory=dict)
     run_dir: Path | None = None
     on_token: Callable[[int], None] | None = None
+    kinds: dict[str, str] = field(default_factory=dict)   # device -> cpu | gpu (a gpu's stage on its host's CUDA)
+    cpu_only: bool = False             # every stage on the CPU, GPUs or not
     hosts: HostMap | None = None       # devices on other hosts (``runtime.llm_hosts``): their workers join
     port: int = 0                      # with ``hosts``: the rendezvous port (0: a free one)
     announce: Callable[[list[WorkerCommand]], None] | None = None   # told each other host's worker command
@@ -324,7 +326,8 @@ def _run(job: PipelineJob, opts: PipelineOptions, run_dir: Path) -> tuple[
                 first_cgroups = first.procs_files()
                 prefill = opts.prefill_devices.describe(first)
         cfg = RunConfig(str(job.save(run_dir / JOB_FILE)), inputs=len(job.steps()), timeout_s=opts.timeout_s,
-                        startup_timeout_s=opts.startup_timeout_s, faults=dict(opts.faults), master_port=opts.port)
+                        startup_timeout_s=opts.startup_timeout_s, faults=dict(opts.faults), master_port=opts.port,
+                        kinds=dict(opts.kinds), cpu_only=opts.cpu_only)
         cfg.cgroups, cfg.first_cgroups = cgroups, first_cgroups
         emu = None
         if opts.links is not None:

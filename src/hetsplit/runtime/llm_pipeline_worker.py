@@ -83,7 +83,7 @@ def warm_up(dec: Decoder, embeds: bool, dim: int, prompt: int) -> None:
     before it reads them, so nothing of it is ever read."""
     for pos, n in ((0, prompt), (prompt, 1)):
         x = torch.zeros(n, dtype=torch.int64) if embeds else torch.zeros(n, dim)
-        dec.forward(x, pos)
+        dec.forward(x, pos).cpu()          # .cpu(): a GPU's queued kernels done before the timed steps
 
 
 class Place:
@@ -145,6 +145,18 @@ def pick_token(hops: Hops, place: Place, row: torch.Tensor, offset: int, picks: 
     return token
 
 
+def stage_device(cfg: RunConfig, device: str, rank: int, cuda: bool | None = None) -> torch.device:
+    """Where a rank computes: a ``gpu`` device's on its host's GPU where the host has CUDA (unless
+    ``cfg.cpu_only``; the rule of ``executor.choose_backend``), ranks of one host spread over its GPUs;
+    anything else on the CPU."""
+    from hetsplit.runtime.executor import ORT_CPU, Host, choose_backend
+
+    cuda = torch.cuda.is_available() if cuda is None else cuda
+    if choose_backend(cfg.kinds.get(device, "cpu"), Host(cuda), cfg.cpu_only) == ORT_CPU:
+        return torch.device("cpu")
+    return torch.device("cuda", rank % max(1, torch.cuda.device_count()))
+
+
 def run_stage(cfg: RunConfig, job: PipelineJob, rank: int, run_dir: Path) -> dict:
     """Run this rank's share of every step; its measurements (rank 0: the tokens; the last stage: its logits)."""
     from hetsplit.runtime.cpu_throttle import join_group, release_group
@@ -159,7 +171,9 @@ def run_stage(cfg: RunConfig, job: PipelineJob, rank: int, run_dir: Path) -> dic
         members = [job.share_of(r) for r in place.ranks]
         check_shares([m for m in members if m is not None], model.config, f"stage of blocks {first}..{stop - 1}")
     capacity = len(job.prompt) + job.new_tokens
-    dec = Decoder(model, StageSpec(first, stop, place.embeds, place.heads), capacity, share=share, streams=job.streams)
+    where = stage_device(cfg, job.devices[rank], rank)
+    dec = Decoder(model, StageSpec(first, stop, place.embeds, place.heads), capacity, share=share, streams=job.streams,
+                  device=where)
     dim = model.config.dim
     warm_up(dec, place.embeds, dim, len(job.prompt))
     wire = connect(cfg, job.world_size, job.devices[rank], rank, run_dir)
@@ -186,7 +200,8 @@ def run_stage(cfg: RunConfig, job: PipelineJob, rank: int, run_dir: Path) -> dic
                 if place.heads and place.leads else []
             x = torch.tensor(feed) if hidden is None else torch.from_numpy(hops.take(hidden))   # None: stage 0
             sync0 = hops.wait_s
-            out = dec.forward(x, pos[b], reduce=lambda partial: all_reduce(hops, place, partial), stream=b)
+            out = dec.forward(x, pos[b], reduce=lambda partial: all_reduce(hops, place, partial.cpu()).to(where),
+                              stream=b).cpu()       # gloo moves host tensors: a GPU's output is copied here once
             sync = hops.wait_s - sync0                 # the stage's all-reduces (0 for a rank alone)
             token = None
             if not place.heads:

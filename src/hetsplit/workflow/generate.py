@@ -26,7 +26,7 @@ from hetsplit.runtime.llm_pipeline import (BURST_PERIOD_US, PipelineJob, Pipelin
                                            burst_period_us, run_pipeline_decode)
 from hetsplit.search.llm_pipeline import MAX_TP_DEVICES, PipelineChoice, best_single, plan_pipeline, plan_streams
 from hetsplit.search.llm_rules import rule_stages
-from hetsplit.workflow.run import worker_announcer
+from hetsplit.workflow.run import no_cuda_note, worker_announcer
 
 if TYPE_CHECKING:
     from hetsplit.runtime.device_emulation import DeviceEmulation
@@ -310,6 +310,7 @@ class GenerateOptions:
     rule: str | None = None    # split by another tool's rule (``search.llm_rules.RULES``) instead of planning
     tensor_parallel: bool = True   # the planner may give a stage to several devices (``PlanOptions``)
     streams: int = 1           # generations of the prompt at once, each with its KV caches, in turn on every stage
+    cpu_only: bool = False     # every stage on the CPU (by default a gpu device's stage runs on its host's CUDA)
     hosts: str | None = None   # DEV=HOST,...: these devices' workers join from other hosts (``hetsplit worker``)
     port: int = 0              # with ``hosts``: the rendezvous port (0: a free one)
     ssh: bool = False          # with ``hosts``: start each host's worker command over ssh
@@ -358,6 +359,7 @@ class GenerateResult:
     measured: PipelineReport
     verify: dict[str, Any] | None
     recovery: Recovery | None = None
+    notes: list[str] = field(default_factory=list)    # what the user should know of how it ran
 
     def to_dict(self) -> dict[str, Any]:
         """``measured`` is wall time; under device emulation ``emulated`` is it divided by the dilation, in
@@ -375,7 +377,7 @@ class GenerateResult:
                               "prefill_devices": (m.prefill_emulation.to_dict() if m.prefill_emulation is not None
                                                   else None)},
                 "predicted": self.plan.predicted.to_dict(), "plan": self.plan.to_dict(),
-                "recovered": self.recovery.to_dict() if self.recovery is not None else None}
+                "recovered": self.recovery.to_dict() if self.recovery is not None else None, "notes": self.notes}
 
 
 def reference_logits(model: LlmModel, prompt: list[int], tokens: list[int]) -> torch.Tensor:
@@ -443,6 +445,7 @@ def generate(model_path: str | Path, cluster: Cluster, options: GenerateOptions,
                                                        streams=options.streams))
     got: list[int] = []
     shown = [""]
+    notes: list[str] = []
 
     def on_token(t: int) -> None:
         got.append(t)
@@ -460,12 +463,16 @@ def generate(model_path: str | Path, cluster: Cluster, options: GenerateOptions,
 
             links = LinkMatrix.between(job.devices, cluster)
         emu = stage_emulation(model, plan) if options.emulate_devices else None
+        kinds = {d.name: d.kind for d in cluster.devices if d.name in job.devices}
+        if not options.cpu_only and not hosts and (note := no_cuda_note(kinds)) and note not in notes:
+            notes.append(note)
         with contextlib.ExitStack() as stack:
             tell = worker_announcer(announce or (lambda _: None), options.ssh, stack) if hosts else None
             return run_pipeline_decode(job, PipelineOptions(
                 timeout_s=options.timeout_s, faults=faults, run_dir=options.run_dir, on_token=on_token, links=links,
                 devices=emu.decode if emu else None, prefill_devices=emu.prefill if emu else None,
-                period_us=emu.period_us if emu else BURST_PERIOD_US, hosts=hosts, port=options.port, announce=tell))
+                period_us=emu.period_us if emu else BURST_PERIOD_US, kinds=kinds, cpu_only=options.cpu_only,
+                hosts=hosts, port=options.port, announce=tell))
 
     recovery = None
     try:
@@ -481,7 +488,7 @@ def generate(model_path: str | Path, cluster: Cluster, options: GenerateOptions,
     if on_text is not None and len(text) > len(shown[0]):
         on_text(text[len(shown[0]):])
     verify = verify_steps(model, prompt, report, before) if options.verify else None
-    return GenerateResult(text, prompt, before + report.tokens, plan, report, verify, recovery)
+    return GenerateResult(text, prompt, before + report.tokens, plan, report, verify, recovery, notes)
 
 
 def replan_without(model: LlmModel, cluster: Cluster, options: GenerateOptions, prompt_tokens: int,

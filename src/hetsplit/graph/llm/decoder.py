@@ -25,6 +25,7 @@ from hetsplit.graph.llm.load import LlmModel
 from hetsplit.graph.llm.shares import TensorShare
 
 Reduce = Callable[[torch.Tensor], torch.Tensor]
+CPU = torch.device("cpu")
 
 
 def _alone(partial: torch.Tensor) -> torch.Tensor:
@@ -62,10 +63,10 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
 class RopeTables:
     """cos/sin of every position up to ``capacity`` for adjacent-pair rotation (llama.cpp's layout)."""
 
-    def __init__(self, head_dim: int, base: float, capacity: int):
+    def __init__(self, head_dim: int, base: float, capacity: int, device: torch.device = CPU):
         inv = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
         ang = torch.arange(capacity, dtype=torch.float64)[:, None] * inv[None, :]
-        self.cos, self.sin = ang.cos().float(), ang.sin().float()
+        self.cos, self.sin = ang.cos().float().to(device), ang.sin().float().to(device)
 
     def apply(self, x: torch.Tensor, pos: int) -> torch.Tensor:
         """``x``: (heads, T, head_dim) at positions pos .. pos + T - 1."""
@@ -96,13 +97,13 @@ class Block:
     KV-head groups."""
 
     def __init__(self, cfg: LlmConfig, w: dict[str, torch.Tensor], i: int, capacity: int, rope: RopeTables,
-                 share: TensorShare | None = None, streams: int = 1):
+                 share: TensorShare | None = None, streams: int = 1, device: torch.device = CPU):
         self.cfg, self.rope = cfg, rope
         self.w = {r: w[block_tensor(i, r)] for r in BLOCK_TENSORS}
         self.kv_heads = share.size("kv_heads") if share is not None else cfg.kv_heads
         self.ffn = share.size("ffn") if share is not None else cfg.ffn
-        self.caches = [(torch.zeros(self.kv_heads, capacity, cfg.head_dim),
-                        torch.zeros(self.kv_heads, capacity, cfg.head_dim)) for _ in range(streams)]
+        self.caches = [(torch.zeros(self.kv_heads, capacity, cfg.head_dim, device=device),
+                        torch.zeros(self.kv_heads, capacity, cfg.head_dim, device=device)) for _ in range(streams)]
         self.k, self.v = self.caches[0]
 
     def use_stream(self, stream: int) -> None:
@@ -136,16 +137,18 @@ class Block:
         values = self.v[:, :pos + t].repeat_interleave(group, 0)
         scores = q @ keys.transpose(1, 2) / math.sqrt(c.head_dim)
         if t > 1:
-            scores = scores + torch.full((t, pos + t), float("-inf")).triu(pos + 1)
+            scores = scores + torch.full((t, pos + t), float("-inf"), device=h.device).triu(pos + 1)
         att = (scores.softmax(-1) @ values).transpose(0, 1).reshape(t, heads * c.head_dim)
         return F.linear(att, w["attn_output"])
 
 
 class Decoder:
-    """A stage (or the whole model) with its KV caches; ``forward(ids or hidden, pos)``."""
+    """A stage (or the whole model) with its KV caches, its weights and caches on ``device`` (the CPU, or a
+    GPU's memory); ``forward(ids or hidden, pos)``, its input moved there, its output left there."""
 
     def __init__(self, model: LlmModel, spec: StageSpec, capacity: int,
-                 weights: dict[str, np.ndarray] | None = None, share: TensorShare | None = None, streams: int = 1):
+                 weights: dict[str, np.ndarray] | None = None, share: TensorShare | None = None, streams: int = 1,
+                 device: torch.device = CPU):
         cfg = model.config
         if capacity > cfg.context:
             raise ModelError(f"{capacity} positions exceed the model's context of {cfg.context}")
@@ -154,16 +157,16 @@ class Decoder:
         for name in stage_tensor_names(model, spec):   # one at a time: a member keeps its slices, not every whole
             whole = torch.from_numpy(weights[name] if weights is not None else model.load([name])[name])
             role = name.split(".")[2] if name.startswith("blk.") else ""
-            w[name] = take(whole, *slices[role]) if role in slices else whole
-        self.cfg, self.spec, self.share = cfg, spec, share
-        rope = RopeTables(cfg.head_dim, cfg.rope_base, capacity)
-        self.blocks = [Block(cfg, w, i, capacity, rope, share, streams) for i in range(spec.first, spec.stop)]
+            w[name] = (take(whole, *slices[role]) if role in slices else whole).to(device)
+        self.cfg, self.spec, self.share, self.device = cfg, spec, share, device
+        rope = RopeTables(cfg.head_dim, cfg.rope_base, capacity, device)
+        self.blocks = [Block(cfg, w, i, capacity, rope, share, streams, device) for i in range(spec.first, spec.stop)]
         self.embedding = w["token_embd.weight"] if spec.embed else None
         self.norm = w["output_norm.weight"] if spec.head else None
         self.output = w[model.head_name()] if spec.head else None
         if self.output is not None and share is not None:
             a, b = share.vocab
-            self.output = take(self.output, 0, slice(a, b))
+            self.output = take(self.output, 0, slice(a, b))   # on ``device`` already, as ``w``
 
     def forward(self, x: torch.Tensor, pos: int, every_position: bool = False, reduce: Reduce = _alone,
                 stream: int = 0) -> torch.Tensor:
@@ -173,6 +176,7 @@ class Decoder:
         tensor-parallel stage's all-reduce; ``stream``: whose KV cache."""
         for b in self.blocks:
             b.use_stream(stream)
+        x = x.to(self.device)
         with torch.no_grad():
             if self.embedding is not None:
                 x = F.embedding(x, self.embedding)
