@@ -18,14 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from hetsplit.errors import UsageError
+from hetsplit.errors import RuntimeFailure, UsageError
 from hetsplit.estimate.llm import Stage
 from hetsplit.graph.llm.gguf_file import read_gguf
 from hetsplit.runtime import rendezvous
 from hetsplit.runtime.config import RunConfig
 from hetsplit.runtime.hosts import HostMap
 from hetsplit.runtime.llm_hosts import check_job_model, file_entries, hosted_generation, peer_job
-from hetsplit.runtime.llm_pipeline import PipelineJob
+from hetsplit.runtime.llm_pipeline import STEP_FIELDS, PipelineJob, check_stage_doc
 from hetsplit.runtime.peer_config import PeerConfigError, published
 from hetsplit.runtime.store_auth import StoreKey, put, set_sealed
 from hetsplit.workflow.generate import GenerateOptions, generate
@@ -223,3 +223,15 @@ def test_an_honest_job_round_trips_and_its_kv_caches_must_fit_the_hosts_memory(d
     with pytest.raises(PeerConfigError, match="KV cache"):
         check_job_model(job, config, [1], "w")
 
+
+
+def test_a_workers_report_that_is_not_step_records_of_numbers_is_refused_naming_its_device():
+    """The driver's side: what a worker on another host reports is checked before the figures are read."""
+    job = PipelineJob("m.gguf", ["a", "b"], [[0, 1], [1, 2]], 2, [1, 2], 3)
+    step = dict.fromkeys(STEP_FIELDS, 0.5)
+    check_stage_doc(job, 1, {"steps": [step] * 3})
+    for bad in ({"steps": [step] * 2}, {"steps": [{**step, "compute_s": "fast"}] * 3}, {"steps": "x"},
+                {"steps": [step] * 3, "peak_rss_bytes": -0.5}, {}):
+        with pytest.raises(RuntimeFailure, match="device b: its report") as e:
+            check_stage_doc(job, 1, bad)
+        assert e.value.device == "b"

@@ -285,6 +285,8 @@ def run_pipeline_decode(job: PipelineJob, options: PipelineOptions | None = None
     docs, logits, links, devices, prefill = _run(job, opts, run_dir)   # a failed run keeps its folder: its logs
     if opts.run_dir is None:
         shutil.rmtree(run_dir, ignore_errors=True)
+    for rank, doc in docs.items():
+        check_stage_doc(job, rank, doc)
     root = docs[0]
     made = root.get("generated", [])
     if len(made) != job.streams or any(len(t) != job.new_tokens for t in made):
@@ -294,6 +296,23 @@ def run_pipeline_decode(job: PipelineJob, options: PipelineOptions | None = None
     return PipelineReport(made[0], logits, ttft, steps,
                           [_stage_report(docs[r], job.bounds[r], job.streams) for r in sorted(docs)],
                           hop_times(job, docs), links, devices, prefill, made, together)
+
+
+STEP_FIELDS = ("compute_s", "cpu_s", "wait_s", "sync_s", "sent_bytes", "started_at", "sent_at", "arrived_at")
+
+
+def check_stage_doc(job: PipelineJob, rank: int, doc: dict) -> None:
+    """RuntimeFailure naming the device unless a rank's report (a worker on another host sends its own)
+    has a record of numbers per step and stream, as ``llm_pipeline_worker.run_stage`` writes them."""
+    steps = doc.get("steps")
+    want = len(job.steps()) * job.streams
+    ok = isinstance(steps, list) and len(steps) == want and all(
+        isinstance(s, dict) and all(type(s.get(f)) in (int, float) for f in STEP_FIELDS) for s in steps) \
+        and type(doc.get("peak_rss_bytes", 0)) is int
+    if not ok:
+        raise RuntimeFailure(f"device {job.devices[rank]}: its report is not {want} step records of "
+                             f"{', '.join(STEP_FIELDS)}; refused (install the same hetsplit on every host)",
+                             job.devices[rank])
 
 
 def token_times(steps: list[dict], streams: int) -> tuple[float, list[float], float]:
