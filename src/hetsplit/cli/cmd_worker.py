@@ -107,7 +107,7 @@ def run(args) -> int:
     # a silent or foreign peer ends here, within --timeout, before torch is loaded (seconds on a small board)
     probe(host, port, args.timeout, f"worker of {', '.join(devices)}", hashlib.sha256(token.encode()).hexdigest())
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")   # before torch loads: no c10d logs with C++ frames
-    from hetsplit.runtime.hosts import JoinOptions, join_run
+    from hetsplit.runtime.join import JoinOptions, join_run
     from hetsplit.runtime.rendezvous import Watchdog
 
     opts = JoinOptions(host, port, token, devices, timeout_s=args.timeout, addr=args.addr, run_dir=run_dir,

@@ -8,7 +8,7 @@ is the same, and asks for nothing) and, for each remote rank of the last stage, 
 of exactly ``logits_shape`` float32 values. The first stage's leader (rank 0) stays on the driver's
 host: it streams the tokens there.
 
-The worker's side (``GenerationProgram``, chosen by ``runtime.hosts.program_named``) takes nothing it has
+The worker's side (``GenerationProgram``, chosen by ``runtime.join.program_named``) takes nothing it has
 not checked: the job document has exactly the job's fields, each of its type and within its bound, and no
 model path (``peer_job``: the worker reads only the checkpoint it fetched, under names it checked as plain
 file names, ``check_model_file``); once fetched, the checkpoint must match the job (its blocks, the
@@ -31,7 +31,8 @@ from hetsplit.graph.llm.config import LlmConfig
 from hetsplit.graph.llm.shares import TensorShare, check_shares
 from hetsplit.limits import memory_budget
 from hetsplit.runtime import rendezvous
-from hetsplit.runtime.hosts import WANT, Handout, HostMap, Hosted, WorkerCommand, fetch_all, submodel_cap
+from hetsplit.runtime.hosts import WANT, Handout, HostMap, Hosted, WorkerCommand
+from hetsplit.runtime.join import fetch_all, submodel_cap
 from hetsplit.runtime.launch import Launchable
 from hetsplit.runtime.llm_pipeline import JOB_FILE, MAX_STREAMS, WORKER_MODULE, PipelineJob, logits_file
 from hetsplit.runtime.peer_config import PeerConfigError

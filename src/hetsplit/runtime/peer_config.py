@@ -1,7 +1,7 @@
 """What a worker on another host takes from its driver: only the settings it needs, each checked.
 
 The driver publishes ``published(cfg, manifest, ranks)``, a document of its own format holding only the
-fields below; a worker (``runtime.hosts.join_run``) builds its own ``RunConfig`` from it with
+fields below; a worker (``runtime.join.join_run``) builds its own ``RunConfig`` from it with
 ``worker_config``: every field type- and range-checked, unknown fields refused naming them. What names
 something on the worker's host (its manifest and sub-model paths, the cgroups it joins, the CPUs it pins
 to, its addresses) and rehearsal faults are never taken from a peer: the worker sets them itself.
