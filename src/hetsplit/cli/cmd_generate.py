@@ -86,15 +86,20 @@ def run(args) -> int:
     opts = GenerateOptions(args.prompt, args.tokens, args.objective, args.stages, not args.no_probe, args.verify,
                            args.emulate_links, args.emulate_devices, args.timeout, recover=args.recover,
                            plan=read_generation_plan(args.plan) if args.plan else None, rule=args.rule,
-                           tensor_parallel=not args.no_tensor_parallel, streams=args.streams, cpu_only=args.cpu_only, hosts=args.hosts,
-                           port=args.port, ssh=args.ssh)
+                           tensor_parallel=not args.no_tensor_parallel, streams=args.streams, cpu_only=args.cpu_only,
+                           hosts=args.hosts, port=args.port, ssh=args.ssh)
+
+    prompt_shown = [args.json]
 
     def stream(text: str) -> None:
+        if not prompt_shown[0]:
+            sys.stdout.write(args.prompt)
+            prompt_shown[0] = True
         sys.stdout.write(text)
         sys.stdout.flush()
 
-    if not args.json:
-        print(args.prompt, end="", flush=True)
+    if not args.hosts:          # with --hosts, after the worker commands (stderr), as the text begins
+        stream("")
     result = generate(args.model, cluster, opts, on_text=None if args.json else stream,
                       announce=hooks(progress).announce)
     for note in result.notes:
@@ -103,6 +108,7 @@ def run(args) -> int:
         json.dump(result.to_dict(), sys.stdout, indent=1)
         print()
         return 0 if result.verify is None or result.verify["ok"] else 1
+    stream("")              # the prompt, had no text come
     print()
     if (rec := result.recovery) is not None:
         print(f"\nrecovered: {rec.device} failed after {rec.tokens_before} tokens ({rec.error}); the plan "
