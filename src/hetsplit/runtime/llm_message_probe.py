@@ -1,0 +1,184 @@
+"""What one message of the LLM worker program costs on this machine: a probe, not a fit to any run.
+
+Two processes (one torch thread each, as the workers) join a gloo group over loopback and pass a
+hidden-state-sized float32 tensor back and forth through the same ``runtime.wire.Wire`` calls the worker
+makes (``runtime.llm_pipeline_worker.Hops``: the receive posted, then the send posted and waited for,
+then the receive waited for). Each round trip is two messages; its median wall time over ``rounds``
+round trips, halved, is one message from a send's post to its receiver holding the tensor, both ends
+and the loopback between them (``hop_s``); each message end's share is half of it (``end_s``). This is
+what ``workflow.generate`` charges every message end between two ``local-cpu`` ranks of this machine
+(``estimate.llm``: the cluster's link rule, its ``message`` figures), in place of the mapping runtime's
+calibration (``runtime.calibration``: its workers' threads and queues cost ~2x more per end). A
+cluster's link latency and bandwidth are charged on top, as emulated links add them (``--emulate-links``).
+
+The probe is run at two sizes (one hidden vector, and ``rows`` of them: the prompt's), which give the
+fixed and per-byte parts of an end. Measured once per shape and process (``lru_cache``), ~3 s.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import statistics
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from hetsplit.errors import HetsplitError
+
+ROUNDS = 200            # round trips per size (after WARM_UP)
+WARM_UP = 20
+TIMEOUT_S = 60.0
+TAG = 1 << 12
+GAP_BYTES = 8 * 2**20   # weights streamed between syncs: a member's half block, beyond a core's L2
+SYNC_BLOCKS = 4         # alternating blocks of sync rounds and rounds without the sync
+
+
+@dataclass(frozen=True)
+class LlmMessageProbe:
+    """One message end's seconds, fixed (``end_s``) and per byte (``end_byte_s``); the median one-way
+    message at each size probed (``hop_s``: bytes -> seconds); one end's thread CPU (``end_cpu_s``); the
+    thread CPU each member of a sync pays beyond its two message ends (``sync_cpu_s``), and what a round
+    with the sync took beyond one without it (``sync_wall_s``, wall)."""
+
+    end_s: float
+    end_byte_s: float
+    hop_s: dict[int, float]
+    end_cpu_s: float
+    sync_cpu_s: float
+    sync_wall_s: float
+
+    def end(self, nbytes: float) -> float:
+        return self.end_s + self.end_byte_s * nbytes
+
+
+def _peer(rank: int, sizes: tuple[int, ...], rounds: int, port_q, result_q) -> None:
+    """One side: the ping-pong at each size (rank 0 sends first and times each round trip), then the sync
+    rounds (``_sync_rounds``); rank 0 puts what it measured on ``result_q``."""
+    import torch
+
+    from hetsplit.runtime.wire import Wire, open_group, open_store
+
+    torch.set_num_threads(1)
+    store = open_store(rank, 2, "127.0.0.1", 0 if rank == 0 else port_q.get(timeout=TIMEOUT_S), TIMEOUT_S)
+    if rank == 0:
+        port_q.put(store.port)
+    wire = Wire(open_group(store, rank, 2, "127.0.0.1", TIMEOUT_S), f"probe{rank}", TIMEOUT_S)
+    hops, place = _worker_side(wire, rank, sizes[0] // 4)
+    out: dict[str, Any] = {"hop_s": {}, "end_cpu_s": {}}
+    for n in sizes:
+        out["hop_s"][n], out["end_cpu_s"][n] = _ping_pong(hops, rank, n // 4, rounds)
+    out["sync"] = _sync_rounds(hops, place, sizes[0] // 4, rounds)
+    wire.pg.barrier().wait()
+    if rank == 0:
+        result_q.put(out)
+
+
+def _worker_side(wire, rank: int, floats: int):
+    """The worker's own ``Hops`` and ``Place`` for two ranks of one tensor-parallel stage (rank 0 leads)."""
+    from hetsplit.runtime.config import RunConfig
+    from hetsplit.runtime.llm_pipeline import PipelineJob
+    from hetsplit.runtime.llm_pipeline_worker import Hops, Place
+
+    half = {"kv_heads": [0, 1], "ffn": [0, 1], "vocab": [0, 1]}
+    job = PipelineJob("", ["probe0", "probe1"], [[0, 1], [0, 1]], 1, [0], 1, stage_of=[0, 0], shares=[half, half])
+    return Hops(wire, job, rank, RunConfig("")), Place(job, rank)
+
+
+def _ping_pong(hops, rank: int, floats: int, rounds: int) -> tuple[float, float]:
+    """The median one-way message (half a round trip, wall) and the median thread CPU of one end, for
+    ``floats`` float32 values sent as the worker sends its hidden state (``Hops.send``, ``Hops.take``)."""
+    import numpy as np
+    import torch
+
+    x, peer = torch.ones(1, floats), 1 - rank
+    trips, cpus = [], []
+    for i in range(WARM_UP + rounds):
+        t0, c0 = time.perf_counter(), time.thread_time()
+        posted = hops.post_recv(peer, (1, floats), np.float32, TAG)
+        if rank == 0:
+            hops.send(peer, x, TAG, hop=False)
+            hops.take(posted, hop=False)
+        else:
+            got = torch.from_numpy(hops.take(posted, hop=False))
+            hops.send(peer, got, TAG, hop=False)
+        if i >= WARM_UP:
+            trips.append(time.perf_counter() - t0)
+            cpus.append(time.thread_time() - c0)
+    return statistics.median(trips) / 2, statistics.median(cpus) / 2
+
+
+def _sync_rounds(hops, place, floats: int, rounds: int) -> dict[str, float]:
+    """Rounds of a block-like step (``GAP_BYTES`` of weights streamed, as a member's half block is, then
+    the worker's ``all_reduce`` of a hidden vector), in blocks that alternate with the same step without
+    the all-reduce: each rank's median thread CPU and wall per round of both."""
+    import torch
+    from torch.nn import functional as F
+
+    from hetsplit.runtime.llm_pipeline_worker import all_reduce
+
+    weights = [torch.full((floats, floats), 0.01) for _ in range(max(1, GAP_BYTES // (4 * floats * floats)))]
+    x = torch.ones(1, floats)
+
+    def step(sync: bool) -> None:
+        y = x
+        for w in weights:
+            y = F.linear(y, w)
+        if sync:
+            all_reduce(hops, place, y)
+
+    times: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
+    for b in range(SYNC_BLOCKS):
+        for sync in ((True, False) if b % 2 == 0 else (False, True)):
+            hops.wire.pg.barrier().wait()
+            for i in range(WARM_UP // 4 + rounds // SYNC_BLOCKS):
+                t0, c0 = time.perf_counter(), time.thread_time()
+                step(sync)
+                if i >= WARM_UP // 4:
+                    times[sync].append((time.thread_time() - c0, time.perf_counter() - t0))
+    med = {k: (statistics.median(c for c, _ in v), statistics.median(w for _, w in v)) for k, v in times.items()}
+    return {"cpu_s": med[True][0] - med[False][0], "wall_s": med[True][1] - med[False][1]}
+
+
+def measure(sizes: tuple[int, ...], rounds: int = ROUNDS) -> dict[str, Any]:
+    """Run both parts between two fresh processes (``_peer``); what rank 0 measured."""
+    ctx = mp.get_context("spawn")
+    port_q, result_q = ctx.Queue(), ctx.Queue()
+    procs = [ctx.Process(target=_peer, args=(r, sizes, rounds, port_q, result_q), daemon=True) for r in (0, 1)]
+    for p in procs:
+        p.start()
+    try:
+        got: dict[str, Any] = result_q.get(timeout=TIMEOUT_S * 2)
+        return got
+    except Exception as exc:      # queue.Empty, or a peer that died
+        raise HetsplitError(f"the LLM message probe got no answer from its two processes ({type(exc).__name__})") \
+            from None
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+
+
+@lru_cache(maxsize=4)
+def probe_llm_messages(vector_bytes: int, rows: int, rounds: int = ROUNDS) -> LlmMessageProbe:
+    """Probe one message of ``vector_bytes`` (a hidden vector) and one of ``rows`` of them: each end's
+    fixed part from the small message, its per-byte part from the difference (0 when the two sizes are
+    the same or the larger came out no slower); then the sync rounds at the small size."""
+    small, large = vector_bytes, vector_bytes * max(rows, 1)
+    got = measure((small,) if large == small else (small, large), rounds)
+    hops = got["hop_s"]
+    per_byte = max(hops[large] - hops[small], 0.0) / (large - small) / 2 if large > small else 0.0
+    end = max(hops[small] / 2 - per_byte * small, 0.0)
+    sync_cpu = max(got["sync"]["cpu_s"] - 2 * got["end_cpu_s"][small], 0.0)
+    return LlmMessageProbe(end, per_byte, hops, got["end_cpu_s"][small], sync_cpu, got["sync"]["wall_s"])
+
+
+if __name__ == "__main__":
+    import sys
+
+    dim, rows = (int(a) for a in sys.argv[1:3])
+    p = probe_llm_messages(dim * 4, rows)
+    print(f"end {p.end_s * 1e6:.1f} us + {p.end_byte_s * 1e9:.3f} ns/B (thread CPU {p.end_cpu_s * 1e6:.1f} us); "
+          f"hops " + ", ".join(f"{n} B {s * 1e6:.1f} us" for n, s in p.hop_s.items()) +
+          f"; a sync: {p.sync_cpu_s * 1e6:.1f} us CPU beyond its ends, {p.sync_wall_s * 1e6:.1f} us wall")
