@@ -12,7 +12,18 @@ calibration (``runtime.calibration``: its workers' threads and queues cost ~2x m
 cluster's link latency and bandwidth are charged on top, as emulated links add them (``--emulate-links``).
 
 The probe is run at two sizes (one hidden vector, and ``rows`` of them: the prompt's), which give the
-fixed and per-byte parts of an end. Measured once per shape and process (``lru_cache``), ~3 s.
+fixed and per-byte parts of an end.
+
+Then what a sync costs a member beyond its two message ends: both processes step through blocks of the
+model's shapes (``member_blocks``: constant weights, each its half of the KV-head groups and FFN columns,
+the runtime's own ``graph.llm.decoder.Block``), in runs with the worker's ``all_reduce`` after each half
+and runs without it, alternating. The thread CPU per sync beyond the runs without, less the two ends'
+own thread CPU (from the ping-pong), is ``sync_cpu_s``: the receive posted, the partial handed over, the
+sum taken back into the block, and what the block's next work pays for the wait (measured ~0.1-0.3 ms
+per sync on a 2-core VM, where a quiet ping-pong's end took ~0.03 ms). ``estimate.llm_shares`` charges
+it to each half of a member's block on the device it was measured for (its ``sync_s``).
+
+Measured once per shape and process (``lru_cache``), a few seconds.
 """
 
 from __future__ import annotations
@@ -25,13 +36,14 @@ from functools import lru_cache
 from typing import Any
 
 from hetsplit.errors import HetsplitError
+from hetsplit.graph.llm.config import LlmConfig
 
 ROUNDS = 200            # round trips per size (after WARM_UP)
 WARM_UP = 20
 TIMEOUT_S = 60.0
 TAG = 1 << 12
-GAP_BYTES = 8 * 2**20   # weights streamed between syncs: a member's half block, beyond a core's L2
-SYNC_BLOCKS = 4         # alternating blocks of sync rounds and rounds without the sync
+SYNC_BLOCKS = 4         # blocks of the model's shapes each sync round steps through (two syncs each)
+SYNC_RUNS = 4           # alternating runs of steps with the syncs and without them
 
 
 @dataclass(frozen=True)
@@ -52,7 +64,8 @@ class LlmMessageProbe:
         return self.end_s + self.end_byte_s * nbytes
 
 
-def _peer(rank: int, sizes: tuple[int, ...], rounds: int, port_q, result_q) -> None:
+def _peer(rank: int, config: LlmConfig, sizes: tuple[int, ...], context: int, rounds: int, port_q,
+          result_q) -> None:
     """One side: the ping-pong at each size (rank 0 sends first and times each round trip), then the sync
     rounds (``_sync_rounds``); rank 0 puts what it measured on ``result_q``."""
     import torch
@@ -68,7 +81,7 @@ def _peer(rank: int, sizes: tuple[int, ...], rounds: int, port_q, result_q) -> N
     out: dict[str, Any] = {"hop_s": {}, "end_cpu_s": {}}
     for n in sizes:
         out["hop_s"][n], out["end_cpu_s"][n] = _ping_pong(hops, rank, n // 4, rounds)
-    out["sync"] = _sync_rounds(hops, place, sizes[0] // 4, rounds)
+    out["sync"] = _sync_rounds(hops, place, config, context, rounds)
     wire.pg.barrier().wait()
     if rank == 0:
         result_q.put(out)
@@ -108,43 +121,69 @@ def _ping_pong(hops, rank: int, floats: int, rounds: int) -> tuple[float, float]
     return statistics.median(trips) / 2, statistics.median(cpus) / 2
 
 
-def _sync_rounds(hops, place, floats: int, rounds: int) -> dict[str, float]:
-    """Rounds of a block-like step (``GAP_BYTES`` of weights streamed, as a member's half block is, then
-    the worker's ``all_reduce`` of a hidden vector), in blocks that alternate with the same step without
-    the all-reduce: each rank's median thread CPU and wall per round of both."""
+def member_blocks(config: LlmConfig, rank: int, context: int) -> list:
+    """``SYNC_BLOCKS`` blocks of ``config``'s shapes with constant weights, each rank's half of them (the
+    first or the second half of the KV-head groups and FFN columns), as a member of two holds them."""
     import torch
-    from torch.nn import functional as F
+
+    from hetsplit.costs.llm_probe import block_shapes
+    from hetsplit.graph.llm.config import block_tensor
+    from hetsplit.graph.llm.decoder import Block, RopeTables, share_slices, take
+    from hetsplit.graph.llm.shares import TensorShare
+
+    kv, ffn = config.kv_heads // 2, config.ffn // 2
+    share = TensorShare((0, kv), (0, ffn), (0, 1)) if rank == 0 else \
+        TensorShare((kv, config.kv_heads), (ffn, config.ffn), (1, 2))
+    cut = share_slices(config, share)
+    rope = RopeTables(config.head_dim, config.rope_base, context)
+    blocks = []
+    for i in range(SYNC_BLOCKS):
+        w = {}
+        for role, shape in block_shapes(config).items():
+            full = torch.full(shape, 0.02)
+            w[block_tensor(i, role)] = take(full, *cut[role]) if role in cut else full
+        blocks.append(Block(config, w, i, context, rope, share))
+    return blocks
+
+
+def _sync_rounds(hops, place, config: LlmConfig, context: int, rounds: int) -> dict[str, float]:
+    """Decode steps through ``member_blocks`` with the worker's ``all_reduce`` after each half (two per
+    block), in runs that alternate with the same steps whose partials are not sent: each rank's median
+    thread CPU and wall per sync beyond the steps without."""
+    import torch
 
     from hetsplit.runtime.llm_pipeline_worker import all_reduce
 
-    weights = [torch.full((floats, floats), 0.01) for _ in range(max(1, GAP_BYTES // (4 * floats * floats)))]
-    x = torch.ones(1, floats)
+    blocks = member_blocks(config, place.rank, context)
+    x = torch.full((1, config.dim), 0.1)
 
     def step(sync: bool) -> None:
+        reduce = (lambda partial: all_reduce(hops, place, partial)) if sync else (lambda partial: partial)
         y = x
-        for w in weights:
-            y = F.linear(y, w)
-        if sync:
-            all_reduce(hops, place, y)
-
+        with torch.no_grad():
+            for b in blocks:
+                y = b(y, context - 1, reduce) * 0.5      # kept small: constant weights, every block alike
     times: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
-    for b in range(SYNC_BLOCKS):
-        for sync in ((True, False) if b % 2 == 0 else (False, True)):
+    steps = max(1, rounds // (2 * SYNC_BLOCKS * SYNC_RUNS))
+    for run in range(SYNC_RUNS):
+        for sync in ((True, False) if run % 2 == 0 else (False, True)):
             hops.wire.pg.barrier().wait()
-            for i in range(WARM_UP // 4 + rounds // SYNC_BLOCKS):
+            for i in range(1 + steps):
                 t0, c0 = time.perf_counter(), time.thread_time()
                 step(sync)
-                if i >= WARM_UP // 4:
+                if i:                                    # the first step of each run warms it up
                     times[sync].append((time.thread_time() - c0, time.perf_counter() - t0))
     med = {k: (statistics.median(c for c, _ in v), statistics.median(w for _, w in v)) for k, v in times.items()}
-    return {"cpu_s": med[True][0] - med[False][0], "wall_s": med[True][1] - med[False][1]}
+    syncs = 2 * SYNC_BLOCKS
+    return {"cpu_s": (med[True][0] - med[False][0]) / syncs, "wall_s": (med[True][1] - med[False][1]) / syncs}
 
 
-def measure(sizes: tuple[int, ...], rounds: int = ROUNDS) -> dict[str, Any]:
+def measure(config: LlmConfig, sizes: tuple[int, ...], context: int, rounds: int = ROUNDS) -> dict[str, Any]:
     """Run both parts between two fresh processes (``_peer``); what rank 0 measured."""
     ctx = mp.get_context("spawn")
     port_q, result_q = ctx.Queue(), ctx.Queue()
-    procs = [ctx.Process(target=_peer, args=(r, sizes, rounds, port_q, result_q), daemon=True) for r in (0, 1)]
+    procs = [ctx.Process(target=_peer, args=(r, config, sizes, context, rounds, port_q, result_q), daemon=True)
+             for r in (0, 1)]
     for p in procs:
         p.start()
     try:
@@ -161,12 +200,14 @@ def measure(sizes: tuple[int, ...], rounds: int = ROUNDS) -> dict[str, Any]:
 
 
 @lru_cache(maxsize=4)
-def probe_llm_messages(vector_bytes: int, rows: int, rounds: int = ROUNDS) -> LlmMessageProbe:
-    """Probe one message of ``vector_bytes`` (a hidden vector) and one of ``rows`` of them: each end's
-    fixed part from the small message, its per-byte part from the difference (0 when the two sizes are
-    the same or the larger came out no slower); then the sync rounds at the small size."""
-    small, large = vector_bytes, vector_bytes * max(rows, 1)
-    got = measure((small,) if large == small else (small, large), rounds)
+def probe_llm_messages(config: LlmConfig, rows: int, context: int, rounds: int = ROUNDS) -> LlmMessageProbe:
+    """Probe one message of a hidden vector of ``config`` and one of ``rows`` of them: each end's fixed
+    part from the small message, its per-byte part from the difference (0 when the two sizes are the same
+    or the larger came out no slower); then the sync rounds, a decode step at ``context`` positions."""
+    small = config.dim * 4
+    large = small * max(rows, 1)
+    got = measure(config, (small,) if large == small else (small, large), max(2, min(context, config.context)),
+                  rounds)
     hops = got["hop_s"]
     per_byte = max(hops[large] - hops[small], 0.0) / (large - small) / 2 if large > small else 0.0
     end = max(hops[small] / 2 - per_byte * small, 0.0)
@@ -177,8 +218,11 @@ def probe_llm_messages(vector_bytes: int, rows: int, rounds: int = ROUNDS) -> Ll
 if __name__ == "__main__":
     import sys
 
-    dim, rows = (int(a) for a in sys.argv[1:3])
-    p = probe_llm_messages(dim * 4, rows)
+    from hetsplit.graph.llm.load import read_model
+
+    cfg = read_model(sys.argv[1]).config
+    rows, context = (int(a) for a in sys.argv[2:4])
+    p = probe_llm_messages(cfg, rows, context)
     print(f"end {p.end_s * 1e6:.1f} us + {p.end_byte_s * 1e9:.3f} ns/B (thread CPU {p.end_cpu_s * 1e6:.1f} us); "
           f"hops " + ", ".join(f"{n} B {s * 1e6:.1f} us" for n, s in p.hop_s.items()) +
           f"; a sync: {p.sync_cpu_s * 1e6:.1f} us CPU beyond its ends, {p.sync_wall_s * 1e6:.1f} us wall")

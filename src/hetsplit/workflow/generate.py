@@ -23,7 +23,7 @@ from hetsplit.graph.llm.config import LlmConfig
 from hetsplit.graph.llm.decoder import Decoder, StageSpec
 from hetsplit.graph.llm.load import LlmModel, model_tokenizer, read_model
 from hetsplit.graph.llm.shares import PARTS, TensorShare
-from hetsplit.graph.llm.step_graph import F32, FLOAT32, STORED
+from hetsplit.graph.llm.step_graph import FLOAT32, STORED
 from hetsplit.runtime.llm_message_probe import LlmMessageProbe, probe_llm_messages
 from hetsplit.runtime.llm_pipeline import (BURST_PERIOD_US, PipelineJob, PipelineOptions, PipelineReport,
                                            burst_period_us, run_pipeline_decode)
@@ -148,14 +148,15 @@ def host_probe(config: LlmConfig, prompt_tokens: int, new_tokens: int) -> TorchC
     return probe_torch_cpu(ProbeShape(config, prompt_tokens, decode.context))
 
 
-def host_messages(config: LlmConfig, prompt_tokens: int) -> LlmMessageProbe | None:
+def host_messages(config: LlmConfig, prompt_tokens: int, new_tokens: int) -> LlmMessageProbe | None:
     """What a message of the LLM worker program costs here: a hidden vector's and the prompt's
     (``runtime.llm_message_probe``; measured once per shape and process); None where measuring this
     machine is turned off (``$HETSPLIT_LOCAL_CALIBRATION=off``, as for the mapping runtime's calibration):
     the links' own figures then."""
     from hetsplit.costs.local_calibration import calibration_off
 
-    return None if calibration_off() else probe_llm_messages(config.dim * F32, prompt_tokens)
+    _, decode = LlmCostOptions(prompt_tokens, new_tokens).phases()
+    return None if calibration_off() else probe_llm_messages(config, prompt_tokens, decode.context)
 
 
 def probed_device(device: Device, probe: TorchCpuProbe, messages: LlmMessageProbe | None) -> Device:
@@ -198,7 +199,7 @@ def plan_generation(model: LlmModel, cluster: Cluster, options: PlanOptions) -> 
     """Cost both phases and plan (or cut evenly) a pipeline of whole blocks; predicted figures beside it."""
     here = options.probe and any(d.type in LOCAL_TYPES for d in cluster.devices)
     probe = host_probe(model.config, options.prompt_tokens, options.new_tokens) if here else None
-    messages = host_messages(model.config, options.prompt_tokens) if here else None
+    messages = host_messages(model.config, options.prompt_tokens, options.new_tokens) if here else None
     costed, weight_bytes = costed_cluster(cluster, probe, messages)
     costs = llm_costs(model.config, model.tensors, costed,
                       LlmCostOptions(options.prompt_tokens, options.new_tokens, weight_bytes, options.streams))
@@ -265,7 +266,7 @@ def host_costs(model: LlmModel, costs: LlmCosts) -> LlmCosts:
     """``costs``' generation with every device of its cluster made this machine's one-thread torch worker
     (the probe; weights float32, as the worker holds them): what each stage costs the process running it."""
     probe = host_probe(model.config, costs.options.prompt_tokens, costs.options.new_tokens)
-    messages = host_messages(model.config, costs.options.prompt_tokens)
+    messages = host_messages(model.config, costs.options.prompt_tokens, costs.options.new_tokens)
     here = replace(costs.cluster, devices=[probed_device(d, probe, messages) for d in costs.cluster.devices])
     return llm_costs(model.config, model.tensors, here, replace(costs.options, weight_bytes=FLOAT32))
 
