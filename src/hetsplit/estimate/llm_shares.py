@@ -25,6 +25,7 @@ leader's message ends for the other members.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -106,7 +107,7 @@ def share_costs(cfg: LlmConfig, tensors: dict[str, StoredTensor], cluster: Clust
                       pb["head"] / units["vocab"])
 
 
-def sync_seconds(params: dict) -> float:
+def sync_seconds(params: dict[str, Any]) -> float:
     """A device's ``sync_s`` parameter: seconds >= 0 (absent: 0)."""
     value = float(params.get(SYNC_PARAM, 0.0))
     if not value >= 0.0:

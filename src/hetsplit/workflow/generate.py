@@ -183,9 +183,10 @@ def costed_cluster(cluster: Cluster, probe: TorchCpuProbe | None,
         return replace(cluster, devices=devices), FLOAT32
     local = np.array([d.type in LOCAL_TYPES for d in cluster.devices])
     both = local[:, None] & local[None, :] & ~np.eye(len(local), dtype=bool)
-    return replace(cluster, devices=devices,
-                   message_cpu_s=np.where(both, messages.end_s, cluster.message_cpu_s),
-                   message_cpu_byte_s=np.where(both, messages.end_byte_s, cluster.message_cpu_byte_s)), FLOAT32
+    cpu, cpu_byte = cluster.message_cpu_s, cluster.message_cpu_byte_s
+    assert cpu is not None and cpu_byte is not None          # filled in by Cluster.__post_init__
+    return replace(cluster, devices=devices, message_cpu_s=np.where(both, messages.end_s, cpu),
+                   message_cpu_byte_s=np.where(both, messages.end_byte_s, cpu_byte)), FLOAT32
 
 
 def even_stages(names: list[str], blocks: int, k: int) -> list[Stage]:
