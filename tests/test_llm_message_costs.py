@@ -126,3 +126,13 @@ def test_a_negative_sync_parameter_is_refused(tiny):
     bad = replace(c, devices=[replace(d, params={**d.params, SYNC_PARAM: -1.0}) for d in c.devices])
     with pytest.raises(PlanError, match=SYNC_PARAM):
         llm_costs(tiny.config, tiny.tensors, bad, LlmCostOptions(8, 8))
+
+
+@pytest.mark.processes
+def test_a_probe_whose_processes_fail_says_so(tiny, monkeypatch):
+    from hetsplit.errors import HetsplitError
+    from hetsplit.runtime import llm_message_probe
+
+    monkeypatch.setattr(llm_message_probe, "MODULE", "hetsplit.no_such_module")
+    with pytest.raises(HetsplitError, match="message probe's rank 0 failed .*No module named"):
+        llm_message_probe.measure(tiny.config, (64,), 4, rounds=4)

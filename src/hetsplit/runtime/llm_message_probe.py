@@ -23,15 +23,20 @@ sum taken back into the block, and what the block's next work pays for the wait 
 per sync on a 2-core VM, where a quiet ping-pong's end took ~0.03 ms). ``estimate.llm_shares`` charges
 it to each half of a member's block on the device it was measured for (its ``sync_s``).
 
-Measured once per shape and process (``lru_cache``), a few seconds.
+Measured once per shape and process (``lru_cache``), a few seconds; the two processes are started as
+the runtime starts its workers (``python -m``, one torch thread each), so nothing of the caller is re-imported.
 """
 
 from __future__ import annotations
 
-import multiprocessing as mp
+import json
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from functools import lru_cache
 from typing import Any
 
@@ -42,6 +47,7 @@ ROUNDS = 200            # round trips per size (after WARM_UP)
 WARM_UP = 20
 TIMEOUT_S = 60.0
 TAG = 1 << 12
+MODULE = "hetsplit.runtime.llm_message_probe"
 SYNC_BLOCKS = 4         # blocks of the model's shapes each sync round steps through (two syncs each)
 SYNC_RUNS = 4           # alternating runs of steps with the syncs and without them
 
@@ -64,30 +70,49 @@ class LlmMessageProbe:
         return self.end_s + self.end_byte_s * nbytes
 
 
-def _peer(rank: int, config: LlmConfig, sizes: tuple[int, ...], context: int, rounds: int, port_q,
-          result_q) -> None:
+def _peer(rank: int, folder: Path) -> None:
     """One side: the ping-pong at each size (rank 0 sends first and times each round trip), then the sync
-    rounds (``_sync_rounds``); rank 0 puts what it measured on ``result_q``."""
+    rounds (``_sync_rounds``); rank 0 serves the group (its port in ``port.txt``) and writes what it
+    measured to ``result.json``, both in ``folder`` beside the job (``job.json``)."""
     import torch
 
     from hetsplit.runtime.wire import Wire, open_group, open_store
 
+    job = json.loads((folder / "job.json").read_text())
+    config, sizes = LlmConfig(**job["config"]), tuple(job["sizes"])
     torch.set_num_threads(1)
-    store = open_store(rank, 2, "127.0.0.1", 0 if rank == 0 else port_q.get(timeout=TIMEOUT_S), TIMEOUT_S)
+    store = open_store(rank, 2, "127.0.0.1", 0 if rank == 0 else _port(folder), TIMEOUT_S)
     if rank == 0:
-        port_q.put(store.port)
+        _write(folder / "port.txt", str(store.port))
     wire = Wire(open_group(store, rank, 2, "127.0.0.1", TIMEOUT_S), f"probe{rank}", TIMEOUT_S)
-    hops, place = _worker_side(wire, rank, sizes[0] // 4)
+    hops, place = _worker_side(wire, rank)
     out: dict[str, Any] = {"hop_s": {}, "end_cpu_s": {}}
     for n in sizes:
-        out["hop_s"][n], out["end_cpu_s"][n] = _ping_pong(hops, rank, n // 4, rounds)
-    out["sync"] = _sync_rounds(hops, place, config, context, rounds)
+        out["hop_s"][n], out["end_cpu_s"][n] = _ping_pong(hops, rank, n // 4, job["rounds"])
+    out["sync"] = _sync_rounds(hops, place, config, job["context"], job["rounds"])
     wire.pg.barrier().wait()
     if rank == 0:
-        result_q.put(out)
+        _write(folder / "result.json", json.dumps(out))
 
 
-def _worker_side(wire, rank: int, floats: int):
+def _write(path: Path, text: str) -> None:
+    """``text`` into ``path`` whole (written aside, then renamed): a reader never sees part of it."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.rename(path)
+
+
+def _port(folder: Path) -> int:
+    """The port rank 0 serves the group at, once it wrote it."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while not (folder / "port.txt").exists():
+        if time.monotonic() > deadline:
+            raise HetsplitError(f"LLM message probe: rank 0 served no group within {TIMEOUT_S:g} s")
+        time.sleep(0.01)
+    return int((folder / "port.txt").read_text())
+
+
+def _worker_side(wire, rank: int):
     """The worker's own ``Hops`` and ``Place`` for two ranks of one tensor-parallel stage (rank 0 leads)."""
     from hetsplit.runtime.config import RunConfig
     from hetsplit.runtime.llm_pipeline import PipelineJob
@@ -179,24 +204,39 @@ def _sync_rounds(hops, place, config: LlmConfig, context: int, rounds: int) -> d
 
 
 def measure(config: LlmConfig, sizes: tuple[int, ...], context: int, rounds: int = ROUNDS) -> dict[str, Any]:
-    """Run both parts between two fresh processes (``_peer``); what rank 0 measured."""
-    ctx = mp.get_context("spawn")
-    port_q, result_q = ctx.Queue(), ctx.Queue()
-    procs = [ctx.Process(target=_peer, args=(r, config, sizes, context, rounds, port_q, result_q), daemon=True)
-             for r in (0, 1)]
-    for p in procs:
-        p.start()
-    try:
-        got: dict[str, Any] = result_q.get(timeout=TIMEOUT_S * 2)
-        return got
-    except Exception as exc:      # queue.Empty, or a peer that died
-        raise HetsplitError(f"the LLM message probe got no answer from its two processes ({type(exc).__name__})") \
-            from None
-    finally:
-        for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.kill()
+    """Run both parts between two fresh processes (``python -m hetsplit.runtime.llm_message_probe --peer
+    DIR RANK``, one torch thread each, as the runtime starts its workers); what rank 0 measured."""
+    from hetsplit.runtime.launch import child_env
+    from hetsplit.lifetime import die_with_parent
+
+    with tempfile.TemporaryDirectory(prefix="hetsplit-llm-probe-") as tmp:
+        folder = Path(tmp)
+        _write(folder / "job.json", json.dumps({"config": asdict(config), "sizes": list(sizes), "context": context,
+                                                 "rounds": rounds}))
+        procs = []
+        for rank in (0, 1):
+            with open(folder / f"rank{rank}.log", "wb") as log:
+                procs.append(subprocess.Popen([sys.executable, "-m", MODULE, "--peer",
+                                               tmp, str(rank)], stdout=log, stderr=subprocess.STDOUT,
+                                              stdin=subprocess.DEVNULL, env=child_env(1), start_new_session=True,
+                                              preexec_fn=die_with_parent()))
+        try:
+            for rank, p in enumerate(procs):
+                if p.wait(timeout=TIMEOUT_S * 2) != 0:
+                    tail = (folder / f"rank{rank}.log").read_text(errors="replace").strip().splitlines()[-1:]
+                    raise HetsplitError(f"the LLM message probe's rank {rank} failed (exit {p.returncode}): "
+                                        f"{tail[0] if tail else 'no output'}")
+        except subprocess.TimeoutExpired:
+            raise HetsplitError(f"the LLM message probe's processes did not end within {TIMEOUT_S * 2:g} s") \
+                from None
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        got = json.loads((folder / "result.json").read_text())
+    return {"hop_s": {int(n): t for n, t in got["hop_s"].items()},
+            "end_cpu_s": {int(n): t for n, t in got["end_cpu_s"].items()}, "sync": got["sync"]}
 
 
 @lru_cache(maxsize=4)
@@ -215,14 +255,21 @@ def probe_llm_messages(config: LlmConfig, rows: int, context: int, rounds: int =
     return LlmMessageProbe(end, per_byte, hops, got["end_cpu_s"][small], sync_cpu, got["sync"]["wall_s"])
 
 
-if __name__ == "__main__":
-    import sys
-
+def main(argv: list[str]) -> int:
+    """``--peer DIR RANK``: one side of the probe; ``MODEL ROWS CONTEXT``: probe here and print the figures."""
+    if argv[:1] == ["--peer"]:
+        _peer(int(argv[2]), Path(argv[1]))
+        return 0
     from hetsplit.graph.llm.load import read_model
 
-    cfg = read_model(sys.argv[1]).config
-    rows, context = (int(a) for a in sys.argv[2:4])
+    cfg = read_model(argv[0]).config
+    rows, context = (int(a) for a in argv[1:3])
     p = probe_llm_messages(cfg, rows, context)
     print(f"end {p.end_s * 1e6:.1f} us + {p.end_byte_s * 1e9:.3f} ns/B (thread CPU {p.end_cpu_s * 1e6:.1f} us); "
           f"hops " + ", ".join(f"{n} B {s * 1e6:.1f} us" for n, s in p.hop_s.items()) +
           f"; a sync: {p.sync_cpu_s * 1e6:.1f} us CPU beyond its ends, {p.sync_wall_s * 1e6:.1f} us wall")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
