@@ -1,7 +1,8 @@
 """SmolLM2-135M (GGUF, Q4_1) generated unsplit and split over 2 and 3 worker processes on this machine:
 the greedy tokens compared token for token with the unsplit run's, every step's logits with the unsplit
 model's (``--verify``), and the measured TTFT and ms per token beside the prediction (the cluster's
-``local-cpu`` devices costed by a torch probe of this machine, not fitted on these runs).
+``local-cpu`` devices costed by a torch probe of this machine, their messages and tensor-parallel syncs by
+the LLM message probe, ``runtime.llm_message_probe``; nothing fitted on these runs).
 
 ``--speeds 1 2`` rehearses a cluster of unlike devices instead: worker i stands for a device ``speeds[i]``
 times slower than this machine's one-thread torch worker as the probe costs it (its roofline figures
