@@ -1,7 +1,8 @@
 """SmolLM2-135M (GGUF, Q4_1) generated unsplit and split over 2 and 3 worker processes on this machine:
 the greedy tokens compared token for token with the unsplit run's, every step's logits with the unsplit
 model's (``--verify``), and the measured TTFT and ms per token beside the prediction (the cluster's
-``local-cpu`` devices costed by a torch probe of this machine, not fitted on these runs).
+``local-cpu`` devices costed by a torch probe of this machine, their messages and tensor-parallel syncs by
+the LLM message probe, ``runtime.llm_message_probe``; nothing fitted on these runs).
 
 ``--speeds 1 2`` rehearses a cluster of unlike devices instead: worker i stands for a device ``speeds[i]``
 times slower than this machine's one-thread torch worker as the probe costs it (its roofline figures
@@ -59,20 +60,28 @@ def here(n: int, latency: str, bandwidth: str):
 def unlike(speeds: list[float], latency: str, bandwidth: str, model: Path, tokens: int,
            memory: tuple[float, ...] | None = None):
     """One device per factor: this machine's one-thread torch worker (the probe's figures at the model's
-    shapes, the prompt's rows, the decode context of ``tokens`` new tokens) that much slower; ``memory``:
-    each device's memory as a fraction of the model's stored bytes (default 4 GiB each)."""
+    shapes, the prompt's rows, the decode context of ``tokens`` new tokens) that much slower, its CPU per
+    tensor-parallel sync too (the LLM message probe's, ``runtime.llm_message_probe``); each message end
+    the probe's (this machine's, whatever the device's factor: a link's figure is not per device);
+    ``memory``: each device's memory as a fraction of the model's stored bytes (default 4 GiB each)."""
+    from hetsplit.estimate.llm_shares import SYNC_PARAM
     from hetsplit.graph.llm.load import model_tokenizer, read_model
-    from hetsplit.workflow.generate import host_probe
+    from hetsplit.workflow.generate import host_messages, host_probe
 
     m = read_model(model)
-    p = host_probe(m.config, len(model_tokenizer(m).encode(PROMPT)), tokens)
+    prompt = len(model_tokenizer(m).encode(PROMPT))
+    p, msg = host_probe(m.config, prompt, tokens), host_messages(m.config, prompt, tokens)
     size = [f"{int(f * m.stored_bytes())}B" for f in memory] if memory else ["4GiB"] * len(speeds)
     devices = [{"name": f"x{s:g}" + "'" * i, "kind": "cpu", "type": f"t{i}", "memory": size[i], "model": "roofline",
                 "params": {"peak_macs": p.macs_per_s / s, "mem_bandwidth": p.bytes_per_s / s, "mem_efficiency": 1.0,
                            "efficiency": {"default": 1.0, "gemm": 1.0, "matmul": 1.0}, "overhead_s": p.call_s * s,
-                           "power_active": "10W"}} for i, s in enumerate(speeds)]
+                           "power_active": "10W", **({SYNC_PARAM: msg.sync_cpu_s * s} if msg else {})}}
+               for i, s in enumerate(speeds)]
+    link = {"name": "net", "bandwidth": bandwidth, "latency": latency}
+    if msg:
+        link["message"] = {"cpu": f"{msg.end_s!r}s", "byte": msg.end_byte_s}
     return cluster_from_dict({"format": "hetsplit.cluster/1", "name": "unlike", "devices": devices,
-                              "links": {"default": {"name": "net", "bandwidth": bandwidth, "latency": latency}}})
+                              "links": {"default": link}})
 
 
 GIGABIT = ("200us", "125MB/s")

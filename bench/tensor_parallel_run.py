@@ -50,7 +50,8 @@ def main(argv: list[str]) -> int:
         set_baseline(results, results[0])
     print(f"{args.model}: prompt {args.prompt} tokens, {args.new} greedy tokens (median decode step); one "
           "tensor-parallel stage, equal shares, star all-reduce; predicted = estimate.llm.predict_pipeline of "
-          "the same plan (local-cpu costed by the torch probe, loopback link)")
+          "the same plan (local-cpu costed by the torch probe, its message ends and syncs by the LLM message probe, "
+          "loopback link's latency on top)")
     print(f"median of {args.repeats} interleaved runs per worker count; every run's logits verified")
     print(format_table(results))
     for n in counts:

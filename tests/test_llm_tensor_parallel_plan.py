@@ -77,13 +77,22 @@ def test_a_stage_of_shares_is_checked_and_costed_by_its_slowest_member_and_its_s
 
 
 def random_costs(model, seed: int):
-    """Slow devices on fast links with tight memory: tensor-parallel stages are worth having."""
+    """Slow devices on fast links with tight memory: tensor-parallel stages are worth having; on odd seeds
+    the message ends cost CPU and each device its own seconds per sync (``sync_s``)."""
+    from dataclasses import replace
+
+    from hetsplit.estimate.llm_shares import SYNC_PARAM
+
     rng = np.random.default_rng(seed)
     n = int(rng.integers(2, 5))
     speeds = list(rng.uniform(0.002, 0.02, n))
     latency = ["0.001ms", "0.01ms", "0.2ms"][seed % 3]
     memory = [f"{int(model.stored_bytes() * rng.uniform(0.3, 1.2))}B" for _ in range(n)]
-    return llm_costs(model.config, model.tensors, cluster(speeds, memory, latency), LlmCostOptions(12, 8))
+    c = cluster(speeds, memory, latency)
+    if seed % 2:
+        c = replace(c, devices=[replace(d, params={**d.params, SYNC_PARAM: float(rng.uniform(0, 3e-4))})
+                                for d in c.devices]).with_message_cpu(float(rng.uniform(0, 1e-4)), 1e-10)
+    return llm_costs(model.config, model.tensors, c, LlmCostOptions(12, 8))
 
 
 def test_the_planner_with_tensor_parallel_stages_is_exact_against_brute_force(three_blocks):

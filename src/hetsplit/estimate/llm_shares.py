@@ -10,7 +10,11 @@ the head's vocabulary rows), then the leader picks the greedy token from each me
 
 Each figure is the member's own step graph (``step_graph`` with its ``TensorShare``: one block, the
 member's matrices at their own shapes) costed by its device's model, not a fraction of the whole
-block's time: a small slice still pays each kernel's fixed cost.
+block's time: a small slice still pays each kernel's fixed cost. Each half also charges the member what
+its thread spends on the sync that ends it beyond the sync's message ends (the runtime's all-reduce:
+its receive posted, its partial handed over, the sum taken back), whatever its share: its device's
+``sync_s`` parameter (``SYNC_PARAM``; 0 where the device gives none; ``workflow.generate`` sets it on
+this machine's devices from ``runtime.llm_message_probe``).
 
 A sync is a star all-reduce over the cluster's links (``cluster.links``): every member sends its partial
 to the leader, which adds them up and sends the sum back to each, one message at a time (the runtime's
@@ -21,6 +25,7 @@ leader's message ends for the other members.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -35,12 +40,13 @@ FFN_UNITS = 32          # the grain of FFN-column shares (at most the FFN's widt
 VOCAB_UNITS = 32        # the grain of head-row shares
 FIRST_HALF = ("attn_norm", "attn_q", "attn_k", "attn_v", "attention", "attn_output", "ffn_add")
 SECOND_HALF = ("attn_add", "ffn_norm", "ffn_gate", "ffn_up", "ffn_gate_mul", "ffn_down")
+SYNC_PARAM = "sync_s"   # a device's seconds per sync of a tensor-parallel member, beyond its message ends
 
 
 @dataclass
 class ShareCosts:
     """Per phase and device: seconds per block of each half by share size (``attn_s`` [2, D, K+1] by KV-head
-    groups, ``ffn_s`` [2, D, U+1] by FFN units) and of the head by vocabulary units (``head_s`` [2, D, V+1]);
+    groups, ``ffn_s`` [2, D, U+1] by FFN units; each with the device's ``sync_s``) and of the head by vocabulary units (``head_s`` [2, D, V+1]);
     the units' edges (``grains``); bytes per block of the replicated norms, of one KV-head group's weights
     and of one FFN unit's (``block_bytes``), and of one vocabulary unit's head rows."""
 
@@ -89,6 +95,9 @@ def share_costs(cfg: LlmConfig, tensors: dict[str, StoredTensor], cluster: Clust
                     head[p, devices, i] = secs.get("final_norm", 0.0) + secs.get("head", 0.0)
     for table in (attn, ffn, head):          # a larger share never costs less (a model's rounding aside)
         np.maximum.accumulate(table, axis=2, out=table)
+    sync = np.array([sync_seconds(dev.params) for dev in cluster.devices])
+    attn += sync[None, :, None]
+    ffn += sync[None, :, None]
     full = step_graph(one, tensors, Phase(1, 1), weight_bytes)
     pb = dict(zip(full.names, full.param_bytes))
     norms = pb["b0.attn_norm"] + pb["b0.ffn_norm"]
@@ -96,6 +105,14 @@ def share_costs(cfg: LlmConfig, tensors: dict[str, StoredTensor], cluster: Clust
     ffn_w = sum(pb[f"b0.{r}"] for r in ("ffn_gate", "ffn_up", "ffn_down"))
     return ShareCosts(attn, ffn, head, grains, float(norms), kv_w / cfg.kv_heads, ffn_w / units["ffn"],
                       pb["head"] / units["vocab"])
+
+
+def sync_seconds(params: dict[str, Any]) -> float:
+    """A device's ``sync_s`` parameter: seconds >= 0 (absent: 0)."""
+    value = float(params.get(SYNC_PARAM, 0.0))
+    if not value >= 0.0:
+        raise PlanError(f"device parameter {SYNC_PARAM} is {value!r}; give seconds >= 0")
+    return value
 
 
 def balanced_counts(table: np.ndarray, total: int) -> tuple[list[int], float]:

@@ -10,18 +10,21 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+import numpy as np
 import torch
 
-from hetsplit.cluster.types import Cluster
+from hetsplit.cluster.types import Cluster, Device
 from hetsplit.costs.llm_probe import ProbeShape, TorchCpuProbe, probe_device, probe_torch_cpu
 from hetsplit.errors import HetsplitError, PlanError, RuntimeFailure, UsageError
 from hetsplit.estimate.llm import (DECODE, PREFILL, LlmCostOptions, LlmCosts, PipelinePrediction, Stage, StageShare,
                                    llm_costs, predict_pipeline)
+from hetsplit.estimate.llm_shares import SYNC_PARAM
 from hetsplit.graph.llm.config import LlmConfig
 from hetsplit.graph.llm.decoder import Decoder, StageSpec
 from hetsplit.graph.llm.load import LlmModel, model_tokenizer, read_model
 from hetsplit.graph.llm.shares import PARTS, TensorShare
 from hetsplit.graph.llm.step_graph import FLOAT32, STORED
+from hetsplit.runtime.llm_message_probe import LlmMessageProbe, probe_llm_messages
 from hetsplit.runtime.llm_pipeline import (BURST_PERIOD_US, PipelineJob, PipelineOptions, PipelineReport,
                                            burst_period_us, run_pipeline_decode)
 from hetsplit.search.llm_pipeline import MAX_TP_DEVICES, PipelineChoice, best_single, plan_pipeline, plan_streams
@@ -145,13 +148,45 @@ def host_probe(config: LlmConfig, prompt_tokens: int, new_tokens: int) -> TorchC
     return probe_torch_cpu(ProbeShape(config, prompt_tokens, decode.context))
 
 
-def costed_cluster(cluster: Cluster, probe: TorchCpuProbe | None) -> tuple[Cluster, str]:
+def host_messages(config: LlmConfig, prompt_tokens: int, new_tokens: int) -> LlmMessageProbe | None:
+    """What a message of the LLM worker program costs here: a hidden vector's and the prompt's
+    (``runtime.llm_message_probe``; measured once per shape and process); None where measuring this
+    machine is turned off (``$HETSPLIT_LOCAL_CALIBRATION=off``, as for the mapping runtime's calibration):
+    the links' own figures then."""
+    from hetsplit.costs.local_calibration import calibration_off
+
+    _, decode = LlmCostOptions(prompt_tokens, new_tokens).phases()
+    return None if calibration_off() else probe_llm_messages(config, prompt_tokens, decode.context)
+
+
+def probed_device(device: Device, probe: TorchCpuProbe, messages: LlmMessageProbe | None) -> Device:
+    """``device`` as this machine's one-thread torch worker: the torch probe's roofline figures and, with
+    ``messages``, the CPU its thread spends per tensor-parallel sync beyond the sync's message ends."""
+    out = probe_device(device, probe)
+    if messages is None:
+        return out
+    return replace(out, params={**out.params, SYNC_PARAM: messages.sync_cpu_s})
+
+
+def costed_cluster(cluster: Cluster, probe: TorchCpuProbe | None,
+                   messages: LlmMessageProbe | None = None) -> tuple[Cluster, str]:
     """The cluster with this machine's ``local-cpu`` devices costed by the torch probe (when given), and
-    the weight bytes the costs count: float32 where the probe stands for the runtime's torch executor."""
+    the weight bytes the costs count: float32 where the probe stands for the runtime's torch executor.
+    With ``messages`` (the LLM program's message probe), every message end between two ``local-cpu``
+    devices costs what the probe measured (in place of the link's ``message`` figures, the mapping
+    runtime's), and each such device's tensor-parallel syncs their probed CPU; the links' latency and
+    bandwidth stay on top."""
     if probe is None or not any(d.type in LOCAL_TYPES for d in cluster.devices):
         return cluster, STORED
-    return replace(cluster, devices=[probe_device(d, probe) if d.type in LOCAL_TYPES else d
-                                     for d in cluster.devices]), FLOAT32
+    devices = [probed_device(d, probe, messages) if d.type in LOCAL_TYPES else d for d in cluster.devices]
+    if messages is None:
+        return replace(cluster, devices=devices), FLOAT32
+    local = np.array([d.type in LOCAL_TYPES for d in cluster.devices])
+    both = local[:, None] & local[None, :] & ~np.eye(len(local), dtype=bool)
+    cpu, cpu_byte = cluster.message_cpu_s, cluster.message_cpu_byte_s
+    assert cpu is not None and cpu_byte is not None          # filled in by Cluster.__post_init__
+    return replace(cluster, devices=devices, message_cpu_s=np.where(both, messages.end_s, cpu),
+                   message_cpu_byte_s=np.where(both, messages.end_byte_s, cpu_byte)), FLOAT32
 
 
 def even_stages(names: list[str], blocks: int, k: int) -> list[Stage]:
@@ -163,9 +198,10 @@ def even_stages(names: list[str], blocks: int, k: int) -> list[Stage]:
 
 def plan_generation(model: LlmModel, cluster: Cluster, options: PlanOptions) -> GenerationPlan:
     """Cost both phases and plan (or cut evenly) a pipeline of whole blocks; predicted figures beside it."""
-    probe = host_probe(model.config, options.prompt_tokens, options.new_tokens) if options.probe and \
-        any(d.type in LOCAL_TYPES for d in cluster.devices) else None
-    costed, weight_bytes = costed_cluster(cluster, probe)
+    here = options.probe and any(d.type in LOCAL_TYPES for d in cluster.devices)
+    probe = host_probe(model.config, options.prompt_tokens, options.new_tokens) if here else None
+    messages = host_messages(model.config, options.prompt_tokens, options.new_tokens) if here else None
+    costed, weight_bytes = costed_cluster(cluster, probe, messages)
     costs = llm_costs(model.config, model.tensors, costed,
                       LlmCostOptions(options.prompt_tokens, options.new_tokens, weight_bytes, options.streams))
     allowed = list(options.devices) if options.devices is not None else costs.devices
@@ -231,7 +267,8 @@ def host_costs(model: LlmModel, costs: LlmCosts) -> LlmCosts:
     """``costs``' generation with every device of its cluster made this machine's one-thread torch worker
     (the probe; weights float32, as the worker holds them): what each stage costs the process running it."""
     probe = host_probe(model.config, costs.options.prompt_tokens, costs.options.new_tokens)
-    here = replace(costs.cluster, devices=[probe_device(d, probe) for d in costs.cluster.devices])
+    messages = host_messages(model.config, costs.options.prompt_tokens, costs.options.new_tokens)
+    here = replace(costs.cluster, devices=[probed_device(d, probe, messages) for d in costs.cluster.devices])
     return llm_costs(model.config, model.tensors, here, replace(costs.options, weight_bytes=FLOAT32))
 
 
