@@ -22,6 +22,7 @@ logs are written by the compute thread alone, in program order (``take``, ``sett
 from __future__ import annotations
 
 import collections
+import itertools
 import queue
 import threading
 import time
@@ -282,6 +283,15 @@ class InFlight:
                 s.lend(p)
             else:
                 self._own(p, True)
+
+    def drain_sends(self, upto: int) -> int:
+        """Wait until the first ``upto`` sends posted are done (when the sender falls far behind, rather than
+        let the worker's pool allocate a buffer per input); how many are done (``settle``)."""
+        self.wait_sends()
+        for p in itertools.islice(self.sends, max(0, upto - self.settled)):
+            if p.at <= 0.0:
+                self._finish(p)
+        return self.settle()
 
     def _own(self, p: Pending, sending: bool) -> None:
         """Wait here for ``p``, which nobody else waits for (Stop at once if any thread has failed):

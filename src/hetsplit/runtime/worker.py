@@ -82,6 +82,9 @@ Entry = tuple[np.ndarray, list, list]   # a pooled buffer, as made once: (the ar
 #                                         gloo post takes, the free stack it goes back to)
 
 
+MAX_RETIRED_FRAMES = 8    # inputs' buffers waiting for their sends before the compute thread waits for them
+
+
 class BufferPool:
     """Host receive buffers reused across inputs (fresh ones cost page faults on every message), the
     most recently freed first: the fewer distinct buffers a stream cycles through, the warmer the caches
@@ -134,7 +137,8 @@ class BufferPool:
 
     def recycle(self, sends_done: int) -> None:
         """Take back every retired frame whose sends are done (``sends_done`` completed so far) and whose
-        fence, if any, has passed; never waits (a buffer still in use makes the pool allocate another)."""
+        fence, if any, has passed; never waits (a buffer still in use makes the pool allocate another; past
+        ``MAX_RETIRED_FRAMES`` frames waiting, the step loop waits for the sender instead)."""
         retired = self.retired
         while retired and retired[0][0] <= sends_done:
             fence = retired[0][2]
@@ -485,6 +489,8 @@ class StepLoop:
                     frames[k] = None
                 if recycling:
                     recycle(settle())
+                if len(pool.retired) > MAX_RETIRED_FRAMES:      # the sender fell behind: wait, not allocate
+                    recycle(flight.drain_sends(pool.retired[0][0]))
             flight.finish()
         except Stop:
             pass
