@@ -235,3 +235,16 @@ def test_a_workers_report_that_is_not_step_records_of_numbers_is_refused_naming_
         with pytest.raises(RuntimeFailure, match="device b: its report") as e:
             check_stage_doc(job, 1, bad)
         assert e.value.device == "b"
+
+
+def test_a_checkpoint_folder_with_a_file_name_a_worker_would_refuse_is_refused_on_the_driver(tmp_path):
+    from hetsplit.runtime.llm_hosts import model_files
+
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(b"x")
+    assert sorted(model_files(folder)) == ["config.json", "model.safetensors"]
+    (folder / "config (1).json").write_text("{}")
+    with pytest.raises(UsageError, match="rename it"):
+        model_files(folder)

@@ -66,7 +66,10 @@ def model_files(path: Path) -> dict[str, Path]:
                                                  p.suffix in (".json", ".safetensors"))
     if not files or len(files) > MAX_FILES:
         raise UsageError(f"{path}: {len(files)} checkpoint files to hand to other hosts; 1 to {MAX_FILES} are sent")
-    return {check_model_file(p.name): p for p in files}
+    try:
+        return {check_model_file(p.name): p for p in files}
+    except ValueError as exc:
+        raise UsageError(f"{path}: {exc}; rename it to hand the checkpoint to other hosts") from None
 
 
 def file_entries(files: dict[str, Path]) -> list[dict[str, Any]]:
