@@ -35,7 +35,7 @@ from hetsplit.runtime.hosts import WANT, Handout, HostMap, Hosted, WorkerCommand
 from hetsplit.runtime.join import fetch_all, submodel_cap
 from hetsplit.runtime.launch import Launchable
 from hetsplit.runtime.llm_pipeline import JOB_FILE, MAX_STREAMS, WORKER_MODULE, PipelineJob, logits_file
-from hetsplit.runtime.peer_config import PeerConfigError
+from hetsplit.runtime.peer_config import PeerChecker, PeerConfigError
 from hetsplit.runtime.store_auth import StoreKey, fetch, set_sealed
 
 JOB_BYTES = 16 << 20            # a job document: mostly the prompt's token ids
@@ -149,39 +149,21 @@ def check_own_copy(path: Path, entries: list[dict[str, Any]]) -> None:
                          "checkpoint of this run; copy the driver's, or leave out --model to fetch it")
 
 
-class _Check:
-    def __init__(self, who: str):
-        self.who = who
-
-    def fail(self, why: str) -> PeerConfigError:
-        return PeerConfigError(f"{self.who}: the driver's job {why}; refused")
-
-    def whole(self, field: str, v: Any, low: int, high: int) -> int:
-        if type(v) is not int or not low <= v <= high:
-            raise self.fail(f"field {field!r} is {v!r:.60}, not a whole number in {low}..{high:,}")
-        return v
-
-    def items(self, field: str, v: Any, low: int, high: int) -> list:
-        if not isinstance(v, list) or not low <= len(v) <= high:
-            raise self.fail(f"field {field!r} is not a list of {low}..{high:,} items")
-        return v
-
-
 def peer_job(doc: Any, model_path: Path, who: str) -> PipelineJob:
     """The driver's job document, every field checked, reading the checkpoint at ``model_path`` (this
     worker's own)."""
-    c = _Check(who)
+    c = PeerChecker(who, "job")
     if not isinstance(doc, dict):
-        raise c.fail(f"is a {type(doc).__name__}, not an object")
+        raise c.refuse(f"is a {type(doc).__name__}, not an object")
     fields = {f.name for f in dataclasses.fields(PipelineJob)}
     unknown, missing = sorted(str(k) for k in doc if k not in fields), sorted(fields - set(doc))
     if unknown or missing:
-        raise c.fail(f"has fields {unknown} a worker does not take and lacks {missing}")
+        raise c.refuse(f"has fields {unknown} a worker does not take and lacks {missing}")
     if doc["model"] != "":
-        raise c.fail(f"names a model path {doc['model']!r:.80}; a worker reads only the checkpoint it fetched")
+        raise c.refuse(f"names a model path {doc['model']!r:.80}; a worker reads only the checkpoint it fetched")
     n = len(c.items("devices", doc["devices"], 1, MAX_RANKS))
     if any(not isinstance(d, str) or not 0 < len(d) <= MAX_NAME for d in doc["devices"]):
-        raise c.fail(f"field 'devices' holds a name that is not a string of 1..{MAX_NAME} characters")
+        raise c.fail("devices", f"holds a name that is not a string of 1..{MAX_NAME} characters")
     blocks = c.whole("blocks", doc["blocks"], 1, MAX_BLOCKS)
     for i, b in enumerate(c.items("bounds", doc["bounds"], n, n)):
         c.items(f"bounds[{i}]", b, 2, 2)
@@ -192,7 +174,7 @@ def peer_job(doc: Any, model_path: Path, who: str) -> PipelineJob:
     c.whole("new_tokens", doc["new_tokens"], 1, MAX_POSITIONS)
     c.whole("streams", doc["streams"], 1, MAX_STREAMS)
     if type(doc["keep_logits"]) is not bool:
-        raise c.fail("field 'keep_logits' is not true or false")
+        raise c.fail("keep_logits", "is not true or false")
     if doc["stage_of"] is not None:
         for i, s in enumerate(c.items("stage_of", doc["stage_of"], n, n)):
             c.whole(f"stage_of[{i}]", s, 0, n - 1)
@@ -202,36 +184,36 @@ def peer_job(doc: Any, model_path: Path, who: str) -> PipelineJob:
                 try:
                     TensorShare.from_dict(s, f"shares[{i}]")
                 except PlanError as exc:
-                    raise c.fail(str(exc)) from None
+                    raise c.refuse(str(exc)) from None
     try:
         return PipelineJob(**{**doc, "model": str(model_path)})
     except PlanError as exc:
-        raise c.fail(str(exc)) from None
+        raise c.refuse(str(exc)) from None
 
 
 def check_job_model(job: PipelineJob, config: LlmConfig, ranks: list[int], who: str) -> None:
     """PeerConfigError unless the checkpoint fits the job: its blocks, the prompt's token ids, the context,
     the shares of every tensor-parallel stage; and the KV caches of ``ranks`` fit this host's memory."""
-    c = _Check(who)
+    c = PeerChecker(who, "job")
     if job.blocks != config.blocks:
-        raise c.fail(f"has {job.blocks} blocks; the checkpoint it handed out has {config.blocks}")
+        raise c.refuse(f"has {job.blocks} blocks; the checkpoint it handed out has {config.blocks}")
     if max(job.prompt) >= config.vocab:
-        raise c.fail(f"feeds token id {max(job.prompt)}; the vocabulary has {config.vocab}")
+        raise c.refuse(f"feeds token id {max(job.prompt)}; the vocabulary has {config.vocab}")
     positions = len(job.prompt) + job.new_tokens
     if positions > config.context:
-        raise c.fail(f"makes {positions} positions; the checkpoint's context is {config.context}")
+        raise c.refuse(f"makes {positions} positions; the checkpoint's context is {config.context}")
     for s in range(job.stages):
         members = [job.share_of(r) for r in job.ranks_of(s)]
         if len(members) > 1:
             try:
                 check_shares([m for m in members if m is not None], config, f"stage {s}")
             except PlanError as exc:
-                raise c.fail(str(exc)) from None
+                raise c.refuse(str(exc)) from None
     need = sum(config.kv_bytes_per_position(job.bounds[r][1] - job.bounds[r][0]) * positions * job.streams
                for r in ranks)
     budget = memory_budget()
     if need > budget:
-        raise c.fail(f"needs {need / 2**30:,.1f} GiB of KV cache here, over the {budget / 2**30:,.1f} GiB allowed")
+        raise c.refuse(f"needs {need / 2**30:,.1f} GiB of KV cache here, over the {budget / 2**30:,.1f} GiB allowed")
 
 
 class GenerationProgram:

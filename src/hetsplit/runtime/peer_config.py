@@ -76,12 +76,18 @@ def check_inputs(inputs: int, steps: int, what: str) -> None:
                               "stream fewer inputs")
 
 
-class _Checker:
-    def __init__(self, who: str):
-        self.who = who
+class PeerChecker:
+    """Checks of a document a peer sent (``what``: the driver's configuration, a generation's job), each
+    failure a PeerConfigError naming the worker, the document and the field."""
+
+    def __init__(self, who: str, what: str = "configuration"):
+        self.who, self.what = who, what
+
+    def refuse(self, why: str) -> PeerConfigError:
+        return PeerConfigError(f"{self.who}: the driver's {self.what} {why}; refused")
 
     def fail(self, field: str, why: str) -> PeerConfigError:
-        return PeerConfigError(f"{self.who}: the driver's configuration field {field!r} {why}; refused")
+        return self.refuse(f"field {field!r} {why}")
 
     def whole(self, field: str, v: Any, low: int, high: int) -> int:
         if type(v) is not int or not low <= v <= high:
@@ -100,12 +106,17 @@ class _Checker:
             raise self.fail(field, f"is a {type(v).__name__}, not an object")
         return v
 
+    def items(self, field: str, v: Any, low: int, high: int) -> list:
+        if not isinstance(v, list) or not low <= len(v) <= high:
+            raise self.fail(field, f"is not a list of {low}..{high:,} items")
+        return v
+
 
 def worker_config(doc: Any, job: Launchable, ranks: list[int], *, steps: int, who: str, manifest_path: str,
                   token: str, master_addr: str, master_port: int, addr: str, cores: int | None = None) -> RunConfig:
     """The worker's own RunConfig for ``ranks`` of ``job`` (which keep ``steps`` records per input): the
     checked fields of the driver's ``doc``, the rest its own."""
-    c = _Checker(who)
+    c = PeerChecker(who)
     if not isinstance(doc, dict):
         raise PeerConfigError(f"{who}: the driver's configuration is a {type(doc).__name__}, not an object; refused")
     never = sorted(k for k in doc if k in NEVER)

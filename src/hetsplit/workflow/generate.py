@@ -29,7 +29,7 @@ from hetsplit.runtime.llm_pipeline import (BURST_PERIOD_US, PipelineJob, Pipelin
                                            burst_period_us, run_pipeline_decode)
 from hetsplit.search.llm_pipeline import MAX_TP_DEVICES, PipelineChoice, best_single, plan_pipeline, plan_streams
 from hetsplit.search.llm_rules import rule_stages
-from hetsplit.workflow.run import no_cuda_note, worker_announcer
+from hetsplit.workflow.run import check_hosts, no_cuda_note, worker_announcer
 
 if TYPE_CHECKING:
     from hetsplit.runtime.device_emulation import DeviceEmulation
@@ -353,20 +353,12 @@ class GenerateOptions:
     ssh: bool = False          # with ``hosts``: start each host's worker command over ssh
 
     def check_hosts(self) -> "HostMap | None":
-        """The devices on other hosts (None: all here); UsageError for what does not combine with them."""
-        from hetsplit.runtime.hosts import HostMap
-
-        if not self.hosts:
-            if self.ssh:
-                raise UsageError("--ssh starts the workers of --hosts; give --hosts DEV=HOST,...")
-            return None
-        for flag, on in (("--emulate-links", self.emulate_links), ("--emulate-devices", self.emulate_devices)):
-            if on:
-                raise UsageError(f"{flag} shapes this machine's own processes; it does not combine with --hosts")
-        if self.recover:
+        """The devices on other hosts (None: all here); UsageError for what does not combine with them
+        (``workflow.run.check_hosts``, and ``--recover``)."""
+        if self.hosts and self.recover:
             raise UsageError("--recover re-runs on this host's processes; the workers of --hosts end with the run "
                              "that lost a device: leave out --recover or --hosts")
-        return HostMap.parse(self.hosts)
+        return check_hosts(self.hosts, self.ssh, self.emulate_links, self.emulate_devices)
 
 
 @dataclass

@@ -36,7 +36,7 @@ from hetsplit.workflow.comparison import Comparison, Row, Simulated
 
 if TYPE_CHECKING:
     from hetsplit.runtime.device_emulation import DeviceEmulation
-    from hetsplit.runtime.hosts import WorkerCommand
+    from hetsplit.runtime.hosts import HostMap, WorkerCommand
     from hetsplit.runtime.manifest import Manifest
 
 
@@ -68,7 +68,6 @@ class RunRequest:
     profile: str | None = None
 
     def __post_init__(self) -> None:
-        from hetsplit.runtime.hosts import HostMap
         from hetsplit.runtime.peer_config import MAX_INPUTS, MAX_THREADS, MAX_TIMEOUT_S
         from hetsplit.runtime.rendezvous import check_port
 
@@ -93,13 +92,7 @@ class RunRequest:
                              "inputs to send one at a time")
         if self.latency_inputs is None:
             object.__setattr__(self, "latency_inputs", min(2, self.inputs))
-        if self.hosts:
-            HostMap.parse(self.hosts)      # malformed --hosts: refused before any work
-        if self.ssh and not self.hosts:
-            raise UsageError("--ssh starts the workers of --hosts; give --hosts DEV=HOST,...")
-        for flag, on in (("--emulate-links", self.emulate_links), ("--emulate-devices", self.emulate_devices)):
-            if on and self.hosts:
-                raise UsageError(f"{flag} shapes this machine's own processes; it does not combine with --hosts")
+        check_hosts(self.hosts, self.ssh, self.emulate_links, self.emulate_devices)   # before any work
 
     @property
     def first_alone(self) -> int:
@@ -252,6 +245,21 @@ def device_kinds(cluster: Cluster | None, manifest: "Manifest") -> dict[str, str
         return {}
     return {w.device: "gpu" if w.device in cluster.names and cluster.device(w.device).kind == "gpu" else "cpu"
             for w in manifest.stages}
+
+
+def check_hosts(hosts: str | None, ssh: bool, emulate_links: bool, emulate_devices: bool) -> "HostMap | None":
+    """The devices ``--hosts`` puts on other hosts (None: all here), parsed; UsageError for a malformed one,
+    ``--ssh`` without it, or an emulation of this machine's own processes beside it."""
+    from hetsplit.runtime.hosts import HostMap
+
+    if not hosts:
+        if ssh:
+            raise UsageError("--ssh starts the workers of --hosts; give --hosts DEV=HOST,...")
+        return None
+    for flag, on in (("--emulate-links", emulate_links), ("--emulate-devices", emulate_devices)):
+        if on:
+            raise UsageError(f"{flag} shapes this machine's own processes; it does not combine with --hosts")
+    return HostMap.parse(hosts)
 
 
 def no_cuda_note(kinds: dict[str, str]) -> str | None:
