@@ -113,7 +113,7 @@ def test_what_does_not_combine_with_hosts_is_refused_naming_the_flag(three):
                        (GenerateOptions("x", hosts="b"), "DEVICE=HOST")):
         with pytest.raises(UsageError, match=said):
             opts.check_hosts()
-    job = PipelineJob(str(three), ["a", "b"], [[0, 1], [1, 3]], 3, [1, 2], 2)
+    job = PipelineJob(str(three), ["a", "b"], [[0, 1], [1, 3]], 3, [[1, 2]], 2)
     with pytest.raises(UsageError, match="leads the first stage"):
         hosted_generation(job, HostMap.parse("a=10.0.0.2"), 100, None)
     with pytest.raises(UsageError, match="does not use"):
@@ -124,14 +124,14 @@ def test_what_does_not_combine_with_hosts_is_refused_naming_the_flag(three):
 
 class FakeGenerationDriver:
     """Serves a generation's store as a driver would, each part replaceable by an attack: device b runs
-    block 1 of a tiny 2-block model after a (never started) a."""
+    block 1 of a tiny 2-block model after a (never started) a, for two streams of their own prompts."""
 
     def __init__(self, gguf: Path):
         self.base = rendezvous.serve(0, TOKEN, 30)
         self.store = rendezvous.scoped(self.base, TOKEN)
         self.key = StoreKey.of(TOKEN)
         self.gguf = gguf
-        self.job = PipelineJob("", ["a", "b"], [[0, 1], [1, 2]], 2, [1, 2, 3], 4)
+        self.job = PipelineJob("", ["a", "b"], [[0, 1], [1, 2]], 2, [[1, 2, 3], [4, 5]], 4)
 
     def honest_job(self) -> dict:
         return dataclasses.asdict(self.job)
@@ -168,12 +168,16 @@ def driver(tmp_path_factory):
     ("run_as", "root", "does not take"),
     ("new_tokens", "4", "'new_tokens'"),
     ("new_tokens", True, "'new_tokens'"),
-    ("prompt", [1, -1], "prompt[1]"),
-    ("prompt", [1, 10_000], "the vocabulary has"),
+    ("prompts", [[1, 2], [1, -1]], "'prompts[1][1]'"),
+    ("prompts", [1, 2], "'prompts[0]'"),                    # not a token list per stream
+    ("prompts", [[1, 2], []], "'prompts[1]'"),
+    ("prompts", [[1] * 65] * 65, "'prompts'"),              # over MAX_STREAMS
+    ("prompts", [[1, 2], [1, 10_000]], "stream 1's prompt; the vocabulary has"),
+    ("prompts", [[1], [1] * 125], "positions (the longest prompt"),    # 125 + 4 new tokens: over 128
     ("bounds", [[0, 1]], "'bounds'"),
     ("devices", ["a", 7], "'devices'"),
     ("shares", [None, {"kv_heads": "all"}], "share"),
-    ("streams", 10_000, "'streams'"),
+    ("streams", 2, "does not take"),                         # the streams are the prompts
     ("blocks", 3, "blocks"),
 ])
 def test_a_job_field_out_of_bounds_or_of_the_wrong_type_is_refused_naming_it(driver, tmp_path, capsys, field, value,
@@ -227,11 +231,14 @@ def test_an_honest_job_round_trips_and_its_kv_caches_must_fit_the_hosts_memory(d
 
 def test_a_workers_report_that_is_not_step_records_of_numbers_is_refused_naming_its_device():
     """The driver's side: what a worker on another host reports is checked before the figures are read."""
-    job = PipelineJob("m.gguf", ["a", "b"], [[0, 1], [1, 2]], 2, [1, 2], 3)
+    job = PipelineJob("m.gguf", ["a", "b"], [[0, 1], [1, 2]], 2, [[1, 2], [3]], 3)
     step = dict.fromkeys(STEP_FIELDS, 0.5)
-    check_stage_doc(job, 1, {"steps": [step] * 3})
-    for bad in ({"steps": [step] * 2}, {"steps": [{**step, "compute_s": "fast"}] * 3}, {"steps": "x"},
-                {"steps": [step] * 3, "peak_rss_bytes": -0.5}, {}):
+    steps = [{**step, "stream": b, "tokens": n} for b, n in [(0, 2), (1, 1)] + [(0, 1), (1, 1)] * 2]
+    check_stage_doc(job, 1, {"steps": steps})
+    one_length = [{**s, "tokens": 1} for s in steps]           # stream 0's prompt fed as if 1 token long
+    for bad in ({"steps": steps[:4]}, {"steps": [{**s, "compute_s": "fast"} for s in steps]}, {"steps": "x"},
+                {"steps": steps, "peak_rss_bytes": -0.5}, {}, {"steps": one_length},
+                {"steps": [{**s, "stream": 0} for s in steps]}, {"steps": [step] * 6}):
         with pytest.raises(RuntimeFailure, match="device b: its report") as e:
             check_stage_doc(job, 1, bad)
         assert e.value.device == "b"

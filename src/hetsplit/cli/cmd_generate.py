@@ -22,11 +22,15 @@ def register(sub) -> None:
                      "France is' --tokens 16",
                      "hetsplit generate model.gguf --cluster home.yaml --prompt 'Hi' --emulate-devices --emulate-links",
                      "hetsplit generate model.gguf --cluster local --stages 2 --tokens 32 --verify --json",
+                     "hetsplit generate model.gguf --cluster local --prompt 'Hi' --prompt 'The sky is'  # 2 streams",
                      "hetsplit generate model.gguf --cluster home.yaml --prompt 'Hi' --hosts desktop-gpu=10.0.0.2  # "
                      "prints the worker command to run there"])
     p.add_argument("model", help="a GGUF file of the Llama family, or a Hugging Face Llama folder (config.json, *.safetensors, tokenizer.json)")
     p.add_argument("--cluster", "-c", default="local", help="built-in cluster name or YAML (default: local)")
-    p.add_argument("--prompt", "-p", required=True, help="the prompt text")
+    p.add_argument("--prompt", "-p", action="append", default=[], help="the prompt text; repeat it for a stream "
+                   "per prompt, generated at once (the text shown is the first's; --json: every stream's)")
+    p.add_argument("--prompts-file", default=None, metavar="FILE",
+                   help="the prompts, one per line (blank lines left out): a stream each, instead of --prompt")
     p.add_argument("--tokens", "-n", type=int_range(1, 4096), default=32, help="tokens to generate (default 32)")
     p.add_argument("--objective", choices=("decode", "ttft"), default="decode",
                    help="what the planner minimizes: decode (time per token; default) or ttft")
@@ -38,9 +42,10 @@ def register(sub) -> None:
     p.add_argument("--rule", choices=RULES, default=None,
                    help="split by another tool's rule instead of planning, to run it beside hetsplit's plan: "
                         "memory-proportional is exo's default and llama.cpp RPC's (blocks in proportion to memory)")
-    p.add_argument("--streams", type=int_range(1, 64), default=1, metavar="B",
-                   help="generate B streams of the prompt at once, each with its own KV caches, in turn on every "
-                        "stage (planned for their tokens/s together); the text shown is stream 0's")
+    p.add_argument("--streams", type=int_range(1, 64), default=0, metavar="B",
+                   help="generate B streams at once, each with its own KV caches, in turn on every stage (planned "
+                        "for their tokens/s together): B copies of one prompt, or one per prompt given (default: "
+                        "as many as prompts); the text shown is stream 0's")
     p.add_argument("--no-tensor-parallel", action="store_true",
                    help="plan pipelines of whole blocks only (by default a stage may be split over several devices, "
                         "each with its share of the heads, FFN columns and head rows)")
@@ -78,12 +83,15 @@ def run(args) -> int:
     from hetsplit.workflow import load_cluster_spec
     from hetsplit.cli.common import progress
     from hetsplit.cli.run_print import hooks
-    from hetsplit.workflow.generate import GenerateOptions, generate, read_generation_plan
+    from hetsplit.workflow.generate import GenerateOptions, generate, read_generation_plan, read_prompts
 
     cluster = load_cluster_spec(args.cluster)
     if sum(bool(x) for x in (args.plan, args.stages, args.rule)) > 1:
         raise UsageError("--plan, --stages and --rule: give one (a plan to run, an even cut, or another tool's rule)")
-    opts = GenerateOptions(args.prompt, args.tokens, args.objective, args.stages, not args.no_probe, args.verify,
+    if bool(args.prompt) == bool(args.prompts_file):
+        raise UsageError("give the prompt: --prompt TEXT (repeat it for a stream per prompt) or --prompts-file FILE")
+    prompts = tuple(args.prompt) if args.prompt else read_prompts(args.prompts_file)
+    opts = GenerateOptions(prompts, args.tokens, args.objective, args.stages, not args.no_probe, args.verify,
                            args.emulate_links, args.emulate_devices, args.timeout, recover=args.recover,
                            plan=read_generation_plan(args.plan) if args.plan else None, rule=args.rule,
                            tensor_parallel=not args.no_tensor_parallel, streams=args.streams, cpu_only=args.cpu_only,
@@ -93,7 +101,7 @@ def run(args) -> int:
 
     def stream(text: str) -> None:
         if not prompt_shown[0]:
-            sys.stdout.write(args.prompt)
+            sys.stdout.write(prompts[0])
             prompt_shown[0] = True
         sys.stdout.write(text)
         sys.stdout.flush()
@@ -110,6 +118,9 @@ def run(args) -> int:
         return 0 if result.verify is None or result.verify["ok"] else 1
     stream("")              # the prompt, had no text come
     print()
+    if any(one.prompt != result.streams[0].prompt for one in result.streams):
+        for b, one in enumerate(result.streams[1:], 1):
+            print(f"\nstream {b} (TTFT {_ms(one.ttft_s / result.measured.dilation)}): {one.prompt}{one.text}")
     if (rec := result.recovery) is not None:
         print(f"\nrecovered: {rec.device} failed after {rec.tokens_before} tokens ({rec.error}); the plan "
               f"({rec.plan.how}) was " + _stages(rec.plan.stages)

@@ -11,9 +11,10 @@ host: it streams the tokens there.
 The worker's side (``GenerationProgram``, chosen by ``runtime.join.program_named``) takes nothing it has
 not checked: the job document has exactly the job's fields, each of its type and within its bound, and no
 model path (``peer_job``: the worker reads only the checkpoint it fetched, under names it checked as plain
-file names, ``check_model_file``); once fetched, the checkpoint must match the job (its blocks, the
-prompt's token ids, the context, every tensor-parallel stage's shares) and its KV caches must fit this
-host's memory budget (``check_job_model``).
+file names, ``check_model_file``; 1..``MAX_STREAMS`` prompts, one per stream, of at most ``MAX_POSITIONS``
+token ids all together); once fetched, the checkpoint must match the job (its blocks, every prompt's
+token ids, the context every stream's positions must fit, every tensor-parallel stage's shares) and its
+KV caches must fit this host's memory budget (``check_job_model``).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from hetsplit.runtime.llm_pipeline import JOB_FILE, MAX_STREAMS, WORKER_MODULE, 
 from hetsplit.runtime.peer_config import PeerChecker, PeerConfigError
 from hetsplit.runtime.store_auth import StoreKey, fetch, set_sealed
 
-JOB_BYTES = 16 << 20            # a job document: mostly the prompt's token ids
+JOB_BYTES = 16 << 20            # a job document: mostly the prompts' token ids
 FILES_BYTES = 64 << 10          # the list of the checkpoint's file names
 MAX_FILES = 64
 MAX_RANKS = 64
@@ -169,10 +170,12 @@ def peer_job(doc: Any, model_path: Path, who: str) -> PipelineJob:
         c.items(f"bounds[{i}]", b, 2, 2)
         c.whole(f"bounds[{i}][0]", b[0], 0, blocks)
         c.whole(f"bounds[{i}][1]", b[1], 0, blocks)
-    for i, t in enumerate(c.items("prompt", doc["prompt"], 1, MAX_POSITIONS)):
-        c.whole(f"prompt[{i}]", t, 0, MAX_POSITIONS * 64)
+    prompts = c.items("prompts", doc["prompts"], 1, MAX_STREAMS)
+    for b, p in enumerate(prompts):
+        c.wholes(f"prompts[{b}]", p, (1, MAX_POSITIONS), 0, MAX_POSITIONS * 64)
+    if sum(map(len, prompts)) > MAX_POSITIONS:
+        raise c.fail("prompts", f"holds {sum(map(len, prompts)):,} token ids, over {MAX_POSITIONS:,}")
     c.whole("new_tokens", doc["new_tokens"], 1, MAX_POSITIONS)
-    c.whole("streams", doc["streams"], 1, MAX_STREAMS)
     if type(doc["keep_logits"]) is not bool:
         raise c.fail("keep_logits", "is not true or false")
     if doc["stage_of"] is not None:
@@ -192,16 +195,19 @@ def peer_job(doc: Any, model_path: Path, who: str) -> PipelineJob:
 
 
 def check_job_model(job: PipelineJob, config: LlmConfig, ranks: list[int], who: str) -> None:
-    """PeerConfigError unless the checkpoint fits the job: its blocks, the prompt's token ids, the context,
-    the shares of every tensor-parallel stage; and the KV caches of ``ranks`` fit this host's memory."""
+    """PeerConfigError unless the checkpoint fits the job: its blocks, every prompt's token ids, the context
+    (every stream's caches hold the longest prompt and the new tokens), the shares of every tensor-parallel
+    stage; and the KV caches of ``ranks``, every stream's, fit this host's memory."""
     c = PeerChecker(who, "job")
     if job.blocks != config.blocks:
         raise c.refuse(f"has {job.blocks} blocks; the checkpoint it handed out has {config.blocks}")
-    if max(job.prompt) >= config.vocab:
-        raise c.refuse(f"feeds token id {max(job.prompt)}; the vocabulary has {config.vocab}")
-    positions = len(job.prompt) + job.new_tokens
+    for b, p in enumerate(job.prompts):
+        if max(p) >= config.vocab:
+            raise c.refuse(f"feeds token id {max(p)} in stream {b}'s prompt; the vocabulary has {config.vocab}")
+    positions = job.positions
     if positions > config.context:
-        raise c.refuse(f"makes {positions} positions; the checkpoint's context is {config.context}")
+        raise c.refuse(f"makes {positions} positions (the longest prompt and the new tokens); the checkpoint's "
+                       f"context is {config.context}")
     for s in range(job.stages):
         members = [job.share_of(r) for r in job.ranks_of(s)]
         if len(members) > 1:

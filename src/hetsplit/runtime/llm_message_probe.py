@@ -119,7 +119,7 @@ def _worker_side(wire, rank: int):
     from hetsplit.runtime.llm_pipeline_worker import Hops, Place
 
     half = {"kv_heads": [0, 1], "ffn": [0, 1], "vocab": [0, 1]}
-    job = PipelineJob("", ["probe0", "probe1"], [[0, 1], [0, 1]], 1, [0], 1, stage_of=[0, 0], shares=[half, half])
+    job = PipelineJob("", ["probe0", "probe1"], [[0, 1], [0, 1]], 1, [[0]], 1, stage_of=[0, 0], shares=[half, half])
     return Hops(wire, job, rank, RunConfig("")), Place(job, rank)
 
 

@@ -11,7 +11,8 @@ member of the first stage. One worker program runs every rank of every kind of s
 ``r`` runs stage ``r`` (``runtime.llm_pipeline_worker``): stage 0 embeds the tokens, the last stage
 ends with the final norm and the LM head. Per step (the prompt in one pass, then one token per
 step) the hidden state crosses every boundary once and the last stage sends the greedy token back
-to stage 0: one hop per boundary per token, plus the token's return. Tokens stream through
+to stage 0: one hop per boundary per token, plus the token's return. Several streams (one prompt
+each, of its own length) take their steps in turn, each with its own KV caches and positions. Tokens stream through
 ``tokens.txt`` in the run directory (stage 0 appends each as it arrives), read by the launcher's
 poll (``TokenStream``), so the caller sees them as they come.
 
@@ -87,18 +88,19 @@ class Member:
 @dataclass
 class PipelineJob:
     """The model file, the ranks (each rank's device, its stage's first and stop block, its stage's index
-    and, in a tensor-parallel stage, its share), the prompt and how many tokens to make."""
+    and, in a tensor-parallel stage, its share), each stream's prompt and how many tokens to make. The
+    streams (generations at once, each with its KV caches, in turn on every stage) are the prompts: one
+    token list each, of any lengths; every stream's caches hold the longest prompt and the new tokens."""
 
     model: str
     devices: list[str]
     bounds: list[list[int]]           # per rank: [first, stop) of its stage's blocks
     blocks: int
-    prompt: list[int]
+    prompts: list[list[int]]                   # per stream: its prompt's token ids
     new_tokens: int
     keep_logits: bool = True
     stage_of: list[int] | None = None          # per rank: its stage (None: one rank per stage)
     shares: list[dict | None] | None = None    # per rank: its ``TensorShare.to_dict`` (None: whole blocks)
-    streams: int = 1                           # generations at once, each with its KV caches, in turn
 
     def __post_init__(self) -> None:
         n = len(self.devices)
@@ -126,10 +128,26 @@ class PipelineJob:
         edges = [0] + [b for _, b in leaders]
         if [a for a, _ in leaders] != edges[:-1] or edges[-1] != self.blocks or any(a >= b for a, b in leaders):
             raise PlanError(f"stages {leaders} do not cover blocks 0..{self.blocks - 1} in order, each non-empty")
-        if not self.prompt or self.new_tokens < 1:
-            raise PlanError("a pipeline decode needs a prompt and at least one new token")
-        if type(self.streams) is not int or not 1 <= self.streams <= MAX_STREAMS:
-            raise PlanError(f"streams {self.streams!r}: 1 to {MAX_STREAMS} generations at once")
+        if not isinstance(self.prompts, list) or not 1 <= len(self.prompts) <= MAX_STREAMS:
+            raise PlanError(f"prompts: a list of 1 to {MAX_STREAMS} token lists, one per stream (generations at once)")
+        if any(not isinstance(p, list) or not p for p in self.prompts) or self.new_tokens < 1:
+            raise PlanError("a pipeline decode needs a prompt (a non-empty list of token ids) per stream and at "
+                            "least one new token")
+
+    @property
+    def streams(self) -> int:
+        return len(self.prompts)
+
+    @property
+    def positions(self) -> int:
+        """The positions every stream's KV caches hold: the longest prompt and the new tokens."""
+        return max(map(len, self.prompts)) + self.new_tokens
+
+    @property
+    def longest(self) -> int:
+        """The stream of the longest prompt (the first of them): the prefill the plan is costed at."""
+        lengths = [len(p) for p in self.prompts]
+        return lengths.index(max(lengths))
 
     @property
     def world_size(self) -> int:
@@ -153,10 +171,10 @@ class PipelineJob:
     def worker(self, rank: int) -> Member:
         return Member(rank, self.devices[rank])
 
-    def steps(self) -> list[int]:
-        """Tokens fed per step: the prompt in one pass, then one per generated token (the last one's
-        token is not fed back)."""
-        return [len(self.prompt)] + [1] * (self.new_tokens - 1)
+    def steps(self) -> list[list[int]]:
+        """Tokens each stream feeds per step: its prompt in one pass, then one per generated token (the
+        last one's token is not fed back)."""
+        return [[len(p) for p in self.prompts]] + [[1] * self.streams] * (self.new_tokens - 1)
 
     def save(self, path: Path) -> Path:
         path.write_text(json.dumps(asdict(self)))
@@ -216,7 +234,8 @@ class PipelineOptions:
 
 @dataclass
 class StageReport:
-    """One stage's decode steps (medians over the decode steps; the prefill apart)."""
+    """One stage's decode steps (medians over the decode steps; the prefill apart: the longest prompt's
+    stream's, ``PipelineJob.longest``, the prefill a plan is costed at)."""
 
     rank: int
     device: str
@@ -233,8 +252,8 @@ class StageReport:
 class PipelineReport:
     """A run: stream 0's tokens, per-step logits (the last stage's; streams in turn within a step), stage 0's
     times: TTFT (its first step begun to stream 0's first token known there) and stream 0's time per
-    token (from each of its tokens to the next); with several streams every stream's tokens and their
-    tokens/s together."""
+    token (from each of its tokens to the next); with several streams every stream's tokens, its TTFT
+    (from the same start: the streams' prefills run in turn) and their tokens/s together."""
 
     tokens: list[int]
     logits: torch.Tensor | None
@@ -247,6 +266,7 @@ class PipelineReport:
     prefill_emulation: DeviceShaping | None = None   # how they were for the prompt's step (None: as decode)
     streams_tokens: list[list[int]] = field(default_factory=list)   # every stream's tokens
     streams_tokens_per_s: float = float("nan")       # decode tokens of every stream per second, together
+    streams_ttft_s: list[float] = field(default_factory=list)      # every stream's TTFT
 
     @property
     def s_per_token(self) -> float:
@@ -269,10 +289,10 @@ def _median(xs: list[float]) -> float:
     return float(statistics.median(xs)) if xs else 0.0
 
 
-def _stage_report(doc: dict, bounds: list[int], streams: int) -> StageReport:
+def _stage_report(doc: dict, bounds: list[int], job: PipelineJob) -> StageReport:
     steps = doc["steps"]
-    decode = steps[streams:]
-    return StageReport(int(doc["rank"]), doc["device"], list(bounds), steps[0]["compute_s"],
+    decode = steps[job.streams:]
+    return StageReport(int(doc["rank"]), doc["device"], list(bounds), steps[job.longest]["compute_s"],
                        _median([s["compute_s"] for s in decode]), _median([s["cpu_s"] for s in decode]),
                        _median([s["wait_s"] for s in decode]),
                        int(_median([s["sent_bytes"] for s in decode])), int(doc.get("peak_rss_bytes", 0)))
@@ -292,10 +312,10 @@ def run_pipeline_decode(job: PipelineJob, options: PipelineOptions | None = None
     if len(made) != job.streams or any(len(t) != job.new_tokens for t in made):
         raise RuntimeFailure(f"stage 0 ({job.devices[0]}) returned {[len(t) for t in made]} tokens per stream, "
                              f"{job.new_tokens} for each of {job.streams} were asked for")
-    ttft, steps, together = token_times(root["steps"], job.streams)
-    return PipelineReport(made[0], logits, ttft, steps,
-                          [_stage_report(docs[r], job.bounds[r], job.streams) for r in sorted(docs)],
-                          hop_times(job, docs), links, devices, prefill, made, together)
+    ttfts, steps, together = token_times(root["steps"], job.streams)
+    return PipelineReport(made[0], logits, ttfts[0], steps,
+                          [_stage_report(docs[r], job.bounds[r], job) for r in sorted(docs)],
+                          hop_times(job, docs), links, devices, prefill, made, together, ttfts)
 
 
 STEP_FIELDS = ("compute_s", "cpu_s", "wait_s", "sync_s", "sent_bytes", "started_at", "sent_at", "arrived_at")
@@ -303,29 +323,32 @@ STEP_FIELDS = ("compute_s", "cpu_s", "wait_s", "sync_s", "sent_bytes", "started_
 
 def check_stage_doc(job: PipelineJob, rank: int, doc: dict) -> None:
     """RuntimeFailure naming the device unless a rank's report (a worker on another host sends its own)
-    has a record of numbers per step and stream, as ``llm_pipeline_worker.run_stage`` writes them."""
+    has a record of numbers per step and stream, as ``llm_pipeline_worker.run_stage`` writes them: the
+    streams in turn, each record naming its stream and the tokens that stream fed (its own prompt's
+    length at the first step)."""
     steps = doc.get("steps")
-    want = len(job.steps()) * job.streams
-    ok = isinstance(steps, list) and len(steps) == want and all(
-        isinstance(s, dict) and all(type(s.get(f)) in (int, float) for f in STEP_FIELDS) for s in steps) \
-        and type(doc.get("peak_rss_bytes", 0)) is int
+    fed = [(b, n) for step in job.steps() for b, n in enumerate(step)]
+    ok = isinstance(steps, list) and len(steps) == len(fed) and all(
+        isinstance(s, dict) and all(type(s.get(f)) in (int, float) for f in STEP_FIELDS)
+        and type(s.get("stream")) is int and type(s.get("tokens")) is int and (s["stream"], s["tokens"]) == want
+        for s, want in zip(steps, fed)) and type(doc.get("peak_rss_bytes", 0)) is int
     if not ok:
-        raise RuntimeFailure(f"device {job.devices[rank]}: its report is not {want} step records of "
-                             f"{', '.join(STEP_FIELDS)}; refused (install the same hetsplit on every host)",
-                             job.devices[rank])
+        raise RuntimeFailure(f"device {job.devices[rank]}: its report is not {len(fed)} step records (the streams "
+                             f"in turn, each with its stream and the tokens it fed) of {', '.join(STEP_FIELDS)}; "
+                             "refused (install the same hetsplit on every host)", job.devices[rank])
 
 
-def token_times(steps: list[dict], streams: int) -> tuple[float, list[float], float]:
-    """From stage 0's step records (streams in turn, each with ``token_at``): stream 0's TTFT (from the
-    first step's start) and its time from each token to the next; and the decode tokens of every stream
-    per second, from the last stream's first token to the last token."""
+def token_times(steps: list[dict], streams: int) -> tuple[list[float], list[float], float]:
+    """From stage 0's step records (streams in turn, each with ``token_at``): every stream's TTFT (from the
+    first step's start), stream 0's time from each token to the next; and the decode tokens of every
+    stream per second, from the last stream's first token to the last token."""
     start = steps[0]["started_at"]
     at = [[s["token_at"] for s in steps[b::streams]] for b in range(streams)]
     mine = at[0]
     since = at[-1][0]
     later = sorted(t for ts in at for t in ts[1:] if t > since)
     together = len(later) / (later[-1] - since) if later and later[-1] > since else float("nan")
-    return mine[0] - start, [b - a for a, b in zip(mine, mine[1:])], together
+    return [ts[0] - start for ts in at], [b - a for a, b in zip(mine, mine[1:])], together
 
 
 def _run(job: PipelineJob, opts: PipelineOptions, run_dir: Path) -> tuple[
@@ -392,14 +415,14 @@ def _logits(run_dir: Path, job: PipelineJob, rank: int, hosted: Hosted | None, v
 def hop_times(job: PipelineJob, docs: dict[int, dict]) -> dict[str, list[float]]:
     """Each hop's time (sent on one stage's leader's clock to taken on the next's: one host, one clock; the
     token's way back: to when stage 0 took it, which with several streams may be later than it arrived):
-    the prefill step's and the median decode step's (stream 0's); and each tensor-parallel stage's syncs
-    per step as its leader waited in them (``"a+b syncs"``). Named as ``estimate.llm.predict_pipeline``
-    names them."""
+    the prefill step's (the longest prompt's stream's, as the plan costs it) and the median decode step's;
+    and each tensor-parallel stage's syncs per step as its leader waited in them (``"a+b syncs"``). Named
+    as ``estimate.llm.predict_pipeline`` names them."""
     out = {}
     k, n = job.stages, job.streams
 
     def prefill_and_decode(times: list[float]) -> list[float]:
-        return [times[0], _median(times[n:])]
+        return [times[job.longest], _median(times[n:])]
 
     for s in range(k if k > 1 else 0):
         a, b = job.ranks_of(s), job.ranks_of((s + 1) % k)

@@ -75,13 +75,13 @@ class Hops:
         self.sent_bytes += x.numel() * x.element_size()
 
 
-def warm_up(dec: Decoder, embeds: bool, dim: int, prompt: int) -> None:
-    """Run the prompt's shape and one decode step through the stage once, untimed and at full speed, as
-    a warm process has: the first calls (allocations, kernels chosen per shape, the weights' pages) are
-    not the device's per-step cost, and the prompt's step paid them all (TTFT 0.65-1.7x its prediction
-    here). Each warm-up step writes the KV cache positions the real step at the same position writes
-    before it reads them, so nothing of it is ever read."""
-    for pos, n in ((0, prompt), (prompt, 1)):
+def warm_up(dec: Decoder, embeds: bool, dim: int, lengths: list[int]) -> None:
+    """Run each prompt length's shape and one decode step through the stage once, untimed and at full
+    speed, as a warm process has: the first calls (allocations, kernels chosen per shape, the weights'
+    pages) are not the device's per-step cost, and the prompt's step paid them all (TTFT 0.65-1.7x its
+    prediction here). Each warm-up step writes stream 0's KV cache positions the real step at the same
+    position writes before it reads them, so nothing of it is ever read."""
+    for pos, n in [(0, k) for k in sorted(set(lengths))] + [(max(lengths), 1)]:
         x = torch.zeros(n, dtype=torch.int64) if embeds else torch.zeros(n, dim)
         dec.forward(x, pos).cpu()          # .cpu(): a GPU's queued kernels done before the timed steps
 
@@ -170,12 +170,12 @@ def run_stage(cfg: RunConfig, job: PipelineJob, rank: int, run_dir: Path) -> dic
     if share is not None:
         members = [job.share_of(r) for r in place.ranks]
         check_shares([m for m in members if m is not None], model.config, f"stage of blocks {first}..{stop - 1}")
-    capacity = len(job.prompt) + job.new_tokens
+    capacity = job.positions
     where = stage_device(cfg, job.devices[rank], rank)
     dec = Decoder(model, StageSpec(first, stop, place.embeds, place.heads), capacity, share=share, streams=job.streams,
                   device=where)
     dim = model.config.dim
-    warm_up(dec, place.embeds, dim, len(job.prompt))
+    warm_up(dec, place.embeds, dim, [len(p) for p in job.prompts])
     wire = connect(cfg, job.world_size, job.devices[rank], rank, run_dir)
     decode_group = cfg.cgroups.get(str(rank))
     prefill_group = cfg.first_cgroups.get(str(rank))
@@ -187,8 +187,8 @@ def run_stage(cfg: RunConfig, job: PipelineJob, rank: int, run_dir: Path) -> dic
     steps: list[dict] = []
     logits = []
     pos = [0] * job.streams
-    for i, n in enumerate(job.steps()):
-        for b in range(job.streams):            # the streams in turn: each stage works on one while the next works on another
+    for i, fed in enumerate(job.steps()):
+        for b, n in enumerate(fed):     # the streams in turn: each stage works on one while the next works on another
             if fault and i == int(fault.get("after", 0)) and b == 0:
                 inject(fault["kind"])
             wait0, sent0, t0, c0 = hops.wait_s, hops.sent_bytes, time.perf_counter(), time.thread_time()
@@ -266,9 +266,9 @@ class Tokens:
             self._known(stream, record, token, None)
 
     def feed(self, stream: int, step: int) -> list[int]:
-        """What ``stream`` feeds at ``step``: the prompt, then the token of its step before."""
+        """What ``stream`` feeds at ``step``: its prompt, then the token of its step before."""
         if step == 0:
-            return list(self.job.prompt)
+            return list(self.job.prompts[stream])
         return [self._take(stream)]
 
     def _take(self, stream: int) -> int:

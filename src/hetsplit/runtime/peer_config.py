@@ -111,6 +111,12 @@ class PeerChecker:
             raise self.fail(field, f"is not a list of {low}..{high:,} items")
         return v
 
+    def wholes(self, field: str, v: Any, count: tuple[int, int], low: int, high: int) -> list[int]:
+        """A list of ``count[0]..count[1]`` whole numbers, each in ``low..high``."""
+        for i, x in enumerate(self.items(field, v, *count)):
+            self.whole(f"{field}[{i}]", x, low, high)
+        return v
+
 
 def worker_config(doc: Any, job: Launchable, ranks: list[int], *, steps: int, who: str, manifest_path: str,
                   token: str, master_addr: str, master_port: int, addr: str, cores: int | None = None) -> RunConfig:

@@ -25,8 +25,8 @@ from hetsplit.graph.llm.load import LlmModel, model_tokenizer, read_model
 from hetsplit.graph.llm.shares import PARTS, TensorShare
 from hetsplit.graph.llm.step_graph import FLOAT32, STORED
 from hetsplit.runtime.llm_message_probe import LlmMessageProbe, probe_llm_messages
-from hetsplit.runtime.llm_pipeline import (BURST_PERIOD_US, PipelineJob, PipelineOptions, PipelineReport,
-                                           burst_period_us, run_pipeline_decode)
+from hetsplit.runtime.llm_pipeline import (BURST_PERIOD_US, MAX_STREAMS, PipelineJob, PipelineOptions,
+                                           PipelineReport, burst_period_us, run_pipeline_decode)
 from hetsplit.search.llm_pipeline import MAX_TP_DEVICES, PipelineChoice, best_single, plan_pipeline, plan_streams
 from hetsplit.search.llm_rules import rule_stages
 from hetsplit.workflow.run import check_hosts, no_cuda_note, worker_announcer
@@ -63,6 +63,17 @@ def read_generation_plan(path: str | Path) -> tuple[Stage, ...]:
     return tuple(stages)
 
 
+def read_prompts(path: str | Path) -> tuple[str, ...]:
+    """The prompts of a text file (``generate --prompts-file``): one per line, blank lines left out, 1 to
+    ``MAX_STREAMS`` of them."""
+    from hetsplit.jsonfile import read_text
+
+    prompts = tuple(line for line in read_text(path, UsageError, "no such prompts file").splitlines() if line.strip())
+    if not 1 <= len(prompts) <= MAX_STREAMS:
+        raise UsageError(f"--prompts-file {path}: {len(prompts)} prompts; give 1 to {MAX_STREAMS}, one per line")
+    return prompts
+
+
 def _read_shares(raw: Any, where: str) -> tuple[StageShare, ...]:
     """A stage's ``shares`` (absent: whole blocks on its device): ``[{device, kv_heads, ffn, vocab}, ...]``."""
     if raw is None:
@@ -87,7 +98,13 @@ class PlanOptions:
     """What to plan for: the prompt's and the generation's lengths, the objective (``decode``: time per
     token; ``ttft``), ``stages``: k > 0 cuts the blocks evenly over the cluster's first k devices instead
     of planning; ``probe``: cost this machine's ``local-cpu`` devices by a torch probe (what the run here
-    computes with, weights as float32) rather than their device model."""
+    computes with, weights as float32) rather than their device model.
+
+    Streams of several prompts are costed at the longest (``generate`` gives it as ``prompt_tokens``):
+    the runtime sizes every stream's KV caches at it, so the memory is what it holds; each stream's
+    prefill runs alone in its turn, so the predicted TTFT, the longest prompt's, bounds every stream's
+    own prefill (not its wait behind the streams before it); the decode steps' mean context is the
+    longest stream's, a bound on the others'."""
 
     prompt_tokens: int
     new_tokens: int
@@ -128,17 +145,16 @@ def stage_dict(stage: Stage) -> dict[str, Any]:
     return doc
 
 
-def pipeline_job(model_path: str | Path, stages: list[Stage], blocks: int, prompt: list[int], new_tokens: int,
-                 keep_logits: bool, streams: int = 1) -> PipelineJob:
-    """The runtime's job for ``stages``: one rank per device, the ranks of a stage next to each other, its
-    leader first."""
+def pipeline_job(model_path: str | Path, stages: list[Stage], blocks: int, prompts: list[list[int]],
+                 new_tokens: int, keep_logits: bool) -> PipelineJob:
+    """The runtime's job for ``stages`` and a stream per prompt: one rank per device, the ranks of a stage
+    next to each other, its leader first."""
     ranks: list[tuple[int, str, dict | None]] = []
     for k, s in enumerate(stages):
         ranks += [(k, m.device, m.share.to_dict()) for m in s.shares] if s.shares else [(k, s.device, None)]
     return PipelineJob(str(model_path), [d for _, d, _ in ranks],
-                       [[stages[k].first, stages[k].stop] for k, _, _ in ranks], blocks, prompt, new_tokens,
-                       keep_logits=keep_logits, stage_of=[k for k, _, _ in ranks], shares=[sh for _, _, sh in ranks],
-                       streams=streams)
+                       [[stages[k].first, stages[k].stop] for k, _, _ in ranks], blocks, prompts, new_tokens,
+                       keep_logits=keep_logits, stage_of=[k for k, _, _ in ranks], shares=[sh for _, _, sh in ranks])
 
 
 def host_probe(config: LlmConfig, prompt_tokens: int, new_tokens: int) -> TorchCpuProbe:
@@ -326,12 +342,13 @@ def check_emulation(links: bool, devices: bool) -> None:
 
 @dataclass(frozen=True)
 class GenerateOptions:
-    """``hetsplit generate``: the prompt, how many tokens, the plan's options, ``verify`` each step's
-    logits against the unsplit model; ``emulate_links``: shape every link between the stages' processes to
-    the cluster's (``runtime.netem``, as ``hetsplit run --emulate-links``); ``emulate_devices``: run each
-    stage at its device's speed (``stage_emulation``, as ``hetsplit run --emulate-devices``)."""
+    """``hetsplit generate``: the prompt (or one per stream: ``stream_prompts``), how many tokens, the plan's
+    options, ``verify`` each step's logits against the unsplit model; ``emulate_links``: shape every link
+    between the stages' processes to the cluster's (``runtime.netem``, as ``hetsplit run
+    --emulate-links``); ``emulate_devices``: run each stage at its device's speed (``stage_emulation``, as
+    ``hetsplit run --emulate-devices``)."""
 
-    prompt: str
+    prompt: str | tuple[str, ...]      # one prompt, or one per stream
     tokens: int = 32
     objective: str = "decode"
     stages: int = 0
@@ -346,7 +363,7 @@ class GenerateOptions:
     plan: tuple[Stage, ...] | None = None      # run these stages (``read_generation_plan``) instead of planning
     rule: str | None = None    # split by another tool's rule (``search.llm_rules.RULES``) instead of planning
     tensor_parallel: bool = True   # the planner may give a stage to several devices (``PlanOptions``)
-    streams: int = 1           # generations of the prompt at once, each with its KV caches, in turn on every stage
+    streams: int = 0           # generations at once, each with its KV caches, in turn on every stage (0: one per prompt)
     cpu_only: bool = False     # every stage on the CPU (by default a gpu device's stage runs on its host's CUDA)
     hosts: str | None = None   # DEV=HOST,...: these devices' workers join from other hosts (``hetsplit worker``)
     port: int = 0              # with ``hosts``: the rendezvous port (0: a free one)
@@ -359,6 +376,21 @@ class GenerateOptions:
             raise UsageError("--recover re-runs on this host's processes; the workers of --hosts end with the run "
                              "that lost a device: leave out --recover or --hosts")
         return check_hosts(self.hosts, self.ssh, self.emulate_links, self.emulate_devices)
+
+    def stream_prompts(self) -> tuple[str, ...]:
+        """Each stream's prompt: the prompts given, one per stream (``streams`` 0, or their number), or
+        ``streams`` copies of one; UsageError for another count, or none, or over ``MAX_STREAMS``."""
+        prompts = (self.prompt,) if isinstance(self.prompt, str) else tuple(self.prompt)
+        if not 1 <= len(prompts) <= MAX_STREAMS or not all(isinstance(p, str) for p in prompts):
+            raise UsageError(f"--prompt: give 1 to {MAX_STREAMS} prompts (one per stream), got {len(prompts)}")
+        if not 0 <= self.streams <= MAX_STREAMS:
+            raise UsageError(f"--streams {self.streams}: 1 to {MAX_STREAMS} generations at once")
+        if self.streams == 0 or self.streams == len(prompts):
+            return prompts
+        if len(prompts) == 1:
+            return prompts * self.streams
+        raise UsageError(f"--streams {self.streams} with {len(prompts)} prompts: give one prompt per stream, or "
+                         "one prompt for every stream (or leave out --streams: a stream per prompt)")
 
 
 @dataclass
@@ -377,9 +409,22 @@ class Recovery:
 
 
 @dataclass
+class StreamResult:
+    """One stream: its prompt (text and token ids), the text and tokens it generated, its measured TTFT
+    (wall time from the run's first step: the streams' prefills run in turn)."""
+
+    prompt: str
+    prompt_tokens: list[int]
+    text: str
+    tokens: list[int]
+    ttft_s: float
+
+
+@dataclass
 class GenerateResult:
-    """The text and tokens, the plan that produced the last of them and what it measured (after a
-    recovery: the run that went on, its TTFT the rebuild of the KV cache), the verification."""
+    """Stream 0's text and tokens, the plan that produced the last of them and what it measured (after a
+    recovery: the run that went on, its TTFT the rebuild of the KV cache), the verification; every
+    stream's in ``streams``."""
 
     text: str
     prompt_tokens: list[int]
@@ -389,13 +434,16 @@ class GenerateResult:
     verify: dict[str, Any] | None
     recovery: Recovery | None = None
     notes: list[str] = field(default_factory=list)    # what the user should know of how it ran
+    streams: list[StreamResult] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """``measured`` is wall time; under device emulation ``emulated`` is it divided by the dilation, in
         the cluster's time (what compares with ``predicted``), and ``emulation`` says how links and devices
-        were shaped."""
+        were shaped. ``text``, ``prompt_tokens`` and ``tokens`` are stream 0's; ``streams`` every stream's
+        (its ``ttft_s`` measured)."""
         m = self.measured
-        return {"text": self.text, "prompt_tokens": self.prompt_tokens, "tokens": self.tokens, "verify": self.verify,
+        return {"text": self.text, "prompt_tokens": self.prompt_tokens, "tokens": self.tokens,
+                "streams": [vars(s) for s in self.streams], "verify": self.verify,
                 "measured": {"ttft_s": m.ttft_s, "s_per_token": m.s_per_token, "tokens_per_s": 1 / m.s_per_token,
                              "streams": len(m.streams_tokens) or 1, "streams_tokens_per_s": m.streams_tokens_per_s,
                              "streams_tokens": m.streams_tokens,
@@ -425,53 +473,64 @@ def reference_logits(model: LlmModel, prompt: list[int], tokens: list[int]) -> t
         torch.set_num_threads(threads)
 
 
-def verify_steps(model: LlmModel, prompt: list[int], report: PipelineReport, before: list[int] | None = None
-                 ) -> dict[str, Any]:
-    """The run's logits against the unsplit model's, step by step, and its greedy tokens for identity;
-    ``before``: tokens generated by an earlier run that failed (checked for identity; their logits were
-    lost with it)."""
+def verify_steps(model: LlmModel, prompts: list[list[int]], report: PipelineReport,
+                 before: list[int] | None = None) -> dict[str, Any]:
+    """The run's logits against the unsplit model's, step by step, and its greedy tokens for identity: each
+    stream's against the unsplit model fed that stream's own prompt (``prompts``, one per stream) and
+    tokens; ``before``: tokens generated by an earlier run that failed (checked for identity; their
+    logits were lost with it)."""
     if report.logits is None:
         raise UsageError("verify: the run kept no logits to compare (run it with keep_logits)")
     before = before or []
     streams = report.streams_tokens or [report.tokens]
-    diff, differing = 0.0, []
-    refs: dict[tuple[int, ...], torch.Tensor] = {}
-    for b, made in enumerate(streams):         # every stream fed the same prompt: one reference per token list
+    if len(prompts) != len(streams):
+        raise RuntimeFailure(f"verify: {len(streams)} streams ran for {len(prompts)} prompts")
+    diff, first_differing = 0.0, {}
+    refs: dict[tuple[tuple[int, ...], tuple[int, ...]], torch.Tensor] = {}
+    for b, (prompt, made) in enumerate(zip(prompts, streams)):    # streams alike share their reference
         tokens = before + made
-        if tuple(tokens) not in refs:
-            refs[tuple(tokens)] = reference_logits(model, prompt, tokens)
-        ref = refs[tuple(tokens)]
+        key = (tuple(prompt), tuple(tokens))
+        if key not in refs:
+            refs[key] = reference_logits(model, prompt, tokens)
+        ref = refs[key]
         diff = max(diff, float((ref[len(before):] - report.logits[b::len(streams)]).abs().max()))
         greedy = [int(r.argmax()) for r in ref]
-        differing += [i for i, (x, y) in enumerate(zip(greedy, tokens)) if x != y][:1]
-    first = min(differing, default=None)
+        differing = [i for i, (x, y) in enumerate(zip(greedy, tokens)) if x != y]
+        if differing:
+            first_differing[b] = differing[0]
+    first = min(first_differing.values(), default=None)
     return {"ok": first is None, "max_abs_logit_diff": diff, "identical_tokens": first is None,
-            "first_differing_step": first, "streams": len(streams)}
+            "first_differing_step": first, "streams": len(streams), "differing_streams": sorted(first_differing)}
 
 
 def generate(model_path: str | Path, cluster: Cluster, options: GenerateOptions,
              on_text: Callable[[str], None] | None = None,
              announce: Callable[[list[WorkerCommand]], None] | None = None) -> GenerateResult:
     """Plan, run as a pipeline of processes here (and on the hosts of ``options.hosts``, each host's worker
-    command told to ``announce``), stream the text to ``on_text``, measure, verify if asked."""
+    command told to ``announce``), stream stream 0's text to ``on_text``, measure, verify if asked. A
+    stream per prompt (``GenerateOptions.stream_prompts``), planned at the longest (``PlanOptions``)."""
     hosts = options.check_hosts()
     if options.tokens < 1:
         raise UsageError(f"--tokens {options.tokens}: generate at least one token")
-    if options.streams > 1 and options.recover:
-        raise UsageError("--recover goes on with one stream: leave out --streams or --recover")
+    texts = options.stream_prompts()
+    if len(texts) > 1 and options.recover:
+        raise UsageError("--recover goes on with one stream: leave out --streams (and give one prompt) or --recover")
     check_emulation(options.emulate_links, options.emulate_devices)
     model = read_model(model_path)
     tok = model_tokenizer(model)
-    prompt = tok.encode(options.prompt)
-    if not prompt:
-        raise UsageError("--prompt: the prompt has no tokens")
-    if len(prompt) + options.tokens > model.config.context:
-        raise UsageError(f"{len(prompt)} prompt + {options.tokens} new tokens exceed the model's context of "
+    encoded = {t: tok.encode(t) for t in set(texts)}
+    prompts = [encoded[t] for t in texts]
+    if empty := [b for b, p in enumerate(prompts) if not p]:
+        raise UsageError(f"--prompt: the prompt of stream {empty[0]} has no tokens")
+    longest = max(map(len, prompts))
+    if longest + options.tokens > model.config.context:
+        raise UsageError(f"{longest} prompt + {options.tokens} new tokens exceed the model's context of "
                          f"{model.config.context}")
-    plan = plan_generation(model, cluster, PlanOptions(len(prompt), options.tokens, options.objective,
+    prompt = prompts[0]
+    plan = plan_generation(model, cluster, PlanOptions(longest, options.tokens, options.objective,
                                                        options.stages, options.probe, given=options.plan,
                                                        rule=options.rule, tensor_parallel=options.tensor_parallel,
-                                                       streams=options.streams))
+                                                       streams=len(prompts)))
     got: list[int] = []
     shown = [""]
     notes: list[str] = []
@@ -484,8 +543,8 @@ def generate(model_path: str | Path, cluster: Cluster, options: GenerateOptions,
             shown[0] = text
 
     def run(plan: GenerationPlan, before: list[int], faults: dict[str, dict]) -> PipelineReport:
-        job = pipeline_job(model_path, plan.stages, model.config.blocks, prompt + before, options.tokens - len(before),
-                           options.verify, options.streams)
+        job = pipeline_job(model_path, plan.stages, model.config.blocks, [p + before for p in prompts],
+                           options.tokens - len(before), options.verify)     # ``before``: one stream's (--recover)
         links = None
         if options.emulate_links:
             from hetsplit.runtime.netem import LinkMatrix
@@ -516,8 +575,11 @@ def generate(model_path: str | Path, cluster: Cluster, options: GenerateOptions,
     text = tok.decode(before + report.tokens)
     if on_text is not None and len(text) > len(shown[0]):
         on_text(text[len(shown[0]):])
-    verify = verify_steps(model, prompt, report, before) if options.verify else None
-    return GenerateResult(text, prompt, before + report.tokens, plan, report, verify, recovery, notes)
+    verify = verify_steps(model, prompts, report, before) if options.verify else None
+    made = report.streams_tokens or [report.tokens]
+    streams = [StreamResult(texts[b], prompts[b], tok.decode(before + t), before + t, report.streams_ttft_s[b])
+               for b, t in enumerate(made)]
+    return GenerateResult(text, prompt, before + report.tokens, plan, report, verify, recovery, notes, streams)
 
 
 def replan_without(model: LlmModel, cluster: Cluster, options: GenerateOptions, prompt_tokens: int,
