@@ -105,3 +105,44 @@ def test_an_emulated_latency_is_slept_before_the_send():
     log = loop.tx_logs[1]
     assert all(done - start >= 0.02 for start, done in zip(log.start, log.done))
     assert np.isfinite(loop.idle).all()
+
+
+def ping_pong(hops: int) -> Manifest:
+    """Device d hands each input to device e and back ``hops`` times (d's segment j receives ``a<j>`` and
+    sends it on, e sends it back as ``a<j+1>``), then to the driver: d's last segments lag its first by
+    2 x hops rounds, so d works on that many inputs at once."""
+    spec = [TensorSpec(f"a{j}", (4,), "float32") for j in range(hops + 1)]
+    msgs = [Message(0, "a0", "driver", 0, "d", 1, (WireTensor(spec[0], "x"),), tag=0)]
+    d_segs, e_segs = [], []
+    for j in range(hops):
+        out, back = len(msgs), len(msgs) + 1
+        msgs += [Message(out, f"a{j}", "d", 1, "e", 2, (WireTensor(spec[j], f"a{j}"),), tag=10 + 2 * j),
+                 Message(back, f"a{j + 1}", "e", 2, "d", 1, (WireTensor(spec[j + 1], f"a{j}"),), tag=11 + 2 * j)]
+        recv = [0] if j == 0 else [back - 2]
+        d_segs.append(Segment(j, [f"d{j}"], None, inputs=[spec[j]], outputs=[], recv=recv, send=[out]))
+        e_segs.append(Segment(j, [f"e{j}"], None, inputs=[spec[j]], outputs=[], recv=[out], send=[back]))
+    last = len(msgs)
+    msgs.append(Message(last, "y", "d", 1, "driver", 0, (WireTensor(spec[hops], f"a{hops}"),), tag=9))
+    d_segs.append(Segment(hops, ["dz"], None, inputs=[spec[hops]], outputs=[], recv=[last - 1], send=[last]))
+    return Manifest("ping-pong", {}, [spec[0]], [spec[hops]], msgs, [],
+                    [Worker(0, "driver"), Worker(1, "d", segments=d_segs), Worker(2, "e", segments=e_segs)])
+
+
+def test_a_lagging_worker_reuses_the_buffers_its_inputs_no_longer_hold():
+    """Each buffer d received goes back to the pool once the step that read it has run (its input holds
+    it no longer), not when every input of its round is done here, 2 x hops rounds later: the buffers d
+    makes do not grow with the depth of its lag (they did: one per message of every input in flight)."""
+    hops, n = 12, 80
+    m = ping_pong(hops)
+    group = Loopback()
+    wire = Wire(group, "d", 10)
+    pool = BufferPool(wire.views)
+    loop = StepLoop(m, 1, Transfers(m, 1, wire, pool), Segments([None] * (hops + 1), dropped_after(m, 1), n),
+                    RunConfig("", inputs=n, latency_inputs=2, depth=2))
+    assert max(i for steps in loop.plan for i, _ in steps) == n - 1 and len(loop.plan) > n + 2 * hops - 1
+    loop.run()
+    assert loop.shared.error is None
+    assert [v for _, tag, v in group.sent if tag == 9] == [float(i) for i in range(n)]
+    made = sum(len(stack) for stack in pool.free.values())
+    per_round = hops + 1         # d's receives in a full round: one per segment, each on another input
+    assert made <= (loop.ahead + 2) * per_round, made
