@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import statistics
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -171,17 +172,19 @@ def main() -> None:
                            GenerateOptions(PROMPT, args.tokens, stages=1, timeout_s=120)).tokens
         configs = ([SWEEP[i] for i in args.only] if args.only else SWEEP) if args.sweep else \
             [(tuple(args.speeds or (1, 2)), (args.latency, args.bandwidth), None)]
-        ratios, errors = [], []
+        errors: dict[str, list[float]] = {"ms per token": [], "TTFT": []}
         for speeds, link, memory in configs:
             runs = compare(model, list(speeds), link, args.tokens, args.sweep or args.emulate_links, memory)
             print_compare(speeds, link, memory, runs, unsplit)
-            errors += [r.measured.s_per_token / r.measured.dilation / r.plan.predicted.s_per_token - 1
-                       for name, r in runs if name != "best alone (= plan)"]
-            ratios.append(runs)
-        if errors:
-            errs = sorted(abs(e) for e in errors)
-            print(f"\nms per token, measured / predicted - 1 over {len(errs)} runs: median |error| "
-                  f"{errs[len(errs) // 2]:.1%}, worst {errs[-1]:.1%}")
+            done = [r for name, r in runs if name != "best alone (= plan)"]
+            errors["ms per token"] += [r.measured.s_per_token / r.measured.dilation / r.plan.predicted.s_per_token - 1
+                                       for r in done]
+            errors["TTFT"] += [r.measured.ttft_s / r.measured.dilation / r.plan.predicted.ttft_s - 1 for r in done]
+        for what, got in errors.items():
+            if got:
+                errs = sorted(abs(e) for e in got)
+                print(f"{'' if what == 'TTFT' else chr(10)}{what}, measured / predicted - 1 over {len(errs)} runs: "
+                      f"median |error| {statistics.median(errs):.1%}, worst {errs[-1]:.1%}")
         return
     rows, unsplit = [], None
     if args.speeds and len(args.speeds) < max(args.workers):
