@@ -127,7 +127,9 @@ def test_a_slowed_device_slows_the_emulated_run_in_the_direction_predicted(tmp_p
         prefill = r.measured.prefill_emulation               # the prompt's step at its own shares, same D
         assert prefill is not None and len(prefill.groups) == 2 and prefill.dilation == r.measured.dilation
         assert r.to_dict()["emulation"]["prefill_devices"]["shares"] == prefill.shares
-        assert r.to_dict()["emulated"]["s_per_token"] == pytest.approx(r.measured.s_per_token / r.measured.dilation)
+        emulated = r.to_dict()["emulated"]
+        assert emulated["s_per_token"] == pytest.approx(r.measured.s_per_token / r.measured.dilation)
+        assert emulated["streams_ttft_s"] == pytest.approx([t / r.measured.dilation for t in r.measured.streams_ttft_s])
         runs[gbps] = r
     fast, slow = runs[1.0], runs[0.25]
     assert slow.measured.device_emulation.shares["second"] < fast.measured.device_emulation.shares["second"]

@@ -282,7 +282,8 @@ class PipelineReport:
         d = self.dilation
         return {"dilation": d, "ttft_s": self.ttft_s / d, "s_per_token": self.s_per_token / d,
                 "compute_s": {s.device: s.compute_s / d for s in self.stages},
-                "hops_s": {h: t[1] / d for h, t in self.hops_s.items()}}
+                "hops_s": {h: t[1] / d for h, t in self.hops_s.items()},
+                "streams_ttft_s": [t / d for t in self.streams_ttft_s]}
 
 
 def _median(xs: list[float]) -> float:
