@@ -18,7 +18,11 @@ distributed-llama's (every block tensor-parallel over every device in equal slic
 each run by hetsplit's runtime, and prints measured tokens/s and the ratios. ``--sweep`` does so over eight
 clusters (2-4 devices 1-4x apart in speed; gigabit-like and Wi-Fi-like links, shaped; in two the fastest
 device cannot hold the model), with every run's
-measured ms per token and TTFT beside the prediction.
+measured ms per token and TTFT beside the prediction, and each run's drift: this machine probed again right
+after the run against the probe right before it, that set its throttling (on the 2-core VM the same device
+alone ran 0.75-1.28x its prediction in three runs minutes apart, the probe moving as much). The errors are
+summed up over all runs, and over the runs on a steady machine (drift within +-10%): a prediction made
+from a probe the machine no longer matches says nothing of the model.
 
 Run: PYTHONPATH=src .venv/bin/python bench/generate.py [--tokens 32] [--workers 1 2 3] [--emulate-links]
      PYTHONPATH=src .venv/bin/python bench/generate.py --workers 2 --speeds 1 2   # needs root (cgroups)
@@ -38,7 +42,8 @@ from pathlib import Path
 
 from hetsplit.cluster.loader import cluster_from_dict
 from hetsplit.costs.llm_probe import probe_torch_cpu
-from hetsplit.workflow.generate import GenerateOptions, generate
+from hetsplit.graph.llm.load import model_tokenizer, read_model
+from hetsplit.workflow.generate import GenerateOptions, generate, host_probe
 
 PROMPT = "The capital of France is"
 
@@ -66,8 +71,7 @@ def unlike(speeds: list[float], latency: str, bandwidth: str, model: Path, token
     the probe's (this machine's, whatever the device's factor: a link's figure is not per device);
     ``memory``: each device's memory as a fraction of the model's stored bytes (default 4 GiB each)."""
     from hetsplit.estimate.llm_shares import SYNC_PARAM
-    from hetsplit.graph.llm.load import model_tokenizer, read_model
-    from hetsplit.workflow.generate import host_messages, host_probe
+    from hetsplit.workflow.generate import host_messages
 
     m = read_model(model)
     prompt = len(model_tokenizer(m).encode(PROMPT))
@@ -85,6 +89,7 @@ def unlike(speeds: list[float], latency: str, bandwidth: str, model: Path, token
                               "links": {"default": link}})
 
 
+STEADY = 0.10      # a run is judged on a steady machine when the probe after it is within 10% of the one before
 GIGABIT = ("200us", "125MB/s")
 WIFI = ("3ms", "6MB/s")
 # (speeds, link, memory as a fraction of the model's bytes or None): the last two are a fast device too
@@ -95,17 +100,28 @@ SWEEP = [((1, 2), GIGABIT, None), ((1, 2), WIFI, None), ((1, 4), GIGABIT, None),
 
 
 def compare(model: Path, speeds: list[float], link: tuple[str, str], tokens: int, emulate_links: bool,
-            memory: tuple[float, ...] | None = None) -> list[tuple]:
+            memory: tuple[float, ...] | None = None, drift: dict[int, float] | None = None) -> list[tuple]:
     """hetsplit's plan, the best device alone and exo's split, each generated with ``--emulate-devices``
     on the cluster of ``speeds``: (name, result) per plan run, the plan's own result reused where it is
-    the best device alone."""
+    the best device alone. Each run's host drift goes into ``drift`` (by the result's id): this machine's
+    probe (bytes/s) right after the run against the one right before, that emulated it."""
     cluster = unlike(speeds, link[0], link[1], model, tokens, memory)
+    drift = {} if drift is None else drift
     base = GenerateOptions(PROMPT, tokens, verify=True, emulate_links=emulate_links, emulate_devices=True,
                            timeout_s=180)
 
+    m = read_model(model)
+    shape = (m.config, len(model_tokenizer(m).encode(PROMPT)), tokens)   # the run's probe (``host_probe``)
+
     def run(options: GenerateOptions):
         probe_torch_cpu.cache_clear()      # this machine's speed drifts within minutes: probe it right before
-        return generate(model, cluster, options)
+        result = generate(model, cluster, options)
+        hits = probe_torch_cpu.cache_info().hits
+        before = host_probe(*shape)        # the probe the run was emulated by (cached)
+        assert probe_torch_cpu.cache_info().hits == hits + 1, "the run probed another shape"
+        probe_torch_cpu.cache_clear()
+        drift[id(result)] = host_probe(*shape).bytes_per_s / before.bytes_per_s - 1
+        return result
 
     planned = run(base)
     runs = [("hetsplit", planned)]
@@ -119,18 +135,18 @@ def compare(model: Path, speeds: list[float], link: tuple[str, str], tokens: int
     return runs
 
 
-def print_compare(speeds, link, memory, runs, unsplit: list[int] | None) -> None:
+def print_compare(speeds, link, memory, runs, unsplit: list[int] | None, drift: dict[int, float]) -> None:
     held = f"; memory {', '.join(f'{f:g}' for f in memory)} x the model's bytes" if memory else ""
     print(f"\ndevices {' '.join(f'{s:g}x' for s in speeds)} slower than a worker here; links {link[0]}, {link[1]}{held}")
     print(f"{'plan':22} {'stages':44} {'same':>4} {'ms/tok meas':>11} {'pred':>7} {'meas/pred':>9} "
-          f"{'TTFT meas':>9} {'pred':>7} {'tok/s':>6}")
+          f"{'TTFT meas':>9} {'pred':>7} {'tok/s':>6} {'drift':>6}")
     for name, r in runs:
         m, p, d = r.measured, r.plan.predicted, r.measured.dilation
         stages = " | ".join(f"{'+'.join(s.devices)} {s.first}-{s.stop - 1}" for s in r.plan.stages)
         same = (unsplit is None or r.tokens == unsplit) and r.verify["identical_tokens"]
         print(f"{name:22} {stages:44} {'yes' if same else 'NO':>4} {m.s_per_token / d * 1e3:>11.2f} "
               f"{p.s_per_token * 1e3:>7.2f} {m.s_per_token / d / p.s_per_token:>9.2f} {m.ttft_s / d * 1e3:>9.1f} "
-              f"{p.ttft_s * 1e3:>7.1f} {d / m.s_per_token:>6.2f}")
+              f"{p.ttft_s * 1e3:>7.1f} {d / m.s_per_token:>6.2f} {drift.get(id(r), float('nan')):>+6.0%}")
     for name, r in runs:
         dev, first = r.measured.device_emulation, r.measured.prefill_emulation
         if dev is not None and name != "best alone (= plan)":
@@ -172,19 +188,23 @@ def main() -> None:
                            GenerateOptions(PROMPT, args.tokens, stages=1, timeout_s=120)).tokens
         configs = ([SWEEP[i] for i in args.only] if args.only else SWEEP) if args.sweep else \
             [(tuple(args.speeds or (1, 2)), (args.latency, args.bandwidth), None)]
-        errors: dict[str, list[float]] = {"ms per token": [], "TTFT": []}
+        done: list = []
+        drift: dict[int, float] = {}
         for speeds, link, memory in configs:
-            runs = compare(model, list(speeds), link, args.tokens, args.sweep or args.emulate_links, memory)
-            print_compare(speeds, link, memory, runs, unsplit)
-            done = [r for name, r in runs if name != "best alone (= plan)"]
-            errors["ms per token"] += [r.measured.s_per_token / r.measured.dilation / r.plan.predicted.s_per_token - 1
-                                       for r in done]
-            errors["TTFT"] += [r.measured.ttft_s / r.measured.dilation / r.plan.predicted.ttft_s - 1 for r in done]
-        for what, got in errors.items():
-            if got:
-                errs = sorted(abs(e) for e in got)
-                print(f"{'' if what == 'TTFT' else chr(10)}{what}, measured / predicted - 1 over {len(errs)} runs: "
-                      f"median |error| {statistics.median(errs):.1%}, worst {errs[-1]:.1%}")
+            runs = compare(model, list(speeds), link, args.tokens, args.sweep or args.emulate_links, memory, drift)
+            print_compare(speeds, link, memory, runs, unsplit, drift)
+            done += [r for name, r in runs if name != "best alone (= plan)"]
+        steady = [r for r in done if abs(drift[id(r)]) <= STEADY]
+        print(f"\n{len(steady)} of {len(done)} runs on a steady machine (this machine's probe after the run within "
+              f"+-{STEADY:.0%} of the one before, that emulated it; 'drift' above)")
+        for what, runs_ in (("all runs", done), ("steady runs", steady)):
+            for figure, err in (("ms per token", lambda r: r.measured.s_per_token / r.measured.dilation
+                                 / r.plan.predicted.s_per_token - 1),
+                                ("TTFT", lambda r: r.measured.ttft_s / r.measured.dilation / r.plan.predicted.ttft_s - 1)):
+                errs = sorted(abs(err(r)) for r in runs_)
+                if errs:
+                    print(f"{what}: {figure}, measured / predicted - 1 over {len(errs)} runs: median |error| "
+                          f"{statistics.median(errs):.1%}, worst {errs[-1]:.1%}")
         return
     rows, unsplit = [], None
     if args.speeds and len(args.speeds) < max(args.workers):
