@@ -9,7 +9,9 @@ one device, DONNA's two-stage pipeline, map-opt's throughput mapping (whole laye
 device) and, for MobileBERT, the tensor-parallel plan. Each plan is costed by the `closed` fidelity on the
 `local` cluster's problem (this machine's calibrated per-layer costs, and what each segment costs
 beyond its layers: the runtime calibration's figure for the `local-cpu` type), then run for real
-(`experiments.here_accuracy.run_here`: one worker per device, every output verified). Prints, per plan,
+(`experiments.here_accuracy.run_here`: one worker per device, every output verified; at least twice as
+many inputs streamed as the plan keeps in flight, so that a plan that hands each input back and forth
+many times is measured in the steady state its figure describes). Prints, per plan,
 closed-form and measured throughput, their ratio (and the latency's, median over runs), each device's measured compute per input over its
 closed-form compute, and at the end Kendall's tau between predicted and measured throughput over all
 plans. Beside the closed form it prints the closed form with message ends free (``no ends``: what each
@@ -57,6 +59,7 @@ from hetsplit.search import make_partitioner
 from hetsplit.workflow import load_problem
 
 INPUTS = {"resnet50": 60, "densenet121": 60, "mobilebert": 40, "yolov8n": 60}
+FILL = 2   # ... and at least twice as many as a plan keeps in flight (``MappingRunOptions.fill``)
 LATENCY_INPUTS = 5
 THROUGHPUT_BAND = 0.20
 TAU_TARGET = 0.8
@@ -162,7 +165,7 @@ def main() -> None:
     for run in range(args.runs):                  # round robin: a slow spell of the machine hits every plan
         for label, (model, plan) in todo.items():
             pred, profile = once[label] if args.calibrate_once else predict(model, plan, recalibrate=True)
-            r = run_here(label, plan, profile, runtime, INPUTS[model], LATENCY_INPUTS)
+            r = run_here(label, plan, profile, runtime, INPUTS[model], LATENCY_INPUTS, fill=FILL)
             ratios = {u: r.measured_compute_s[u] / pred.compute[u] for u in r.measured_compute_s if pred.compute.get(u)}
             m = Measured(pred, r.measured_throughput, r.measured_latency_s, ratios, r.others_share)
             runs[label].append(m)

@@ -146,3 +146,11 @@ def test_a_lagging_worker_reuses_the_buffers_its_inputs_no_longer_hold():
     made = sum(len(stack) for stack in pool.free.values())
     per_round = hops + 1         # d's receives in a full round: one per segment, each on another input
     assert made <= (loop.ahead + 2) * per_round, made
+
+
+def test_a_plan_depth_counts_the_inputs_a_stream_keeps_in_flight():
+    """``MappingRunOptions.fill`` streams a multiple of it: one input per round of lag, plus one."""
+    from hetsplit.experiments.mapping_run import plan_depth
+
+    assert [plan_depth(ping_pong(h)) for h in (1, 3)] == [3, 7]
+    assert plan_depth(manifest(True)) == 1

@@ -86,13 +86,15 @@ class HereRun:
 
 
 def run_here(case: str, plan: Plan, profile: Profile, runtime: RuntimeCosts, inputs: int,
-             latency_inputs: int = 10) -> HereRun:
-    """Run ``plan`` on this machine (``inputs``, the first ``latency_inputs`` alone) beside the ``here``
-    prediction from ``profile``'s per-layer costs and ``runtime``'s per-message costs."""
+             latency_inputs: int = 10, fill: int = 0) -> HereRun:
+    """Run ``plan`` on this machine (``inputs``, the first ``latency_inputs`` alone; at least ``fill`` times
+    the plan's depth streamed: ``MappingRunOptions.fill``) beside the ``here`` prediction from
+    ``profile``'s per-layer costs and ``runtime``'s per-message costs."""
     from hetsplit.experiments.mapping_run import MappingRunOptions, run_mapping
 
     with LoadWatch() as watch:
         res = run_mapping(plan.model, plan, MappingRunOptions(inputs=inputs, latency_inputs=latency_inputs,
-                                                              profile=profile, runtime=runtime, timeout_s=120))
+                                                              profile=profile, runtime=runtime, timeout_s=120,
+                                                              fill=fill))
     return HereRun(case, plan, res.prediction, res.measured_throughput, res.measured_latency_s, res.max_abs_err,
                    watch.share, {u.device: u.measured_s for u in res.units})

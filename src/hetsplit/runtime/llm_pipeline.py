@@ -277,7 +277,7 @@ class PipelineReport:
         """How many times slower than the emulated cluster this run went (1 without device emulation)."""
         return self.device_emulation.dilation if self.device_emulation is not None else 1.0
 
-    def emulated(self) -> dict[str, float | dict[str, float]]:
+    def emulated(self) -> dict[str, float | dict[str, float] | list[float]]:
         """The run's figures in the emulated cluster's time (measured / ``dilation``)."""
         d = self.dilation
         return {"dilation": d, "ttft_s": self.ttft_s / d, "s_per_token": self.s_per_token / d,
