@@ -154,3 +154,18 @@ def test_a_plan_depth_counts_the_inputs_a_stream_keeps_in_flight():
 
     assert [plan_depth(ping_pong(h)) for h in (1, 3)] == [3, 7]
     assert plan_depth(manifest(True)) == 1
+
+
+def test_a_buffer_an_input_still_views_is_not_released():
+    """An output may view its input (a reshape): that buffer stays in the frame until its input is done."""
+    import torch
+
+    from hetsplit.runtime.worker import release
+
+    bufs = [np.zeros(8, np.float32) for _ in range(3)]
+    frame = [(b, [], []) for b in bufs]
+    kept = {"view": bufs[0].reshape(2, 4), "tensor": torch.from_numpy(bufs[2])[2:], "own": np.ones(8)}
+    freed = release(frame, (0, 1, 2), kept.values())
+    assert [e[0] is bufs[1] for e in freed] == [True] and frame[0] is not None and frame[1] is None
+    assert frame[2] is not None
+    assert len(release(frame, (0, 2), ())) == 2 and frame == [None, None, None]

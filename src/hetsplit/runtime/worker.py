@@ -31,9 +31,10 @@ import gc
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
+import torch
 
 from hetsplit.runtime.config import RunConfig
 from hetsplit.runtime.executor import (ORT_CPU, TORCH_CUDA, Executor, Host, SegmentSpec, Staged, as_numpy,
@@ -390,8 +391,8 @@ class StepLoop:
 
     def make_schedule(self, frees: list[int]) -> list[tuple[tuple, int, tuple[int, ...], bool]]:
         """Per round: its steps (input, segment, whether it computes, inboxes, outboxes, drops, the input's
-        first step here, its last, the buffers it frees early: ``early_frees``), the round whose receives it posts once its first step has taken its
-        messages (-1: none), the rounds whose buffers it retires once done (their inputs are done here), in
+        first step here, its last, the buffers it frees early: ``early_frees``), the round whose receives
+        it posts once its first step has taken its messages (-1: none), the rounds whose buffers it retires once done (their inputs are done here), in
         order, and whether it then takes back the buffers whose sends are done: unless the next round's
         first step is an idle take (it has messages and nothing to compute), which does so anyway."""
         n, retire, k = len(self.plan), [], 0
@@ -530,16 +531,34 @@ class StepLoop:
         flight.join()           # at once after a failure, which is reported at once
 
 
-def release(frame: list, early: tuple[int, ...], held) -> list[Entry]:
-    """The buffers at ``early`` in ``frame`` that no array of ``held`` (what the input still holds here)
-    shares memory with (an output may view its input), each taken out of the frame (None in its place)."""
-    arrays = [a for a in held if isinstance(a, np.ndarray)]
+def release(frame: list, early: tuple[int, ...], held: Iterable[Any]) -> list[Entry]:
+    """The buffers at ``early`` in ``frame`` that nothing of ``held`` (what the input still holds here)
+    shares memory with (an output may view its input), each taken out of the frame (None in its place);
+    none while ``held`` has a host tensor that cannot be looked at as an array."""
+    arrays = host_arrays(held)
+    if arrays is None:
+        return []
     out = []
     for k in early:
         entry = frame[k]
         if not any(np.may_share_memory(entry[0], a) for a in arrays):
             frame[k] = None
             out.append(entry)
+    return out
+
+
+def host_arrays(held: Iterable[Any]) -> list[np.ndarray] | None:
+    """The host memory of ``held``: its arrays, and its CPU torch tensors as arrays (None if one cannot be
+    seen as one); GPU tensors and staged outputs hold no host buffer."""
+    out = []
+    for a in held:
+        if isinstance(a, np.ndarray):
+            out.append(a)
+        elif isinstance(a, torch.Tensor) and a.device.type == "cpu":
+            try:
+                out.append(a.detach().numpy())
+            except (TypeError, RuntimeError):
+                return None
     return out
 
 
