@@ -347,3 +347,23 @@ def test_plan_of_a_gguf_sets_exos_split_beside_the_plan_and_the_plan_is_no_slowe
     out = capsys.readouterr().out
     assert "memory-proportional: slow blocks 0-0 | fast blocks 1-1" in out
     assert "equal-slices: fast+slow blocks 0-1 tensor-parallel (fast 1 KV heads/" in out
+
+
+def test_plan_of_a_gguf_plans_for_the_prompt_and_tokens_asked_and_refuses_more_than_the_context(tiny_gguf, tmp_path,
+                                                                                             capsys):
+    import json
+
+    from hetsplit.cli.main import main
+
+    path = fast_and_slow(tmp_path / "c.yaml", slow_memory="1GiB")
+    docs = {}
+    for prompt in (4, 48):
+        assert main(["plan", str(tiny_gguf), "--cluster", str(path), "--prompt-tokens", str(prompt), "--tokens", "8",
+                     "--json"]) == 0
+        docs[prompt] = json.loads(capsys.readouterr().out)
+    assert (docs[4]["prompt_tokens"], docs[4]["new_tokens"]) == (4, 8)
+    assert docs[48]["predicted"]["ttft_s"] > docs[4]["predicted"]["ttft_s"]     # a longer prompt's prefill
+    assert main(["plan", str(tiny_gguf), "--cluster", str(path), "--prompt-tokens", "100000"]) == 2
+    assert "exceed the model's context" in capsys.readouterr().err
+    assert main(["plan", "resnet8", "--cluster", "local", "--tokens", "8"]) == 2
+    assert "only for a .gguf model" in capsys.readouterr().err

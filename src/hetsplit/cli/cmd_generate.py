@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hetsplit.cli.common import add_command, int_range
@@ -169,11 +170,21 @@ def _print_emulation(m) -> None:
               f"(figures below are measured / D); host costs: {dev.host}")
 
 
-PLAN_PROMPT, PLAN_TOKENS = 32, 96        # what ``hetsplit plan MODEL.gguf`` plans for
+PLAN_PROMPT, PLAN_TOKENS = 32, 96        # what ``hetsplit plan MODEL.gguf`` plans for by default
+
+
+@dataclass(frozen=True)
+class GgufLengths:
+    """What ``hetsplit plan MODEL.gguf`` plans for: ``streams`` generations at once, each of a prompt of
+    ``prompt_tokens`` and ``new_tokens`` new tokens."""
+
+    streams: int = 1
+    prompt_tokens: int = PLAN_PROMPT
+    new_tokens: int = PLAN_TOKENS
 
 
 def plan_gguf(model: str, cluster_spec: str, objective: str, as_json: bool, out: str | None = None,
-              streams: int = 1) -> int:
+              lengths: GgufLengths = GgufLengths()) -> int:
     """``hetsplit plan MODEL.gguf --cluster C``: the planned pipeline and every device alone, predicted;
     ``out``: the folder to write it in (``generation-plan.json``, what ``generate --plan`` reads)."""
     from hetsplit.graph.llm.load import read_model
@@ -184,11 +195,15 @@ def plan_gguf(model: str, cluster_spec: str, objective: str, as_json: bool, out:
     folder = output_dir(out)
     cluster = load_cluster_spec(cluster_spec)
     m = read_model(model)
+    streams, prompt, new = lengths.streams, lengths.prompt_tokens, lengths.new_tokens
     if streams > 1 and objective != "decode":
         raise UsageError("--streams: plans for the streams' tokens/s; leave out --objective")
-    plan = plan_generation(m, cluster, PlanOptions(PLAN_PROMPT, PLAN_TOKENS, objective, streams=streams))
+    if prompt + new > m.config.context:
+        raise UsageError(f"--prompt-tokens {prompt} and --tokens {new}: {prompt + new} positions exceed the "
+                         f"model's context of {m.config.context}")
+    plan = plan_generation(m, cluster, PlanOptions(prompt, new, objective, streams=streams))
     refs = references(plan)
-    doc = {"model": m.config.name, "cluster": cluster.name, "prompt_tokens": PLAN_PROMPT, "new_tokens": PLAN_TOKENS,
+    doc = {"model": m.config.name, "cluster": cluster.name, "prompt_tokens": prompt, "new_tokens": new,
            "objective": "streams" if streams > 1 else objective, "streams": streams, **plan.to_dict(),
            "alone": {r.device: r.predicted.to_dict() for r in refs if r.device is not None and r.predicted},
            "rules": {r.name: None if r.predicted is None else
@@ -201,7 +216,7 @@ def plan_gguf(model: str, cluster_spec: str, objective: str, as_json: bool, out:
         print()
         return 0
     print(f"{m.config.name}: {m.config.blocks} blocks, {m.stored_bytes() / 2**20:.1f} MiB stored; cluster "
-          f"{cluster.name}; {PLAN_PROMPT} prompt + {PLAN_TOKENS} new tokens; objective "
+          f"{cluster.name}; {prompt} prompt + {new} new tokens; objective "
           f"{f'{streams} streams' if streams > 1 else objective}; {plan.how}")
     many = f"x{streams} tok/s" if streams > 1 else ""
     best = f"{plan.single.stages[0].device} alone" if plan.single is not None else None

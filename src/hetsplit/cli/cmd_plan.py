@@ -63,6 +63,11 @@ def register(sub) -> None:
     p.add_argument("--streams", type=int_range(1, 4096), default=1, metavar="B",
                    help="a .gguf model: plan for B generations decoding at once (their tokens/s together; "
                         "each stream's KV cache on every stage)")
+    p.add_argument("--prompt-tokens", type=int_range(1), default=None, metavar="S",
+                   help="a .gguf model: plan for a prompt of S tokens (default 32)")
+    p.add_argument("--tokens", type=int_range(1), default=None, metavar="N",
+                   help="a .gguf model: plan for N new tokens (default 96; every stage's KV cache holds S + N "
+                        "positions)")
     p.add_argument("--out", "-o", default=None, metavar="DIR", help="write DIR/plans.json, DIR/pareto.png and DIR/report.html")
     p.add_argument("--json", action="store_true", help="print the plan set as JSON")
     add_input_shape_option(p)
@@ -71,12 +76,15 @@ def register(sub) -> None:
 
 def run(args) -> int:
     if str(args.model).endswith(".gguf"):          # an LLM checkpoint: pipeline decode (cli.cmd_generate)
-        from hetsplit.cli.cmd_generate import plan_gguf
+        from hetsplit.cli.cmd_generate import PLAN_PROMPT, PLAN_TOKENS, GgufLengths, plan_gguf
 
         return plan_gguf(args.model, args.cluster, "ttft" if args.objective == "latency" else "decode", args.json,
-                         args.out, args.streams)
+                         args.out, GgufLengths(args.streams, args.prompt_tokens or PLAN_PROMPT,
+                                               args.tokens or PLAN_TOKENS))
     if args.streams != 1:
         raise UsageError("--streams: only for a .gguf model (the generations of an LLM decoding at once)")
+    if args.prompt_tokens is not None or args.tokens is not None:
+        raise UsageError("--prompt-tokens and --tokens: only for a .gguf model (an LLM's prompt and new tokens)")
     console = wide_console(stderr=args.json)
     constraints = PipelineConstraints(
         first_stage_devices=tuple(args.first_device) if args.first_device else None,
