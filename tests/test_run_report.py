@@ -144,3 +144,12 @@ def test_a_run_request_is_checked_when_built_and_fixed_afterwards():
         RunRequest().inputs = 3          # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):
         RunOptions().threads = {"a": 2}  # type: ignore[misc]
+
+
+def test_a_stream_shorter_than_twice_what_the_plan_keeps_in_flight_is_said_not_steady():
+    r = dataclasses.replace(report(), inputs=40, in_flight=124)
+    note = r.depth_note()
+    assert note is not None and "124 inputs in flight" in note and "at least 248" in note
+    assert RunReport.from_dict(json.loads(json.dumps(r.to_dict()))) == r       # in_flight reads back
+    assert dataclasses.replace(r, inputs=248).depth_note() is None
+    assert report().depth_note() is None and "in_flight" not in report().to_dict()   # one input in flight: said once

@@ -148,12 +148,12 @@ def test_a_lagging_worker_reuses_the_buffers_its_inputs_no_longer_hold():
     assert made <= (loop.ahead + 2) * per_round, made
 
 
-def test_a_plan_depth_counts_the_inputs_a_stream_keeps_in_flight():
-    """``MappingRunOptions.fill`` streams a multiple of it: one input per round of lag, plus one."""
-    from hetsplit.experiments.mapping_run import plan_depth
+def test_the_inputs_a_stream_keeps_in_flight_are_its_deepest_lag_plus_one():
+    """``RunReport.depth_note`` and ``MappingRunOptions.fill`` go by it: one input per round of lag, plus one."""
+    from hetsplit.runtime.rounds import in_flight
 
-    assert [plan_depth(ping_pong(h)) for h in (1, 3)] == [3, 7]
-    assert plan_depth(manifest(True)) == 1
+    assert [in_flight(ping_pong(h)) for h in (1, 3)] == [3, 7]
+    assert in_flight(manifest(True)) == 1
 
 
 def test_a_buffer_an_input_still_views_is_not_released():

@@ -76,8 +76,9 @@ def print_report(report: RunReport, console: Console) -> None:
     console.print(f"throughput {report.throughput:.2f}/s{whole}   latency {format_quantity(report.latency_s, 's')} "
                   f"(under load {format_quantity(report.latency_loaded_s, 's')})   pipeline efficiency "
                   f"{report.pipeline_efficiency:.0%}")
-    if report.efficiency_note():
-        console.print(f"note: {report.efficiency_note()}")
+    for note in (report.efficiency_note(), report.depth_note()):
+        if note:
+            console.print(f"note: {note}")
     if (emu := report.emulated) is not None:
         console.print(f"emulated (measured / D, D = {emu.dilation:.3g}): throughput {emu.throughput:.2f}/s   "
                       f"latency {format_quantity(emu.latency_s, 's')}   compute " + ", ".join(

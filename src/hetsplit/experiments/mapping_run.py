@@ -12,7 +12,6 @@ import contextlib
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from hetsplit.cluster.examples import usable_cores
 from hetsplit.cluster.local import local_cluster
@@ -20,9 +19,6 @@ from hetsplit.costs.profile import Profile
 from hetsplit.estimate.runtime_costs import RuntimeCosts
 from hetsplit.plan.types import Plan
 from hetsplit.workflow.here import HereComparison, compare_here, prediction_here
-
-if TYPE_CHECKING:
-    from hetsplit.runtime.manifest import Manifest
 
 
 @dataclass
@@ -33,8 +29,8 @@ class MappingRunOptions:
     ``hetsplit.profile/1`` with local-cpu costs (path or Profile), None to measure one now
     (``profile_repeats`` runs, ``co_load`` default ``min(units, cores) - 1``); ``cores``: shared by the
     processes (default: this process's); ``runtime``: the runtime's own costs (default: this
-    machine's, measured on first use); ``fill``: stream at least this many times the plan's depth (the
-    rounds its last segment lags its first, ``runtime.rounds.segment_lags``, plus one) after the latency
+    machine's, measured on first use); ``fill``: stream at least this many times the inputs the plan keeps
+    in flight (``runtime.rounds.in_flight``: the rounds its last segment lags its first, plus one) after the latency
     inputs, so that the stream reaches the steady state the throughput figures describe (a mapping that
     hands each input back and forth 62 times keeps ~124 inputs in flight: 40 inputs measured 0.72x its
     steady figure, 60 0.91x); 0: ``inputs`` as given."""
@@ -54,19 +50,12 @@ class MappingRunOptions:
     fill: int = 0
 
 
-def plan_depth(manifest: "Manifest") -> int:
-    """How many inputs a stream of ``manifest`` keeps in flight at most: the most rounds a segment lags
-    (``runtime.rounds.segment_lags``), plus one."""
-    from hetsplit.runtime.rounds import segment_lags
-
-    return 1 + max(segment_lags(manifest).values(), default=0)
-
-
 def run_mapping(model: str, plan: Plan | str | Path, options: MappingRunOptions | None = None) -> HereComparison:
     """Profile (or load) ``model``'s costs here, simulate ``plan`` for its worker processes, run it
     for real (one process per unit, every output verified) and set the two side by side."""
     from hetsplit.plan.io import load_plan
     from hetsplit.runtime import RunOptions, resolve_model, run_manifest, split_model
+    from hetsplit.runtime.rounds import in_flight
 
     opts = options or MappingRunOptions()
     if not isinstance(plan, Plan):
@@ -79,7 +68,7 @@ def run_mapping(model: str, plan: Plan | str | Path, options: MappingRunOptions 
     with contextlib.ExitStack() as stack:
         split_dir = opts.split_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="hetsplit-split-")))
         manifest = split_model(plan, graph, path, Path(split_dir), cluster=local_cluster(plan.devices))
-        inputs = max(opts.inputs, opts.latency_inputs + opts.fill * plan_depth(manifest)) if opts.fill else opts.inputs
+        inputs = max(opts.inputs, opts.latency_inputs + opts.fill * in_flight(manifest)) if opts.fill else opts.inputs
         report = run_manifest(manifest, RunOptions(inputs=inputs, latency_inputs=opts.latency_inputs,
                                                    timeout_s=opts.timeout_s, run_dir=opts.run_dir, pin=opts.pin))
     result = compare_here(report, prediction, opts.latency_inputs)

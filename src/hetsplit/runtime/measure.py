@@ -20,6 +20,7 @@ import numpy as np
 
 from hetsplit.runtime.manifest import Manifest
 from hetsplit.runtime.report import DeviceRun, HopRun, LinkRun, RunReport, Verification
+from hetsplit.runtime.rounds import in_flight
 
 __all__ = ["RunReport", "read_driver_doc", "stage_bound", "stream_rate", "stream_throughput", "summarize",
            "wire_times"]
@@ -141,7 +142,7 @@ def summarize(manifest: Manifest, docs: dict[int, dict]) -> RunReport:
     return RunReport(manifest.model, devices, hops, n, thr, _med(alone) if k else _med(lat), _med(lat[steady]),
                      lat, Verification.from_dict(drv.get("verify") or {}, "the driver's verification"), bound,
                      plan_kind="pipeline" if manifest.plan.get("stages") else "mapping", stage_bound_by=by,
-                     links=list(links.values()), stream_throughput=stream_rate(drv),
+                     links=list(links.values()), stream_throughput=stream_rate(drv), in_flight=in_flight(manifest),
                      driver_cpu_per_input_s=drv["process_cpu_s"] / n if drv.get("process_cpu_s") is not None and n
                      else None)
 

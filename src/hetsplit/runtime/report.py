@@ -261,6 +261,7 @@ class RunReport:
     emulation: LinkShaping | None = None
     device_emulation: DeviceShaping | None = None
     emulated: EmulatedRun | None = None
+    in_flight: int = 1                   # inputs the plan keeps in flight at most (``runtime.rounds.in_flight``)
 
     def device(self, name: str) -> DeviceRun | None:
         return next((d for d in self.devices if d.device == name), None)
@@ -295,6 +296,16 @@ class RunReport:
                        "flight on one link, or a wire time that includes waiting for its peer) add up to more than "
                        "the time the resource was busy")
 
+    def depth_note(self) -> str | None:
+        """What a stream too short for the plan measured: a plan that hands each input between its devices
+        many times keeps that many inputs in flight (``in_flight``), and a stream of fewer than twice as
+        many fills and drains without a steady state, so its throughput is not the plan's."""
+        if self.inputs >= 2 * self.in_flight:
+            return None
+        return (f"this plan keeps up to {self.in_flight} inputs in flight (each input crosses between its devices "
+                f"{self.in_flight - 1} times, a round each); {self.inputs} inputs only fill and drain it, so the "
+                f"throughput figures are not its steady state: stream at least {2 * self.in_flight} (-n)")
+
     def to_dict(self) -> dict[str, Any]:
         """The ``hetsplit.run.report/1`` JSON (with the derived efficiency figures, for readers of the file)."""
         doc: dict[str, Any] = {
@@ -307,6 +318,7 @@ class RunReport:
             "devices": [d.to_dict() for d in self.devices], "hops": [h.to_dict() for h in self.hops],
             "links": [x.to_dict() for x in self.links], "run_dir": self.run_dir}
         optional = {"stream_throughput": self.stream_throughput, "driver_cpu_per_input_s": self.driver_cpu_per_input_s,
+                    "in_flight": self.in_flight if self.in_flight > 1 else None, "depth_note": self.depth_note(),
                     "removed_leftovers": self.removed_leftovers or None,
                     "emulation": self.emulation.to_dict() if self.emulation is not None else None,
                     "device_emulation": self.device_emulation.to_dict() if self.device_emulation is not None else None,
@@ -364,3 +376,4 @@ class _Plain:
     driver_cpu_per_input_s: float | None = None
     run_dir: str | None = None
     removed_leftovers: list[str] = field(default_factory=list)
+    in_flight: int = 1

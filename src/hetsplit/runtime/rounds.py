@@ -62,6 +62,12 @@ def segment_lags(manifest: Manifest) -> dict[tuple[int, int], int]:
     return lag
 
 
+def in_flight(manifest: Manifest) -> int:
+    """How many inputs a stream of ``manifest`` keeps in flight at most: the deepest segment lag (rounds
+    behind the first), plus one. A stream of fewer than a few times this never reaches its steady state."""
+    return 1 + max(segment_lags(manifest).values(), default=0)
+
+
 def rounds(lags: list[int], inputs: int, latency: int) -> list[list[Step]]:
     """A rank's steps, round by round: inputs ``0..latency-1`` one round each (all its segments), then
     round ``t`` runs segment ``j`` on input ``t - lags[j]`` for the inputs left. ``lags`` is per

@@ -460,5 +460,6 @@ def run_comparison(run: RunReport | Comparison, plan: Plan, cluster: Cluster) ->
         return run
     if plan.metrics is None:
         raise HetsplitError("the run's JSON holds no predictions and the plan has no metrics to compare it with")
-    notes = [overhead_note(run, predicted_throughput=plan.metrics.throughput), run.efficiency_note()]
+    notes = [overhead_note(run, predicted_throughput=plan.metrics.throughput), run.efficiency_note(),
+             run.depth_note()]
     return Comparison(run, plan_rows(run, plan.metrics, cluster), [n for n in notes if n], "plan", plan.metrics)
