@@ -292,7 +292,7 @@ def test_plan_of_a_gguf_for_streams_prints_their_tokens_per_s_and_refuses_stream
     assert doc["objective"] == "streams" and doc["streams"] == 4 and len(doc["stages"]) == 2  # two equal devices
     assert doc["predicted"]["streams_tokens_per_s"] > 1.5 * doc["alone"]["a"]["streams_tokens_per_s"]
     assert main(["plan", "resnet8", "--cluster", "local", "--streams", "4"]) == 2
-    assert "--streams: only for a .gguf model" in capsys.readouterr().err
+    assert "--streams: only for an LLM checkpoint" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("memory, want", [
@@ -366,4 +366,4 @@ def test_plan_of_a_gguf_plans_for_the_prompt_and_tokens_asked_and_refuses_more_t
     assert main(["plan", str(tiny_gguf), "--cluster", str(path), "--prompt-tokens", "100000"]) == 2
     assert "exceed the model's context" in capsys.readouterr().err
     assert main(["plan", "resnet8", "--cluster", "local", "--tokens", "8"]) == 2
-    assert "only for a .gguf model" in capsys.readouterr().err
+    assert "only for an LLM checkpoint" in capsys.readouterr().err

@@ -74,3 +74,20 @@ def test_only_a_tied_tinyllama_is_written(tmp_path):
         write_llama_checkpoint(module, tmp_path / "untied")
     with pytest.raises(ModelError, match="Linear"):
         write_llama_checkpoint(torch.nn.Linear(2, 2), tmp_path / "linear")   # type: ignore[arg-type]
+
+
+def test_plan_takes_the_checkpoint_folder_as_generate_does(tiny, tmp_path, capsys):
+    import json
+
+    from hetsplit.cli.main import main
+
+    _, folder = tiny
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text("format: hetsplit.cluster/1\nname: two\ndevices:\n"
+                       "  - {name: a, kind: cpu, memory: 1GiB, peak_macs: 4e9/s, mem_bandwidth: 4GB/s, power_active: 5W}\n"
+                       "  - {name: b, kind: cpu, memory: 1GiB, peak_macs: 1e9/s, mem_bandwidth: 1GB/s, power_active: 5W}\n"
+                       "links:\n  default: {name: net, bandwidth: 1GB/s, latency: 10us}\n")
+    assert main(["plan", str(folder), "--cluster", str(cluster), "--prompt-tokens", "4", "--tokens", "4", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["best_single"]["device"] == "a" and doc["alone"]["b"]["s_per_token"] > doc["alone"]["a"]["s_per_token"]
+    assert (doc["prompt_tokens"], doc["new_tokens"]) == (4, 4)

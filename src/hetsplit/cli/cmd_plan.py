@@ -27,7 +27,8 @@ def register(sub) -> None:
                      "hetsplit plan yolov8n --cluster jetson-xavier-nx-4 --algo map-pareto --time-budget 20",
                      "hetsplit plan tinyllama-42m --cluster siracusa-8 --algo tensor-parallel exact --decode 128",
                      "hetsplit plan resnet50 --cluster local --algo exact map-opt --refine 3"])
-    p.add_argument("model", help="zoo name, .onnx file, or hetsplit.profile/1 .json file")
+    p.add_argument("model", help="zoo name, .onnx file, hetsplit.profile/1 .json file, or an LLM checkpoint (.gguf "
+                                 "file or Hugging Face Llama folder)")
     p.add_argument("--cluster", "-c", required=True, help="built-in cluster name (see `hetsplit clusters`) or YAML")
     p.add_argument("--algo", "-a", nargs="+", default=["donna"], metavar="ALGO",
                    help=f"one or more of: {', '.join(partitioner_names())} (default: donna)")
@@ -61,12 +62,12 @@ def register(sub) -> None:
                         "by segment on this machine's cores (the local cluster's devices; other devices keep their "
                         "modelled figures), re-estimated with the measured segments and re-ranked")
     p.add_argument("--streams", type=int_range(1, 4096), default=1, metavar="B",
-                   help="a .gguf model: plan for B generations decoding at once (their tokens/s together; "
+                   help="an LLM checkpoint: plan for B generations decoding at once (their tokens/s together; "
                         "each stream's KV cache on every stage)")
     p.add_argument("--prompt-tokens", type=int_range(1), default=None, metavar="S",
-                   help="a .gguf model: plan for a prompt of S tokens (default 32)")
+                   help="an LLM checkpoint: plan for a prompt of S tokens (default 32)")
     p.add_argument("--tokens", type=int_range(1), default=None, metavar="N",
-                   help="a .gguf model: plan for N new tokens (default 96; every stage's KV cache holds S + N "
+                   help="an LLM checkpoint: plan for N new tokens (default 96; every stage's KV cache holds S + N "
                         "positions)")
     p.add_argument("--out", "-o", default=None, metavar="DIR", help="write DIR/plans.json, DIR/pareto.png and DIR/report.html")
     p.add_argument("--json", action="store_true", help="print the plan set as JSON")
@@ -75,16 +76,20 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    if str(args.model).endswith(".gguf"):          # an LLM checkpoint: pipeline decode (cli.cmd_generate)
+    from hetsplit.graph.llm.load import is_checkpoint
+
+    if is_checkpoint(args.model):       # an LLM checkpoint (GGUF, Hugging Face folder): cli.cmd_generate plans it
         from hetsplit.cli.cmd_generate import PLAN_PROMPT, PLAN_TOKENS, GgufLengths, plan_gguf
 
         return plan_gguf(args.model, args.cluster, "ttft" if args.objective == "latency" else "decode", args.json,
                          args.out, GgufLengths(args.streams, args.prompt_tokens or PLAN_PROMPT,
                                                args.tokens or PLAN_TOKENS))
     if args.streams != 1:
-        raise UsageError("--streams: only for a .gguf model (the generations of an LLM decoding at once)")
+        raise UsageError("--streams: only for an LLM checkpoint, a .gguf file or a Hugging Face folder (the "
+                         "generations of an LLM decoding at once)")
     if args.prompt_tokens is not None or args.tokens is not None:
-        raise UsageError("--prompt-tokens and --tokens: only for a .gguf model (an LLM's prompt and new tokens)")
+        raise UsageError("--prompt-tokens and --tokens: only for an LLM checkpoint, a .gguf file or a Hugging Face "
+                         "folder (an LLM's prompt and new tokens)")
     console = wide_console(stderr=args.json)
     constraints = PipelineConstraints(
         first_stage_devices=tuple(args.first_device) if args.first_device else None,

@@ -12,6 +12,13 @@ from hetsplit.graph.llm.tokenizer import Tokenizer, file_tokenizer, gguf_tokeniz
 LlmModel = GgufModel | HfModel
 
 
+def is_checkpoint(path: str | Path) -> bool:
+    """Whether ``path`` names an LLM checkpoint ``read_model`` reads: a .gguf file, or a folder with a
+    config.json (a Hugging Face one)."""
+    p = Path(path)
+    return p.suffix == ".gguf" or (p.is_dir() and (p / "config.json").is_file())
+
+
 def read_model(path: str | Path) -> LlmModel:
     """A GGUF file, or a folder with config.json and safetensors."""
     p = Path(path)
