@@ -100,16 +100,14 @@ SWEEP = [((1, 2), GIGABIT, None), ((1, 2), WIFI, None), ((1, 4), GIGABIT, None),
 
 
 def compare(model: Path, speeds: list[float], link: tuple[str, str], tokens: int, emulate_links: bool,
-            memory: tuple[float, ...] | None = None, drift: dict[int, float] | None = None) -> list[tuple]:
+            memory: tuple[float, ...] | None = None) -> list[tuple]:
     """hetsplit's plan, the best device alone and exo's split, each generated with ``--emulate-devices``
-    on the cluster of ``speeds``: (name, result) per plan run, the plan's own result reused where it is
-    the best device alone. Each run's host drift goes into ``drift`` (by the result's id): this machine's
-    probe (bytes/s) right after the run against the one right before, that emulated it."""
+    on the cluster of ``speeds``: (name, result, drift) per plan run, the plan's own reused where it is
+    the best device alone; ``drift``: this machine's probe (bytes/s) right after the run against the one
+    right before, that emulated it."""
     cluster = unlike(speeds, link[0], link[1], model, tokens, memory)
-    drift = {} if drift is None else drift
     base = GenerateOptions(PROMPT, tokens, verify=True, emulate_links=emulate_links, emulate_devices=True,
                            timeout_s=180)
-
     m = read_model(model)
     shape = (m.config, len(model_tokenizer(m).encode(PROMPT)), tokens)   # the run's probe (``host_probe``)
 
@@ -120,34 +118,33 @@ def compare(model: Path, speeds: list[float], link: tuple[str, str], tokens: int
         before = host_probe(*shape)        # the probe the run was emulated by (cached)
         assert probe_torch_cpu.cache_info().hits == hits + 1, "the run probed another shape"
         probe_torch_cpu.cache_clear()
-        drift[id(result)] = host_probe(*shape).bytes_per_s / before.bytes_per_s - 1
-        return result
+        return result, host_probe(*shape).bytes_per_s / before.bytes_per_s - 1
 
     planned = run(base)
-    runs = [("hetsplit", planned)]
-    single = planned.plan.single
-    if single is not None and single.stages == planned.plan.stages:
-        runs.append(("best alone (= plan)", planned))
+    runs = [("hetsplit", *planned)]
+    single = planned[0].plan.single
+    if single is not None and single.stages == planned[0].plan.stages:
+        runs.append(("best alone (= plan)", *planned))
     elif single is not None:
-        runs.append(("best alone", run(replace(base, plan=tuple(single.stages)))))
+        runs.append(("best alone", *run(replace(base, plan=tuple(single.stages)))))
     for rule in ("memory-proportional", "equal-slices"):
-        runs.append((rule, run(replace(base, rule=rule))))
+        runs.append((rule, *run(replace(base, rule=rule))))
     return runs
 
 
-def print_compare(speeds, link, memory, runs, unsplit: list[int] | None, drift: dict[int, float]) -> None:
+def print_compare(speeds, link, memory, runs, unsplit: list[int] | None) -> None:
     held = f"; memory {', '.join(f'{f:g}' for f in memory)} x the model's bytes" if memory else ""
     print(f"\ndevices {' '.join(f'{s:g}x' for s in speeds)} slower than a worker here; links {link[0]}, {link[1]}{held}")
     print(f"{'plan':22} {'stages':44} {'same':>4} {'ms/tok meas':>11} {'pred':>7} {'meas/pred':>9} "
           f"{'TTFT meas':>9} {'pred':>7} {'tok/s':>6} {'drift':>6}")
-    for name, r in runs:
+    for name, r, drift in runs:
         m, p, d = r.measured, r.plan.predicted, r.measured.dilation
         stages = " | ".join(f"{'+'.join(s.devices)} {s.first}-{s.stop - 1}" for s in r.plan.stages)
         same = (unsplit is None or r.tokens == unsplit) and r.verify["identical_tokens"]
         print(f"{name:22} {stages:44} {'yes' if same else 'NO':>4} {m.s_per_token / d * 1e3:>11.2f} "
               f"{p.s_per_token * 1e3:>7.2f} {m.s_per_token / d / p.s_per_token:>9.2f} {m.ttft_s / d * 1e3:>9.1f} "
-              f"{p.ttft_s * 1e3:>7.1f} {d / m.s_per_token:>6.2f} {drift.get(id(r), float('nan')):>+6.0%}")
-    for name, r in runs:
+              f"{p.ttft_s * 1e3:>7.1f} {d / m.s_per_token:>6.2f} {drift:>+6.0%}")
+    for name, r, _ in runs:
         dev, first = r.measured.device_emulation, r.measured.prefill_emulation
         if dev is not None and name != "best alone (= plan)":
             shares = lambda e: ", ".join(f"{n} {s:.3f}" for n, s in e.shares.items()) if e else "as decode"  # noqa: E731
@@ -157,7 +154,7 @@ def print_compare(speeds, link, memory, runs, unsplit: list[int] | None, drift: 
                                     f"/{r.plan.predicted.compute_s[s.device][1] * 1e3:.1f} ms" for s in r.measured.stages)
                   + "".join(f"; {h} {t[1] / d * 1e3:.2f}/{r.plan.predicted.hops_s[h][1] * 1e3:.2f} ms"
                             for h, t in r.measured.hops_s.items()))
-    tps = {name: r.measured.dilation / r.measured.s_per_token for name, r in runs}
+    tps = {name: r.measured.dilation / r.measured.s_per_token for name, r, _ in runs}
     best = tps.get("best alone", tps.get("best alone (= plan)"))
     others = ", ".join(f"hetsplit / {rule} {tps['hetsplit'] / tps[rule]:.2f}x"
                        for rule in ("memory-proportional", "equal-slices"))
@@ -189,19 +186,18 @@ def main() -> None:
         configs = ([SWEEP[i] for i in args.only] if args.only else SWEEP) if args.sweep else \
             [(tuple(args.speeds or (1, 2)), (args.latency, args.bandwidth), None)]
         done: list = []
-        drift: dict[int, float] = {}
         for speeds, link, memory in configs:
-            runs = compare(model, list(speeds), link, args.tokens, args.sweep or args.emulate_links, memory, drift)
-            print_compare(speeds, link, memory, runs, unsplit, drift)
-            done += [r for name, r in runs if name != "best alone (= plan)"]
-        steady = [r for r in done if abs(drift[id(r)]) <= STEADY]
+            runs = compare(model, list(speeds), link, args.tokens, args.sweep or args.emulate_links, memory)
+            print_compare(speeds, link, memory, runs, unsplit)
+            done += [(r, drift) for name, r, drift in runs if name != "best alone (= plan)"]
+        steady = [(r, drift) for r, drift in done if abs(drift) <= STEADY]
         print(f"\n{len(steady)} of {len(done)} runs on a steady machine (this machine's probe after the run within "
               f"+-{STEADY:.0%} of the one before, that emulated it; 'drift' above)")
         for what, runs_ in (("all runs", done), ("steady runs", steady)):
             for figure, err in (("ms per token", lambda r: r.measured.s_per_token / r.measured.dilation
                                  / r.plan.predicted.s_per_token - 1),
                                 ("TTFT", lambda r: r.measured.ttft_s / r.measured.dilation / r.plan.predicted.ttft_s - 1)):
-                errs = sorted(abs(err(r)) for r in runs_)
+                errs = sorted(abs(err(r)) for r, _ in runs_)
                 if errs:
                     print(f"{what}: {figure}, measured / predicted - 1 over {len(errs)} runs: median |error| "
                           f"{statistics.median(errs):.1%}, worst {errs[-1]:.1%}")
