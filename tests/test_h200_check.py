@@ -1,5 +1,5 @@
-"""bench/h200_check.py's corrections of the H200 host's data: the GPU profiles' whole-run rescaling and the
-segment costs fitted on one run, as stored in bench/data/h200-16c."""
+"""bench/h200_check.py's corrections of the H200 host's data: the GPU profiles' whole-run rescaling, the
+segment costs and the message end fitted on one run, as stored in bench/data/h200-16c."""
 
 from __future__ import annotations
 
@@ -44,10 +44,35 @@ def test_the_stored_gpu_profiles_add_up_to_their_whole_model(model):
 
 def test_the_stored_segment_costs_are_the_fit_on_the_map_opt_run(tmp_path):
     h200 = check_module()
-    fitted = h200.prepare(DATA, tmp_path)
+    fitted = h200.prepare(DATA, tmp_path).segments
     assert set(fitted) == {"local-cpu", "local-gpu"}
     for model in h200.MODELS:
         for kind, t in (("cpu", "local-cpu"), ("gpu", "local-gpu")):
             stored = json.loads((DATA / f"{kind}.{model}.json").read_text())["device_types"][t]["segment"]
             assert stored["call_s"] == pytest.approx(fitted[t].call_s, rel=1e-9)
             assert stored["call_s"] > 0 and h200.FIT.report in stored["source"]
+
+
+def test_the_stored_clusters_charge_the_message_end_fitted_on_the_map_opt_run(tmp_path):
+    from hetsplit.cluster.loader import load_cluster
+
+    h200 = check_module()
+    fitted = h200.prepare(DATA, tmp_path)
+    # the run's figures by hand: per input, 1 / throughput - compute - idle on each worker, over the
+    # ends of the messages between the workers (21 messages, two ends each)
+    run = json.loads((DATA / h200.FIT.report).read_text())["measured"]
+    rest = sum(1 / run["throughput"] - d["compute_s"] - d["idle_s"] for d in run["devices"])
+    assert sum(h["from"] != "driver" and h["to"] != "driver" for h in run["hops"]) == 21
+    assert fitted.message_end_s == pytest.approx(rest / 42, rel=1e-9)
+    assert 50e-6 < fitted.message_end_s < 150e-6
+    for model in h200.MODELS:
+        cluster = load_cluster(DATA / f"cluster.{model}.yaml")
+        assert cluster.links.end_s == pytest.approx([round(fitted.message_end_s * 1e6, 1) * 1e-6] * 2)
+        assert "message end" in cluster.description and "bench/h200_check.py" in cluster.description
+
+
+def test_the_message_end_refuses_a_run_with_no_messages_between_workers(tmp_path):
+    h200 = check_module()
+    alone = h200.read_run(DATA / "run.resnet50.gpu0.json")
+    with pytest.raises(SystemExit, match="no message ends between workers"):
+        h200.fit_message_end(alone)

@@ -61,7 +61,8 @@ _RANKING_MOBILEBERT = ("bench/plan_ranking.py --runs 2 --cached --models mobileb
 _CLOSED_LOCAL = "closed (the plan table's), cuts charged (the runtime calibration's segment cost for local-cpu)"
 _HERE = "here (this machine's processes; each segment's call charged)"
 _CLOSED = ("closed (the plan table's), cuts charged: the segment call fitted on the ResNet-50 map-opt run's device "
-           "compute, the GPU profiles rescaled to their whole-model pass (bench/h200_check.py)")
+           "compute and each message end on its time neither computing nor waiting, the GPU profiles rescaled to "
+           "their whole-model pass (bench/h200_check.py)")
 
 MEASURED: dict[str, tuple[MeasuredRun, ...]] = {
     PIPELINE: (
@@ -75,7 +76,7 @@ MEASURED: dict[str, tuple[MeasuredRun, ...]] = {
     ),
     MAPPING: (
         MeasuredRun("ResNet-50 map-opt, cpu0[18] + gpu0[54], 10 segments each, H200 host", _CLOSED,
-                    126.9 / 179.97, 26.32 / 13.928, _H200_BENCH),
+                    126.9 / 132.65, 26.32 / 17.669, _H200_BENCH),
         MeasuredRun("ResNet-50 map-opt on local, 17 segments per device", _HERE, 0.95, 0.98, _LOCAL_BENCH),
         MeasuredRun("ResNet-50 map-opt on local (cuts charged: 2-3 segments per device)", _CLOSED_LOCAL, 0.83, 0.97,
                     _RANKING_BENCH),
@@ -85,7 +86,7 @@ MEASURED: dict[str, tuple[MeasuredRun, ...]] = {
     ),
     TENSOR_PARALLEL: (
         MeasuredRun("MobileBERT tensor-parallel, cpu0 + one shard on gpu0, ~120 segments each, H200 host", _CLOSED,
-                    4.819 / 7.593, 336.4 / 131.70, _H200_BENCH),
+                    4.819 / 5.566, 336.4 / 179.65, _H200_BENCH),
         MeasuredRun("MobileBERT tensor-parallel on local, ~120 segments per device", _HERE, 0.90, 1.15, _LOCAL_BENCH),
         MeasuredRun("MobileBERT tensor-parallel on local (run input by input, as charged)", _CLOSED_LOCAL, 1.03, 1.04,
                     _RANKING_MOBILEBERT),
