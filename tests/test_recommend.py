@@ -56,8 +56,8 @@ def test_the_measured_errors_name_their_runs_and_match_the_recorded_figures():
         for metric in ("throughput", "latency"):     # a kind errs by its worst run
             assert kind_error(kind, metric).error == max(m.error(metric) for m in MEASURED[kind])
             assert kind_error(kind, metric).error >= entry.error(metric)
-    assert kind_error(PIPELINE, "throughput").error == pytest.approx(1 / 0.64 - 1)   # YOLOv8n's x0.64
-    assert kind_error(MAPPING, "throughput").error == pytest.approx(1 / 0.63 - 1)    # MobileBERT map-opt's x0.63
+    assert kind_error(PIPELINE, "throughput").error == pytest.approx(1 / 0.83 - 1)   # MobileBERT's pipeline x0.83
+    assert kind_error(MAPPING, "throughput").error == pytest.approx(1 / 0.85 - 1)    # ResNet-50 map-opt's x0.85
     assert kind_error(PIPELINE, "energy") == kind_error(PIPELINE, "throughput")     # energy errs as busy time
     for runs_of_kind in MEASURED.values():
         assert all(r.source and r.estimate and r.throughput_ratio > 0 and r.latency_ratio > 0 for r in runs_of_kind)
@@ -131,10 +131,11 @@ def test_a_plan_search_recommends_by_the_rule_and_the_table_shows_the_best_singl
     print_plans(found.plans, "toy", console, found.front, rec)
     text = console.export_text()
     assert "best single device (single d0)" in text and "vs best single" in text
-    assert "+5% (err 56% pipeline)" in text
+    err = kind_error(PIPELINE, "throughput").error
+    assert err > 0.05 and f"+5% (err {err:.0%} pipeline)" in text
     assert "recommended (throughput): d0 alone is recommended: the best split, plan #0 (pipeline), is predicted +5%" \
         in text
-    assert "measured error of the estimate, pipeline: 56%" in text and "bench/plan_ranking.py" in text
+    assert f"measured error of the estimate, pipeline: {err:.0%}" in text and "bench/plan_ranking.py" in text
     page = plans_html(found.plans, "toy", ReportDetails({"name": "c", "devices": [], "links": []},
                                                          recommendation=rec))
     assert "best single device (single d0)" in page and "class='recommended'" in page and "d0 alone is recommended" in page
