@@ -17,6 +17,7 @@ from hetsplit.errors import RuntimeFailure
 from hetsplit.runtime import rendezvous
 from hetsplit.runtime.config import RunConfig
 from hetsplit.runtime.cpu_throttle import join_group
+from hetsplit.runtime.hosts import RUN_ID
 from hetsplit.runtime.launch import processes_of
 from hetsplit.runtime.manifest import load_manifest
 from hetsplit.runtime.peer_config import FORMAT, PeerConfigError, published, steps_per_input, worker_config
@@ -56,7 +57,8 @@ class FakeDriver:
         return published(cfg, self.manifest, [self.rank])
 
     def publish(self, manifest: dict | None = None, config: dict | None = None, remote=None,
-                files: dict[str, bytes] | None = None, key: StoreKey | None = None, program: bytes = b"mapping") -> None:
+                files: dict[str, bytes] | None = None, key: StoreKey | None = None, program: bytes = b"mapping",
+                run_id: bytes = b"run-1") -> None:
         key = key or self.key
         doc = manifest or json.loads((self.dir / "manifest.json").read_text())
         put(self.store, key, "manifest", json.dumps(doc).encode())
@@ -70,6 +72,7 @@ class FakeDriver:
             put(self.store, key, f"file/{name}", data)
         put(self.store, key, "config", json.dumps(self.honest_config() if config is None else config).encode())
         set_sealed(self.store, key, "program", program)
+        set_sealed(self.store, key, RUN_ID, run_id)
         set_sealed(self.store, key, "remote", json.dumps({DEVICE: self.rank} if remote is None else remote).encode())
 
     def claims(self) -> int:

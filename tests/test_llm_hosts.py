@@ -23,7 +23,7 @@ from hetsplit.estimate.llm import Stage
 from hetsplit.graph.llm.gguf_file import read_gguf
 from hetsplit.runtime import rendezvous
 from hetsplit.runtime.config import RunConfig
-from hetsplit.runtime.hosts import HostMap
+from hetsplit.runtime.hosts import RUN_ID, HostMap
 from hetsplit.runtime.llm_hosts import check_job_model, file_entries, hosted_generation, peer_job
 from hetsplit.runtime.llm_pipeline import STEP_FIELDS, PipelineJob, check_stage_doc
 from hetsplit.runtime.peer_config import PeerConfigError, published
@@ -81,6 +81,53 @@ def test_a_tensor_parallel_stage_whose_members_join_from_other_hosts_gives_the_u
     assert hops["cpu0->cpu1+cpu2"][1] > 0 and hops["cpu1->cpu0"][1] > 0 and hops["cpu1+cpu2 syncs"][1] > 0
 
 
+def test_with_recover_a_run_across_hosts_goes_on_with_the_workers_that_stay(three, tmp_path):
+    """cpu1 joins from another host with ``--stay``; cpu2, here, dies after its second step. The run re-plans
+    over cpu0 and cpu1 (cpu0 cannot hold the model alone), cpu1's worker joins the run that goes on at the
+    same address and token (nobody starts it again), and every token is the unsplit model's. Once the
+    driver is gone the worker says so and ends (exit 0)."""
+    from hetsplit.cluster.loader import cluster_from_dict
+
+    size = read_gguf(three).stored_bytes()        # ~127 kB: cpu0 holds its first stage (~53 kB), not all (~135 kB)
+    cluster = cluster_from_dict({"format": "hetsplit.cluster/1", "name": "hosts", "devices": [
+        {"name": n, "kind": "cpu", "type": "local-cpu", "memory": f"{mem}B",
+         "params": {"peak_macs": "4e10/s", "mem_bandwidth": "20GB/s", "power_active": "10W"}}
+        for n, mem in (("cpu0", int(size * 0.7)), ("cpu1", 1 << 30), ("cpu2", 1 << 30))],
+        "links": {"default": {"name": "loopback", "bandwidth": "1GB/s", "latency": "150us"}}})
+    told: list[list[str]] = []
+    workers: list[subprocess.Popen] = []
+    log = tmp_path / "cpu1.log"
+
+    def announce(commands) -> None:
+        told.append([c.device for c in commands])
+        if len(told) > 1:
+            return                          # the worker of the first run stays for this one
+        (c,) = commands
+        assert c.device == "cpu1" and c.argv[-1] == "--stay"
+        env = {**os.environ, "HETSPLIT_TOKEN": c.token}
+        argv = [HETSPLIT, *c.argv[1:], "--run-dir", str(tmp_path / "cpu1"), "--timeout", "8"]
+        workers.append(subprocess.Popen(argv, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT))
+
+    try:
+        r = generate(three, cluster, GenerateOptions(
+            "the cat sat on", tokens=6, verify=True, timeout_s=30, recover=True, probe=False,
+            plan=(Stage("cpu0", 0, 1), Stage("cpu1", 1, 2), Stage("cpu2", 2, 3)), hosts="cpu1=127.0.0.1",
+            faults={"2": {"kind": "die", "after": 2}}), announce=announce)
+        code = workers[0].wait(60)
+    finally:
+        for w in workers:
+            w.kill()
+    said = log.read_text()
+    assert code == 0, said[-3000:]
+    assert r.recovery is not None and r.recovery.device == "cpu2" and 1 <= r.recovery.tokens_before < 6
+    assert "cpu1" in [d for s in r.plan.stages for d in s.devices] and "cpu2" not in r.plan.stages[0].devices
+    assert told == [["cpu1"], ["cpu1"]]
+    assert r.verify["ok"] and r.verify["identical_tokens"] and r.verify["max_abs_logit_diff"] <= 1e-4
+    assert len(r.tokens) == 6
+    assert said.count("finished; the driver reports") == 1 and "the run ended: device cpu1: lost the connection" in said
+    assert "no new run from the driver" in said and "stopped, 1 run(s) finished here" in said
+
+
 WHY = available()
 
 
@@ -108,7 +155,6 @@ def test_generate_across_namespace_hosts_streams_the_unsplit_models_tokens(three
 
 def test_what_does_not_combine_with_hosts_is_refused_naming_the_flag(three):
     for opts, said in ((GenerateOptions("x", emulate_links=True, hosts="b=10.0.0.2"), "--emulate-links"),
-                       (GenerateOptions("x", recover=True, hosts="b=10.0.0.2"), "--recover"),
                        (GenerateOptions("x", ssh=True), "--ssh"),
                        (GenerateOptions("x", hosts="b"), "DEVICE=HOST")):
         with pytest.raises(UsageError, match=said):
@@ -136,7 +182,8 @@ class FakeGenerationDriver:
     def honest_job(self) -> dict:
         return dataclasses.asdict(self.job)
 
-    def publish(self, job: dict | None = None, names: list | None = None, program: bytes = b"generation") -> None:
+    def publish(self, job: dict | None = None, names: list | None = None, program: bytes = b"generation",
+                run_id: bytes = b"run-1") -> None:
         """``names``: the checkpoint's files as the driver lists them (a string: the tiny GGUF's size and digest
         under that name; anything else as it is)."""
         names = [self.gguf.name] if names is None else names
@@ -150,6 +197,7 @@ class FakeGenerationDriver:
         cfg = RunConfig("job.json", inputs=4, timeout_s=10, startup_timeout_s=10)
         put(self.store, self.key, "config", json.dumps(published(cfg, self.job, [1])).encode())
         set_sealed(self.store, self.key, "program", program)
+        set_sealed(self.store, self.key, RUN_ID, run_id)
         set_sealed(self.store, self.key, "remote", json.dumps({"b": 1}).encode())
 
     def claims(self) -> int:
@@ -216,6 +264,12 @@ def test_a_list_of_checkpoint_files_without_sizes_and_digests_is_refused(driver,
 def test_a_program_the_worker_does_not_know_is_refused(driver, tmp_path, capsys):
     driver.publish(program=b"shell")
     assert "does not know" in attacked(driver, tmp_path, capsys)
+
+
+def test_a_run_id_over_its_bound_is_refused(driver, tmp_path, capsys):
+    driver.publish(run_id=b"r" * 65)
+    err = attacked(driver, tmp_path, capsys)
+    assert "'run-id'" in err and "over the 64 accepted; refused" in err
 
 
 def test_an_honest_job_round_trips_and_its_kv_caches_must_fit_the_hosts_memory(driver, tmp_path, monkeypatch):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from hetsplit.cluster.loader import cluster_from_dict
-from hetsplit.errors import InfeasibleError
+from hetsplit.errors import InfeasibleError, UsageError
 from hetsplit.estimate.llm import DECODE, PREFILL, LlmCostOptions, Stage, llm_costs, predict_pipeline
 from hetsplit.graph.llm.gguf_file import read_gguf
 from hetsplit.search.llm_pipeline import best_single, every_pipeline, plan_pipeline, stage_value
@@ -85,6 +85,38 @@ def test_the_planner_is_exact_against_brute_force(tiny, seed):
         assert stage_value(costs, got.stages, phase) == pytest.approx(got.value, rel=1e-12)
         pred = predict_pipeline(costs, got.stages)
         assert pred.fits and (pred.s_per_token if phase == DECODE else pred.ttft_s) == pytest.approx(got.value)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_with_the_first_stage_on_given_devices_the_planners_stay_exact_against_brute_force(tiny, seed):
+    """A run across hosts streams its tokens from the driver's host, so a plan that goes on after a lost
+    device must start there (``leaders``): both planners find the best plan brute force finds among those
+    whose first stage one of them leads."""
+    from hetsplit.search.llm_pipeline import plan_streams, streams_value
+
+    rng = np.random.default_rng(200 + seed)
+    n = int(rng.integers(2, 5))
+    whole = tiny.stored_bytes()
+    c = cluster(list(rng.uniform(0.2, 4.0, n)), [f"{int(whole * rng.uniform(0.5, 1.5))}B" for _ in range(n)],
+                ["0.05ms", "2ms", "20ms"][seed % 3])
+    costs = llm_costs(tiny.config, tiny.tensors, c, LlmCostOptions(12, 8, streams=int(rng.choice([1, 4]))))
+    plans = list(every_pipeline(costs))
+    for value, solve in ((lambda st: stage_value(costs, st, DECODE), lambda lead: plan_pipeline(costs, leaders=lead)),
+                         (lambda st: streams_value(costs, st), lambda lead: plan_streams(costs, leaders=lead))):
+        if not plans:
+            continue
+        free = min(plans, key=value)        # the best plan's leader may not lead: the constraint binds
+        leaders = [d for d in costs.devices if d != free[0].device]
+        want = min((value(st) for st in plans if st[0].device in leaders), default=np.inf)
+        if not np.isfinite(want):
+            with pytest.raises(InfeasibleError):
+                solve(leaders)
+            continue
+        got = solve(leaders)
+        assert got.stages[0].device in leaders
+        assert value(got.stages) == pytest.approx(want, rel=1e-12) and want >= value(free)
+    with pytest.raises(UsageError, match="not devices of the cluster"):
+        plan_pipeline(costs, leaders=["nowhere"])
 
 
 def test_a_fast_device_alone_wins_over_a_slow_link_and_a_split_wins_when_memory_forces_it(tiny):

@@ -14,7 +14,8 @@ def register(sub) -> None:
                                       "`hetsplit generate --hosts` prints)",
                     [                     "hetsplit worker --join 10.0.0.1:29500 --token-file run.token --device cpu1,cpu2 --run-dir logs/",
                      "HETSPLIT_TOKEN=3f2a... hetsplit worker --join 10.0.0.1:29500 --device gpu0",
-                     "HETSPLIT_TOKEN=3f2a... hetsplit worker --join 10.0.0.1:29500 --device desktop --model model.gguf"])
+                     "HETSPLIT_TOKEN=3f2a... hetsplit worker --join 10.0.0.1:29500 --device desktop --model model.gguf",
+                     "HETSPLIT_TOKEN=3f2a... hetsplit worker --join 10.0.0.1:29500 --device board --stay"])
     p.add_argument("--join", required=True, metavar="HOST:PORT", help="the driver's rendezvous (printed by the run)")
     p.add_argument("--token", default=None,
                    help="the run's token (printed by the run); another run refuses it. It shows in the process "
@@ -26,6 +27,9 @@ def register(sub) -> None:
     p.add_argument("--addr", default="", metavar="ADDR",
                    help="this host's address for the other hosts (default: the one on the route to the driver)")
     p.add_argument("--run-dir", default=None, metavar="DIR", help="keep the sub-models and logs here")
+    p.add_argument("--stay", action="store_true",
+                   help="after the run, join the driver's next run at the same address and token (a generation "
+                        "with --recover goes on in a new run without a lost device), until the driver is gone")
     p.add_argument("--model", default=None, metavar="PATH",
                    help="a generation's checkpoint (GGUF file or Hugging Face folder) on this host, used instead of "
                         "fetching it from the driver when its files are the driver's (names, sizes, SHA-256)")
@@ -107,16 +111,14 @@ def run(args) -> int:
     # a silent or foreign peer ends here, within --timeout, before torch is loaded (seconds on a small board)
     probe(host, port, args.timeout, f"worker of {', '.join(devices)}", hashlib.sha256(token.encode()).hexdigest())
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")   # before torch loads: no c10d logs with C++ frames
-    from hetsplit.runtime.join import JoinOptions, join_run
+    from hetsplit.runtime.join import JoinOptions, serve_runs
     from hetsplit.runtime.rendezvous import Watchdog
 
     opts = JoinOptions(host, port, token, devices, timeout_s=args.timeout, addr=args.addr, run_dir=run_dir,
-                       model=_own_model(args.model))
+                       model=_own_model(args.model), stay=args.stay)
     # torch's own waits end at --timeout; the watchdog, for a call that never returns, 5% later (checked
     # every 2.5%): every wait on the driver ends within --timeout plus 10%
     dog = Watchdog(opts.timeout_s * 1.05, lambda: _stalled(opts, dog))
     with dog:
-        docs = join_run(opts, dog)
-    devices_done = ", ".join(d.get("device", "?") for d in docs.values())
-    print(f"worker: {devices_done} finished; the driver reports the measurements")
+        serve_runs(opts, dog, lambda line: print(line, flush=True))
     return 0

@@ -21,9 +21,12 @@ from the driver only the checked settings of ``runtime.peer_config``; sub-model 
 names (``manifest.check_submodel_name``) written as new files of its own in its run folder. A worker
 that fails before it computes gives back its devices' claims and leaves its error for the driver.
 
-Lifetimes: a worker ends when its driver ends (the driver posts an abort, or the store goes away:
-the launcher serving it ended or its host died); the driver ends the run, naming the device, when a
-worker reports a failure, stops beating (its host died) or never joins within the startup timeout.
+Lifetimes: a worker's run ends when its driver's does (the driver posts an abort, or the store goes
+away: the launcher serving it ended or its host died); the driver ends the run, naming the device, when a
+worker reports a failure, stops beating (its host died) or never joins within the startup timeout. A
+worker started with ``--stay`` then joins the driver's next run at the same address and token (a
+generation that goes on without a lost device, ``hetsplit generate --recover``), each run once (its
+``RUN_ID``), until the driver is gone.
 Per-hop transfer times compare timestamps taken on two hosts: they need the hosts' clocks in sync
 (NTP); throughput and latency are the driver's own.
 """
@@ -52,6 +55,7 @@ if TYPE_CHECKING:
 
 BEAT_S = 0.25            # how often a worker says it is alive (and checks the driver is)
 WANT = "want-files"       # a worker asks for the handout's files (published on request)
+RUN_ID = "run-id"         # each run's own random id: a worker that stays (``--stay``) serves a run once
 LOST_AFTER_S = 5.0       # a worker silent this long is taken for dead (at most the run's --timeout)
 REPORT_BYTES = 100 << 20          # a worker's report (its measurements) is at most this ...
 REPORT_BYTES_PER_STEP = 128       # ... or its timestamps, a few JSON numbers per input, segment and message end
@@ -118,8 +122,10 @@ class WorkerCommand:
         return f"IFS= read -r {TOKEN_ENV} && export {TOKEN_ENV} && exec {self.text()}"
 
 
-def worker_argv(addr: str, port: int, device: str, timeout_s: float) -> list[str]:
-    return ["hetsplit", "worker", "--join", f"{addr}:{port}", "--device", device, "--timeout", f"{timeout_s:g}"]
+def worker_argv(addr: str, port: int, device: str, timeout_s: float, stay: bool = False) -> list[str]:
+    """The worker command of ``device`` (``stay``: it serves the driver's next runs too, ``--stay``)."""
+    return ["hetsplit", "worker", "--join", f"{addr}:{port}", "--device", device, "--timeout", f"{timeout_s:g}",
+            *(["--stay"] if stay else [])]
 
 
 @dataclass
@@ -151,8 +157,9 @@ class Hosted:
     what each worker needs (``handout``), follows the workers' beats and collects their reports and results."""
 
     def __init__(self, job: Launchable, hostmap: HostMap, handout: Handout,
-                 announce: Callable[[list[WorkerCommand]], None] | None = None):
+                 announce: Callable[[list[WorkerCommand]], None] | None = None, stay: bool = False):
         self.job, self.hostmap, self.handout, self.announce = job, hostmap, handout, announce
+        self.stay = stay            # the workers are told to serve this driver's next runs too (``--recover``)
         self.remote = hostmap.remote_ranks(job)
         self.reports: dict[int, dict] = {}
         self.results: dict[int, dict[str, bytes]] = {}
@@ -178,6 +185,7 @@ class Hosted:
         doc = published(cfg, self.job, sorted(self.remote))
         put(store, self.key, "config", json.dumps(doc).encode())
         set_sealed(store, self.key, "program", self.handout.program.encode())
+        set_sealed(store, self.key, RUN_ID, rendezvous.new_token().encode())   # a worker that stays serves each once
         set_sealed(store, self.key, "remote",
                    json.dumps({self.job.worker(r).device: r for r in self.remote}).encode())
         self.t_open = time.time()
@@ -185,7 +193,7 @@ class Hosted:
         self.t_tick = 0.0
         self.commands = {r: WorkerCommand(self.job.worker(r).device, host,
                                           worker_argv(addr, cfg.master_port, self.job.worker(r).device,
-                                                      cfg.timeout_s), cfg.token)
+                                                      cfg.timeout_s, self.stay), cfg.token)
                          for r, host in self.remote.items()}
         if self.announce is not None:
             self.announce(list(self.commands.values()))

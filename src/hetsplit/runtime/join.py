@@ -28,13 +28,21 @@ from hetsplit.errors import HetsplitError, RuntimeFailure, UsageError
 from hetsplit.jsonfile import MAX_INPUT_ENV, ONNX_MAX_BYTES, max_input_bytes
 from hetsplit.runtime import rendezvous
 from hetsplit.runtime.config import RunConfig
-from hetsplit.runtime.hosts import BEAT_S, local_addr
+from hetsplit.runtime.hosts import BEAT_S, RUN_ID, local_addr
 from hetsplit.runtime.launch import Launchable, Launcher
 from hetsplit.runtime.manifest import MANIFEST_FILE, Manifest, load_manifest
 from hetsplit.runtime.peer_config import remote_ranks, steps_per_input, worker_config
 from hetsplit.runtime.scratch import worker_scratch
 from hetsplit.runtime.store_auth import StoreKey, declared, fetch, get_sealed, put, set_sealed
 from hetsplit.storeprobe import check_timeout
+
+
+class DriverGone(RuntimeFailure):
+    """The driver's rendezvous cannot be joined: nothing answers there, or it serves another run now."""
+
+
+class AlreadyServed(rendezvous.Refused):
+    """The run at the rendezvous is one this worker has served, or passed over, already (``--stay``)."""
 
 
 class DriverWatch:
@@ -106,6 +114,7 @@ class JoinOptions:
     addr: str = ""                 # this host's address for the other hosts (default: the route to the driver)
     run_dir: Path | None = None    # keep the sub-models and logs here (default: a temporary directory)
     model: Path | None = None      # a generation's checkpoint, this host's copy (checked against the driver's)
+    stay: bool = False             # serve the driver's next runs too, until it is gone (``serve_runs``)
 
     def __post_init__(self) -> None:
         if not self.token or not self.devices or not 1 <= self.port <= 65535:
@@ -207,12 +216,49 @@ def fetch_all(store, key: StoreKey, names: dict[str, str], folder: Path, cap: in
         _write_fetched(store, key, name, folder, file, cap, who)
 
 
-def join_run(opts: JoinOptions, dog: rendezvous.Watchdog | None = None) -> dict[int, dict]:
+def serve_runs(opts: JoinOptions, dog: rendezvous.Watchdog | None = None,
+               said: Callable[[str], None] = lambda _: None) -> int:
+    """Serve ``opts.devices`` in the runs of the driver at ``opts.host:opts.port``, each once, until it is
+    gone (nothing answers there within ``opts.timeout_s``, or another run's token does); how many runs this
+    worker computed in. A run that fails, or does not place these devices, is told to ``said`` and the
+    worker waits for the next. Without ``opts.stay``, the first run only, its failure raised."""
+    served: set[str] = set()
+    runs = 0
+    devices = ", ".join(opts.devices)
+    while True:
+        try:
+            docs = join_run(opts, dog, served)
+            runs += 1
+            said(f"worker: {', '.join(d.get('device', '?') for d in docs.values())} finished; the driver reports "
+                 "the measurements")
+        except AlreadyServed:
+            time.sleep(4 * BEAT_S)        # the run served last is still on: wait for the driver's next
+            continue
+        except DriverGone as exc:
+            if not opts.stay or not served:
+                raise
+            said(f"worker: {devices}: no new run from the driver ({exc}); stopped, {runs} run(s) finished here")
+            return runs
+        except HetsplitError as exc:
+            if not opts.stay:
+                raise
+            said(f"worker: {devices}: the run ended: {exc}; waiting for the driver's next run (--stay)")
+        if not opts.stay:
+            return runs
+
+
+def join_run(opts: JoinOptions, dog: rendezvous.Watchdog | None = None,
+             served: set[str] | None = None) -> dict[int, dict]:
     """Serve ``opts.devices`` in the run at ``opts.host:opts.port`` until it ends; their reports. With ``dog``,
-    every store call is timed by it (a driver that stops answering mid-call ends the process)."""
+    every store call is timed by it (a driver that stops answering mid-call ends the process). ``served``:
+    the ids of the runs this worker took already (``AlreadyServed`` for one of them); the new one's is added.
+    ``DriverGone`` when the rendezvous cannot be joined."""
     where = f"{opts.host}:{opts.port}"
     who = f"worker of {', '.join(opts.devices)}"
-    base = rendezvous.join(opts.host, opts.port, opts.token, opts.timeout_s, who, dog)
+    try:
+        base = rendezvous.join(opts.host, opts.port, opts.token, opts.timeout_s, who, dog)
+    except RuntimeFailure as exc:
+        raise DriverGone(str(exc)) from None
     store: rendezvous.KeyValueStore = rendezvous.scoped(base, opts.token)
     if dog is not None:
         store = dog.watched(store)
@@ -224,7 +270,9 @@ def join_run(opts: JoinOptions, dog: rendezvous.Watchdog | None = None) -> dict[
         split = run_dir / "split"
         claimed: list[str] = []
         try:
-            program, job, ranks, cfg = _take_run(store, key, opts, run_dir, split, who, where, claimed)
+            program, job, ranks, cfg = _take_run(store, key, opts, run_dir, split, who, where, claimed, served)
+        except AlreadyServed:
+            raise
         except BaseException as exc:       # a failure before computing: free the claims, tell the driver
             _give_up(store, key, opts.devices, claimed, exc)
             raise
@@ -236,10 +284,16 @@ def join_run(opts: JoinOptions, dog: rendezvous.Watchdog | None = None) -> dict[
 
 
 def _take_run(store, key: StoreKey, opts: JoinOptions, run_dir: Path, split: Path, who: str, where: str,
-              claimed: list[str]) -> tuple[Program, Launchable, dict[int, str], RunConfig]:
-    """Fetch and check what the driver hands out, claim the devices and write the files their ranks read."""
+              claimed: list[str], served: set[str] | None = None) -> tuple[Program, Launchable, dict[int, str], RunConfig]:
+    """Fetch and check what the driver hands out, claim the devices and write the files their ranks read
+    (a run whose id is in ``served``: ``AlreadyServed``, nothing claimed)."""
     try:
         store.wait(["remote"], rendezvous._td(opts.timeout_s))
+        run_id = get_sealed(store, key, RUN_ID, who, cap=64).decode(errors="replace")
+        if served is not None:
+            if run_id in served:
+                raise AlreadyServed(f"{who}: the run at {where} was served already")
+            served.add(run_id)
         program = program_named(get_sealed(store, key, "program", who, cap=64).decode(errors="replace"), opts, who)
         remote_doc = json.loads(get_sealed(store, key, "remote", who, cap=1 << 20))
         split.mkdir(parents=True, exist_ok=True)

@@ -97,8 +97,9 @@ def last_ranks(job: PipelineJob) -> list[int]:
 
 
 def hosted_generation(job: PipelineJob, hosts: HostMap, vocab: int,
-                      announce: Callable[[list[WorkerCommand]], None] | None) -> Hosted:
-    """The driver's side of ``job`` with the devices of ``hosts`` on other hosts (rank 0 stays here)."""
+                      announce: Callable[[list[WorkerCommand]], None] | None, stay: bool = False) -> Hosted:
+    """The driver's side of ``job`` with the devices of ``hosts`` on other hosts (rank 0 stays here);
+    ``stay``: the workers are told to serve the driver's next runs too."""
     hosts.check(job)
     remote = sorted(hosts.remote_ranks(job))
     if 0 in remote:
@@ -111,7 +112,7 @@ def hosted_generation(job: PipelineJob, hosts: HostMap, vocab: int,
                for r in last_ranks(job) if r in remote and job.keep_logits}
     handout = Handout("generation", documents, {f"model/{n}": p for n, p in files.items()},
                       {r: job.streams for r in remote}, results, on_request=True)
-    return Hosted(job, hosts, handout, announce)
+    return Hosted(job, hosts, handout, announce, stay)
 
 
 def logits_of(hosted: Hosted, job: PipelineJob, rank: int, vocab: int) -> np.ndarray:

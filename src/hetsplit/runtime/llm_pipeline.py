@@ -230,6 +230,8 @@ class PipelineOptions:
     hosts: HostMap | None = None       # devices on other hosts (``runtime.llm_hosts``): their workers join
     port: int = 0                      # with ``hosts``: the rendezvous port (0: a free one)
     announce: Callable[[list[WorkerCommand]], None] | None = None   # told each other host's worker command
+    token: str | None = None           # the run's token (None: a new one); runs of one token share their workers
+    stay: bool = False                 # with ``hosts``: the workers are told to serve the next runs too (--stay)
 
 
 @dataclass
@@ -371,6 +373,8 @@ def _run(job: PipelineJob, opts: PipelineOptions, run_dir: Path) -> tuple[
         cfg = RunConfig(str(job.save(run_dir / JOB_FILE)), inputs=len(job.steps()), timeout_s=opts.timeout_s,
                         startup_timeout_s=opts.startup_timeout_s, faults=dict(opts.faults), master_port=opts.port,
                         kinds=dict(opts.kinds), cpu_only=opts.cpu_only)
+        if opts.token is not None:
+            cfg.token = opts.token
         cfg.cgroups, cfg.first_cgroups = cgroups, first_cgroups
         emu = None
         if opts.links is not None:
@@ -392,7 +396,7 @@ def _run(job: PipelineJob, opts: PipelineOptions, run_dir: Path) -> tuple[
                 raise UsageError("--emulate-links and --emulate-devices shape this machine's own processes; they do "
                                  "not combine with --hosts")
             vocab = read_model(job.model).config.vocab
-            hosted = hosted_generation(job, opts.hosts, vocab, opts.announce)
+            hosted = hosted_generation(job, opts.hosts, vocab, opts.announce, opts.stay)
             local = [r for r in range(job.world_size) if r not in hosted.remote]
             peers = PeerSet(tokens, hosted)
         launcher = Launcher(job, cfg, run_dir, ranks=local, wrap=wrap, peers=peers)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import secrets
+import socket
 import threading
 import time
 from pathlib import Path
@@ -25,7 +26,8 @@ import torch.distributed as dist
 from hetsplit.errors import RuntimeFailure, UsageError
 from hetsplit.storeprobe import TOKEN_KEY, Refused, probe
 
-__all__ = ["TOKEN_KEY", "Refused", "Watchdog", "check_port", "digest", "join", "new_token", "scoped", "serve"]
+__all__ = ["TOKEN_KEY", "Refused", "Watchdog", "check_port", "digest", "free_port", "join", "new_token", "scoped",
+           "serve"]
 
 
 def new_token() -> str:
@@ -35,6 +37,13 @@ def new_token() -> str:
 
 def digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
+
+
+def free_port() -> int:
+    """A TCP port free on this host now (for a driver whose runs must all serve one port: ``--recover``)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return int(s.getsockname()[1])
 
 
 def check_port(port: int, flag: str = "--port") -> None:

@@ -25,7 +25,7 @@ devices only.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -160,31 +160,35 @@ def candidate_groups(costs: LlmCosts, allowed: list[int], phase: int, tensor_par
 
 
 def plan_pipeline(costs: LlmCosts, objective: str = "decode", devices: list[str] | None = None,
-                  tensor_parallel: bool = False) -> PipelineChoice:
+                  tensor_parallel: bool = False, leaders: Collection[str] | None = None) -> PipelineChoice:
     """The optimal plan over ``devices`` (default: all of the cluster's): pipelines of single devices, and
-    with ``tensor_parallel`` tensor-parallel stages too; InfeasibleError when none fits."""
+    with ``tensor_parallel`` tensor-parallel stages too; ``leaders``: the devices that may lead the first
+    stage (default: any; the driver's host's, for a run across hosts); InfeasibleError when none fits."""
     phase = _phase(objective)
     allowed = _allowed(costs, devices)
     groups = candidate_groups(costs, allowed, phase, tensor_parallel)
     table, blocks, heads = _tables(costs, phase, groups)
     hop, back = _hops(costs, phase, groups)
-    value, stages = _best_pipeline(costs, groups, table, blocks, heads, hop, back)
+    value, stages = _best_pipeline(costs, groups, table, blocks, heads, hop, back, _may_lead(costs, groups, leaders))
     if not stages:
         raise _infeasible(costs, allowed)
     return PipelineChoice(stages, value)
 
 
-def plan_streams(costs: LlmCosts, devices: list[str] | None = None, tensor_parallel: bool = False) -> PipelineChoice:
+def plan_streams(costs: LlmCosts, devices: list[str] | None = None, tensor_parallel: bool = False,
+                 leaders: Collection[str] | None = None) -> PipelineChoice:
     """The pipeline that decodes ``costs.options.streams`` generations at once fastest: least seconds per
     token over all of them (``estimate.llm.streams_period``: the longer of one stream's cycle / streams
     and the busiest stage or hop). Exact: for a cap on every stage and hop, the least cycle is the DP's
     (stations over the cap left out); that least cycle falls as the cap rises, so a binary search over
     the caps (the stage and hop times themselves) finds where cycle / streams meets the cap, and the
     optimum is the plan there or at the cap below (a dozen DPs). With ``tensor_parallel``, over the same
-    groups as ``plan_pipeline`` (a tensor-parallel stage is one station, its syncs in it)."""
+    groups as ``plan_pipeline`` (a tensor-parallel stage is one station, its syncs in it); ``leaders`` as
+    there."""
     allowed = _allowed(costs, devices)
     streams = costs.options.streams
     groups = candidate_groups(costs, allowed, DECODE, tensor_parallel)
+    lead = _may_lead(costs, groups, leaders)
     table, blocks, heads = _tables(costs, DECODE, groups)
     hop, back = _hops(costs, DECODE, groups)
     off = ~np.eye(len(hop), dtype=bool)
@@ -193,7 +197,7 @@ def plan_streams(costs: LlmCosts, devices: list[str] | None = None, tensor_paral
     def under(cap: float) -> tuple[float, list[Stage]]:
         """The least cycle with every stage and hop at most ``cap``, and its plan."""
         return _best_pipeline(costs, groups, np.where(table <= cap, table, np.inf), blocks, heads,
-                              np.where(hop <= cap, hop, np.inf), np.where(back <= cap, back, np.inf))
+                              np.where(hop <= cap, hop, np.inf), np.where(back <= cap, back, np.inf), lead)
 
     lo, hi = 0, len(caps) - 1          # the least cap whose least cycle / streams is at most the cap
     if under(caps[hi])[0] / streams > caps[hi]:
@@ -261,21 +265,33 @@ def _infeasible(costs: LlmCosts, allowed: list[int]) -> InfeasibleError:
                            "stream(s) included)")
 
 
+def _may_lead(costs: LlmCosts, groups: list[Group], leaders: Collection[str] | None) -> list[bool]:
+    """Per group, whether it may be the first stage: its leader is one of ``leaders`` (None: every group)."""
+    if leaders is None:
+        return [True] * len(groups)
+    unknown = sorted(set(leaders) - set(costs.devices))
+    if unknown:
+        raise UsageError(f"first-stage devices {unknown}: not devices of the cluster ({', '.join(costs.devices)})")
+    return [costs.devices[g.members[0]] in leaders for g in groups]
+
+
 def _best_pipeline(costs: LlmCosts, groups: list[Group], table: np.ndarray, blocks: np.ndarray, heads: np.ndarray,
-                   hop: np.ndarray, back: np.ndarray) -> tuple[float, list[Stage]]:
+                   hop: np.ndarray, back: np.ndarray, may_lead: list[bool]) -> tuple[float, list[Stage]]:
     """The least sum of stage (``table`` [G, L+1, L+1]) and hop (``hop``, ``back`` [G, G]) seconds over
-    ordered sequences of disjoint ``groups`` and their cuts, and its stages ((inf, []) when nothing is finite)."""
+    ordered sequences of disjoint ``groups`` and their cuts, the first one of those that ``may_lead``, and
+    its stages ((inf, []) when nothing is finite)."""
     L = costs.config.blocks
     best: tuple[float, list[Stage]] = (np.inf, [])
     cheapest = blocks.min(axis=0)                                             # cheapest group per block
     rest = np.append(np.cumsum(cheapest[::-1])[::-1], 0.0) + heads.min()
     rest[L] = 0.0                                       # rest[j]: a lower bound on what blocks j.. still cost
     masks = [g.mask for g in groups]
-    for f, group in enumerate(groups):                  # every group alone first: a bound for the rest
+    firsts = [f for f in range(len(groups)) if may_lead[f]]
+    for f in firsts:                                    # every group alone first: a bound for the rest
         alone = table[f, 0, L] + back[f, f]
         if alone < best[0]:
-            best = (float(alone), [group.stage(costs, 0, L)])
-    for f in range(len(groups)):
+            best = (float(alone), [groups[f].stage(costs, 0, L)])
+    for f in firsts:
         # dp[(mask, g)] = (cost over boundary j [L+1], parent (prev mask, prev g, prev boundary) per j)
         dp: dict[tuple[int, int], tuple[np.ndarray, list]] = {(masks[f], f): (table[f, 0].copy(), [None] * (L + 1))}
         for size in range(bin(masks[f]).count("1"), costs.cluster.num_devices + 1):

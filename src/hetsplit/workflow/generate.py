@@ -116,6 +116,7 @@ class PlanOptions:
     rule: str | None = None   # split by another tool's rule instead of planning (``search.llm_rules``)
     streams: int = 1          # generations decoding at once: > 1 plans for their tokens/s together
     tensor_parallel: bool = True   # the planner may give a stage to several devices, each its share
+    leaders: tuple[str, ...] | None = None   # the devices that may lead the first stage (default: any)
 
 
 @dataclass
@@ -233,11 +234,11 @@ def plan_generation(model: LlmModel, cluster: Cluster, options: PlanOptions) -> 
     elif options.stages:
         stages, how = even_stages(allowed, model.config.blocks, options.stages), f"even over {options.stages}"
     elif options.streams > 1:
-        stages = plan_streams(costs, allowed, tensor_parallel=tp).stages
+        stages = plan_streams(costs, allowed, tensor_parallel=tp, leaders=options.leaders).stages
         how = f"exact ({options.streams} streams: a DP per cap on the busiest stage or hop, binary search" + \
             ("; tensor-parallel stages searched)" if tp else ")")
     else:
-        stages = plan_pipeline(costs, options.objective, allowed, tensor_parallel=tp).stages
+        stages = plan_pipeline(costs, options.objective, allowed, tensor_parallel=tp, leaders=options.leaders).stages
         how = f"exact DP ({options.objective}" + ("; tensor-parallel stages searched)" if tp else ")")
     single = best_single(costs, options.objective, allowed)
     predicted = predict_pipeline(costs, stages)       # checks the stages: devices of the cluster, every block once
@@ -371,10 +372,7 @@ class GenerateOptions:
 
     def check_hosts(self) -> "HostMap | None":
         """The devices on other hosts (None: all here); UsageError for what does not combine with them
-        (``workflow.run.check_hosts``, and ``--recover``)."""
-        if self.hosts and self.recover:
-            raise UsageError("--recover re-runs on this host's processes; the workers of --hosts end with the run "
-                             "that lost a device: leave out --recover or --hosts")
+        (``workflow.run.check_hosts``)."""
         return check_hosts(self.hosts, self.ssh, self.emulate_links, self.emulate_devices)
 
     def stream_prompts(self) -> tuple[str, ...]:
@@ -542,7 +540,14 @@ def generate(model_path: str | Path, cluster: Cluster, options: GenerateOptions,
             on_text(text[len(shown[0]):])
             shown[0] = text
 
-    def run(plan: GenerationPlan, before: list[int], faults: dict[str, dict]) -> PipelineReport:
+    # with --recover across hosts, every run serves one port and token, so the workers that stay join the next
+    token, port = None, options.port
+    if hosts and options.recover:
+        from hetsplit.runtime.rendezvous import free_port, new_token
+
+        token, port = new_token(), options.port or free_port()
+
+    def run(plan: GenerationPlan, before: list[int], faults: dict[str, dict], hosts: HostMap | None) -> PipelineReport:
         job = pipeline_job(model_path, plan.stages, model.config.blocks, [p + before for p in prompts],
                            options.tokens - len(before), options.verify)     # ``before``: one stream's (--recover)
         links = None
@@ -560,17 +565,17 @@ def generate(model_path: str | Path, cluster: Cluster, options: GenerateOptions,
                 timeout_s=options.timeout_s, faults=faults, run_dir=options.run_dir, on_token=on_token, links=links,
                 devices=emu.decode if emu else None, prefill_devices=emu.prefill if emu else None,
                 period_us=emu.period_us if emu else BURST_PERIOD_US, kinds=kinds, cpu_only=options.cpu_only,
-                hosts=hosts, port=options.port, announce=tell))
+                hosts=hosts, port=port, announce=tell, token=token, stay=token is not None))
 
     recovery = None
     try:
-        report = run(plan, [], dict(options.faults))
+        report = run(plan, [], dict(options.faults), hosts)
     except RuntimeFailure as exc:
         if not options.recover or exc.device is None:
             raise
         recovery = Recovery(exc.device, str(exc), len(got), plan)
-        plan = replan_without(model, cluster, options, len(prompt), recovery)
-        report = run(plan, list(got), {})     # the prompt and the tokens so far rebuild the KV cache
+        plan = replan_without(model, cluster, options, len(prompt), recovery, hosts)
+        report = run(plan, list(got), {}, hosts_of(plan, hosts))   # the prompt and the tokens so far rebuild the KV cache
     before = got[:recovery.tokens_before] if recovery is not None else []
     text = tok.decode(before + report.tokens)
     if on_text is not None and len(text) > len(shown[0]):
@@ -582,20 +587,35 @@ def generate(model_path: str | Path, cluster: Cluster, options: GenerateOptions,
     return GenerateResult(text, prompt, before + report.tokens, plan, report, verify, recovery, notes, streams)
 
 
+def hosts_of(plan: GenerationPlan, hosts: HostMap | None) -> HostMap | None:
+    """The devices of ``hosts`` that ``plan`` uses (None: all here)."""
+    from hetsplit.runtime.hosts import HostMap
+
+    used = {d for stage in plan.stages for d in stage.devices}
+    kept = {d: h for d, h in (hosts.by_device.items() if hosts is not None else ()) if d in used}
+    return HostMap(kept) if kept else None
+
+
 def replan_without(model: LlmModel, cluster: Cluster, options: GenerateOptions, prompt_tokens: int,
-                   recovery: Recovery) -> GenerationPlan:
+                   recovery: Recovery, hosts: HostMap | None = None) -> GenerationPlan:
     """The plan that goes on after ``recovery.device`` failed: the exact DP over the devices left, for the
-    prompt and the tokens so far as one prefill and the tokens still to come."""
+    prompt and the tokens so far as one prefill and the tokens still to come; with ``hosts``, its first
+    stage led by a device of this host (it streams the tokens here)."""
     left = tuple(d.name for d in cluster.devices if d.name != recovery.device)
     if not left:
         raise RuntimeFailure(f"{recovery.error}; --recover: no other device to go on with", recovery.device)
     if recovery.tokens_before >= options.tokens:
         raise RuntimeFailure(f"{recovery.error}; --recover: it failed after the last token", recovery.device)
+    here = tuple(d for d in left if hosts is None or d not in hosts.by_device)
+    if not here:
+        raise RuntimeFailure(f"{recovery.error}; --recover: no device of this host is left to lead the first stage "
+                             "(it streams the tokens here)", recovery.device)
     try:
         return plan_generation(model, cluster, PlanOptions(prompt_tokens + recovery.tokens_before,
                                                            options.tokens - recovery.tokens_before,
                                                            options.objective, 0, options.probe, left,
-                                                           tensor_parallel=options.tensor_parallel))
+                                                           tensor_parallel=options.tensor_parallel,
+                                                           leaders=here if hosts is not None else None))
     except HetsplitError as exc:
         raise RuntimeFailure(f"{recovery.error}; --recover: no plan without {recovery.device}: {exc}",
                              recovery.device) from None
