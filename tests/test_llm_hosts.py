@@ -128,6 +128,19 @@ def test_with_recover_a_run_across_hosts_goes_on_with_the_workers_that_stay(thre
     assert "no new run from the driver" in said and "stopped, 1 run(s) finished here" in said
 
 
+def test_the_token_is_printed_once_and_a_run_that_goes_on_says_who_joins_it(capsys):
+    from hetsplit.cli.run_print import hooks
+    from hetsplit.runtime.hosts import WorkerCommand, worker_argv
+
+    announce = hooks(lambda _: None).announce
+    cmd = WorkerCommand("cpu1", "10.0.0.2", worker_argv("10.0.0.1", 29500, "cpu1", 60, stay=True), "t0ken")
+    announce([cmd])
+    announce([cmd])
+    err = capsys.readouterr().err
+    assert err.count("t0ken") == 1 and err.count("--device cpu1 --timeout 60 --stay") == 2
+    assert "the run goes on at the same address; the workers started with --stay join it" in err
+
+
 WHY = available()
 
 

@@ -23,10 +23,18 @@ def hooks(progress: Callable[[str], Any]) -> RunHooks:
     def note(text: str) -> None:
         print(f"note: {text}", file=sys.stderr)
 
+    told: set[str] = set()
+
     def announce(commands) -> None:
-        print(f"the run's token (printed once; give it to each worker in $HETSPLIT_TOKEN or a --token-file): "
-              f"{commands[0].token}", file=sys.stderr)
-        print("the driver waits for one worker per device on the other hosts; run there:", file=sys.stderr)
+        token = commands[0].token
+        if token in told:      # a generation that goes on without a lost device (--recover): same address and token
+            print("the run goes on at the same address; the workers started with --stay join it (any other: run "
+                  "there again):", file=sys.stderr)
+        else:
+            told.add(token)
+            print(f"the run's token (printed once; give it to each worker in $HETSPLIT_TOKEN or a --token-file): "
+                  f"{token}", file=sys.stderr)
+            print("the driver waits for one worker per device on the other hosts; run there:", file=sys.stderr)
         for c in commands:
             print(f"  [{c.host}] {c.text()}", file=sys.stderr)
 

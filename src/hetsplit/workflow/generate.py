@@ -565,7 +565,8 @@ def generate(model_path: str | Path, cluster: Cluster, options: GenerateOptions,
                 timeout_s=options.timeout_s, faults=faults, run_dir=options.run_dir, on_token=on_token, links=links,
                 devices=emu.decode if emu else None, prefill_devices=emu.prefill if emu else None,
                 period_us=emu.period_us if emu else BURST_PERIOD_US, kinds=kinds, cpu_only=options.cpu_only,
-                hosts=hosts, port=port, announce=tell, token=token, stay=token is not None))
+                hosts=hosts, port=port, announce=tell, token=token,
+                stay=token is not None and not options.ssh))   # --ssh starts the workers of each run itself
 
     recovery = None
     try:
