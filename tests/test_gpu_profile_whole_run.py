@@ -81,6 +81,34 @@ def test_layers_come_from_one_pass_each_and_add_up_to_the_unmarked_whole(model, 
     assert "inside the whole-model pass" in prof.costs.sources["torch-cpu"]
 
 
+def test_torch_is_timed_on_a_ranks_threads_and_given_back_its_own(monkeypatch):
+    """The runtime's GPU worker runs the interpreter with torch on one thread (``torch_threads``); a
+    launch-bound model's small host ops pay a thread pool's wake-ups, so the profiler times it the same way."""
+    import torch
+
+    from hetsplit.graph.torch_interpreter import TorchInterpreter
+
+    seen: set[int] = set()
+    step = TorchInterpreter.step
+
+    def counted(env: dict[str, Any], node: Any) -> None:
+        seen.add(torch.get_num_threads())
+        step(env, node)
+
+    monkeypatch.setattr(TorchInterpreter, "step", staticmethod(counted))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        graph, onnx_file, zoo_name = load_for_profiling("resnet8")
+        with runnable_onnx(graph, onnx_file, zoo_name) as path:
+            prof = profile_onnx_torch(graph, path, device="cpu", device_type="torch-cpu", warmup=1, repeats=2,
+                                      clock=PassClock(per_node=1.0, per_mark=0.5))
+        assert seen == {1} and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    assert prof.meta["torch_threads"] == 1 and "torch on 1 thread as a rank" in prof.costs.sources["torch-cpu"]
+
+
 def test_unmarked_scales_by_the_median_pass_and_leaves_a_clean_pass_alone():
     per_run = np.array([[1.0, 3.0], [2.0, 2.0], [1.0, 5.0]])     # passes of 4, 4 and 6 s
     scaled, meta = unmarked(per_run, [2.0, 2.0, 3.0])

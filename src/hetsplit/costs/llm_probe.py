@@ -30,6 +30,7 @@ import numpy as np
 from hetsplit.cluster.types import Device
 from hetsplit.graph.llm.config import LlmConfig, StoredTensor, block_tensor
 from hetsplit.graph.llm.step_graph import FLOAT32, Phase, block_of, step_graph
+from hetsplit.torch_threads import as_a_rank
 
 ONE_TOKEN = Phase(1, 1)
 STREAM_BYTES = 256 * 2**20     # the working set of each streamed part: beyond the caches of the CPUs it runs on
@@ -75,16 +76,11 @@ def probe_torch_cpu(shape: ProbeShape, repeat: int = 15) -> TorchCpuProbe:
     each the median of ``repeat`` timings (``typical_time``)."""
     import torch
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with torch.no_grad():
-            gemv, gemm, rows = _streamed_s(min(max(shape.rows, 1), MAX_ROWS), repeat)
-            n = GEMV_SHAPE[0] * GEMV_SHAPE[1]
-            bytes_per_s, macs_per_s = n * 4 / gemv, rows * n / gemm
-            block = _block_step_s(shape, repeat)
-    finally:
-        torch.set_num_threads(threads)
+    with torch.no_grad(), as_a_rank():          # one thread, as a stage's worker computes (``torch_threads``)
+        gemv, gemm, rows = _streamed_s(min(max(shape.rows, 1), MAX_ROWS), repeat)
+        n = GEMV_SHAPE[0] * GEMV_SHAPE[1]
+        bytes_per_s, macs_per_s = n * 4 / gemv, rows * n / gemm
+        block = _block_step_s(shape, repeat)
     charged = _roofline_block_s(shape, bytes_per_s, macs_per_s)
     return TorchCpuProbe(max(block - charged, 0.0) / layers_per_block(), bytes_per_s, macs_per_s)
 

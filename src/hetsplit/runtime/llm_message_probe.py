@@ -42,6 +42,7 @@ from typing import Any
 
 from hetsplit.errors import HetsplitError
 from hetsplit.graph.llm.config import LlmConfig
+from hetsplit.torch_threads import limit_threads
 
 ROUNDS = 200            # round trips per size (after WARM_UP)
 WARM_UP = 20
@@ -74,13 +75,11 @@ def _peer(rank: int, folder: Path) -> None:
     """One side: the ping-pong at each size (rank 0 sends first and times each round trip), then the sync
     rounds (``_sync_rounds``); rank 0 serves the group (its port in ``port.txt``) and writes what it
     measured to ``result.json``, both in ``folder`` beside the job (``job.json``)."""
-    import torch
-
     from hetsplit.runtime.wire import Wire, open_group, open_store
 
     job = json.loads((folder / "job.json").read_text())
     config, sizes = LlmConfig(**job["config"]), tuple(job["sizes"])
-    torch.set_num_threads(1)
+    limit_threads()                 # as a stage's worker (``torch_threads``)
     store = open_store(rank, 2, "127.0.0.1", 0 if rank == 0 else _port(folder), TIMEOUT_S)
     if rank == 0:
         _write(folder / "port.txt", str(store.port))

@@ -23,17 +23,7 @@ from typing import Callable
 from hetsplit.errors import RuntimeFailure
 from hetsplit.runtime.config import RunConfig
 from hetsplit.runtime.wire import LinkFailure
-
-
-def limit_threads() -> None:
-    """Torch only moves tensors here: one thread, so devices sharing a machine keep their cores."""
-    import torch
-
-    torch.set_num_threads(1)
-    try:
-        torch.set_num_interop_threads(1)
-    except RuntimeError:
-        pass
+from hetsplit.torch_threads import limit_threads
 
 
 def peak_rss_bytes() -> int:

@@ -29,6 +29,7 @@ from hetsplit.runtime.llm_pipeline import (BURST_PERIOD_US, MAX_STREAMS, Pipelin
                                            PipelineReport, burst_period_us, run_pipeline_decode)
 from hetsplit.search.llm_pipeline import MAX_TP_DEVICES, PipelineChoice, best_single, plan_pipeline, plan_streams
 from hetsplit.search.llm_rules import rule_stages
+from hetsplit.torch_threads import as_a_rank
 from hetsplit.workflow.run import check_hosts, no_cuda_note, worker_announcer
 
 if TYPE_CHECKING:
@@ -457,9 +458,7 @@ class GenerateResult:
 
 def reference_logits(model: LlmModel, prompt: list[int], tokens: list[int]) -> torch.Tensor:
     """The unsplit model's logits at each step, fed the same tokens (the prompt, then each generated one)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)                   # as the workers compute: the same rounding
-    try:
+    with as_a_rank():                          # as the workers compute: the same rounding
         dec = Decoder(model, StageSpec.whole(model.config), len(prompt) + len(tokens))
         rows, feed, pos = [], prompt, 0
         for t in tokens:
@@ -467,8 +466,6 @@ def reference_logits(model: LlmModel, prompt: list[int], tokens: list[int]) -> t
             pos += len(feed)
             feed = [t]
         return torch.stack(rows)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def verify_steps(model: LlmModel, prompts: list[list[int]], report: PipelineReport,

@@ -9,7 +9,9 @@ The marks themselves cost a little host time, which a launch-bound model pays on
 the H200, MobileBERT's ~600 marks made its pass 36% longer than the unmarked model), so the layer times
 are scaled by (unmarked whole-model median) / (marked pass median): the layers then add up to the whole
 model, and ``meta["marks"]`` records both figures and the factor. Nodes of no layer (the few the graph
-folds away) count to the layer before them. Needs torch; guarded.
+folds away) count to the layer before them. Torch runs at a rank's thread count while it is timed
+(``torch_threads.as_a_rank``): one thread, as the runtime's GPU worker runs the interpreter. Needs torch;
+guarded.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from hetsplit.costs.profiler.segment_probe import CUTS, measure_segments, segmen
 from hetsplit.costs.profiler.torch_cuda import Clock, DeviceClock, torch_profile, whole_model_runs
 from hetsplit.errors import ProfileError
 from hetsplit.graph.types import Graph
+from hetsplit.torch_threads import RANK_THREADS, as_a_rank
 
 
 def layer_of_nodes(graph: Graph, node_names: list[str]) -> np.ndarray:
@@ -61,21 +64,21 @@ def profile_onnx_torch(graph: Graph, onnx_path: str | Path, *, device: str = "cu
                            [d.dim_value for d in i.type.tensor_type.shape.dim])
                           for i in model.graph.input if i.name not in interp.consts])
     marks = clock if clock is not None else DeviceClock(torch, device)
-    with torch.inference_mode():
+    with torch.inference_mode(), as_a_rank():      # timed as a rank's process runs it (``torch_threads``)
         for _ in range(warmup):
             interp.run(feeds)
         marks.sync()
         layers = layer_of_nodes(graph, [n.name for n in interp.nodes])
         per_run = layer_passes(interp, feeds, layers, graph.num_layers, marks, repeats)
         whole, joules = whole_model_runs(lambda: interp.run(feeds), marks, repeats, meter)
-    per_run, marks_meta = unmarked(per_run, whole)
-    rows = (measure_segments(interp, feeds, layers, np.median(per_run, axis=0), marks, segment_cuts,
-                             max(3, min(repeats, 10))) if segment_cuts else [])
+        per_run, marks_meta = unmarked(per_run, whole)
+        rows = (measure_segments(interp, feeds, layers, np.median(per_run, axis=0), marks, segment_cuts,
+                                 max(3, min(repeats, 10))) if segment_cuts else [])
     source = (f"measured: hetsplit's ONNX interpreter on PyTorch {torch.__version__} ({marks.where()}), median of "
               f"{repeats} runs after {warmup} warm-up, each layer inside the whole-model pass (scaled x"
-              f"{marks_meta['layer_scale']:.3f} to the unmarked model)")
+              f"{marks_meta['layer_scale']:.3f} to the unmarked model), torch on {RANK_THREADS} thread as a rank")
     prof = torch_profile(graph, device_type, per_run, whole, joules, meter, source, marks, power_w)
-    prof.meta.update(warmup=warmup, executor="torch-interpreter", marks=marks_meta)
+    prof.meta.update(warmup=warmup, executor="torch-interpreter", marks=marks_meta, torch_threads=RANK_THREADS)
     if rows:
         prof.costs.segment[device_type] = segment_cost(rows, marks.where())
         prof.meta["segment_rows"] = rows
