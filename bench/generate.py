@@ -21,8 +21,9 @@ device cannot hold the model), with every run's
 measured ms per token and TTFT beside the prediction, and each run's drift: this machine probed again right
 after the run against the probe right before it, that set its throttling (on the 2-core VM the same device
 alone ran 0.75-1.28x its prediction in three runs minutes apart, the probe moving as much). The errors are
-summed up over all runs, and over the runs on a steady machine (drift within +-10%): a prediction made
-from a probe the machine no longer matches says nothing of the model.
+summed up over all runs, over the runs on a steady machine (drift within +-10%: a prediction made from a
+probe the machine no longer matches says nothing of the model) and over the plans hetsplit chose (the
+baselines' splits, which hetsplit would not run, apart).
 
 Run: PYTHONPATH=src .venv/bin/python bench/generate.py [--tokens 32] [--workers 1 2 3] [--emulate-links]
      PYTHONPATH=src .venv/bin/python bench/generate.py --workers 2 --speeds 1 2   # needs root (cgroups)
@@ -189,15 +190,17 @@ def main() -> None:
         for speeds, link, memory in configs:
             runs = compare(model, list(speeds), link, args.tokens, args.sweep or args.emulate_links, memory)
             print_compare(speeds, link, memory, runs, unsplit)
-            done += [(r, drift) for name, r, drift in runs if name != "best alone (= plan)"]
-        steady = [(r, drift) for r, drift in done if abs(drift) <= STEADY]
+            done += [(name, r, drift) for name, r, drift in runs if name != "best alone (= plan)"]
+        steady = [run for run in done if abs(run[2]) <= STEADY]
         print(f"\n{len(steady)} of {len(done)} runs on a steady machine (this machine's probe after the run within "
               f"+-{STEADY:.0%} of the one before, that emulated it; 'drift' above)")
-        for what, runs_ in (("all runs", done), ("steady runs", steady)):
+        chosen = [run for run in done if run[0] == "hetsplit"]     # the plans hetsplit chose, split or alone
+        for what, runs_ in (("all runs", done), ("steady runs", steady), ("hetsplit's plans", chosen),
+                            ("hetsplit's plans, steady", [run for run in chosen if abs(run[2]) <= STEADY])):
             for figure, err in (("ms per token", lambda r: r.measured.s_per_token / r.measured.dilation
                                  / r.plan.predicted.s_per_token - 1),
                                 ("TTFT", lambda r: r.measured.ttft_s / r.measured.dilation / r.plan.predicted.ttft_s - 1)):
-                errs = sorted(abs(err(r)) for r, _ in runs_)
+                errs = sorted(abs(err(r)) for _, r, _ in runs_)
                 if errs:
                     print(f"{what}: {figure}, measured / predicted - 1 over {len(errs)} runs: median |error| "
                           f"{statistics.median(errs):.1%}, worst {errs[-1]:.1%}")
