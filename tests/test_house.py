@@ -13,7 +13,8 @@ import hetsplit
 ROOT = Path(hetsplit.__file__).parent
 RANK = {"graph": 0, "cluster": 0, "costs": 1, "plan": 2, "estimate": 3, "search": 4, "runtime": 4,
         "workflow": 5, "doctor": 5, "experiments": 6, "report": 7, "cli": 8}
-BASE = {"units", "errors", "jsonfile", "outpath", "lifetime", "limits", "registry", "storeprobe"}     # anyone may use these
+BASE = {"units", "errors", "jsonfile", "outpath", "lifetime", "limits", "registry", "storeprobe",
+        "torch_threads"}     # anyone may use these
 
 
 def hetsplit_imports(path: Path) -> list[tuple[int, str]]:
