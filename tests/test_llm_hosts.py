@@ -128,6 +128,28 @@ def test_with_recover_a_run_across_hosts_goes_on_with_the_workers_that_stay(thre
     assert "no new run from the driver" in said and "stopped, 1 run(s) finished here" in said
 
 
+def test_with_devices_on_other_hosts_the_plan_is_led_from_this_one(three):
+    """The first stage streams the tokens to the driver's host: with ``--hosts`` the planner keeps its leader
+    here, even where a device elsewhere would be best alone."""
+    from hetsplit.cluster.loader import cluster_from_dict
+    from hetsplit.graph.llm.load import read_model
+    from hetsplit.workflow.generate import PlanOptions, here_leaders, plan_generation
+
+    cluster = cluster_from_dict({"format": "hetsplit.cluster/1", "name": "hosts", "devices": [
+        {"name": n, "kind": "cpu", "type": n, "memory": "1GiB",
+         "params": {"peak_macs": f"{s}e9/s", "mem_bandwidth": f"{s}GB/s", "power_active": "10W"}}
+        for n, s in (("laptop", 1), ("desktop", 8))],
+        "links": {"default": {"name": "lan", "bandwidth": "1GB/s", "latency": "150us"}}})
+    hosts = HostMap.parse("desktop=10.0.0.2")
+    assert here_leaders(cluster, hosts) == ("laptop",) and here_leaders(cluster, None) is None
+    assert here_leaders(cluster, HostMap.parse("laptop=10.0.0.3,desktop=10.0.0.2")) is None
+    model = read_model(three)
+    free = plan_generation(model, cluster, PlanOptions(4, 4, probe=False))
+    led = plan_generation(model, cluster, PlanOptions(4, 4, probe=False, leaders=here_leaders(cluster, hosts)))
+    assert [s.device for s in free.stages] == ["desktop"]          # the fast device alone, elsewhere
+    assert led.stages[0].device == "laptop"                        # led from here (alone, at these tiny sizes)
+
+
 def test_the_token_is_printed_once_and_a_run_that_goes_on_says_who_joins_it(capsys):
     from hetsplit.cli.run_print import hooks
     from hetsplit.runtime.hosts import WorkerCommand, worker_argv

@@ -525,7 +525,7 @@ def generate(model_path: str | Path, cluster: Cluster, options: GenerateOptions,
     plan = plan_generation(model, cluster, PlanOptions(longest, options.tokens, options.objective,
                                                        options.stages, options.probe, given=options.plan,
                                                        rule=options.rule, tensor_parallel=options.tensor_parallel,
-                                                       streams=len(prompts)))
+                                                       streams=len(prompts), leaders=here_leaders(cluster, hosts)))
     got: list[int] = []
     shown = [""]
     notes: list[str] = []
@@ -585,6 +585,15 @@ def generate(model_path: str | Path, cluster: Cluster, options: GenerateOptions,
     return GenerateResult(text, prompt, before + report.tokens, plan, report, verify, recovery, notes, streams)
 
 
+def here_leaders(cluster: Cluster, hosts: HostMap | None) -> tuple[str, ...] | None:
+    """With devices on other hosts, this host's: the planned first stage is led from here, which streams the
+    tokens (None: any device may lead; also when ``hosts`` names them all, which the run refuses by name)."""
+    if hosts is None:
+        return None
+    here = tuple(d.name for d in cluster.devices if d.name not in hosts.by_device)
+    return here or None
+
+
 def hosts_of(plan: GenerationPlan, hosts: HostMap | None) -> HostMap | None:
     """The devices of ``hosts`` that ``plan`` uses (None: all here)."""
     from hetsplit.runtime.hosts import HostMap
@@ -604,8 +613,8 @@ def replan_without(model: LlmModel, cluster: Cluster, options: GenerateOptions, 
         raise RuntimeFailure(f"{recovery.error}; --recover: no other device to go on with", recovery.device)
     if recovery.tokens_before >= options.tokens:
         raise RuntimeFailure(f"{recovery.error}; --recover: it failed after the last token", recovery.device)
-    here = tuple(d for d in left if hosts is None or d not in hosts.by_device)
-    if not here:
+    here = here_leaders(cluster, hosts)
+    if here is not None and not set(here) & set(left):
         raise RuntimeFailure(f"{recovery.error}; --recover: no device of this host is left to lead the first stage "
                              "(it streams the tokens here)", recovery.device)
     try:
@@ -613,7 +622,7 @@ def replan_without(model: LlmModel, cluster: Cluster, options: GenerateOptions, 
                                                            options.tokens - recovery.tokens_before,
                                                            options.objective, 0, options.probe, left,
                                                            tensor_parallel=options.tensor_parallel,
-                                                           leaders=here if hosts is not None else None))
+                                                           leaders=tuple(d for d in here or () if d in left) or None))
     except HetsplitError as exc:
         raise RuntimeFailure(f"{recovery.error}; --recover: no plan without {recovery.device}: {exc}",
                              recovery.device) from None
