@@ -75,16 +75,16 @@ class Run:
     model: str
     plan_index: int      # in plans.<model>.json (the log's ``hetsplit run ... --index``)
     report: str
+    alone: bool = False  # the model on gpu0 alone, beside which its split is ranked
 
 
 RUNS = (Run("ResNet-50 map-opt cpu0+gpu0", "resnet50", 0, "run.resnet50.map-opt.json"),
-        Run("ResNet-50 gpu0 alone", "resnet50", 3, "run.resnet50.gpu0.json"),
+        Run("ResNet-50 gpu0 alone", "resnet50", 3, "run.resnet50.gpu0.json", alone=True),
         Run("MobileBERT tensor-parallel", "mobilebert", 0, "run.mobilebert.tensor-parallel.json"),
-        Run("MobileBERT gpu0 alone", "mobilebert", 2, "run.mobilebert.gpu0.json"))
+        Run("MobileBERT gpu0 alone", "mobilebert", 2, "run.mobilebert.gpu0.json", alone=True))
 FIT = RUNS[0]
 MESSAGE_NOTE = ("each message end's CPU (message: cpu) is fitted on the ResNet-50 map-opt run "
                 "(bench/h200_check.py)")
-ALONE = {"resnet50": 3, "mobilebert": 2}   # the plan index of gpu0 alone, per model
 
 
 def rescale_marked(doc: dict) -> bool:
@@ -284,7 +284,7 @@ def check_runs(work: Path, probs: dict[str, SplitProblem]) -> dict[str, tuple[fl
 def rank_measured(model: str, figures: dict[str, tuple[float, float]]) -> None:
     """Whether the estimate ranks the model's measured split below gpu0 alone, as the runs measured."""
     runs = [r for r in RUNS if r.model == model]
-    alone = next(r for r in runs if r.plan_index == ALONE[model])
+    alone = next(r for r in runs if r.alone)
     for split in (r for r in runs if r is not alone):
         (p_split, m_split), (p_alone, m_alone) = figures[split.name], figures[alone.name]
         agree = (p_alone > p_split) == (m_alone > m_split)

@@ -392,9 +392,10 @@ class StepLoop:
     def make_schedule(self, frees: list[int]) -> list[tuple[tuple, int, tuple[int, ...], bool]]:
         """Per round: its steps (input, segment, whether it computes, inboxes, outboxes, drops, the input's
         first step here, its last, the buffers it frees early: ``early_frees``), the round whose receives
-        it posts once its first step has taken its messages (-1: none), the rounds whose buffers it retires once done (their inputs are done here), in
-        order, and whether it then takes back the buffers whose sends are done: unless the next round's
-        first step is an idle take (it has messages and nothing to compute), which does so anyway."""
+        it posts once its first step has taken its messages (-1: none), the rounds whose buffers it retires
+        once done (their inputs are done here), in order, and whether it then takes back the buffers whose
+        sends are done: unless the next round's first step is an idle take (it has messages and nothing to
+        compute), which does so anyway."""
         n, retire, k = len(self.plan), [], 0
         for r in range(n):           # a round's buffers are retired after the round that frees them, in order
             done = []

@@ -613,16 +613,17 @@ def replan_without(model: LlmModel, cluster: Cluster, options: GenerateOptions, 
         raise RuntimeFailure(f"{recovery.error}; --recover: no other device to go on with", recovery.device)
     if recovery.tokens_before >= options.tokens:
         raise RuntimeFailure(f"{recovery.error}; --recover: it failed after the last token", recovery.device)
-    here = here_leaders(cluster, hosts)
-    if here is not None and not set(here) & set(left):
-        raise RuntimeFailure(f"{recovery.error}; --recover: no device of this host is left to lead the first stage "
-                             "(it streams the tokens here)", recovery.device)
+    leaders = here_leaders(cluster, hosts)
+    if leaders is not None:
+        leaders = tuple(d for d in leaders if d in left)
+        if not leaders:
+            raise RuntimeFailure(f"{recovery.error}; --recover: no device of this host is left to lead the first "
+                                 "stage (it streams the tokens here)", recovery.device)
     try:
         return plan_generation(model, cluster, PlanOptions(prompt_tokens + recovery.tokens_before,
                                                            options.tokens - recovery.tokens_before,
                                                            options.objective, 0, options.probe, left,
-                                                           tensor_parallel=options.tensor_parallel,
-                                                           leaders=tuple(d for d in here or () if d in left) or None))
+                                                           tensor_parallel=options.tensor_parallel, leaders=leaders))
     except HetsplitError as exc:
         raise RuntimeFailure(f"{recovery.error}; --recover: no plan without {recovery.device}: {exc}",
                              recovery.device) from None
