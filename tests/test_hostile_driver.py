@@ -118,7 +118,8 @@ def test_cgroups_naming_a_file_are_never_taken_and_the_file_is_untouched(driver,
 
 
 @pytest.mark.parametrize("field, value", [("faults", {"2": {"kind": "die", "after": 0}}), ("cpus", {"2": [0]}),
-                                          ("manifest", "/etc/passwd"), ("addrs", {"2": "0.0.0.0"})])
+                                          ("manifest", "/etc/passwd"), ("addrs", {"2": "0.0.0.0"}),
+                                          ("paces", {"2": [0.001, 0.001]})])
 def test_what_names_the_worker_host_is_never_taken_from_a_peer(driver, tmp_path, capsys, field, value):
     driver.publish(config={**driver.honest_config(), field: value})
     assert f"sets {field}" in attacked(driver, tmp_path, capsys)
@@ -160,7 +161,7 @@ def test_an_honest_drivers_configuration_round_trips_and_takes_nothing_of_the_ho
     cfg = worker_config(d.honest_config(), d.manifest, [d.rank], steps=steps_per_input(d.manifest, [d.rank]), who="w", manifest_path="m.json", token=TOKEN,
                         master_addr="10.0.0.1", master_port=29500, addr="10.0.0.2", cores=4)
     assert (cfg.inputs, cfg.timeout_s, cfg.threads, cfg.kinds) == (4, 10.0, {"b": 1}, {"b": "cpu"})
-    assert cfg.cgroups == {} and cfg.cpus == {} and cfg.faults == {} and cfg.manifest == "m.json"
+    assert cfg.cgroups == {} and cfg.paces == {} and cfg.cpus == {} and cfg.faults == {} and cfg.manifest == "m.json"
     assert cfg.addrs == {str(d.rank): "10.0.0.2"} and cfg.launcher_serves
     many = worker_config({**d.honest_config(), "threads": {"b": 64}}, d.manifest, [d.rank], steps=steps_per_input(d.manifest, [d.rank]), who="w",
                          manifest_path="m", token=TOKEN, master_addr="h", master_port=1, addr="a", cores=4)

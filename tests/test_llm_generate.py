@@ -12,12 +12,11 @@ import pytest
 
 from hetsplit.cluster.loader import cluster_from_dict
 from hetsplit.errors import RuntimeFailure
-from hetsplit.runtime.cpu_throttle import throttle_available
 from hetsplit.runtime.netem import emulation_available
 from hetsplit.workflow.generate import GenerateOptions, generate
 from llm_tiny import write_tiny_gguf
 
-NO_LINKS, NO_DEVICES = emulation_available(), throttle_available()
+NO_LINKS = emulation_available()
 
 
 def local_cluster(n: int, latency: str = "150us"):
@@ -111,21 +110,17 @@ def test_emulated_links_are_shaped_as_a_run_shapes_them_and_each_hop_takes_its_l
     assert r.to_dict()["emulation"]["links"]["namespaces"] == 2 and r.to_dict()["emulation"]["devices"] is None
 
 
-@pytest.mark.skipif(NO_DEVICES is not None, reason=f"device emulation unavailable: {NO_DEVICES}")
-def test_a_slowed_device_slows_the_emulated_run_in_the_direction_predicted(tmp_path):
-    # wide enough that a stage's decode step is several of its cgroup's 1 ms quotas here
+def test_a_slowed_device_slows_the_emulated_run_as_predicted(tmp_path):
     wide = write_tiny_gguf(tmp_path / "wide.gguf", seed=5, dim=512, ffn=2048)
     runs = {}
     for gbps in (1.0, 0.25):                                    # the second device as fast as the first, then 4x slower
-        # 24 tokens: a decode step here is a few of its cgroup's 1 ms quotas and a 4 ms scheduler tick, so
-        # single steps vary 2-3x; the median of 23 steps holds where that of 5 once fell under the bound
         r = generate(wide, two_devices(gbps), GenerateOptions("the cat sat on", tokens=24, stages=2, verify=True,
                                                               emulate_devices=True, timeout_s=60))
         assert r.verify["ok"] and r.measured.device_emulation is not None
         assert set(r.measured.device_emulation.shares) == {"first", "second"}
-        assert r.measured.device_emulation.period_us > 0 and len(r.measured.device_emulation.groups) == 2
+        assert r.measured.device_emulation.paced and not r.measured.device_emulation.groups   # no cgroups, no root
         prefill = r.measured.prefill_emulation               # the prompt's step at its own shares, same D
-        assert prefill is not None and len(prefill.groups) == 2 and prefill.dilation == r.measured.dilation
+        assert prefill is not None and prefill.paced and prefill.dilation == r.measured.dilation
         assert r.to_dict()["emulation"]["prefill_devices"]["shares"] == prefill.shares
         emulated = r.to_dict()["emulated"]
         assert emulated["s_per_token"] == pytest.approx(r.measured.s_per_token / r.measured.dilation)
@@ -136,9 +131,9 @@ def test_a_slowed_device_slows_the_emulated_run_in_the_direction_predicted(tmp_p
     predicted = slow.plan.predicted.s_per_token / fast.plan.predicted.s_per_token
     measured = (slow.measured.s_per_token / slow.measured.dilation) / (fast.measured.s_per_token / fast.measured.dilation)
     assert predicted > 2.0
-    # slower, by a good part of what was predicted (a stage's quota comes in 1 ms slices: its steps of a few ms
-    # run a slice more or less each, so the ratio itself is only loosely reproduced on this small model)
-    assert measured > 1 + 0.4 * (predicted - 1), (measured, predicted)
+    # paced (not throttled), the slowdown comes out at 0.92-1.22x the predicted one here (4 runs); this small
+    # model's steps are mostly fixed costs that vary between runs, hence the width of the bounds
+    assert 1 + 0.5 * (predicted - 1) < measured < 1.5 * predicted, (measured, predicted)
 
 
 def test_an_emulation_this_machine_cannot_do_is_refused_with_its_reason_before_anything_runs(tiny_gguf, monkeypatch):
@@ -147,9 +142,6 @@ def test_an_emulation_this_machine_cannot_do_is_refused_with_its_reason_before_a
     monkeypatch.setattr("hetsplit.runtime.netem.emulation_available", lambda: "link emulation needs root (test)")
     with pytest.raises(UsageError, match="--emulate-links: link emulation needs root"):
         generate(tiny_gguf, local_cluster(2), GenerateOptions("the cat", tokens=2, stages=2, emulate_links=True))
-    monkeypatch.setattr("hetsplit.runtime.cpu_throttle.throttle_available", lambda: "CPU throttling needs root (test)")
-    with pytest.raises(UsageError, match="CPU throttling needs root"):
-        generate(tiny_gguf, local_cluster(2), GenerateOptions("the cat", tokens=2, stages=2, emulate_devices=True))
 
 
 def test_a_plan_written_by_plan_out_is_what_generate_plan_runs(tiny_gguf, tmp_path, capsys):

@@ -56,8 +56,8 @@ def register(sub) -> None:
                    help="shape every link between the stages' processes to the cluster's (network namespaces and "
                         "tc, as `hetsplit run --emulate-links`; needs root)")
     p.add_argument("--emulate-devices", action="store_true",
-                   help="run each stage at its device's speed (a cgroup CPU quota per process, as `hetsplit run "
-                        "--emulate-devices`; all slowed by one dilation D, figures reported / D; needs root)")
+                   help="run each stage at its device's speed (each process paced to its CPU share: it sleeps "
+                        "after its work in proportion to its CPU; all slowed by one dilation D, figures reported / D)")
     p.add_argument("--verify", action="store_true",
                    help="compare every step's logits with the unsplit model's and the greedy tokens for identity")
     p.add_argument("--recover", action="store_true",
@@ -166,7 +166,8 @@ def _print_emulation(m) -> None:
         print(f"links emulated: {m.emulation.namespaces} network namespaces, delay by {m.emulation.delay}")
     if (dev := m.device_emulation) is not None:
         shares = ", ".join(f"{n} {s:.3g}" for n, s in dev.shares.items())
-        print(f"devices emulated: CPU share of one core {shares}; dilation D = {dev.dilation:.3g} "
+        how = "paced" if dev.paced else "cgroup CPU quota"
+        print(f"devices emulated: CPU share of one core {shares} ({how}); dilation D = {dev.dilation:.3g} "
               f"(figures below are measured / D); host costs: {dev.host}")
 
 

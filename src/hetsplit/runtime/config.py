@@ -35,12 +35,11 @@ class RunConfig:
     cpus: dict[str, list[int]] = field(default_factory=dict)  # rank -> CPUs it is pinned to (none: not pinned)
     faults: dict[str, dict] = field(default_factory=dict)   # rank -> {"kind": die|stall, "after": k rounds}: rehearsals
     cgroups: dict[str, str] = field(default_factory=dict)   # rank -> cgroup.procs it joins once connected (throttling)
-    # rank -> cgroup.procs it joins for its first step only (an LLM stage's prompt), before ``cgroups``' (if any)
-    first_cgroups: dict[str, str] = field(default_factory=dict)
+    paces: dict[str, list[float]] = field(default_factory=dict)   # LLM stage rank -> [prompt, decode] CPU share (pacing)
 
     def joins_cgroup(self, rank: int) -> bool:
         """Whether rank ``rank`` joins a CPU-throttling cgroup (only a child of the run's launcher may)."""
-        return bool(self.cgroups.get(str(rank)) or self.first_cgroups.get(str(rank)))
+        return bool(self.cgroups.get(str(rank)))
 
     def addr(self, rank: int) -> str:
         return self.addrs.get(str(rank), self.master_addr)

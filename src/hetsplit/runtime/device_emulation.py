@@ -54,8 +54,11 @@ class DeviceEmulation:
         slower in one than without. ``period_us``: the CFS period (``cpu_throttle.quota_for``)."""
         return CpuThrottle({r: self.shares[d] for r, d in ranks.items() if self.shares.get(d, 1.0) < 1.0}, period_us)
 
-    def describe(self, throttle: CpuThrottle) -> DeviceShaping:
-        """How this emulation shaped a run's devices, with ``throttle``'s cgroups."""
+    def describe(self, throttle: CpuThrottle | None) -> DeviceShaping:
+        """How this emulation shaped a run's devices: with ``throttle``'s cgroups, or paced by the workers
+        themselves (None: ``runtime.pacing``)."""
+        if throttle is None:
+            return DeviceShaping(self.dilation, dict(self.shares), self.host, paced=True)
         return DeviceShaping(self.dilation, dict(self.shares), self.host, throttle.controller.version,
                              throttle.period_us, throttle.groups())
 

@@ -18,15 +18,11 @@ poll (``TokenStream``), so the caller sees them as they come.
 
 A cluster not owned yet is rehearsed as ``hetsplit run`` rehearses one: ``PipelineOptions.links``
 shapes every rank-to-rank link in network namespaces (``runtime.netem``: htb for the bandwidth, netem,
-else the sender's sleep, for the latency), ``PipelineOptions.devices`` moves each stage, once connected,
-into a cgroup whose CPU quota runs it at its device's speed (the prompt's step first in one at
-``PipelineOptions.prefill_devices``' share, where given) (``runtime.device_emulation``,
-``runtime.cpu_throttle``), everything slowed by the emulation's dilation D (links dilated with it); the
-report keeps D, so figures divide back to the cluster's time. A stage computes in bursts between waits
-for its neighbours, so its quota is given over a period much shorter than a burst (``burst_period_us``): a
-longer one would let a burst shorter than its quota run unthrottled. Not shorter than it must be either:
-below the kernel's 4 ms tick a quota is enforced late, and SmolLM2's first stage at a share of 0.99 ran
-its decode steps 1.55x slower over a 1 ms period than over 5 ms (where it ran at its share).
+else the sender's sleep, for the latency), ``PipelineOptions.devices`` runs each stage at its device's speed: its worker paces
+its work to its CPU share (the prompt's step at ``PipelineOptions.prefill_devices``' share, where given)
+(``runtime.device_emulation``, ``runtime.pacing``: not a cgroup's CPU quota, under which a decode step
+costs more CPU than unthrottled), everything slowed by the emulation's dilation D (links dilated with
+it); the report keeps D, so figures divide back to the cluster's time.
 """
 
 from __future__ import annotations
@@ -45,7 +41,6 @@ import torch
 from hetsplit.errors import PlanError, RuntimeFailure, UsageError
 from hetsplit.graph.llm.shares import TensorShare
 from hetsplit.runtime.config import RunConfig
-from hetsplit.runtime.cpu_throttle import MIN_QUOTA_US
 from hetsplit.runtime.launch import Launcher, PeerSet, Peers
 from hetsplit.runtime.report import DeviceShaping, LinkShaping
 
@@ -58,23 +53,11 @@ WORKER_MODULE = "hetsplit.runtime.llm_pipeline_worker"
 JOB_FILE = "job.json"
 LOGITS_FILE = "logits-{rank}.pt"    # each rank of the last stage: its rows of every step's logits
 TOKENS_FILE = "tokens.txt"
-BURST_PERIOD_US = MIN_QUOTA_US     # the shortest CFS period: a stage's whose bursts are not known
-MAX_BURST_PERIOD_US = 10_000
-PERIODS_PER_BURST = 8
 MAX_STREAMS = 64
 
 
 def logits_file(rank: int) -> str:
     return LOGITS_FILE.format(rank=rank)
-
-
-def burst_period_us(bursts: dict[str, tuple[float, float]]) -> int:
-    """The CFS period for stages whose bursts take (CPU seconds on the host, CPU share) each: an eighth of
-    the shortest burst's throttled wall time (its CPU / its share), within 1 and 10 ms."""
-    walls = [cpu / share for cpu, share in bursts.values() if cpu > 0 and share > 0]
-    if not walls:
-        return BURST_PERIOD_US
-    return int(min(MAX_BURST_PERIOD_US, max(MIN_QUOTA_US, min(walls) / PERIODS_PER_BURST * 1e6)))
 
 
 @dataclass(frozen=True)
@@ -221,7 +204,6 @@ class PipelineOptions:
     links: LinkMatrix | None = None
     devices: DeviceEmulation | None = None
     prefill_devices: DeviceEmulation | None = None
-    period_us: int = BURST_PERIOD_US    # the throttled stages' CFS period (``burst_period_us``)
     faults: dict[str, dict] = field(default_factory=dict)
     run_dir: Path | None = None
     on_token: Callable[[int], None] | None = None
@@ -360,22 +342,20 @@ def _run(job: PipelineJob, opts: PipelineOptions, run_dir: Path) -> tuple[
     run_dir.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as stack:
         devices = prefill = wrap = None
-        cgroups: dict[str, str] = {}
-        first_cgroups: dict[str, str] = {}
         ranks = dict(enumerate(job.devices))
+        paces: dict[str, list[float]] = {}
         if opts.devices is not None:
-            throttle = stack.enter_context(opts.devices.throttle(ranks, opts.period_us))
-            cgroups, devices = throttle.procs_files(), opts.devices.describe(throttle)
-            if opts.prefill_devices is not None:
-                first = stack.enter_context(opts.prefill_devices.throttle(ranks, opts.period_us))
-                first_cgroups = first.procs_files()
-                prefill = opts.prefill_devices.describe(first)
+            from hetsplit.runtime.pacing import paces_of
+
+            first_shares = opts.prefill_devices.shares if opts.prefill_devices is not None else None
+            paces, devices = paces_of(opts.devices.shares, first_shares, ranks), opts.devices.describe(None)
+            prefill = opts.prefill_devices.describe(None) if opts.prefill_devices is not None else None
         cfg = RunConfig(str(job.save(run_dir / JOB_FILE)), inputs=len(job.steps()), timeout_s=opts.timeout_s,
                         startup_timeout_s=opts.startup_timeout_s, faults=dict(opts.faults), master_port=opts.port,
                         kinds=dict(opts.kinds), cpu_only=opts.cpu_only)
         if opts.token is not None:
             cfg.token = opts.token
-        cfg.cgroups, cfg.first_cgroups = cgroups, first_cgroups
+        cfg.paces = paces
         emu = None
         if opts.links is not None:
             from hetsplit.runtime.netem import Emulation

@@ -10,7 +10,8 @@ keeps the step's logits, and its leader picks the greedy token from each member'
 it to every rank of stage 0; rank 0 appends it to ``tokens.txt``, and every rank of stage 0 feeds it to
 the next step. Each step's receives are posted before the rank computes. Under link emulation a sender sleeps the link's latency
 where netem cannot add it (``cfg.delays_s``, as ``runtime.worker``); under device emulation the rank
-joins its cgroup once connected. Failures and reports go through ``process.main``.
+paces its work to its device's share before each send (``runtime.pacing``). Failures and reports go
+through ``process.main``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from hetsplit.errors import RuntimeFailure
 from hetsplit.graph.llm.shares import check_shares
 from hetsplit.runtime.llm_pipeline import TOKENS_FILE, PipelineJob, logits_file
 from hetsplit.runtime.manifest import Edge
+from hetsplit.runtime.pacing import Pacer
 from hetsplit.runtime.wire import Wire
 
 HIDDEN_TAG, TOKEN_TAG, REDUCE_UP_TAG, REDUCE_DOWN_TAG, PICK_TAG = ((1 << 11) + k for k in range(5))
@@ -128,6 +130,13 @@ def all_reduce(hops: Hops, place: Place, partial: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(hops.take(down, hop=False))
 
 
+def paced_all_reduce(pacer: Pacer, hops: Hops, place: Place, partial: torch.Tensor,
+                     where: torch.device) -> torch.Tensor:
+    """``all_reduce`` of a partial sum on ``where``, once this rank's work so far took its device's time."""
+    pacer.pause()
+    return all_reduce(hops, place, partial.cpu()).to(where)
+
+
 def pick_token(hops: Hops, place: Place, row: torch.Tensor, offset: int, picks: list) -> int | None:
     """The greedy token over the last stage's members: each sends its best logit and its index to the
     leader, which takes the largest (the lowest index among equals, as argmax over the whole row does);
@@ -159,7 +168,7 @@ def stage_device(cfg: RunConfig, device: str, rank: int, cuda: bool | None = Non
 
 def run_stage(cfg: RunConfig, job: PipelineJob, rank: int, run_dir: Path) -> dict:
     """Run this rank's share of every step; its measurements (rank 0: the tokens; the last stage: its logits)."""
-    from hetsplit.runtime.cpu_throttle import join_group, release_group
+    from hetsplit.runtime.pacing import read_pace
     from hetsplit.runtime.process import inject
     from hetsplit.runtime.wire import connect
 
@@ -177,9 +186,7 @@ def run_stage(cfg: RunConfig, job: PipelineJob, rank: int, run_dir: Path) -> dic
     dim = model.config.dim
     warm_up(dec, place.embeds, dim, [len(p) for p in job.prompts])
     wire = connect(cfg, job.world_size, job.devices[rank], rank, run_dir)
-    decode_group = cfg.cgroups.get(str(rank))
-    prefill_group = cfg.first_cgroups.get(str(rank))
-    join_group(prefill_group or decode_group)   # throttled (--emulate-devices) from step 0 on
+    pacer = Pacer(read_pace(cfg.paces, rank))      # at the device's speed (--emulate-devices) from step 0 on
     hops = Hops(wire, job, rank, cfg)
     fault = cfg.faults.get(str(rank))
     tokens = Tokens(hops, place, job, run_dir) if place.embeds else None
@@ -200,8 +207,10 @@ def run_stage(cfg: RunConfig, job: PipelineJob, rank: int, run_dir: Path) -> dic
                 if place.heads and place.leads else []
             x = torch.tensor(feed) if hidden is None else torch.from_numpy(hops.take(hidden))   # None: stage 0
             sync0 = hops.wait_s
-            out = dec.forward(x, pos[b], reduce=lambda partial: all_reduce(hops, place, partial.cpu()).to(where),
+            pacer.start(first_step=i == 0)
+            out = dec.forward(x, pos[b], reduce=lambda partial: paced_all_reduce(pacer, hops, place, partial, where),
                               stream=b).cpu()       # gloo moves host tensors: a GPU's output is copied here once
+            pacer.pause()
             sync = hops.wait_s - sync0                 # the stage's all-reduces (0 for a rank alone)
             token = None
             if not place.heads:
@@ -224,14 +233,8 @@ def run_stage(cfg: RunConfig, job: PipelineJob, rank: int, run_dir: Path) -> dic
             wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
             wait = hops.wait_s - wait0
             steps[-1].update({"wall_s": wall, "wait_s": wait, "compute_s": wall - wait, "cpu_s": cpu})
-        if i == 0 and prefill_group:
-            if decode_group:
-                join_group(decode_group)       # the prompt's share, then the decode steps'
-            else:
-                release_group(prefill_group)   # the decode steps at a whole core: no quota
     if tokens is not None:
         tokens.drain(steps)
-    release_group(decode_group)         # the steps are done: what follows runs at full speed
     wire.pg.barrier().wait()            # nobody leaves while a peer may still read from it
     if place.heads and job.keep_logits:
         torch.save(torch.stack(logits), run_dir / logits_file(rank))

@@ -40,7 +40,8 @@ BYTES_PER_STEP = 256              # bookkeeping per input and segment or message
 #                                   records alone; the report made of them at the end takes as much again)
 TAKEN = ("inputs", "latency_inputs", "timeout_s", "startup_timeout_s", "depth", "threads", "kinds", "cpu_only",
          "delays_s")
-NEVER = {"cgroups": "cgroups a worker joins are its own", "faults": "faults are rehearsals of the driver's host",
+NEVER = {"cgroups": "cgroups a worker joins are its own", "paces": "device emulation is the driver's host's own",
+         "faults": "faults are rehearsals of the driver's host",
          "cpus": "CPUs are pinned by the host's own user", "manifest": "the worker writes its own manifest",
          "addrs": "a worker binds to its own address", "token": "the worker has its own token"}
 

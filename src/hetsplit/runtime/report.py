@@ -206,16 +206,17 @@ class CpuGroup:
 
 @dataclass(frozen=True)
 class DeviceShaping:
-    """How a run's devices were emulated (``runtime.device_emulation``, ``runtime.cpu_throttle``): the time
-    dilation, each device's CPU share, where the host's costs came from, and the cgroups (by rank) that
-    applied the shares."""
+    """How a run's devices were emulated (``runtime.device_emulation``): the time dilation, each device's CPU
+    share, where the host's costs came from, and how the shares were applied: by the cgroups (by rank) of
+    ``runtime.cpu_throttle``, or paced by each worker (``runtime.pacing``: ``paced``, no cgroups)."""
 
     dilation: float
     shares: dict[str, float]
     host: str = ""
-    cgroup: str = ""                                   # the cpu controller's version: v1 or v2
+    cgroup: str = ""                                   # the cpu controller's version: v1 or v2 ("" paced)
     period_us: int = 0
     groups: dict[str, CpuGroup] = field(default_factory=dict)
+    paced: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -25,8 +25,8 @@ from hetsplit.graph.llm.load import LlmModel, model_tokenizer, read_model
 from hetsplit.graph.llm.shares import PARTS, TensorShare
 from hetsplit.graph.llm.step_graph import FLOAT32, STORED
 from hetsplit.runtime.llm_message_probe import LlmMessageProbe, probe_llm_messages
-from hetsplit.runtime.llm_pipeline import (BURST_PERIOD_US, MAX_STREAMS, PipelineJob, PipelineOptions,
-                                           PipelineReport, burst_period_us, run_pipeline_decode)
+from hetsplit.runtime.llm_pipeline import (MAX_STREAMS, PipelineJob, PipelineOptions, PipelineReport,
+                                           run_pipeline_decode)
 from hetsplit.search.llm_pipeline import MAX_TP_DEVICES, PipelineChoice, best_single, plan_pipeline, plan_streams
 from hetsplit.search.llm_rules import rule_stages
 from hetsplit.torch_threads import as_a_rank
@@ -293,12 +293,10 @@ def host_costs(model: LlmModel, costs: LlmCosts) -> LlmCosts:
 @dataclass(frozen=True)
 class StageEmulation:
     """The CPU shares of each stage's process for the prompt's step and for the decode steps, at one
-    dilation (``prefill.dilation == decode.dilation``), and the CFS period of their quotas (set by the
-    shortest decode step: ``runtime.llm_pipeline.burst_period_us``)."""
+    dilation (``prefill.dilation == decode.dilation``; ``runtime.pacing`` applies them)."""
 
     prefill: "DeviceEmulation"
     decode: "DeviceEmulation"
-    period_us: int
 
 
 def stage_emulation(model: LlmModel, plan: GenerationPlan, cores: int | None = None) -> StageEmulation:
@@ -324,22 +322,17 @@ def stage_emulation(model: LlmModel, plan: GenerationPlan, cores: int | None = N
     dilation = max(e.dilation for e in phases)
     prefill, decode = (DeviceEmulation({d: s * e.dilation / dilation for d, s in e.shares.items()}, dilation, e.host)
                        for e in phases)
-    period = burst_period_us({d: (times[DECODE][d][1], share) for d, share in decode.shares.items()})
-    return StageEmulation(prefill, decode, period)
+    return StageEmulation(prefill, decode)
 
 
-def check_emulation(links: bool, devices: bool) -> None:
-    """UsageError with the reason when the emulation asked for cannot be set up here (as ``hetsplit run``)."""
+def check_emulation(links: bool) -> None:
+    """UsageError with the reason when the link emulation asked for cannot be set up here (as ``hetsplit
+    run``); device emulation needs nothing (``runtime.pacing``)."""
     if links:
         from hetsplit.runtime.netem import emulation_available
 
         if why := emulation_available():
             raise UsageError(f"--emulate-links: {why}")
-    if devices:
-        from hetsplit.runtime.cpu_throttle import throttle_available
-
-        if why := throttle_available():
-            raise UsageError(why)
 
 
 @dataclass(frozen=True)
@@ -510,7 +503,7 @@ def generate(model_path: str | Path, cluster: Cluster, options: GenerateOptions,
     texts = options.stream_prompts()
     if len(texts) > 1 and options.recover:
         raise UsageError("--recover goes on with one stream: leave out --streams (and give one prompt) or --recover")
-    check_emulation(options.emulate_links, options.emulate_devices)
+    check_emulation(options.emulate_links)
     model = read_model(model_path)
     tok = model_tokenizer(model)
     encoded = {t: tok.encode(t) for t in set(texts)}
@@ -561,7 +554,7 @@ def generate(model_path: str | Path, cluster: Cluster, options: GenerateOptions,
             return run_pipeline_decode(job, PipelineOptions(
                 timeout_s=options.timeout_s, faults=faults, run_dir=options.run_dir, on_token=on_token, links=links,
                 devices=emu.decode if emu else None, prefill_devices=emu.prefill if emu else None,
-                period_us=emu.period_us if emu else BURST_PERIOD_US, kinds=kinds, cpu_only=options.cpu_only,
+                kinds=kinds, cpu_only=options.cpu_only,
                 hosts=hosts, port=port, announce=tell, token=token,
                 stay=token is not None and not options.ssh))   # --ssh starts the workers of each run itself
 

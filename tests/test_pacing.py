@@ -1,0 +1,69 @@
+"""Device emulation by pacing (``runtime.pacing``): a stage's work stretched to its CPU share."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from hetsplit.errors import RuntimeFailure
+from hetsplit.runtime.pacing import Pace, Pacer, paces_of, read_pace
+
+
+def busy(cpu_s: float) -> None:
+    """Burn ``cpu_s`` of this thread's CPU."""
+    end = time.thread_time() + cpu_s
+    while time.thread_time() < end:
+        pass
+
+
+@pytest.mark.parametrize("share", [0.25, 0.5])
+def test_paced_work_takes_its_cpu_over_its_share_and_the_waits_are_not_stretched(share):
+    pacer = Pacer(Pace(1.0, share))
+    pacer.start(first_step=False)
+    busy(0.02)
+    t0 = time.thread_time()
+    time.sleep(0.03)                # a wait (for a peer): no CPU, nothing to stretch
+    busy(0.02)
+    w0 = time.perf_counter()
+    pacer.pause()
+    slept = time.perf_counter() - w0
+    cpu = time.thread_time() - t0 + 0.02
+    assert pacer.slept_s == pytest.approx(cpu * (1 / share - 1), rel=0.05)
+    assert slept >= pacer.slept_s * 0.99
+    assert pacer.slept_s < 0.04 * (1 / share - 1) * 1.2      # the 30 ms wait was not stretched
+
+
+def test_the_prompt_step_is_paced_at_its_own_share_and_a_whole_core_not_at_all():
+    pacer = Pacer(Pace(0.5, 1.0))
+    pacer.start(first_step=True)
+    busy(0.01)
+    pacer.pause()
+    assert pacer.slept_s == pytest.approx(0.01, rel=0.1)
+    pacer.start(first_step=False)
+    busy(0.01)
+    pacer.pause()
+    assert pacer.slept_s == pytest.approx(0.01, rel=0.1)       # decode at 1.0: no more sleep
+    idle = Pacer(None)
+    idle.start(first_step=True)
+    busy(0.005)
+    idle.pause()
+    assert idle.slept_s == 0.0
+
+
+def test_paces_go_to_the_ranks_below_a_whole_core_with_the_prompts_share_or_the_decodes():
+    ranks = {0: "fast", 1: "slow", 2: "gpu"}
+    assert paces_of({"fast": 1.0, "slow": 0.4}, None, ranks) == {"1": [0.4, 0.4]}
+    assert paces_of({"fast": 1.0, "slow": 0.4}, {"fast": 0.7, "slow": 0.2}, ranks) == {"0": [0.7, 1.0],
+                                                                                    "1": [0.2, 0.4]}
+
+
+@pytest.mark.parametrize("raw", [[0.5], [0.0, 0.5], [0.5, 1.5], ["0.5", 0.5], [float("nan"), 0.5], "fast", {"a": 1}])
+def test_a_pace_out_of_range_or_of_the_wrong_shape_is_refused(raw):
+    with pytest.raises(RuntimeFailure, match="pacing"):
+        read_pace({"3": raw}, 3)
+
+
+def test_a_rank_without_a_pace_runs_at_full_speed():
+    assert read_pace({"1": [0.5, 0.25]}, 2) is None
+    assert read_pace({"1": [0.5, 0.25]}, 1) == Pace(0.5, 0.25)
