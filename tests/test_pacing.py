@@ -67,3 +67,30 @@ def test_a_pace_out_of_range_or_of_the_wrong_shape_is_refused(raw):
 def test_a_rank_without_a_pace_runs_at_full_speed():
     assert read_pace({"1": [0.5, 0.25]}, 2) is None
     assert read_pace({"1": [0.5, 0.25]}, 1) == Pace(0.5, 0.25)
+
+
+def test_pauses_too_short_to_sleep_are_owed_and_a_steps_last_pause_settles_them():
+    pacer = Pacer(Pace(1.0, 0.5))
+    pacer.start(first_step=False)
+    for _ in range(4):                       # 0.3 ms owed per pause: under MIN_SLEEP_S, none sleeps
+        busy(0.0003)
+        pacer.pause()
+    assert pacer.slept_s == 0.0 and 0.0011 < pacer.owed_s < 0.0016
+    busy(0.0003)
+    pacer.pause(settle=True)
+    assert 0.0014 < pacer.slept_s < 0.01 and pacer.owed_s <= 0.0     # slept what it owed, a late wake-up owed back
+
+
+def test_over_many_paces_the_sleeps_add_up_to_the_share():
+    pacer = Pacer(Pace(1.0, 0.25))
+    w0, c0 = time.perf_counter(), time.thread_time()
+    for _ in range(40):
+        pacer.start(first_step=False)
+        for _ in range(3):
+            busy(0.0004)
+            pacer.pause()
+        pacer.pause(settle=True)
+    cpu, wall = time.thread_time() - c0, time.perf_counter() - w0
+    busy_s = 40 * 3 * 0.0004                 # the CPU paced (at least), of ``cpu`` in all (pauses' own work too)
+    assert 3 * busy_s <= pacer.slept_s + pacer.owed_s <= 3 * cpu      # owed: 1/0.25 - 1 = 3 times the CPU
+    assert pacer.owed_s < 0.0001 and wall >= pacer.slept_s + busy_s

@@ -210,7 +210,7 @@ def run_stage(cfg: RunConfig, job: PipelineJob, rank: int, run_dir: Path) -> dic
             pacer.start(first_step=i == 0)
             out = dec.forward(x, pos[b], reduce=lambda partial: paced_all_reduce(pacer, hops, place, partial, where),
                               stream=b).cpu()       # gloo moves host tensors: a GPU's output is copied here once
-            pacer.pause()
+            pacer.pause(settle=True)
             sync = hops.wait_s - sync0                 # the stage's all-reduces (0 for a rank alone)
             token = None
             if not place.heads:

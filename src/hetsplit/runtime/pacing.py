@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from hetsplit.errors import RuntimeFailure
 
-KEY = "paces"      # RunConfig field: rank -> [the prompt step's share, the decode steps' share]
+MIN_SLEEP_S = 0.002   # a pause owes less than this before it sleeps (but a step's last one)
 
 
 @dataclass(frozen=True)
@@ -70,12 +70,17 @@ def read_pace(paces: Mapping[str, object], rank: int) -> Pace | None:
 
 class Pacer:
     """Stretches one stage's work to its share: ``start()`` when its step begins computing, ``pause()``
-    before each thing it tells a peer (sleeps ``1 / s - 1`` times the thread's CPU since the last mark)."""
+    before each thing it tells a peer: it owes ``1 / s - 1`` times the thread's CPU since the last mark and
+    sleeps what it owes once that is at least ``MIN_SLEEP_S`` (a tensor-parallel member pauses before each
+    of its 60 all-reduces per SmolLM2 step, each wake-up late by a little), ``settle=True`` (a step's last
+    pause) whatever it owes; a sleep longer than asked is owed back (negative), so the sleeps add up to
+    the share over the run, not each one."""
 
     def __init__(self, pace: Pace | None):
         self.pace = pace
         self.stretch = 0.0
         self.since = time.thread_time()
+        self.owed_s = 0.0
         self.slept_s = 0.0
 
     def start(self, first_step: bool) -> None:
@@ -83,12 +88,14 @@ class Pacer:
             self.stretch = 1.0 / self.pace.share(first_step) - 1.0
         self.since = time.thread_time()
 
-    def pause(self) -> None:
+    def pause(self, settle: bool = False) -> None:
         if self.pace is None:
             return
-        now = time.thread_time()
-        pad = (now - self.since) * self.stretch
-        if pad > 0:
-            time.sleep(pad)
-            self.slept_s += pad
+        self.owed_s += (time.thread_time() - self.since) * self.stretch
+        if self.owed_s >= (0.0 if settle else MIN_SLEEP_S) and self.owed_s > 0:
+            t0 = time.perf_counter()
+            time.sleep(self.owed_s)
+            took = time.perf_counter() - t0
+            self.owed_s -= took
+            self.slept_s += took
         self.since = time.thread_time()
