@@ -128,6 +128,53 @@ def test_with_recover_a_run_across_hosts_goes_on_with_the_workers_that_stay(thre
     assert "no new run from the driver" in said and "stopped, 1 run(s) finished here" in said
 
 
+def test_with_recover_a_host_that_dies_mid_generation_is_named_and_the_run_goes_on_without_it(tmp_path):
+    """cpu1's worker, on another host, is killed (its whole process group, as a host that dies) once the
+    first tokens have streamed: the run ends naming cpu1, re-plans over the two devices here, rebuilds the KV
+    cache and goes on, every token the unsplit model's."""
+    import signal
+
+    from hetsplit.cluster.loader import cluster_from_dict
+
+    wide = write_tiny_gguf(tmp_path / "wide.gguf", seed=7, blocks=3, dim=256, ffn=1024)   # steps of a few ms
+    size = read_gguf(wide).stored_bytes()
+    cluster = cluster_from_dict({"format": "hetsplit.cluster/1", "name": "hosts", "devices": [
+        {"name": n, "kind": "cpu", "type": "local-cpu", "memory": f"{mem}B",
+         "params": {"peak_macs": "4e10/s", "mem_bandwidth": "20GB/s", "power_active": "10W"}}
+        for n, mem in (("cpu0", int(size * 0.7)), ("cpu1", 1 << 30), ("cpu2", 1 << 30))],
+        "links": {"default": {"name": "loopback", "bandwidth": "1GB/s", "latency": "150us"}}})
+    workers: list[subprocess.Popen] = []
+    streamed: list[str] = []
+
+    def announce(commands) -> None:
+        (c,) = commands
+        env = {**os.environ, "HETSPLIT_TOKEN": c.token}
+        argv = [HETSPLIT, *c.argv[1:], "--run-dir", str(tmp_path / "cpu1"), "--timeout", "8"]
+        workers.append(subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                        start_new_session=True))
+
+    def on_text(text: str) -> None:
+        streamed.append(text)
+        if len(streamed) == 1:             # the first tokens are out: the host dies
+            os.killpg(workers[0].pid, signal.SIGKILL)
+            workers[0].wait(10)
+
+    try:
+        r = generate(wide, cluster, GenerateOptions(
+            "the cat sat on", tokens=100, verify=True, timeout_s=30, recover=True, probe=False,
+            plan=(Stage("cpu0", 0, 1), Stage("cpu1", 1, 2), Stage("cpu2", 2, 3)), hosts="cpu1=127.0.0.1"),
+            on_text=on_text, announce=announce)
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                os.killpg(w.pid, signal.SIGKILL)
+    assert r.recovery is not None and r.recovery.device == "cpu1", r.recovery
+    assert 1 <= r.recovery.tokens_before < 100
+    assert {d for s in r.plan.stages for d in s.devices} <= {"cpu0", "cpu2"}
+    assert r.verify["ok"] and r.verify["identical_tokens"] and r.verify["max_abs_logit_diff"] <= 1e-4
+    assert len(r.tokens) == 100
+
+
 def test_with_devices_on_other_hosts_the_plan_is_led_from_this_one(three):
     """The first stage streams the tokens to the driver's host: with ``--hosts`` the planner keeps its leader
     here, even where a device elsewhere would be best alone."""
