@@ -6,10 +6,11 @@ share ``s`` of ``runtime.device_emulation``, the prompt's step at its own share 
 
 Why not a CPU quota (``runtime.cpu_throttle``, which ``hetsplit run`` uses): under CFS bandwidth
 control a decode step costs more CPU than it does unthrottled, the more so the smaller the share and the
-shorter the period (SmolLM2-135M's half-model step on this 2-core VM: +25-30% CPU at a share of 0.5,
-+50-60% at 0.25 over a 10 ms period; a two-stage split's stages 1.13-1.72x their predicted CPU), so every
-throttled stage ran slower than its device, and splits, whose stages are throttled, looked worse than a
-device alone, which runs at a whole core. Paced, the work runs unthrottled and only the waits stretch.
+shorter the period (``bench/throttle_cost.py``, SmolLM2-135M's step on this 2-core VM: its wall time x
+share 1.07-1.43x the unthrottled step's at shares 0.5 and 0.25 over 2 and 10 ms periods, paced
+1.01-1.13x), so every throttled stage ran slower than its device, and splits, whose stages are
+throttled, looked worse than a device alone, which runs at a whole core. Paced, the work runs at full
+speed and only the pauses stretch it.
 
 What pacing does not slow: the message ends after the last pause of a step (posting a send, taking a
 receive), which a cluster charges per link, not per device. The CPU counted is the stage's thread's
