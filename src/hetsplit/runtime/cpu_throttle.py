@@ -281,7 +281,7 @@ def join_group(procs_file: str | None) -> None:
 
 def release_group(procs_file: str | None) -> None:
     """Lift the CPU quota of this rank's own cgroup (the one ``join_group`` joined; None: none) once its
-    measured work is done: what follows (reports, logits to disk, exit) is not the emulated device's work,
+    measured work is done: what follows (reports, exit) is not the emulated device's work,
     and at a share of a few percent of a core it took tens of seconds. Same checks as ``join_group``; the
     group's quota file is written, never created."""
     if not procs_file:
