@@ -28,12 +28,15 @@ check: $(STAMP)
 
 # Both tiers run on JOBS pytest-xdist workers (whole test files per worker, so module fixtures are built
 # once), in the order tests/conftest.py gives (files that start processes first): 2 by default, the
-# cores of the CI machine; `make test JOBS=0` runs in this one process.
+# cores of the CI machine; `make test JOBS=0` runs in this one process. The tests marked `alone` judge a
+# prediction of this machine's speed: beside another worker they would only skip (too busy), so they
+# run last, in one process.
 JOBS   ?= 2
 XDIST  := $(if $(filter 0,$(JOBS)),-p no:xdist,-n $(JOBS) --dist loadfile --no-loadscope-reorder)
 
 test: check
-	$(PY) -m pytest -q $(XDIST) --durations=25
+	$(PY) -m pytest -q $(XDIST) -m "not alone" --durations=25
+	$(PY) -m pytest -q -p no:xdist -m alone
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q $(XDIST) -m "not processes and not slow"

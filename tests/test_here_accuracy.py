@@ -23,7 +23,7 @@ from hetsplit.runtime import calibration as rc
 from hetsplit.runtime import resolve_model
 
 pytest.importorskip("torch")
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow, pytest.mark.alone, pytest.mark.timeout(300)]   # alone: ``make test`` runs it last
 
 LOW, HIGH = 0.6, 1.5           # measured / predicted, throughput and latency
 TOO_BUSY = 0.25                # other processes' share of the CPU beyond which nothing can be judged
