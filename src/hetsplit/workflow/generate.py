@@ -340,8 +340,8 @@ class GenerateOptions:
     """``hetsplit generate``: the prompt (or one per stream: ``stream_prompts``), how many tokens, the plan's
     options, ``verify`` each step's logits against the unsplit model; ``emulate_links``: shape every link
     between the stages' processes to the cluster's (``runtime.netem``, as ``hetsplit run
-    --emulate-links``); ``emulate_devices``: run each stage at its device's speed (``stage_emulation``, as
-    ``hetsplit run --emulate-devices``)."""
+    --emulate-links``); ``emulate_devices``: run each stage at its device's speed (``stage_emulation``'s
+    shares, paced by each stage: ``runtime.pacing``)."""
 
     prompt: str | tuple[str, ...]      # one prompt, or one per stream
     tokens: int = 32
