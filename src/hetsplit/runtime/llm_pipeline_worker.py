@@ -31,7 +31,7 @@ from hetsplit.errors import RuntimeFailure
 from hetsplit.graph.llm.shares import check_shares
 from hetsplit.runtime.llm_pipeline import TOKENS_FILE, PipelineJob, logits_file
 from hetsplit.runtime.manifest import Edge
-from hetsplit.runtime.pacing import Pacer
+from hetsplit.runtime.pacing import Pacer, read_pace
 from hetsplit.runtime.wire import Wire
 
 HIDDEN_TAG, TOKEN_TAG, REDUCE_UP_TAG, REDUCE_DOWN_TAG, PICK_TAG = ((1 << 11) + k for k in range(5))
@@ -168,7 +168,6 @@ def stage_device(cfg: RunConfig, device: str, rank: int, cuda: bool | None = Non
 
 def run_stage(cfg: RunConfig, job: PipelineJob, rank: int, run_dir: Path) -> dict:
     """Run this rank's share of every step; its measurements (rank 0: the tokens; the last stage: its logits)."""
-    from hetsplit.runtime.pacing import read_pace
     from hetsplit.runtime.process import inject
     from hetsplit.runtime.wire import connect
 
