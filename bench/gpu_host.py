@@ -6,7 +6,9 @@ On a host with a CUDA GPU (issue 22, item 6) this
    --skip-pipeline --skip-plans``); raw gloo's 10 MB bandwidth and 1 KB hop become the cluster's link;
 2. profiles each model on ``local-gpu`` (hetsplit's ONNX interpreter on PyTorch CUDA, what the GPU
    device's segments run with) and on ``local-cpu`` (onnxruntime, ``--threads`` threads);
-3. writes a cluster of those two devices (``cpu0``, ``gpu0``) and plans: ResNet-50 with map-opt and
+3. measures what a message end costs a worker here (the runtime's own calibration, ``runtime.calibration``:
+   toy runs, never the runs below, so the four runs stay held out) and writes a cluster of those two
+   devices (``cpu0``, ``gpu0``) with it, then plans: ResNet-50 with map-opt and
    HEFT (a node mapping; the best one that uses both devices is run), MobileBERT tensor-parallel over
    both (one shard on the GPU), and each model on the GPU alone;
 4. runs each plan with ``hetsplit run --compare`` and prints predicted beside measured.
@@ -66,8 +68,15 @@ def measure_link(out: Path, log: Path) -> dict:
     print(f"  {time.perf_counter() - t0:6.1f} s  runtime_overhead.py (hops)", flush=True)
     if rc != 0:
         raise SystemExit(f"runtime_overhead.py failed (exit {rc}); see {log}")
-    hops = {r["bytes"]: r for r in json.loads(path.read_text())["hops"]}
-    return {"bandwidth": hops[max(hops)]["raw_bandwidth"], "latency": hops[min(hops)]["raw_hop_s"], "hops": hops}
+    return link_of(path)
+
+
+def link_of(hops_json: Path) -> dict:
+    """The link of a ``runtime_overhead.py --json`` file: raw gloo's 1 KB hop (latency) and its largest
+    message's bandwidth."""
+    hops = {r["bytes"]: r for r in json.loads(hops_json.read_text())["hops"]}
+    return {"bandwidth": hops[max(hops)]["raw_bandwidth"], "latency": hops[min(hops)]["raw_hop_s"], "hops": hops,
+            "from": str(hops_json)}
 
 
 HOP_FIGURES = ("bytes", "hetsplit_hop_s", "raw_blocking_hop_s", "overhead_vs_blocking", "overhead_vs_blocking_ci95",
@@ -76,17 +85,31 @@ HOP_FIGURES = ("bytes", "hetsplit_hop_s", "raw_blocking_hop_s", "overhead_vs_blo
                "overhead_vs_same_posting_ci95")
 
 
-def write_cluster(path: Path, model: str, link: dict) -> None:
+def message_cost() -> dict:
+    """What one message end costs a worker's CPU here, fixed and per byte: the runtime's calibration
+    measured now (toy runs on two cores, ``runtime.calibration``), with its source."""
+    from hetsplit.runtime.calibration import runtime_costs
+
+    t0 = time.perf_counter()
+    costs = runtime_costs(recalibrate=True)
+    print(f"  {time.perf_counter() - t0:6.1f} s  the runtime's calibration (message ends)", flush=True)
+    return {"end_s": costs.worker_end_s, "byte_s": costs.worker_byte_s, "source": costs.source}
+
+
+def write_cluster(path: Path, model: str, link: dict, message: dict) -> None:
     path.write_text(
         "format: hetsplit.cluster/1\n"
         f"name: gpu-host-{model}\n"
         "description: this host's CPU and GPU, costs measured here (bench/gpu_host.py); the link is raw gloo over\n"
-        "  loopback measured here (a GPU tensor also crosses host memory, inside its device's compute time)\n"
+        f"  loopback, {'from ' + link['from'] if 'from' in link else 'measured here'} (a GPU tensor also crosses "
+        "host memory,\n  inside its device's compute time);\n"
+        "  each message end's CPU is the runtime's calibration here (toy runs, not these runs)\n"
         "devices:\n"
         f"  - {{name: cpu0, kind: cpu, type: local-cpu, memory: 32GiB, profile: cpu.{model}.json}}\n"
         f"  - {{name: gpu0, kind: gpu, type: local-gpu, memory: 32GiB, profile: gpu.{model}.json}}\n"
         "links:\n"
-        f"  default: {{name: loopback, bandwidth: {link['bandwidth']:.4g}B/s, latency: {link['latency'] * 1e6:.1f}us}}\n")
+        f"  default: {{name: loopback, bandwidth: {link['bandwidth']:.4g}B/s, latency: {link['latency'] * 1e6:.1f}us,\n"
+        f"            message: {{cpu: {message['end_s'] * 1e6:.2f}us, byte: {message['byte_s']:.4g}}}}}\n")
 
 
 def plan_index(plans_file: Path, prefer: tuple[str, ...], devices: set[str]) -> tuple[int, str]:
@@ -106,7 +129,7 @@ def plan_index(plans_file: Path, prefer: tuple[str, ...], devices: set[str]) -> 
     raise SystemExit(f"{plans_file}: no plan by {prefer} uses {sorted(devices)}")
 
 
-def summary_row(label: str, run_json: Path) -> dict:
+def summary_row(label: str, run_json: Path, model: str, index: int) -> dict:
     from hetsplit.workflow.comparison import Comparison
     from hetsplit.workflow.run import read_run_doc
 
@@ -114,7 +137,7 @@ def summary_row(label: str, run_json: Path) -> dict:
     if not isinstance(run, Comparison) or run.report is None:
         raise SystemExit(f"{run_json}: not a run compared with its prediction (hetsplit run --compare --out)")
     m, p, v = run.report, run.predicted, run.report.verify
-    return {"run": label, "verified": v is not None and v.ok, "outputs": v.outputs_checked if v else 0,
+    return {"run": label, "model": model, "plan_index": index, "report": run_json.name, "verified": v is not None and v.ok, "outputs": v.outputs_checked if v else 0,
             "max_abs_err": v.max_abs_err if v else None,
             "executors": {d.device: d.executor for d in m.devices},
             "compute_s": {d.device: d.compute_s for d in m.devices},
@@ -133,13 +156,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpu-profile", default="local-gpu",
                     help="the GPU's profile device (a preset, such as rtx3070ti, to rehearse without a GPU)")
     ap.add_argument("--skip-hops", action="store_true", help="link figures of the local cluster instead")
+    ap.add_argument("--hops", type=Path, default=None, metavar="FILE",
+                    help="take the link from this runtime_overhead.py --json file (measured earlier on a host of "
+                         "this kind) instead of measuring the hops first (minutes)")
     args = ap.parse_args(argv)
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     log = out / "log.txt"
     facts = host_facts()
     print(json.dumps(facts), flush=True)
-    link = ({"bandwidth": 1e9, "latency": 150e-6, "hops": {}} if args.skip_hops else measure_link(out, log))
+    link = ({"bandwidth": 1e9, "latency": 150e-6, "hops": {}} if args.skip_hops else
+            link_of(args.hops) if args.hops else measure_link(out, log))
+    message = message_cost()
     rows, whole, t = [], {}, str(args.threads)
     for model, algos, prefer, n in (("resnet50", ["map-opt", "heft"], ("map-opt", "heft"), args.inputs),
                                     ("mobilebert", ["tensor-parallel"], ("tensor-parallel",), args.tp_inputs)):
@@ -149,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         whole[model] = {dev: json.loads((out / f"{dev}.{model}.json").read_text()).get("whole_model", {}).get("time_s")
                         for dev in ("gpu", "cpu")}
         cluster = out / f"cluster.{model}.yaml"
-        write_cluster(cluster, model, link)
+        write_cluster(cluster, model, link, message)
         plans = out / f"plans.{model}"
         hetsplit("plan", model, "--cluster", str(cluster), "--algo", *algos, "--time-budget", "10", "--out", str(plans),
                  log=log)
@@ -159,14 +187,16 @@ def main(argv: list[str] | None = None) -> int:
             run_json = out / f"run.{model}.{i}.json"
             hetsplit("run", str(plans / "plans.json"), model, "--index", str(i), "--inputs", str(n), "--threads", t,
                      "--compare", "--out", str(run_json), "--run-dir", str(out / f"rundir.{model}.{i}"), log=log)
-            rows.append(summary_row(label, run_json))
+            rows.append(summary_row(label, run_json, model, i))
     doc = {"host": facts, "link": {k: v for k, v in link.items() if k != "hops"},
            "hops": [{k: r[k] for k in HOP_FIGURES} for r in link["hops"].values()], "whole_model_s": whole,
+           "message": message,
            "runs": rows}
     (out / "summary.json").write_text(json.dumps(doc, indent=1))
     print(f"\nhost: {facts['gpu'] or 'no CUDA GPU'}, {facts['cores']} cores, torch {facts['torch']}, "
           f"onnxruntime {facts['onnxruntime']} {facts['ort_providers']}")
-    print(f"link (raw gloo here): {link['bandwidth'] / 1e9:.2f} GB/s, {link['latency'] * 1e6:.0f} us")
+    print(f"link (raw gloo, {link.get('from', 'here')}): {link['bandwidth'] / 1e9:.2f} GB/s, {link['latency'] * 1e6:.0f} us; a message end "
+          f"{message['end_s'] * 1e6:.1f} us + {message['byte_s'] * 1e9:.2f} ns/B ({message['source']})")
     for h in doc["hops"]:
         print(f"  hop {h['bytes']:>9} B: ours {h['hetsplit_hop_s'] * 1e3:.3f} ms; against blocking send/recv "
               f"({h['raw_blocking_hop_s'] * 1e3:.3f} ms) {interval(h, 'overhead_vs_blocking')} "

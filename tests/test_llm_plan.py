@@ -130,10 +130,10 @@ def test_a_fast_device_alone_wins_over_a_slow_link_and_a_split_wins_when_memory_
 
 def test_local_devices_are_costed_by_the_probe_with_float32_weights(tiny):
     from hetsplit.cluster import load_cluster
-    from hetsplit.costs.llm_probe import TorchCpuProbe, layers_per_block
+    from hetsplit.costs.llm_probe import TorchProbe, layers_per_block
     from hetsplit.workflow.generate import PlanOptions, costed_cluster, plan_generation
 
-    probe = TorchCpuProbe(call_s=1e-5, bytes_per_s=1e9, macs_per_s=1e10)
+    probe = TorchProbe(call_s=1e-5, bytes_per_s=1e9, macs_per_s=1e10)
     local = load_cluster("local")
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr("hetsplit.workflow.generate.host_probe", lambda *shape: probe)
@@ -147,6 +147,56 @@ def test_local_devices_are_costed_by_the_probe_with_float32_weights(tiny):
     assert plan.costs.block_s[1, 0, 0] == pytest.approx(f32 / 1e9 + 13e-5, rel=0.05)
 
 
+CPU_GPU = {"format": "hetsplit.cluster/1", "name": "cpu-gpu", "devices": [
+    {"name": "cpu0", "kind": "cpu", "type": "local-cpu", "memory": "1GiB",
+     "params": {"peak_macs": "4e10/s", "mem_bandwidth": "20GB/s", "power_active": "10W"}},
+    {"name": "gpu0", "kind": "gpu", "type": "gpu", "memory": "8GiB",
+     "params": {"peak_macs": "3e13/s", "mem_bandwidth": "4TB/s", "power_active": "700W"}}],
+    "links": {"default": {"name": "pcie", "bandwidth": "8GB/s", "latency": "20us"}}}
+
+
+def test_a_gpu_that_computes_here_is_costed_by_the_cuda_probe_and_only_then(tiny, monkeypatch):
+    from hetsplit.costs.llm_probe import TorchProbe
+    from hetsplit.runtime.hosts import HostMap
+    from hetsplit.workflow import generate as gen
+
+    cpu, gpu = TorchProbe(1e-5, 1e9, 1e10), TorchProbe(4e-6, 5e11, 2e12)
+    both = cluster_from_dict(CPU_GPU)
+    costed, weights = gen.costed_cluster(both, cpu, None, gpu, ("gpu0",))
+    assert weights == "float32" and [d.params["mem_bandwidth"] for d in costed.devices] == [1e9, 5e11]
+    assert costed.devices[1].params["overhead_s"] == 4e-6           # the launch-bound fixed cost per layer
+    # no CUDA probe, or the GPU not one of this host's: its device model's figures stay
+    assert gen.costed_cluster(both, cpu)[0].devices[1] == both.devices[1]
+    assert gen.costed_cluster(both, None, None, gpu, ())[0] == both
+    alone, _ = gen.costed_cluster(both, None, None, gpu, ("gpu0",))
+    assert alone.devices[0] == both.devices[0] and alone.devices[1].params["overhead_s"] == 4e-6
+    # which devices compute on this host's GPU: the worker's rule, less other hosts' and --cpu-only
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    assert gen.cuda_here(both) == ("gpu0",)
+    assert gen.cuda_here(both, cpu_only=True) == () and gen.cuda_here(both, HostMap({"gpu0": "10.0.0.2"})) == ()
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    assert gen.cuda_here(both) == ()
+    # planning asks for the CUDA probe only for the devices it names
+    asked = []
+    monkeypatch.setattr(gen, "host_probe", lambda *shape, cuda=False: asked.append(cuda) or (gpu if cuda else cpu))
+    monkeypatch.setattr(gen, "host_messages", lambda *shape: None)
+    plan = gen.plan_generation(tiny, both, gen.PlanOptions(8, 8, cuda_devices=("gpu0",)))
+    assert sorted(asked) == [False, True] and plan.costs.devices == ["cpu0", "gpu0"]
+    asked.clear()
+    gen.plan_generation(tiny, both, gen.PlanOptions(8, 8))
+    assert asked == [False]
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+def test_the_cuda_probe_measures_a_launch_bound_step_on_a_real_gpu(tiny):
+    from hetsplit.costs import llm_probe
+
+    shape = llm_probe.ProbeShape(tiny.config, 6, 12)
+    p = llm_probe.probe_torch_cuda.__wrapped__(shape, repeat=5)
+    # a tiny block on a GPU is all kernel launches: its fixed cost per layer is microseconds, not zero
+    assert p.bytes_per_s > 1e9 and p.macs_per_s > 1e9 and 1e-6 < p.call_s < 1e-3
+
+
 def test_the_probe_charges_a_decode_block_what_a_block_of_the_models_shapes_took(tiny, monkeypatch):
     from hetsplit.cluster import load_cluster
     from hetsplit.costs import llm_probe
@@ -156,11 +206,11 @@ def test_the_probe_charges_a_decode_block_what_a_block_of_the_models_shapes_took
     gemv, gemm, block = 2e-4, 9e-4, 3e-3       # seconds of one 1536 x 576 GEMV, one GEMM of the prompt's rows
     seen = {}
 
-    def streamed(rows: int, repeat: int) -> tuple[float, float, int]:
+    def streamed(rows: int, repeat: int, device: str, clock) -> tuple[float, float, int]:
         seen["rows"] = rows
         return gemv, gemm, rows
     monkeypatch.setattr(llm_probe, "_streamed_s", streamed)
-    monkeypatch.setattr(llm_probe, "_block_step_s", lambda shape, repeat: block)
+    monkeypatch.setattr(llm_probe, "_block_step_s", lambda shape, repeat, device, clock: block)
     opts = LlmCostOptions(6, 16, "float32")
     shape = llm_probe.ProbeShape(tiny.config, 6, opts.phases()[1].context)
     p = llm_probe.probe_torch_cpu.__wrapped__(shape)
@@ -171,7 +221,7 @@ def test_the_probe_charges_a_decode_block_what_a_block_of_the_models_shapes_took
     costs = llm_costs(tiny.config, tiny.tensors, costed, opts)
     assert costs.block_s[DECODE, 0, 0] == pytest.approx(block, rel=1e-9)      # all of the measured step, no more
     # a block slower than its weights' stream leaves no negative fixed cost
-    monkeypatch.setattr(llm_probe, "_block_step_s", lambda shape, repeat: 0.0)
+    monkeypatch.setattr(llm_probe, "_block_step_s", lambda shape, repeat, device, clock: 0.0)
     assert llm_probe.probe_torch_cpu.__wrapped__(shape).call_s == 0.0
 
 
@@ -217,10 +267,10 @@ def test_the_probe_takes_the_median_of_its_repeats_not_the_luckiest(monkeypatch)
 
 
 def test_each_stage_is_throttled_to_its_devices_prefill_and_decode_time_at_one_dilation(tiny):
-    from hetsplit.costs.llm_probe import TorchCpuProbe
+    from hetsplit.costs.llm_probe import TorchProbe
     from hetsplit.workflow.generate import PlanOptions, host_costs, plan_generation, stage_emulation
 
-    probe = TorchCpuProbe(call_s=1e-5, bytes_per_s=1e9, macs_per_s=1e10)
+    probe = TorchProbe(call_s=1e-5, bytes_per_s=1e9, macs_per_s=1e10)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr("hetsplit.workflow.generate.host_probe", lambda *shape: probe)
         for speeds, cores in (([0.05, 0.2], 4), ([50, 200], 4), ([1, 1], 1)):

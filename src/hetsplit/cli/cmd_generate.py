@@ -191,7 +191,7 @@ def plan_gguf(model: str, cluster_spec: str, objective: str, as_json: bool, out:
     from hetsplit.graph.llm.load import read_model
     from hetsplit.outpath import output_dir, write_text
     from hetsplit.workflow import load_cluster_spec
-    from hetsplit.workflow.generate import PlanOptions, plan_generation, references, stage_dict
+    from hetsplit.workflow.generate import PlanOptions, cuda_here, plan_generation, references, stage_dict
 
     folder = output_dir(out)
     cluster = load_cluster_spec(cluster_spec)
@@ -202,7 +202,8 @@ def plan_gguf(model: str, cluster_spec: str, objective: str, as_json: bool, out:
     if prompt + new > m.config.context:
         raise UsageError(f"--prompt-tokens {prompt} and --tokens {new}: {prompt + new} positions exceed the "
                          f"model's context of {m.config.context}")
-    plan = plan_generation(m, cluster, PlanOptions(prompt, new, objective, streams=streams))
+    plan = plan_generation(m, cluster, PlanOptions(prompt, new, objective, streams=streams,
+                                                   cuda_devices=cuda_here(cluster)))
     refs = references(plan)
     doc = {"model": m.config.name, "cluster": cluster.name, "prompt_tokens": prompt, "new_tokens": new,
            "objective": "streams" if streams > 1 else objective, "streams": streams, **plan.to_dict(),

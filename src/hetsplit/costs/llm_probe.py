@@ -15,6 +15,11 @@ meanwhile (wall time on a shared machine measured other processes too, by 2-4x h
   norms, RoPE, KV cache update, attention and SwiGLU run some 50 small torch ops; at the model's shapes,
   between matrices that evict the caches, they cost ~2x what the same ops cost on a tiny block.
 
+A GPU is probed the same way on its host's CUDA (``probe_torch_cuda``), each figure the median wall time of
+its repeats with the GPU synchronized around each: there a step is launch-bound (some 50 kernels a block,
+each a few microseconds however small), which the fixed cost per layer carries, where the data sheet's
+roofline would predict a step a hundred times faster than it runs.
+
 ``probe_device(device, probe)`` returns the device with roofline parameters set from them."""
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import math
 import statistics
 import time
 from dataclasses import dataclass, replace
+from collections.abc import Callable
 from functools import lru_cache
 
 import numpy as np
@@ -48,16 +54,19 @@ class ProbeShape:
     context: int
 
 
+Clock = Callable[[Callable[[], object], int], float]    # (fn, repeat) -> seconds of a typical call
+
+
 @dataclass(frozen=True)
-class TorchCpuProbe:
-    """Fixed seconds per call, weight bytes per second, MAC/s (one torch thread)."""
+class TorchProbe:
+    """Fixed seconds per call, weight bytes per second, MAC/s (one torch thread, or one CUDA GPU)."""
 
     call_s: float                   # fixed seconds per step-graph layer
     bytes_per_s: float
     macs_per_s: float
 
 
-def typical_time(fn, repeat: int) -> float:
+def typical_time(fn: Callable[[], object], repeat: int) -> float:
     """The median CPU seconds of this thread over ``repeat`` calls of ``fn``: a typical call, as the run's
     steps are (the median decode step is what is measured), not the luckiest, and not the time other
     processes took the core."""
@@ -69,35 +78,65 @@ def typical_time(fn, repeat: int) -> float:
     return statistics.median(times)
 
 
+def cuda_time(fn: Callable[[], object], repeat: int) -> float:
+    """The median wall seconds over ``repeat`` calls of ``fn``, the GPU synchronized before and after each
+    (what a CUDA stage's step takes: it waits for its result before it sends it)."""
+    import torch
+
+    times = []
+    for _ in range(repeat):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
 @lru_cache(maxsize=4)
-def probe_torch_cpu(shape: ProbeShape, repeat: int = 15) -> TorchCpuProbe:
+def probe_torch_cpu(shape: ProbeShape, repeat: int = 15) -> TorchProbe:
     """Time on one thread: 1536 x 576 GEMVs and GEMMs of ``shape.rows`` rows streamed over ``STREAM_BYTES``
     of matrices (bytes/s, MAC/s), then a decode step through blocks of the model's shapes (the fixed cost);
     each the median of ``repeat`` timings (``typical_time``)."""
     import torch
 
     with torch.no_grad(), as_a_rank():          # one thread, as a stage's worker computes (``torch_threads``)
-        gemv, gemm, rows = _streamed_s(min(max(shape.rows, 1), MAX_ROWS), repeat)
-        n = GEMV_SHAPE[0] * GEMV_SHAPE[1]
-        bytes_per_s, macs_per_s = n * 4 / gemv, rows * n / gemm
-        block = _block_step_s(shape, repeat)
+        return _probe(shape, repeat, "cpu", typical_time)
+
+
+@lru_cache(maxsize=4)
+def probe_torch_cuda(shape: ProbeShape, repeat: int = 15) -> TorchProbe:
+    """``probe_torch_cpu``'s probe on this host's first CUDA GPU, as a ``gpu`` device's stage computes
+    there (``runtime.llm_pipeline_worker.stage_device``), timed by ``cuda_time``."""
+    import torch
+
+    with torch.no_grad():
+        return _probe(shape, repeat, "cuda", cuda_time)
+
+
+def _probe(shape: ProbeShape, repeat: int, device: str, clock: Clock) -> TorchProbe:
+    """The probe's three figures on ``device``, each timing by ``clock``."""
+    gemv, gemm, rows = _streamed_s(min(max(shape.rows, 1), MAX_ROWS), repeat, device, clock)
+    n = GEMV_SHAPE[0] * GEMV_SHAPE[1]
+    bytes_per_s, macs_per_s = n * 4 / gemv, rows * n / gemm
+    block = _block_step_s(shape, repeat, device, clock)
     charged = _roofline_block_s(shape, bytes_per_s, macs_per_s)
-    return TorchCpuProbe(max(block - charged, 0.0) / layers_per_block(), bytes_per_s, macs_per_s)
+    return TorchProbe(max(block - charged, 0.0) / layers_per_block(), bytes_per_s, macs_per_s)
 
 
-def _streamed_s(rows: int, repeat: int) -> tuple[float, float, int]:
+def _streamed_s(rows: int, repeat: int, device: str, clock: Clock) -> tuple[float, float, int]:
     """Seconds of one GEMV and of one ``rows``-row GEMM of ``GEMV_SHAPE``, over distinct matrices of
     ``STREAM_BYTES`` in all (none cached)."""
     import torch
     from torch.nn import functional as F
 
-    w = torch.full(GEMV_SHAPE, 0.01)
+    w = torch.full(GEMV_SHAPE, 0.01, device=device)
     stream = [w.clone() for _ in range(max(1, STREAM_BYTES // (w.numel() * 4)))]
-    x, xs = torch.randn(1, GEMV_SHAPE[1]), torch.randn(rows, GEMV_SHAPE[1])
+    x, xs = torch.randn(1, GEMV_SHAPE[1], device=device), torch.randn(rows, GEMV_SHAPE[1], device=device)
     for m in stream[:3]:
         F.linear(x, m), F.linear(xs, m)
-    gemv = typical_time(lambda: [F.linear(x, m) for m in stream], repeat) / len(stream)
-    gemm = typical_time(lambda: [F.linear(xs, m) for m in stream], repeat) / len(stream)
+    gemv = clock(lambda: [F.linear(x, m) for m in stream], repeat) / len(stream)
+    gemm = clock(lambda: [F.linear(xs, m) for m in stream], repeat) / len(stream)
     return gemv, gemm, rows
 
 
@@ -115,26 +154,26 @@ def block_shapes(cfg: LlmConfig) -> dict[str, tuple[int, ...]]:
             "ffn_norm": (d,), "ffn_gate": (f, d), "ffn_up": (f, d), "ffn_down": (d, f)}
 
 
-def _block_step_s(shape: ProbeShape, repeat: int) -> float:
+def _block_step_s(shape: ProbeShape, repeat: int, device: str, clock: Clock) -> float:
     """Seconds of one block's decode step at ``shape.context``: a token through ``probe_blocks`` blocks of
     the model's shapes, per block."""
     import torch
 
     from hetsplit.graph.llm.decoder import Block, RopeTables
 
-    cfg, ctx = shape.config, max(1, min(shape.context, shape.config.context))
+    cfg, ctx, where = shape.config, max(1, min(shape.context, shape.config.context)), torch.device(device)
     n = probe_blocks(cfg)
-    rope = RopeTables(cfg.head_dim, cfg.rope_base, ctx)
-    blocks = [Block(cfg, {block_tensor(i, r): torch.full(s, 0.02) for r, s in block_shapes(cfg).items()}, i, ctx, rope)
-              for i in range(n)]
-    x = torch.randn(1, cfg.dim)
+    rope = RopeTables(cfg.head_dim, cfg.rope_base, ctx, where)
+    blocks = [Block(cfg, {block_tensor(i, r): torch.full(s, 0.02, device=where) for r, s in block_shapes(cfg).items()},
+                    i, ctx, rope, device=where) for i in range(n)]
+    x = torch.randn(1, cfg.dim, device=where)
 
     def step() -> None:
         y = x
         for b in blocks:
             y = b(y, ctx - 1)
     step()
-    return typical_time(step, repeat) / n
+    return clock(step, repeat) / n
 
 
 def _roofline_block_s(shape: ProbeShape, bytes_per_s: float, macs_per_s: float) -> float:
@@ -143,7 +182,7 @@ def _roofline_block_s(shape: ProbeShape, bytes_per_s: float, macs_per_s: float) 
 
     cfg, tensors = _one_block(shape.config)
     g = step_graph(cfg, tensors, Phase(1, max(1, shape.context)), FLOAT32)
-    dev = probe_device(Device("probe", "cpu", "probe", 1 << 30), TorchCpuProbe(0.0, bytes_per_s, macs_per_s))
+    dev = probe_device(Device("probe", "cpu", "probe", 1 << 30), TorchProbe(0.0, bytes_per_s, macs_per_s))
     t = RooflineModel(dev).layer_costs(g).time_s
     return float(np.sum([s for s, name in zip(t, g.names) if block_of(name) == 0]))
 
@@ -163,7 +202,7 @@ def layers_per_block() -> int:
     return sum(1 for n in step_graph(cfg, tensors, ONE_TOKEN).names if block_of(n) == 0)
 
 
-def probe_device(device: Device, p: TorchCpuProbe) -> Device:
+def probe_device(device: Device, p: TorchProbe) -> Device:
     """``device`` costed by the roofline model at the probe's figures (efficiencies 1: the figures are
     what was reached)."""
     params = {**device.params, "peak_macs": p.macs_per_s, "mem_bandwidth": p.bytes_per_s, "mem_efficiency": 1.0,

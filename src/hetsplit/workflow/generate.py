@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from hetsplit.cluster.types import Cluster, Device
-from hetsplit.costs.llm_probe import ProbeShape, TorchCpuProbe, probe_device, probe_torch_cpu
+from hetsplit.costs.llm_probe import ProbeShape, TorchProbe, probe_device, probe_torch_cpu, probe_torch_cuda
 from hetsplit.errors import HetsplitError, PlanError, RuntimeFailure, UsageError
 from hetsplit.estimate.llm import (DECODE, PREFILL, LlmCostOptions, LlmCosts, PipelinePrediction, Stage, StageShare,
                                    llm_costs, predict_pipeline)
@@ -118,6 +118,8 @@ class PlanOptions:
     streams: int = 1          # generations decoding at once: > 1 plans for their tokens/s together
     tensor_parallel: bool = True   # the planner may give a stage to several devices, each its share
     leaders: tuple[str, ...] | None = None   # the devices that may lead the first stage (default: any)
+    cuda_devices: tuple[str, ...] = ()       # gpu devices whose stages run on this host's CUDA (``cuda_here``):
+                                             # with ``probe``, costed by a CUDA probe of this host
 
 
 @dataclass
@@ -159,11 +161,27 @@ def pipeline_job(model_path: str | Path, stages: list[Stage], blocks: int, promp
                        keep_logits=keep_logits, stage_of=[k for k, _, _ in ranks], shares=[sh for _, _, sh in ranks])
 
 
-def host_probe(config: LlmConfig, prompt_tokens: int, new_tokens: int) -> TorchCpuProbe:
-    """This machine's one-thread torch worker probed at the generation's shapes: the model's blocks, the
-    prompt's rows, the decode's mean context (``costs.llm_probe``; measured once per shape and process)."""
+def host_probe(config: LlmConfig, prompt_tokens: int, new_tokens: int, cuda: bool = False) -> TorchProbe:
+    """This machine's one-thread torch worker (``cuda``: its CUDA GPU) probed at the generation's shapes: the
+    model's blocks, the prompt's rows, the decode's mean context (``costs.llm_probe``; measured once per
+    shape and process)."""
     _, decode = LlmCostOptions(prompt_tokens, new_tokens).phases()
-    return probe_torch_cpu(ProbeShape(config, prompt_tokens, decode.context))
+    shape = ProbeShape(config, prompt_tokens, decode.context)
+    return probe_torch_cuda(shape) if cuda else probe_torch_cpu(shape)
+
+
+def cuda_here(cluster: Cluster, hosts: HostMap | None = None, cpu_only: bool = False) -> tuple[str, ...]:
+    """The cluster's devices whose stages compute on this host's CUDA GPU (``executor.choose_backend``'s
+    rule, as the worker's ``stage_device``), leaving out those that run on other hosts."""
+    import torch
+
+    from hetsplit.runtime.executor import ORT_CPU, Host, choose_backend
+
+    if cpu_only or not torch.cuda.is_available():
+        return ()
+    away = set(hosts.by_device) if hosts is not None else set()
+    return tuple(d.name for d in cluster.devices
+                 if d.name not in away and choose_backend(d.kind, Host(True), cpu_only) != ORT_CPU)
 
 
 def host_messages(config: LlmConfig, prompt_tokens: int, new_tokens: int) -> LlmMessageProbe | None:
@@ -177,7 +195,7 @@ def host_messages(config: LlmConfig, prompt_tokens: int, new_tokens: int) -> Llm
     return None if calibration_off() else probe_llm_messages(config, prompt_tokens, decode.context)
 
 
-def probed_device(device: Device, probe: TorchCpuProbe, messages: LlmMessageProbe | None) -> Device:
+def probed_device(device: Device, probe: TorchProbe, messages: LlmMessageProbe | None) -> Device:
     """``device`` as this machine's one-thread torch worker: the torch probe's roofline figures and, with
     ``messages``, the CPU its thread spends per tensor-parallel sync beyond the sync's message ends."""
     out = probe_device(device, probe)
@@ -186,18 +204,22 @@ def probed_device(device: Device, probe: TorchCpuProbe, messages: LlmMessageProb
     return replace(out, params={**out.params, SYNC_PARAM: messages.sync_cpu_s})
 
 
-def costed_cluster(cluster: Cluster, probe: TorchCpuProbe | None,
-                   messages: LlmMessageProbe | None = None) -> tuple[Cluster, str]:
-    """The cluster with this machine's ``local-cpu`` devices costed by the torch probe (when given), and
-    the weight bytes the costs count: float32 where the probe stands for the runtime's torch executor.
+def costed_cluster(cluster: Cluster, probe: TorchProbe | None, messages: LlmMessageProbe | None = None,
+                   cuda: TorchProbe | None = None, cuda_devices: tuple[str, ...] = ()) -> tuple[Cluster, str]:
+    """The cluster with this machine's ``local-cpu`` devices costed by the torch probe (when given), its
+    ``cuda_devices`` by the ``cuda`` probe (when given), and the weight bytes the costs count: float32
+    where a probe stands for the runtime's torch executor.
     With ``messages`` (the LLM program's message probe), every message end between two ``local-cpu``
     devices costs what the probe measured (in place of the link's ``message`` figures, the mapping
     runtime's), and each such device's tensor-parallel syncs their probed CPU; the links' latency and
     bandwidth stay on top."""
-    if probe is None or not any(d.type in LOCAL_TYPES for d in cluster.devices):
+    gpus = set(cuda_devices) if cuda is not None else set()
+    local_probed = probe is not None and any(d.type in LOCAL_TYPES for d in cluster.devices)
+    if not local_probed and not gpus & set(cluster.names):
         return cluster, STORED
-    devices = [probed_device(d, probe, messages) if d.type in LOCAL_TYPES else d for d in cluster.devices]
-    if messages is None:
+    devices = [probed_device(d, probe, messages) if probe is not None and d.type in LOCAL_TYPES else
+               probe_device(d, cuda) if cuda is not None and d.name in gpus else d for d in cluster.devices]
+    if messages is None or probe is None:
         return replace(cluster, devices=devices), FLOAT32
     local = np.array([d.type in LOCAL_TYPES for d in cluster.devices])
     both = local[:, None] & local[None, :] & ~np.eye(len(local), dtype=bool)
@@ -219,7 +241,9 @@ def plan_generation(model: LlmModel, cluster: Cluster, options: PlanOptions) -> 
     here = options.probe and any(d.type in LOCAL_TYPES for d in cluster.devices)
     probe = host_probe(model.config, options.prompt_tokens, options.new_tokens) if here else None
     messages = host_messages(model.config, options.prompt_tokens, options.new_tokens) if here else None
-    costed, weight_bytes = costed_cluster(cluster, probe, messages)
+    cuda = (host_probe(model.config, options.prompt_tokens, options.new_tokens, cuda=True)
+            if options.probe and options.cuda_devices else None)
+    costed, weight_bytes = costed_cluster(cluster, probe, messages, cuda, options.cuda_devices)
     costs = llm_costs(model.config, model.tensors, costed,
                       LlmCostOptions(options.prompt_tokens, options.new_tokens, weight_bytes, options.streams))
     allowed = list(options.devices) if options.devices is not None else costs.devices
@@ -518,7 +542,8 @@ def generate(model_path: str | Path, cluster: Cluster, options: GenerateOptions,
     plan = plan_generation(model, cluster, PlanOptions(longest, options.tokens, options.objective,
                                                        options.stages, options.probe, given=options.plan,
                                                        rule=options.rule, tensor_parallel=options.tensor_parallel,
-                                                       streams=len(prompts), leaders=here_leaders(cluster, hosts)))
+                                                       streams=len(prompts), leaders=here_leaders(cluster, hosts),
+                                                       cuda_devices=cuda_here(cluster, hosts, options.cpu_only)))
     got: list[int] = []
     shown = [""]
     notes: list[str] = []
@@ -616,7 +641,8 @@ def replan_without(model: LlmModel, cluster: Cluster, options: GenerateOptions, 
         return plan_generation(model, cluster, PlanOptions(prompt_tokens + recovery.tokens_before,
                                                            options.tokens - recovery.tokens_before,
                                                            options.objective, 0, options.probe, left,
-                                                           tensor_parallel=options.tensor_parallel, leaders=leaders))
+                                                           tensor_parallel=options.tensor_parallel, leaders=leaders,
+                                                           cuda_devices=cuda_here(cluster, hosts, options.cpu_only)))
     except HetsplitError as exc:
         raise RuntimeFailure(f"{recovery.error}; --recover: no plan without {recovery.device}: {exc}",
                              recovery.device) from None
