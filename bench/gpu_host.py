@@ -11,7 +11,9 @@ On a host with a CUDA GPU (issue 22, item 6) this
    devices (``cpu0``, ``gpu0``) with it, then plans: ResNet-50 with map-opt and
    HEFT (a node mapping; the best one that uses both devices is run), MobileBERT tensor-parallel over
    both (one shard on the GPU), and each model on the GPU alone;
-4. runs each plan with ``hetsplit run --compare`` and prints predicted beside measured.
+4. runs each plan with ``hetsplit run --compare`` and prints predicted beside measured. Where the planner
+   proposes no split over both devices (it charges what a cut costs), ``--earlier DIR`` runs the split an
+   earlier run planned (``bench/data/h200-16c``), costed with this host's profiles, to check it loses.
 
     python bench/gpu_host.py --out gpu-host     # a few minutes; everything it wrote is under --out
 
@@ -114,6 +116,25 @@ def write_cluster(path: Path, model: str, link: dict, message: dict) -> None:
 
 def plan_index(plans_file: Path, prefer: tuple[str, ...], devices: set[str]) -> tuple[int, str]:
     """The first plan found by one of ``prefer`` (in that order) that uses exactly ``devices``."""
+    found = find_plan(plans_file, prefer, devices)
+    if found is None:
+        raise SystemExit(f"{plans_file}: no plan by {prefer} uses {sorted(devices)}")
+    return found
+
+
+def earlier_plans(earlier: Path, model: str, out: Path, cluster: Path) -> Path:
+    """The plans an earlier run of this script made for ``model`` (``earlier``/plans.<model>.json), each
+    pointed at this host's ``cluster``: a split the planner no longer proposes, run to check that it loses."""
+    doc = json.loads((earlier / f"plans.{model}.json").read_text())
+    for p in doc["plans"]:
+        p["cluster_file"] = str(cluster)
+    path = out / f"plans.{model}.earlier.json"
+    path.write_text(json.dumps(doc, indent=1))
+    return path
+
+
+def find_plan(plans_file: Path, prefer: tuple[str, ...], devices: set[str]) -> tuple[int, str] | None:
+    """``plan_index``, or None where no such plan is there."""
     plans = json.loads(plans_file.read_text())["plans"]
 
     def used(p: dict) -> set[str]:
@@ -126,7 +147,7 @@ def plan_index(plans_file: Path, prefer: tuple[str, ...], devices: set[str]) -> 
         for i, p in enumerate(plans):
             if p["algorithm"].startswith(algo) and used(p) == devices:
                 return i, p["algorithm"]
-    raise SystemExit(f"{plans_file}: no plan by {prefer} uses {sorted(devices)}")
+    return None
 
 
 def summary_row(label: str, run_json: Path, model: str, index: int) -> dict:
@@ -156,6 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpu-profile", default="local-gpu",
                     help="the GPU's profile device (a preset, such as rtx3070ti, to rehearse without a GPU)")
     ap.add_argument("--skip-hops", action="store_true", help="link figures of the local cluster instead")
+    ap.add_argument("--earlier", type=Path, default=None, metavar="DIR",
+                    help="where the planner proposes no split over both devices, run the split of this earlier "
+                         "run's plans (its plans.<model>.json), costed with this host's profiles")
     ap.add_argument("--hops", type=Path, default=None, metavar="FILE",
                     help="take the link from this runtime_overhead.py --json file (measured earlier on a host of "
                          "this kind) instead of measuring the hops first (minutes)")
@@ -181,13 +205,20 @@ def main(argv: list[str] | None = None) -> int:
         plans = out / f"plans.{model}"
         hetsplit("plan", model, "--cluster", str(cluster), "--algo", *algos, "--time-budget", "10", "--out", str(plans),
                  log=log)
-        index, algo = plan_index(plans / "plans.json", prefer, {"cpu0", "gpu0"})
+        split_file, proposed = plans / "plans.json", True
+        found = find_plan(split_file, prefer, {"cpu0", "gpu0"})
+        if found is None and args.earlier is not None:      # the planner proposes no split here: run the old one
+            split_file, proposed = earlier_plans(args.earlier, model, out, cluster), False
+        index, algo = plan_index(split_file, prefer, {"cpu0", "gpu0"})
         alone, _ = plan_index(plans / "plans.json", ("single",), {"gpu0"})
-        for label, i in ((f"{model} {algo} cpu0+gpu0", index), (f"{model} gpu0 alone", alone)):
-            run_json = out / f"run.{model}.{i}.json"
-            hetsplit("run", str(plans / "plans.json"), model, "--index", str(i), "--inputs", str(n), "--threads", t,
-                     "--compare", "--out", str(run_json), "--run-dir", str(out / f"rundir.{model}.{i}"), log=log)
-            rows.append(summary_row(label, run_json, model, i))
+        split = f"{model} {algo} cpu0+gpu0" + ("" if proposed else f" (not proposed here; {args.earlier}'s plan)")
+        for label, file, i, tag in ((split, split_file, index, "split"),
+                                    (f"{model} gpu0 alone", plans / "plans.json", alone, "alone")):
+            run_json = out / f"run.{model}.{tag}.json"
+            hetsplit("run", str(file), model, "--index", str(i), "--inputs", str(n), "--threads", t,
+                     "--compare", "--out", str(run_json), "--run-dir", str(out / f"rundir.{model}.{tag}"), log=log)
+            rows.append(summary_row(label, run_json, model, i) | {"plans": file.name, "proposed": proposed or
+                                                                  tag == "alone"})
     doc = {"host": facts, "link": {k: v for k, v in link.items() if k != "hops"},
            "hops": [{k: r[k] for k in HOP_FIGURES} for r in link["hops"].values()], "whole_model_s": whole,
            "message": message,

@@ -449,3 +449,25 @@ def test_plan_of_a_gguf_plans_for_the_prompt_and_tokens_asked_and_refuses_more_t
     assert "exceed the model's context" in capsys.readouterr().err
     assert main(["plan", "resnet8", "--cluster", "local", "--tokens", "8"]) == 2
     assert "only for an LLM checkpoint" in capsys.readouterr().err
+
+
+def test_a_cluster_of_more_identical_devices_than_the_planner_takes_is_planned_over_the_first_ten(tiny):
+    from hetsplit.cluster.local import local_cluster
+    from hetsplit.search.llm_pipeline import MAX_DEVICES
+    from hetsplit.workflow.generate import PlanOptions, alike_devices, plan_generation
+
+    many = local_cluster([f"cpu{i}" for i in range(16)])           # the built-in local on a 16-core machine
+    names, said = alike_devices(many)
+    assert names == [f"cpu{i}" for i in range(MAX_DEVICES)] and "first 10 of 16 identical" in said
+    plan = plan_generation(tiny, many, PlanOptions(4, 4, probe=False))
+    assert plan.how.endswith(said) and {s.device for s in plan.stages} <= set(names)
+    # devices that differ are not narrowed: the planner refuses them by name
+    spec = {"format": "hetsplit.cluster/1", "name": "mixed", "devices": [
+        {"name": f"d{i}", "kind": "cpu", "memory": "1GiB", "params": {"peak_macs": f"{1 + i % 2}e10/s",
+                                                                      "mem_bandwidth": "20GB/s", "power_active": "10W"}}
+         for i in range(12)],
+        "links": {"default": {"name": "lan", "bandwidth": "1GB/s", "latency": "1ms"}}}
+    mixed = cluster_from_dict(spec)
+    assert alike_devices(mixed) == (mixed.names, "")
+    with pytest.raises(UsageError, match="at most 10 devices"):
+        plan_generation(tiny, mixed, PlanOptions(4, 4, probe=False))

@@ -27,7 +27,7 @@ from hetsplit.graph.llm.step_graph import FLOAT32, STORED
 from hetsplit.runtime.llm_message_probe import LlmMessageProbe, probe_llm_messages
 from hetsplit.runtime.llm_pipeline import (MAX_STREAMS, PipelineJob, PipelineOptions, PipelineReport,
                                            run_pipeline_decode)
-from hetsplit.search.llm_pipeline import MAX_TP_DEVICES, PipelineChoice, best_single, plan_pipeline, plan_streams
+from hetsplit.search.llm_pipeline import MAX_DEVICES, MAX_TP_DEVICES, PipelineChoice, best_single, plan_pipeline, plan_streams
 from hetsplit.search.llm_rules import rule_stages
 from hetsplit.torch_threads import as_a_rank
 from hetsplit.workflow.run import check_hosts, no_cuda_note, worker_announcer
@@ -246,7 +246,7 @@ def plan_generation(model: LlmModel, cluster: Cluster, options: PlanOptions) -> 
     costed, weight_bytes = costed_cluster(cluster, probe, messages, cuda, options.cuda_devices)
     costs = llm_costs(model.config, model.tensors, costed,
                       LlmCostOptions(options.prompt_tokens, options.new_tokens, weight_bytes, options.streams))
-    allowed = list(options.devices) if options.devices is not None else costs.devices
+    allowed, narrowed = (list(options.devices), "") if options.devices is not None else alike_devices(cluster)
     unknown = sorted(set(allowed) - set(costs.devices))
     if unknown or not allowed:
         raise UsageError(f"devices {unknown or allowed}: give devices of cluster {cluster.name!r} "
@@ -272,7 +272,26 @@ def plan_generation(model: LlmModel, cluster: Cluster, options: PlanOptions) -> 
         raise UsageError(f"the given plan does not fit its devices' memory ({', '.join(over)}, KV cache at "
                          f"{costs.options.context} positions included)")
     return GenerationPlan(stages, predicted, single,
-                          None if single is None else predict_pipeline(costs, single.stages), costs, how)
+                          None if single is None else predict_pipeline(costs, single.stages), costs, how + narrowed)
+
+
+def alike_devices(cluster: Cluster) -> tuple[list[str], str]:
+    """The devices to plan over when none are named: all of them, or, in a cluster of more identical
+    devices than the exact planner takes (the built-in ``local`` on a machine of many cores), the first
+    ``MAX_DEVICES``: any plan over identical devices has its like over those, unless it has more stages;
+    with what was left out, said."""
+    names = cluster.names
+    if len(names) <= MAX_DEVICES:
+        return names, ""
+    first = cluster.devices[0]
+    same = all(d.cost_signature() == first.cost_signature() and d.type == first.type and
+               d.memory_bytes == first.memory_bytes for d in cluster.devices)
+    off = ~np.eye(len(names), dtype=bool)
+    links = all(len(np.unique(m[off])) == 1 for m in (cluster.bandwidth, cluster.latency_s, cluster.message_cpu_s,
+                                                      cluster.message_cpu_byte_s) if m is not None)
+    if not (same and links):
+        return names, ""        # the planner refuses it by name: the user says which devices are meant
+    return names[:MAX_DEVICES], f"; over the first {MAX_DEVICES} of {len(names)} identical devices"
 
 
 @dataclass(frozen=True)
