@@ -3,12 +3,12 @@ beside predicted.
 
 On a host with a CUDA GPU (issue 22, item 6) this
 1. times the runtime's per-message overhead against raw torch.distributed here (``runtime_overhead.py
-   --skip-pipeline --skip-plans``); raw gloo's 10 MB bandwidth and 1 KB hop become the cluster's link;
+   --skip-pipeline --skip-plans``); raw gloo's largest message's bandwidth becomes the cluster's link's;
 2. profiles each model on ``local-gpu`` (hetsplit's ONNX interpreter on PyTorch CUDA, what the GPU
    device's segments run with) and on ``local-cpu`` (onnxruntime, ``--threads`` threads);
-3. measures what a message end costs a worker here (the runtime's own calibration, ``runtime.calibration``:
-   toy runs, never the runs below, so the four runs stay held out) and writes a cluster of those two
-   devices (``cpu0``, ``gpu0``) with it, then plans: ResNet-50 with map-opt and
+3. measures what a message end costs a worker here and what a message adds to an input (the runtime's own
+   calibration, ``runtime.calibration``: toy runs, never the runs below; the link's latency as the ``here``
+   fidelity takes it) and writes a cluster of those two devices (``cpu0``, ``gpu0``) with them, then plans: ResNet-50 with map-opt and
    HEFT (a node mapping; the best one that uses both devices is run), MobileBERT tensor-parallel over
    both (one shard on the GPU), and each model on the GPU alone;
 4. runs each plan with ``hetsplit run --compare`` and prints predicted beside measured. Where the planner
@@ -88,29 +88,32 @@ HOP_FIGURES = ("bytes", "hetsplit_hop_s", "raw_blocking_hop_s", "overhead_vs_blo
 
 
 def message_cost() -> dict:
-    """What one message end costs a worker's CPU here, fixed and per byte: the runtime's calibration
+    """What one message end costs a worker's CPU here, fixed and per byte, and the wall time a message adds
+    to an input (the links' latency, as the ``here`` fidelity charges it): the runtime's calibration
     measured now (toy runs on two cores, ``runtime.calibration``), with its source."""
     from hetsplit.runtime.calibration import runtime_costs
 
     t0 = time.perf_counter()
     costs = runtime_costs(recalibrate=True)
     print(f"  {time.perf_counter() - t0:6.1f} s  the runtime's calibration (message ends)", flush=True)
-    return {"end_s": costs.worker_end_s, "byte_s": costs.worker_byte_s, "source": costs.source}
+    return {"end_s": costs.worker_end_s, "byte_s": costs.worker_byte_s, "latency_s": costs.message_latency_s,
+            "source": costs.source}
 
 
 def write_cluster(path: Path, model: str, link: dict, message: dict) -> None:
     path.write_text(
         "format: hetsplit.cluster/1\n"
         f"name: gpu-host-{model}\n"
-        "description: this host's CPU and GPU, costs measured here (bench/gpu_host.py); the link is raw gloo over\n"
-        f"  loopback, {'from ' + link['from'] if 'from' in link else 'measured here'} (a GPU tensor also crosses "
-        "host memory,\n  inside its device's compute time);\n"
-        "  each message end's CPU is the runtime's calibration here (toy runs, not these runs)\n"
+        "description: this host's CPU and GPU, costs measured here (bench/gpu_host.py); the link's bandwidth is raw\n"
+        f"  gloo's over loopback, {'from ' + link['from'] if 'from' in link else 'measured here'} (a GPU tensor also "
+        "crosses host memory,\n  inside its device's compute time); its latency (what a message adds to an input) "
+        "and each message\n  end's CPU are the runtime's calibration here (toy runs, not these runs), as the here "
+        "fidelity takes them\n"
         "devices:\n"
         f"  - {{name: cpu0, kind: cpu, type: local-cpu, memory: 32GiB, profile: cpu.{model}.json}}\n"
         f"  - {{name: gpu0, kind: gpu, type: local-gpu, memory: 32GiB, profile: gpu.{model}.json}}\n"
         "links:\n"
-        f"  default: {{name: loopback, bandwidth: {link['bandwidth']:.4g}B/s, latency: {link['latency'] * 1e6:.1f}us,\n"
+        f"  default: {{name: loopback, bandwidth: {link['bandwidth']:.4g}B/s, latency: {message['latency_s'] * 1e6:.1f}us,\n"
         f"            message: {{cpu: {message['end_s'] * 1e6:.2f}us, byte: {message['byte_s']:.4g}}}}}\n")
 
 

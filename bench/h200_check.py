@@ -29,6 +29,11 @@ The figures it uses:
   The other three runs are held out.
 
     python bench/h200_check.py [--data bench/data/h200-16c] [--write] [--time-budget 10]
+    python bench/h200_check.py --held-out bench/data/h200-16c-2
+
+``--held-out DIR`` checks a later ``bench/gpu_host.py`` run (its ``summary.json`` names the runs) with
+nothing fitted on any of them: each profile's ``segment`` key was measured by ``hetsplit profile`` on that
+host, and the clusters' message end by the runtime's calibration there (toy runs), so every run is held out.
 
 ``--write`` stores the rescaled GPU profiles and the fitted ``segment`` keys (with their source) in the
 data's profiles, and the fitted message end in its clusters; without it everything is done on copies.
@@ -73,16 +78,32 @@ GPU_TYPE, CPU_TYPE = "local-gpu", "local-cpu"
 class Run:
     name: str
     model: str
-    plan_index: int      # in plans.<model>.json (the log's ``hetsplit run ... --index``)
+    plan_index: int      # in its plans file (the log's ``hetsplit run ... --index``)
     report: str
     alone: bool = False  # the model on gpu0 alone, beside which its split is ranked
+    plans: str = ""      # its plans file in the data folder (default: plans.<model>.json)
+
+    @property
+    def plans_file(self) -> str:
+        return self.plans or f"plans.{self.model}.json"
 
 
 RUNS = (Run("ResNet-50 map-opt cpu0+gpu0", "resnet50", 0, "run.resnet50.map-opt.json"),
         Run("ResNet-50 gpu0 alone", "resnet50", 3, "run.resnet50.gpu0.json", alone=True),
         Run("MobileBERT tensor-parallel", "mobilebert", 0, "run.mobilebert.tensor-parallel.json"),
         Run("MobileBERT gpu0 alone", "mobilebert", 2, "run.mobilebert.gpu0.json", alone=True))
-FIT = RUNS[0]
+
+
+def runs_of(data: Path) -> tuple[Run, ...]:
+    """The data's four runs, the one to fit on first: ``RUNS`` (``bench/data/h200-16c``), or those a later
+    ``gpu_host.py`` folder's ``summary.json`` names (its split of ResNet-50 first)."""
+    path = data / "summary.json"
+    rows = json.loads(path.read_text()).get("runs", []) if path.exists() else []
+    if not rows or "report" not in rows[0]:
+        return RUNS
+    runs = [Run(r["run"], r["model"], r["plan_index"], r["report"], r["report"].endswith(".alone.json"),
+                r["plans"] if r["plans"] != "plans.json" else f"plans.{r['model']}/plans.json") for r in rows]
+    return tuple(sorted(runs, key=lambda r: (r.model != "resnet50", r.alone)))
 MESSAGE_NOTE = ("each message end's CPU (message: cpu) is fitted on the ResNet-50 map-opt run "
                 "(bench/h200_check.py)")
 
@@ -127,7 +148,7 @@ def predicted_throughput(problem: SplitProblem, plan: Plan) -> tuple[float, dict
     return float(got.throughput[0]), per_device(problem, tg, charged(problem, tg, task_costs(problem, tg)))
 
 
-def fit_segments(problem: SplitProblem, tg: TaskGraph, report: Comparison) -> dict[str, SegmentCost]:
+def fit_segments(problem: SplitProblem, tg: TaskGraph, report: Comparison, fit: Run) -> dict[str, SegmentCost]:
     """Per device type, its ``SegmentCost`` fitted on one run: (measured compute - its tasks' costs) /
     segments (``segment_cost.per_segment``) as ``call_s``."""
     layers = per_device(problem, tg, task_costs(problem, tg))
@@ -143,13 +164,13 @@ def fit_segments(problem: SplitProblem, tg: TaskGraph, report: Comparison) -> di
         t = problem.cluster.types[problem.device_type[problem.cluster.names.index(dev)]]
         m = measured[dev].compute_s
         out[t] = SegmentCost(call_s, 0.0, 0.0, (
-            f"fitted on the {FIT.name} run ({FIT.report}, bench/h200_check.py): {dev} computed "
+            f"fitted on the {fit.name} run ({fit.report}, bench/h200_check.py): {dev} computed "
             f"{m * 1e3:.3f} ms per input against its tasks' {layers[dev] * 1e3:.3f} ms over {counts[dev]} "
             f"segments: (measured - tasks) / segments as call_s; one run gives one figure, so no byte term"))
     return out
 
 
-def fit_message_end(report: Comparison) -> tuple[float, str]:
+def fit_message_end(report: Comparison, fit: Run) -> tuple[float, str]:
     """Seconds one message end costs a worker, fitted on one run: summed over its devices, the time per
     input each spent neither computing nor waiting (1 / throughput - compute - idle), over the message ends
     between workers each handled (the ends the estimate charges; a run's driver messages are not, since
@@ -161,11 +182,11 @@ def fit_message_end(report: Comparison) -> tuple[float, str]:
     ends = {d.device: sum((h.src == d.device) + (h.dst == d.device) for h in run.hops
                           if h.src != "driver" and h.dst != "driver") for d in run.devices}
     if sum(ends.values()) == 0 or min(rest.values()) <= 0:
-        raise SystemExit(f"{FIT.report}: no message ends between workers, or a device's time per input is "
+        raise SystemExit(f"{fit.report}: no message ends between workers, or a device's time per input is "
                          f"all compute and waiting ({rest}): no message end to fit")
     end_s = sum(rest.values()) / sum(ends.values())
     parts = ", ".join(f"{dev} {rest[dev] * 1e3:.3f} ms over {ends[dev]} ends" for dev in rest)
-    return end_s, (f"fitted on the {FIT.name} run ({FIT.report}, bench/h200_check.py): per input, time neither "
+    return end_s, (f"fitted on the {fit.name} run ({fit.report}, bench/h200_check.py): per input, time neither "
                    f"computing nor waiting ({parts}; 1 / {run.throughput:.1f}/s - compute - idle) over the ends "
                    f"of messages between workers")
 
@@ -184,41 +205,39 @@ def problems(data: Path) -> dict[str, SplitProblem]:
 
 
 def plan_of(data: Path, run: Run) -> Plan:
-    doc = json.loads((data / f"plans.{run.model}.json").read_text())
-    return Plan.from_dict(doc["plans"][run.plan_index], f"plans.{run.model}.json[{run.plan_index}]")
+    doc = json.loads((data / run.plans_file).read_text())
+    return Plan.from_dict(doc["plans"][run.plan_index], f"{run.plans_file}[{run.plan_index}]")
 
 
 @dataclass(frozen=True)
 class Fitted:
-    """What ``prepare`` fitted on ``FIT``: each device type's segment cost and the message end."""
+    """What ``prepare`` fitted on the fitted run: each device type's segment cost and the message end."""
 
     segments: dict[str, SegmentCost]
     message_end_s: float
     message_end_source: str
 
 
-def prepare(src: Path, dst: Path) -> Fitted:
-    """Copy ``src``'s clusters and profiles into ``dst``, rescale its GPU profiles (``rescale_marked``), fit
-    the segment costs on ``FIT`` and write them into every profile of their type, then fit the message end
-    (with those segment costs charged) and write it into every cluster."""
-    for f in src.iterdir():
-        if f.suffix in (".json", ".yaml"):
-            shutil.copy(f, dst / f.name)
+def prepare(src: Path, dst: Path, fit: Run) -> Fitted:
+    """Copy ``src``'s clusters, profiles, plans and runs into ``dst``, rescale its GPU profiles
+    (``rescale_marked``), fit the segment costs on ``fit`` and write them into every profile of their type,
+    then fit the message end (with those segment costs charged) and write it into every cluster."""
+    shutil.copytree(src, dst, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.txt", "*.md"))
     for m in MODELS:
         path = dst / f"gpu.{m}.json"
         doc = json.loads(path.read_text())
         if rescale_marked(doc):
             path.write_text(json.dumps(doc, indent=1))
     probs = problems(dst)
-    tg = check_plan(probs[FIT.model].graph, probs[FIT.model].cluster, plan_of(dst, FIT))
-    fitted = fit_segments(probs[FIT.model], tg, read_run(dst / FIT.report))
+    tg = check_plan(probs[fit.model].graph, probs[fit.model].cluster, plan_of(dst, fit))
+    fitted = fit_segments(probs[fit.model], tg, read_run(dst / fit.report), fit)
     for m in MODELS:
         for kind, t in (("cpu", CPU_TYPE), ("gpu", GPU_TYPE)):
             path = dst / f"{kind}.{m}.json"
             doc = json.loads(path.read_text())
             doc["device_types"][t]["segment"] = fitted[t].to_dict()
             path.write_text(json.dumps(doc, indent=1))
-    end_s, source = fit_message_end(read_run(dst / FIT.report))
+    end_s, source = fit_message_end(read_run(dst / fit.report), fit)
     for m in MODELS:
         with_message_end(dst / f"cluster.{m}.yaml", end_s)
     return Fitted(fitted, end_s, source)
@@ -231,10 +250,15 @@ def main(argv: list[str] | None = None) -> int:
                                                            "keys in the data's profiles, the message end in its "
                                                            "clusters")
     ap.add_argument("--time-budget", type=float, default=10.0, help="map-opt's budget per model (s)")
+    ap.add_argument("--held-out", type=Path, default=None, metavar="DIR",
+                    help="check a gpu_host.py run's folder as it is: nothing fitted, every run held out")
     args = ap.parse_args(argv)
+    if args.held_out is not None:
+        return held_out(args.held_out, args.time_budget)
+    runs = runs_of(args.data)
     with tempfile.TemporaryDirectory(prefix="h200-check-") as tmp:
         work = Path(tmp)
-        fitted = prepare(args.data, work)
+        fitted = prepare(args.data, work, runs[0])
         for t, seg in fitted.segments.items():
             print(f"{t}: call_s {seg.call_s * 1e3:.4f} ms per segment ({seg.source})")
         print(f"message end: {fitted.message_end_s * 1e6:.1f} us per end ({fitted.message_end_source})")
@@ -242,10 +266,10 @@ def main(argv: list[str] | None = None) -> int:
         for m in MODELS:
             _, source = launch_part(probs[m], GPU_TYPE)
             print(f"{m} GPU shards: launch part {source}")
-        predicted = check_runs(work, probs)
+        predicted = check_runs(work, probs, runs, runs[0])
         print()
         for m in MODELS:
-            rank_measured(m, predicted)
+            rank_measured(m, predicted, runs)
         print()
         for m in MODELS:
             rank_plans(probs[m], args.time_budget)
@@ -257,33 +281,56 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def check_runs(work: Path, probs: dict[str, SplitProblem]) -> dict[str, tuple[float, float]]:
+def check_runs(work: Path, probs: dict[str, SplitProblem], runs: tuple[Run, ...],
+               fit: Run | None) -> dict[str, tuple[float, float]]:
     """Print each run's predicted against measured throughput and each device's busy time per input
     (predicted: its layers, segments and message ends; measured: 1 / throughput - its idle time, compute
-    and message handling); per run name, (predicted, measured) throughput."""
+    and message handling), saying which was ``fit``; per run name, (predicted, measured) throughput."""
     out: dict[str, tuple[float, float]] = {}
     ok = 0
-    print(f"\n{'run':32} {'measured':>9} {'predicted':>9} {'error':>7}  busy per device and input, predicted "
+    width = max(len(r.name) for r in runs)
+    print(f"\n{'run':{width}} {'measured':>9} {'predicted':>9} {'error':>7}  busy per device and input, predicted "
           "(measured)")
-    for run in RUNS:
+    for run in runs:
         thr, busy = predicted_throughput(probs[run.model], plan_of(work, run))
         report = read_run(work / run.report).report
         assert report is not None
         meas = report.throughput
         err = thr / meas - 1
         ok += abs(err) <= TARGET
-        held = "fitted on" if run is FIT else "held out"
+        held = "fitted on" if run is fit else "held out"
         devs = ", ".join(f"{d.device} {busy[d.device] * 1e3:.2f} ms ({(1 / meas - d.idle_s) * 1e3:.2f})"
                          for d in report.devices)
-        print(f"{run.name:32} {meas:8.1f}/s {thr:8.1f}/s {err:+7.1%}  {devs}  [{held}]")
+        print(f"{run.name:{width}} {meas:8.1f}/s {thr:8.1f}/s {err:+7.1%}  {devs}  [{held}]")
         out[run.name] = (thr, meas)
-    print(f"{ok} of {len(RUNS)} runs within +-{TARGET:.0%}")
+    print(f"{ok} of {len(runs)} runs within +-{TARGET:.0%}" + ("" if fit else ", every one held out"))
     return out
 
 
-def rank_measured(model: str, figures: dict[str, tuple[float, float]]) -> None:
+def held_out(data: Path, budget: float) -> int:
+    """Cost each run of a ``gpu_host.py`` folder with its own measured figures (nothing fitted) against
+    what it measured, say whether the splits rank below gpu0 alone as measured, and plan both models."""
+    summary = json.loads((data / "summary.json").read_text())
+    probs, runs = problems(data), runs_of(data)
+    print(f"message end: {summary['message']['end_s'] * 1e6:.1f} us ({summary['message']['source']})")
+    for m in MODELS:
+        for t in (CPU_TYPE, GPU_TYPE):
+            seg = probs[m].costs.segment_cost(t)
+            print(f"{m} {t}: a segment {seg.call_s * 1e6:.0f} us per call + {seg.byte_s * 1e9:.3f} ns/B beyond its "
+                  f"layers ({seg.source[:100]}...)")
+    figures = check_runs(data, probs, runs, None)
+    print()
+    for m in MODELS:
+        rank_measured(m, figures, runs)
+    print()
+    for m in MODELS:
+        rank_plans(probs[m], budget)
+    return 0
+
+
+def rank_measured(model: str, figures: dict[str, tuple[float, float]], every: tuple[Run, ...]) -> None:
     """Whether the estimate ranks the model's measured split below gpu0 alone, as the runs measured."""
-    runs = [r for r in RUNS if r.model == model]
+    runs = [r for r in every if r.model == model]
     alone = next(r for r in runs if r.alone)
     for split in (r for r in runs if r is not alone):
         (p_split, m_split), (p_alone, m_alone) = figures[split.name], figures[alone.name]

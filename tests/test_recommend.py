@@ -81,7 +81,7 @@ def test_a_split_5_percent_faster_with_a_15_percent_error_is_not_recommended_and
 
 
 def test_gain_by_objective_and_what_unknown_or_missing_figures_do():
-    single = _plan(["g"], 100.0, latency_s=1.0, energy_j=10.0)
+    single, slow = _plan(["g"], 100.0, latency_s=1.0, energy_j=10.0), _plan(["c"], 40.0)
     split = _plan(["c", "g"], 100.0, latency_s=0.5, energy_j=4.0)
     assert gain(split.metrics, single.metrics, "latency") == pytest.approx(1.0)
     assert gain(split.metrics, single.metrics, "energy") == pytest.approx(1.5)
@@ -96,7 +96,10 @@ def test_gain_by_objective_and_what_unknown_or_missing_figures_do():
     assert rec.recommended == 1 and rec.single is None and "no device holds the whole model" in rec.note
     # a plan that does not fit is never recommended
     rec = recommend([_plan(["c", "g"], 900.0, fits=False)], [PIPELINE], [single], measured=FIFTEEN)
-    assert rec.verdicts == [] and not rec.recommends_split
+    assert rec.verdicts == [] and not rec.recommends_split and rec.note.endswith("no split fits")
+    # every search put the whole model on one device: said so, not that no split fits
+    rec = recommend([single, slow], _kinds([single, slow]), [single, slow], measured=FIFTEEN)
+    assert rec.recommended == 0 and "each plan found runs the whole model on one device" in rec.note
 
 
 def _toy(b_times: list[float]):
@@ -172,7 +175,7 @@ def test_the_recorded_h200_figures_are_what_the_closed_form_gives_on_the_h200_da
     plans = {"resnet50 map-opt cpu0+gpu0": h.RUNS[0], "mobilebert tensor-parallel cpu0+gpu0": h.RUNS[2]}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        h.prepare(h.DATA, work)
+        h.prepare(h.DATA, work, h.RUNS[0])
         problems = h.problems(work)
         for name, run in plans.items():
             got = estimate(problems[run.model], [h.plan_of(work, run)], "closed")

@@ -246,8 +246,9 @@ def recommend(plans: list[Plan], kinds: list[str | None], singles: list[Plan], o
     rec.recommended = single_index
     known = [v for v in rec.verdicts if not math.isnan(v.gain)]
     if not known:
-        why = ("no split fits" if not rec.verdicts else
-               f"no split's {objective} is known beside it")
+        found = any(kinds[i] not in (SINGLE, None) for i in range(len(plans)))
+        why = (("no split fits" if found else "no search found a split worth having (each plan found runs the whole "
+                "model on one device)") if not rec.verdicts else f"no split's {objective} is known beside it")
     else:
         v = max(known, key=lambda w: w.gain)
         why = (f"no split is predicted better in {objective}" if v.gain <= 0 else
