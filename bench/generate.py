@@ -42,7 +42,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from hetsplit.cluster.loader import cluster_from_dict
-from hetsplit.costs.llm_probe import probe_torch_cpu
+from hetsplit.costs.llm_probe import PROMPT_OVERHEAD, probe_torch_cpu
 from hetsplit.graph.llm.load import model_tokenizer, read_model
 from hetsplit.workflow.generate import GenerateOptions, generate, host_probe
 
@@ -81,6 +81,7 @@ def unlike(speeds: list[float], latency: str, bandwidth: str, model: Path, token
     devices = [{"name": f"x{s:g}" + "'" * i, "kind": "cpu", "type": f"t{i}", "memory": size[i], "model": "roofline",
                 "params": {"peak_macs": p.macs_per_s / s, "mem_bandwidth": p.bytes_per_s / s, "mem_efficiency": 1.0,
                            "efficiency": {"default": 1.0, "gemm": 1.0, "matmul": 1.0}, "overhead_s": p.call_s * s,
+                           PROMPT_OVERHEAD: p.prompt_call_s * s,
                            "power_active": "10W", **({SYNC_PARAM: msg.sync_cpu_s * s} if msg else {})}}
                for i, s in enumerate(speeds)]
     link = {"name": "net", "bandwidth": bandwidth, "latency": latency}

@@ -133,7 +133,7 @@ def test_local_devices_are_costed_by_the_probe_with_float32_weights(tiny):
     from hetsplit.costs.llm_probe import TorchProbe, layers_per_block
     from hetsplit.workflow.generate import PlanOptions, costed_cluster, plan_generation
 
-    probe = TorchProbe(call_s=1e-5, bytes_per_s=1e9, macs_per_s=1e10)
+    probe = TorchProbe(call_s=1e-5, bytes_per_s=1e9, macs_per_s=1e10, prompt_call_s=1e-5)
     local = load_cluster("local")
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr("hetsplit.workflow.generate.host_probe", lambda *shape: probe)
@@ -160,7 +160,7 @@ def test_a_gpu_that_computes_here_is_costed_by_the_cuda_probe_and_only_then(tiny
     from hetsplit.runtime.hosts import HostMap
     from hetsplit.workflow import generate as gen
 
-    cpu, gpu = TorchProbe(1e-5, 1e9, 1e10), TorchProbe(4e-6, 5e11, 2e12)
+    cpu, gpu = TorchProbe(1e-5, 1e9, 1e10, 1e-5), TorchProbe(4e-6, 5e11, 2e12, 6e-6)
     both = cluster_from_dict(CPU_GPU)
     costed, weights = gen.costed_cluster(both, cpu, None, gpu, ("gpu0",))
     assert weights == "float32" and [d.params["mem_bandwidth"] for d in costed.devices] == [1e9, 5e11]
@@ -197,32 +197,51 @@ def test_the_cuda_probe_measures_a_launch_bound_step_on_a_real_gpu(tiny):
     assert p.bytes_per_s > 1e9 and p.macs_per_s > 1e9 and 1e-6 < p.call_s < 1e-3
 
 
-def test_the_probe_charges_a_decode_block_what_a_block_of_the_models_shapes_took(tiny, monkeypatch):
+def test_the_probe_charges_each_phase_block_what_a_block_of_the_models_shapes_took(tiny, monkeypatch):
     from hetsplit.cluster import load_cluster
     from hetsplit.costs import llm_probe
     from hetsplit.estimate.llm import LlmCostOptions
     from hetsplit.workflow.generate import costed_cluster
 
-    gemv, gemm, block = 2e-4, 9e-4, 3e-3       # seconds of one 1536 x 576 GEMV, one GEMM of the prompt's rows
+    gemv, gemm = 2e-4, 9e-4                    # seconds of one 1536 x 576 GEMV, one GEMM of the prompt's rows
+    block = {1: 3e-3, 6: 8e-3}                 # a decode step's block, the prompt's (its 6 rows)
     seen = {}
 
     def streamed(rows: int, repeat: int, device: str, clock) -> tuple[float, float, int]:
         seen["rows"] = rows
         return gemv, gemm, rows
+
+    def block_step(shape, phase, repeat, device, clock) -> float:
+        seen.setdefault("phases", []).append(phase)
+        return block[phase.tokens]
     monkeypatch.setattr(llm_probe, "_streamed_s", streamed)
-    monkeypatch.setattr(llm_probe, "_block_step_s", lambda shape, repeat, device, clock: block)
+    monkeypatch.setattr(llm_probe, "_block_step_s", block_step)
     opts = LlmCostOptions(6, 16, "float32")
     shape = llm_probe.ProbeShape(tiny.config, 6, opts.phases()[1].context)
     p = llm_probe.probe_torch_cpu.__wrapped__(shape)
     n = 1536 * 576
     assert seen["rows"] == 6 and p.bytes_per_s == pytest.approx(4 * n / gemv) and p.macs_per_s == pytest.approx(6 * n / gemm)
-    assert p.call_s > 0
+    assert [(f.tokens, f.context) for f in seen["phases"]] == [(1, shape.context), (6, 6)]
+    assert p.call_s > 0 and p.prompt_call_s > p.call_s
     costed, _ = costed_cluster(load_cluster("local"), p)
     costs = llm_costs(tiny.config, tiny.tensors, costed, opts)
-    assert costs.block_s[DECODE, 0, 0] == pytest.approx(block, rel=1e-9)      # all of the measured step, no more
+    # each phase's block: all of its measured step, no more (the prompt's fixed cost is its own)
+    assert costs.block_s[DECODE, 0, 0] == pytest.approx(block[1], rel=1e-9)
+    assert costs.block_s[PREFILL, 0, 0] == pytest.approx(block[6], rel=1e-9)
     # a block slower than its weights' stream leaves no negative fixed cost
-    monkeypatch.setattr(llm_probe, "_block_step_s", lambda shape, repeat, device, clock: 0.0)
-    assert llm_probe.probe_torch_cpu.__wrapped__(shape).call_s == 0.0
+    monkeypatch.setattr(llm_probe, "_block_step_s", lambda shape, phase, repeat, device, clock: 0.0)
+    got = llm_probe.probe_torch_cpu.__wrapped__(shape)
+    assert got.call_s == 0.0 and got.prompt_call_s == 0.0
+
+
+def test_a_device_without_a_prompt_figure_costs_both_phases_with_its_one_fixed_cost():
+    from hetsplit.cluster.types import Device
+    from hetsplit.estimate.llm_shares import phase_device
+
+    dev = Device("d", "cpu", "t", 1 << 30, params={"overhead_s": 1e-5})
+    assert phase_device(dev, PREFILL) is dev and phase_device(dev, DECODE) is dev
+    both = Device("d", "cpu", "t", 1 << 30, params={"overhead_s": 1e-5, "prompt_overhead_s": 3e-5})
+    assert phase_device(both, PREFILL).params["overhead_s"] == 3e-5 and phase_device(both, DECODE) is both
 
 
 def test_plan_of_a_gguf_prints_the_plan_and_every_device_alone(tiny_gguf, tmp_path, capsys):
@@ -270,7 +289,7 @@ def test_each_stage_is_throttled_to_its_devices_prefill_and_decode_time_at_one_d
     from hetsplit.costs.llm_probe import TorchProbe
     from hetsplit.workflow.generate import PlanOptions, host_costs, plan_generation, stage_emulation
 
-    probe = TorchProbe(call_s=1e-5, bytes_per_s=1e9, macs_per_s=1e10)
+    probe = TorchProbe(call_s=1e-5, bytes_per_s=1e9, macs_per_s=1e10, prompt_call_s=1e-5)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr("hetsplit.workflow.generate.host_probe", lambda *shape: probe)
         for speeds, cores in (([0.05, 0.2], 4), ([50, 200], 4), ([1, 1], 1)):

@@ -14,6 +14,10 @@ meanwhile (wall time on a shared machine measured other processes too, by 2-4x h
   those blocks at the two figures above, spread over the step graph's layers of a block. A block's
   norms, RoPE, KV cache update, attention and SwiGLU run some 50 small torch ops; at the model's shapes,
   between matrices that evict the caches, they cost ~2x what the same ops cost on a tiny block.
+- the prompt's fixed cost per layer: the same for one prompt step (``ProbeShape.rows`` tokens at position
+  0: its causal mask and attention over the rows), less what the roofline charges it; a prompt's step
+  costs more beyond its matrices than a decode step does (SmolLM2's shapes, one thread: 2.5-2.6 ms a block
+  against 2.26 charged from the decode step's fixed cost).
 
 A GPU is probed the same way on its host's CUDA (``probe_torch_cuda``), each figure the median wall time of
 its repeats with the GPU synchronized around each: there a step is launch-bound (some 50 kernels a block,
@@ -43,6 +47,8 @@ STREAM_BYTES = 256 * 2**20     # the working set of each streamed part: beyond t
 MAX_BLOCKS = 32                # blocks of a tiny model: its step is all fixed cost, no need to stream
 GEMV_SHAPE = (1536, 576)
 MAX_ROWS = 64                  # a prompt longer than this is costed at 64 rows' MAC/s (near the peak)
+PROMPT_OVERHEAD = "prompt_overhead_s"   # a device parameter: its fixed seconds per layer in the prompt's step,
+                                        # where they differ from a decode step's (the roofline's overhead_s)
 
 
 @dataclass(frozen=True)
@@ -61,9 +67,10 @@ Clock = Callable[[Callable[[], object], int], float]    # (fn, repeat) -> second
 class TorchProbe:
     """Fixed seconds per call, weight bytes per second, MAC/s (one torch thread, or one CUDA GPU)."""
 
-    call_s: float                   # fixed seconds per step-graph layer
+    call_s: float                   # fixed seconds per step-graph layer (a decode step)
     bytes_per_s: float
     macs_per_s: float
+    prompt_call_s: float            # ... in the prompt's step
 
 
 def typical_time(fn: Callable[[], object], repeat: int) -> float:
@@ -115,13 +122,15 @@ def probe_torch_cuda(shape: ProbeShape, repeat: int = 15) -> TorchProbe:
 
 
 def _probe(shape: ProbeShape, repeat: int, device: str, clock: Clock) -> TorchProbe:
-    """The probe's three figures on ``device``, each timing by ``clock``."""
+    """The probe's figures on ``device``, each timing by ``clock``."""
     gemv, gemm, rows = _streamed_s(min(max(shape.rows, 1), MAX_ROWS), repeat, device, clock)
     n = GEMV_SHAPE[0] * GEMV_SHAPE[1]
     bytes_per_s, macs_per_s = n * 4 / gemv, rows * n / gemm
-    block = _block_step_s(shape, repeat, device, clock)
-    charged = _roofline_block_s(shape, bytes_per_s, macs_per_s)
-    return TorchProbe(max(block - charged, 0.0) / layers_per_block(), bytes_per_s, macs_per_s)
+    fixed = []
+    for phase in (Phase(1, max(1, shape.context)), Phase(rows, rows)):       # a decode step, the prompt's
+        block = _block_step_s(shape, phase, repeat, device, clock)
+        fixed.append(max(block - _roofline_block_s(shape, bytes_per_s, macs_per_s, phase), 0.0) / layers_per_block())
+    return TorchProbe(fixed[0], bytes_per_s, macs_per_s, fixed[1])
 
 
 def _streamed_s(rows: int, repeat: int, device: str, clock: Clock) -> tuple[float, float, int]:
@@ -154,35 +163,38 @@ def block_shapes(cfg: LlmConfig) -> dict[str, tuple[int, ...]]:
             "ffn_norm": (d,), "ffn_gate": (f, d), "ffn_up": (f, d), "ffn_down": (d, f)}
 
 
-def _block_step_s(shape: ProbeShape, repeat: int, device: str, clock: Clock) -> float:
-    """Seconds of one block's decode step at ``shape.context``: a token through ``probe_blocks`` blocks of
-    the model's shapes, per block."""
+def _block_step_s(shape: ProbeShape, phase: Phase, repeat: int, device: str, clock: Clock) -> float:
+    """Seconds of one block's step of ``phase``: its tokens through ``probe_blocks`` blocks of the model's
+    shapes, per block (a decode step: one token at position ``phase.context - 1``; the prompt's: its rows
+    from position 0)."""
     import torch
 
     from hetsplit.graph.llm.decoder import Block, RopeTables
 
-    cfg, ctx, where = shape.config, max(1, min(shape.context, shape.config.context)), torch.device(device)
+    cfg, where = shape.config, torch.device(device)
+    ctx = max(phase.tokens, min(phase.context, cfg.context))
     n = probe_blocks(cfg)
     rope = RopeTables(cfg.head_dim, cfg.rope_base, ctx, where)
     blocks = [Block(cfg, {block_tensor(i, r): torch.full(s, 0.02, device=where) for r, s in block_shapes(cfg).items()},
                     i, ctx, rope, device=where) for i in range(n)]
-    x = torch.randn(1, cfg.dim, device=where)
+    x = torch.randn(phase.tokens, cfg.dim, device=where)
+    pos = ctx - phase.tokens                 # the tokens fed come last: a decode step's at ctx - 1, a prompt's at 0
 
     def step() -> None:
         y = x
         for b in blocks:
-            y = b(y, ctx - 1)
+            y = b(y, pos)
     step()
     return clock(step, repeat) / n
 
 
-def _roofline_block_s(shape: ProbeShape, bytes_per_s: float, macs_per_s: float) -> float:
-    """What the roofline model charges one decode block at these figures, without a fixed cost."""
+def _roofline_block_s(shape: ProbeShape, bytes_per_s: float, macs_per_s: float, phase: Phase) -> float:
+    """What the roofline model charges one block's step of ``phase`` at these figures, without a fixed cost."""
     from hetsplit.costs.models.roofline import RooflineModel
 
     cfg, tensors = _one_block(shape.config)
-    g = step_graph(cfg, tensors, Phase(1, max(1, shape.context)), FLOAT32)
-    dev = probe_device(Device("probe", "cpu", "probe", 1 << 30), TorchProbe(0.0, bytes_per_s, macs_per_s))
+    g = step_graph(cfg, tensors, phase, FLOAT32)
+    dev = probe_device(Device("probe", "cpu", "probe", 1 << 30), TorchProbe(0.0, bytes_per_s, macs_per_s, 0.0))
     t = RooflineModel(dev).layer_costs(g).time_s
     return float(np.sum([s for s, name in zip(t, g.names) if block_of(name) == 0]))
 
@@ -207,6 +219,7 @@ def probe_device(device: Device, p: TorchProbe) -> Device:
     what was reached)."""
     params = {**device.params, "peak_macs": p.macs_per_s, "mem_bandwidth": p.bytes_per_s, "mem_efficiency": 1.0,
               "efficiency": {"default": 1.0, "gemm": 1.0, "matmul": 1.0}, "overhead_s": p.call_s,
+              PROMPT_OVERHEAD: p.prompt_call_s,
               "power_active": device.params.get("power_active", 10.0)}
     return replace(device, model="roofline", params=params)
 

@@ -29,7 +29,7 @@ import numpy as np
 from hetsplit.cluster.types import Cluster
 from hetsplit.costs.models.base import device_model
 from hetsplit.errors import PlanError
-from hetsplit.estimate.llm_shares import ShareCosts, share_costs, unit_counts
+from hetsplit.estimate.llm_shares import ShareCosts, phase_device, share_costs, unit_counts
 from hetsplit.graph.llm.config import LlmConfig, StoredTensor
 from hetsplit.graph.llm.shares import TensorShare, check_shares
 from hetsplit.graph.llm.step_graph import F32, STORED, Phase, block_of, step_graph
@@ -263,7 +263,7 @@ def llm_costs(cfg: LlmConfig, tensors: dict[str, StoredTensor], cluster: Cluster
     for p, phase in enumerate(options.phases()):
         g = step_graph(cfg, tensors, phase, options.weight_bytes)
         for t in cluster.types:
-            costs = device_model(cluster.representative(t)).layer_costs(g)
+            costs = device_model(phase_device(cluster.representative(t), p)).layer_costs(g)
             sources[t] = costs.source
             blocks, embed, head = _by_part(cfg, g.names, costs.time_s)
             for d, dev in enumerate(cluster.devices):

@@ -29,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from hetsplit.cluster.types import Cluster
+from hetsplit.cluster.types import Cluster, Device
+from hetsplit.costs.llm_probe import PROMPT_OVERHEAD
 from hetsplit.costs.models.base import device_model
 from hetsplit.errors import PlanError
 from hetsplit.graph.llm.config import LlmConfig, StoredTensor
@@ -70,6 +71,15 @@ def grains_of(cfg: LlmConfig) -> dict[str, list[int]]:
             "vocab": unit_edges(cfg.vocab, min(VOCAB_UNITS, cfg.vocab))}
 
 
+def phase_device(device: Device, phase: int) -> Device:
+    """``device`` as it costs a step of ``phase`` (0: the prompt, 1: a decode step): in the prompt's, its
+    fixed cost per layer is its ``PROMPT_OVERHEAD`` where it gives one (``costs.llm_probe`` measures both
+    steps: the prompt's runs a mask and attention over its rows that a decode step does not)."""
+    if phase != 0 or PROMPT_OVERHEAD not in device.params:
+        return device
+    return replace(device, params={**device.params, "overhead_s": device.params[PROMPT_OVERHEAD]})
+
+
 def share_costs(cfg: LlmConfig, tensors: dict[str, StoredTensor], cluster: Cluster, phases: tuple[Phase, Phase],
                 weight_bytes: str) -> ShareCosts:
     """Cost every share size on every device type for both phases (one device-model call per type, phase
@@ -87,7 +97,7 @@ def share_costs(cfg: LlmConfig, tensors: dict[str, StoredTensor], cluster: Clust
             share = shares_of([(counts["kv_heads"], counts["ffn"], counts["vocab"])], grains)[0]
             g = step_graph(one, tensors, phase, weight_bytes, share)
             for t, devices in by_type.items():
-                secs = dict(zip(g.names, device_model(cluster.representative(t)).layer_costs(g).time_s))
+                secs = dict(zip(g.names, device_model(phase_device(cluster.representative(t), p)).layer_costs(g).time_s))
                 for q, (table, roles) in parts.items():
                     if i <= units[q]:
                         table[p, devices, i] = sum(secs.get(f"b0.{r}", 0.0) for r in roles)
