@@ -161,7 +161,8 @@ def summary_row(label: str, run_json: Path, model: str, index: int) -> dict:
     if not isinstance(run, Comparison) or run.report is None:
         raise SystemExit(f"{run_json}: not a run compared with its prediction (hetsplit run --compare --out)")
     m, p, v = run.report, run.predicted, run.report.verify
-    return {"run": label, "model": model, "plan_index": index, "report": run_json.name, "verified": v is not None and v.ok, "outputs": v.outputs_checked if v else 0,
+    return {"run": label, "model": model, "plan_index": index, "report": run_json.name,
+            "verified": v is not None and v.ok, "outputs": v.outputs_checked if v else 0,
             "max_abs_err": v.max_abs_err if v else None,
             "executors": {d.device: d.executor for d in m.devices},
             "compute_s": {d.device: d.compute_s for d in m.devices},

@@ -15,9 +15,9 @@ meanwhile (wall time on a shared machine measured other processes too, by 2-4x h
   norms, RoPE, KV cache update, attention and SwiGLU run some 50 small torch ops; at the model's shapes,
   between matrices that evict the caches, they cost ~2x what the same ops cost on a tiny block.
 - the prompt's fixed cost per layer: the same for one prompt step (``ProbeShape.rows`` tokens at position
-  0: its causal mask and attention over the rows), less what the roofline charges it; a prompt's step
-  costs more beyond its matrices than a decode step does (SmolLM2's shapes, one thread: 2.5-2.6 ms a block
-  against 2.26 charged from the decode step's fixed cost).
+  0: its causal mask and attention over the rows), less what the roofline charges it: a prompt's step
+  costs more beyond its matrices than a decode step does (SmolLM2's shapes on one thread here, a prompt
+  block of 6 tokens took 10-25% more than the decode step's fixed cost charged it).
 
 A GPU is probed the same way on its host's CUDA (``probe_torch_cuda``), each figure the median wall time of
 its repeats with the GPU synchronized around each: there a step is launch-bound (some 50 kernels a block,
@@ -31,8 +31,8 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from dataclasses import dataclass, replace
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -103,8 +103,8 @@ def cuda_time(fn: Callable[[], object], repeat: int) -> float:
 @lru_cache(maxsize=4)
 def probe_torch_cpu(shape: ProbeShape, repeat: int = 15) -> TorchProbe:
     """Time on one thread: 1536 x 576 GEMVs and GEMMs of ``shape.rows`` rows streamed over ``STREAM_BYTES``
-    of matrices (bytes/s, MAC/s), then a decode step through blocks of the model's shapes (the fixed cost);
-    each the median of ``repeat`` timings (``typical_time``)."""
+    of matrices (bytes/s, MAC/s), then a decode step and the prompt's step through blocks of the model's
+    shapes (their fixed costs); each the median of ``repeat`` timings (``typical_time``)."""
     import torch
 
     with torch.no_grad(), as_a_rank():          # one thread, as a stage's worker computes (``torch_threads``)

@@ -173,8 +173,6 @@ def host_probe(config: LlmConfig, prompt_tokens: int, new_tokens: int, cuda: boo
 def cuda_here(cluster: Cluster, hosts: HostMap | None = None, cpu_only: bool = False) -> tuple[str, ...]:
     """The cluster's devices whose stages compute on this host's CUDA GPU (``executor.choose_backend``'s
     rule, as the worker's ``stage_device``), leaving out those that run on other hosts."""
-    import torch
-
     from hetsplit.runtime.executor import ORT_CPU, Host, choose_backend
 
     if cpu_only or not torch.cuda.is_available():
