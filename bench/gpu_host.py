@@ -13,7 +13,9 @@ On a host with a CUDA GPU (issue 22, item 6) this
    both (one shard on the GPU), and each model on the GPU alone;
 4. runs each plan with ``hetsplit run --compare`` and prints predicted beside measured. Where the planner
    proposes no split over both devices (it charges what a cut costs), ``--earlier DIR`` runs the split an
-   earlier run planned (``bench/data/h200-16c``), costed with this host's profiles, to check it loses.
+   earlier run planned (``bench/data/h200-16c``), costed with this host's profiles, to check it loses;
+5. plans each model as ``hetsplit plan`` does by default and, where it recommends a split over the best
+   single device, runs the two alternately (``--recommended-tries``): the recommendation judged for real.
 
     python bench/gpu_host.py --out gpu-host     # a few minutes; everything it wrote is under --out
 
@@ -153,6 +155,30 @@ def find_plan(plans_file: Path, prefer: tuple[str, ...], devices: set[str]) -> t
     return None
 
 
+def judge_recommendation(model: str, cluster: Path, out: Path, inputs: int, threads: str, tries: int,
+                         log: Path) -> dict:
+    """Plan ``model`` as ``hetsplit plan`` does by default (the pipeline DP and map-opt) and, where it
+    recommends a split over the best single device, run the two alternately ``tries`` times each: a plan
+    is judged against the best single device on the real host. The measured throughputs, with the
+    recommendation's note."""
+    plans = out / f"plans.{model}.recommended"
+    hetsplit("plan", model, "--cluster", str(cluster), "--algo", "exact", "map-opt", "--time-budget", "10",
+             "--out", str(plans), log=log)
+    rec = json.loads((plans / "plans.json").read_text())["recommendation"]
+    got: dict = {"note": rec.get("note"), "recommends_split": bool(rec.get("recommends_split")), "runs": []}
+    if not got["recommends_split"]:
+        return got
+    single = rec["best_single_device"]
+    for k in range(tries):
+        for tag, i in (("split", rec["recommended"]), (f"{single['device']}-alone", single["index"])):
+            run_json = out / f"run.{model}.recommended.{tag}.{k}.json"
+            hetsplit("run", str(plans / "plans.json"), model, "--index", str(i), "--inputs", str(inputs),
+                     "--threads", threads, "--compare", "--out", str(run_json),
+                     "--run-dir", str(out / f"rundir.{model}.recommended.{tag}.{k}"), log=log)
+            got["runs"].append(summary_row(f"{model} recommended {tag} #{k}", run_json, model, i))
+    return got
+
+
 def summary_row(label: str, run_json: Path, model: str, index: int) -> dict:
     from hetsplit.workflow.comparison import Comparison
     from hetsplit.workflow.run import read_run_doc
@@ -184,6 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--earlier", type=Path, default=None, metavar="DIR",
                     help="where the planner proposes no split over both devices, run the split of this earlier "
                          "run's plans (its plans.<model>.json), costed with this host's profiles")
+    ap.add_argument("--recommended-tries", type=int, default=2, metavar="K",
+                    help="where the planner recommends a split, run it and the best single device alternately K "
+                         "times each (0: not)")
     ap.add_argument("--hops", type=Path, default=None, metavar="FILE",
                     help="take the link from this runtime_overhead.py --json file (measured earlier on a host of "
                          "this kind) instead of measuring the hops first (minutes)")
@@ -196,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     link = ({"bandwidth": 1e9, "latency": 150e-6, "hops": {}} if args.skip_hops else
             link_of(args.hops) if args.hops else measure_link(out, log))
     message = message_cost()
-    rows, whole, t = [], {}, str(args.threads)
+    rows, whole, recommended, t = [], {}, {}, str(args.threads)
     for model, algos, prefer, n in (("resnet50", ["map-opt", "heft"], ("map-opt", "heft"), args.inputs),
                                     ("mobilebert", ["tensor-parallel"], ("tensor-parallel",), args.tp_inputs)):
         hetsplit("profile", model, "--device", args.gpu_profile, "--out", str(out / f"gpu.{model}.json"), log=log)
@@ -213,19 +242,26 @@ def main(argv: list[str] | None = None) -> int:
         found = find_plan(split_file, prefer, {"cpu0", "gpu0"})
         if found is None and args.earlier is not None:      # the planner proposes no split here: run the old one
             split_file, proposed = earlier_plans(args.earlier, model, out, cluster), False
-        index, algo = plan_index(split_file, prefer, {"cpu0", "gpu0"})
         alone, _ = plan_index(plans / "plans.json", ("single",), {"gpu0"})
-        split = f"{model} {algo} cpu0+gpu0" + ("" if proposed else f" (not proposed here; {args.earlier}'s plan)")
-        for label, file, i, tag in ((split, split_file, index, "split"),
-                                    (f"{model} gpu0 alone", plans / "plans.json", alone, "alone")):
+        todo = [(f"{model} gpu0 alone", plans / "plans.json", alone, "alone")]
+        found = find_plan(split_file, prefer, {"cpu0", "gpu0"})
+        if found is None:
+            print(f"  {model}: the planner proposes no split over cpu0 and gpu0 (--earlier DIR runs an earlier one)")
+        else:
+            index, algo = found
+            todo.insert(0, (f"{model} {algo} cpu0+gpu0" + ("" if proposed else f" (not proposed here; {args.earlier}'s "
+                                                                             "plan)"), split_file, index, "split"))
+        for label, file, i, tag in todo:
             run_json = out / f"run.{model}.{tag}.json"
             hetsplit("run", str(file), model, "--index", str(i), "--inputs", str(n), "--threads", t,
                      "--compare", "--out", str(run_json), "--run-dir", str(out / f"rundir.{model}.{tag}"), log=log)
             rows.append(summary_row(label, run_json, model, i) | {"plans": file.name, "proposed": proposed or
                                                                   tag == "alone"})
+        if args.recommended_tries > 0:
+            recommended[model] = judge_recommendation(model, cluster, out, n, t, args.recommended_tries, log)
     doc = {"host": facts, "link": {k: v for k, v in link.items() if k != "hops"},
            "hops": [{k: r[k] for k in HOP_FIGURES} for r in link["hops"].values()], "whole_model_s": whole,
-           "message": message,
+           "message": message, "recommended": recommended,
            "runs": rows}
     (out / "summary.json").write_text(json.dumps(doc, indent=1))
     print(f"\nhost: {facts['gpu'] or 'no CUDA GPU'}, {facts['cores']} cores, torch {facts['torch']}, "
@@ -251,6 +287,15 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['throughput'] / r['predicted_throughput']:.2f}), latency {r['latency_s'] * 1e3:.2f} ms (pred "
               f"{r['predicted_latency_s'] * 1e3:.2f}), verified {r['verified']} ({r['outputs']} outputs, max abs err "
               f"{r['max_abs_err']:.2g}); compute/input: {comp}")
+    for model, rec in recommended.items():
+        print(f"{model}: the planner recommends: {rec['note']}")
+        if rec["runs"]:
+            split = [r["throughput"] for r in rec["runs"] if " split " in r["run"]]
+            alone = [r["throughput"] for r in rec["runs"] if " split " not in r["run"]]
+            print(f"  run alternately: the split {', '.join(f'{x:.1f}' for x in split)}/s (pred "
+                  f"{rec['runs'][0]['predicted_throughput']:.1f}), the best single device "
+                  f"{', '.join(f'{x:.1f}' for x in alone)}/s (pred {rec['runs'][1]['predicted_throughput']:.1f}): "
+                  + ", ".join(f"x{a / b:.2f}" for a, b in zip(split, alone)))
     return 0
 
 
