@@ -14,8 +14,9 @@ On a host with a CUDA GPU (issue 22, item 6) this
 4. runs each plan with ``hetsplit run --compare`` and prints predicted beside measured. Where the planner
    proposes no split over both devices (it charges what a cut costs), ``--earlier DIR`` runs the split an
    earlier run planned (``bench/data/h200-16c``), costed with this host's profiles, to check it loses;
-5. plans each model as ``hetsplit plan`` does by default and, where it recommends a split over the best
-   single device, runs the two alternately (``--recommended-tries``): the recommendation judged for real.
+5. plans each model with the exact pipeline DP and map-opt and, where ``hetsplit plan`` recommends a split
+   over the best single device, runs the two alternately (``--recommended-tries``): the recommendation
+   judged for real.
 
     python bench/gpu_host.py --out gpu-host     # a few minutes; everything it wrote is under --out
 
@@ -157,8 +158,8 @@ def find_plan(plans_file: Path, prefer: tuple[str, ...], devices: set[str]) -> t
 
 def judge_recommendation(model: str, cluster: Path, out: Path, inputs: int, threads: str, tries: int,
                          log: Path) -> dict:
-    """Plan ``model`` as ``hetsplit plan`` does by default (the pipeline DP and map-opt) and, where it
-    recommends a split over the best single device, run the two alternately ``tries`` times each: a plan
+    """Plan ``model`` with the exact pipeline DP and map-opt and, where ``hetsplit plan`` recommends a split
+    over the best single device, run the two alternately ``tries`` times each: a plan
     is judged against the best single device on the real host. The measured throughputs, with the
     recommendation's note."""
     plans = out / f"plans.{model}.recommended"
