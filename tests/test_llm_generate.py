@@ -110,6 +110,7 @@ def test_emulated_links_are_shaped_as_a_run_shapes_them_and_each_hop_takes_its_l
     assert r.to_dict()["emulation"]["links"]["namespaces"] == 2 and r.to_dict()["emulation"]["devices"] is None
 
 
+@pytest.mark.alone            # judges the paced run's timing: beside other tests it ran 1.54x its prediction once
 def test_a_slowed_device_slows_the_emulated_run_as_predicted(tmp_path):
     wide = write_tiny_gguf(tmp_path / "wide.gguf", seed=5, dim=512, ffn=2048)
     runs = {}
