@@ -172,12 +172,17 @@ def judge_recommendation(model: str, cluster: Path, out: Path, inputs: int, thre
     single = rec["best_single_device"]
     for k in range(tries):
         for tag, i in (("split", rec["recommended"]), (f"{single['device']}-alone", single["index"])):
-            run_json = out / f"run.{model}.recommended.{tag}.{k}.json"
-            hetsplit("run", str(plans / "plans.json"), model, "--index", str(i), "--inputs", str(inputs),
-                     "--threads", threads, "--compare", "--out", str(run_json),
-                     "--run-dir", str(out / f"rundir.{model}.recommended.{tag}.{k}"), log=log)
+            run_json = run_plan(plans / "plans.json", model, i, f"recommended.{tag}.{k}", inputs, threads, out, log)
             got["runs"].append(summary_row(f"{model} recommended {tag} #{k}", run_json, model, i))
     return got
+
+
+def run_plan(plans: Path, model: str, index: int, tag: str, inputs: int, threads: str, out: Path, log: Path) -> Path:
+    """``hetsplit run --compare`` of plan ``index`` of ``plans``; the report's path (``run.<model>.<tag>.json``)."""
+    run_json = out / f"run.{model}.{tag}.json"
+    hetsplit("run", str(plans), model, "--index", str(index), "--inputs", str(inputs), "--threads", threads,
+             "--compare", "--out", str(run_json), "--run-dir", str(out / f"rundir.{model}.{tag}"), log=log)
+    return run_json
 
 
 def summary_row(label: str, run_json: Path, model: str, index: int) -> dict:
@@ -243,9 +248,9 @@ def main(argv: list[str] | None = None) -> int:
         found = find_plan(split_file, prefer, {"cpu0", "gpu0"})
         if found is None and args.earlier is not None:      # the planner proposes no split here: run the old one
             split_file, proposed = earlier_plans(args.earlier, model, out, cluster), False
+            found = find_plan(split_file, prefer, {"cpu0", "gpu0"})
         alone, _ = plan_index(plans / "plans.json", ("single",), {"gpu0"})
         todo = [(f"{model} gpu0 alone", plans / "plans.json", alone, "alone")]
-        found = find_plan(split_file, prefer, {"cpu0", "gpu0"})
         if found is None:
             print(f"  {model}: the planner proposes no split over cpu0 and gpu0 (--earlier DIR runs an earlier one)")
         else:
@@ -253,9 +258,7 @@ def main(argv: list[str] | None = None) -> int:
             todo.insert(0, (f"{model} {algo} cpu0+gpu0" + ("" if proposed else f" (not proposed here; {args.earlier}'s "
                                                                              "plan)"), split_file, index, "split"))
         for label, file, i, tag in todo:
-            run_json = out / f"run.{model}.{tag}.json"
-            hetsplit("run", str(file), model, "--index", str(i), "--inputs", str(n), "--threads", t,
-                     "--compare", "--out", str(run_json), "--run-dir", str(out / f"rundir.{model}.{tag}"), log=log)
+            run_json = run_plan(file, model, i, tag, n, t, out, log)
             rows.append(summary_row(label, run_json, model, i) | {"plans": file.name, "proposed": proposed or
                                                                   tag == "alone"})
         if args.recommended_tries > 0:
