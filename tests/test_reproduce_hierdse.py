@@ -201,7 +201,7 @@ def test_an_interrupted_search_leaves_nothing_behind(sig, code, tmp_path):
     """Interrupted mid-run (workers up, throttled where cgroups work): the command ends with 130/143
     and no worker, cgroup or scratch directory of it remains."""
     emulate = throttle_available() is None
-    cmd = [sys.executable, "-m", "hetsplit.cli.main", "explore", "resnet8", "-c", "jetson-xavier-nx-4",
+    cmd = [sys.executable, "-X", "faulthandler", "-m", "hetsplit.cli.main", "explore", "resnet8", "-c", "jetson-xavier-nx-4",
            "--hierarchical", "--stages", "1", "--measured-only", "--measured-pop", "2", "--budget", "120s",
            "--inputs", "5000"] + ([] if emulate else ["--no-emulate"])
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -210,7 +210,12 @@ def test_an_interrupted_search_leaves_nothing_behind(sig, code, tmp_path):
         assert started, "the search never started its workers"
         time.sleep(1.0)
         proc.send_signal(sig)
-        assert proc.wait(timeout=30) == code, proc.stderr.read()
+        try:
+            assert proc.wait(timeout=30) == code, proc.stderr.read()
+        except subprocess.TimeoutExpired:        # where it hangs: faulthandler prints every thread's stack
+            proc.send_signal(signal.SIGABRT)
+            _, err = proc.communicate(timeout=10)
+            pytest.fail(f"still running 30 s after signal {sig}; its threads:\n{err[-6000:]}")
     finally:
         if proc.poll() is None:
             proc.kill()
