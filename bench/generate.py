@@ -156,6 +156,8 @@ def print_compare(speeds, link, memory, runs, unsplit: list[int] | None) -> None
                                     f"/{r.plan.predicted.compute_s[s.device][1] * 1e3:.1f} ms" for s in r.measured.stages)
                   + "".join(f"; {h} {t[1] / d * 1e3:.2f}/{r.plan.predicted.hops_s[h][1] * 1e3:.2f} ms"
                             for h, t in r.measured.hops_s.items()))
+            for note in r.notes:
+                print(f"    note: {note}")
     tps = {name: r.measured.dilation / r.measured.s_per_token for name, r, _ in runs}
     best = tps.get("best alone", tps.get("best alone (= plan)"))
     others = ", ".join(f"hetsplit / {rule} {tps['hetsplit'] / tps[rule]:.2f}x"

@@ -137,6 +137,19 @@ def test_a_slowed_device_slows_the_emulated_run_as_predicted(tmp_path):
     assert 1 + 0.5 * (predicted - 1) < measured < 1.5 * predicted, (measured, predicted)
 
 
+def test_a_tensor_parallel_stage_of_more_members_than_cores_is_said_not_to_be_rehearsed_faithfully():
+    from hetsplit.estimate.llm import Stage, StageShare
+    from hetsplit.graph.llm.shares import TensorShare
+    from hetsplit.workflow.generate import crowded_notes
+
+    share = TensorShare((0, 1), (0, 1), (0, 1))
+    three = Stage("a", 0, 2, tuple(StageShare(d, share) for d in ("a", "b", "c")))
+    stages = [three, Stage("d", 2, 4)]
+    [note] = crowded_notes(stages, 2)
+    assert "a+b+c has 3 members, this machine 2 cores" in note
+    assert crowded_notes(stages, 3) == [] and crowded_notes([Stage("d", 0, 4)], 1) == []
+
+
 def test_an_emulation_this_machine_cannot_do_is_refused_with_its_reason_before_anything_runs(tiny_gguf, monkeypatch):
     from hetsplit.errors import UsageError
 
