@@ -68,7 +68,8 @@ def unlike(speeds: list[float], latency: str, bandwidth: str, model: Path, token
            memory: tuple[float, ...] | None = None):
     """One device per factor: this machine's one-thread torch worker (the probe's figures at the model's
     shapes, the prompt's rows, the decode context of ``tokens`` new tokens) that much slower, its CPU per
-    tensor-parallel sync too (the LLM message probe's, ``runtime.llm_message_probe``); each message end
+    tensor-parallel sync too (the LLM message probe's, ``runtime.llm_message_probe``: its CPU that much
+    slower, its waits as they are); each message end
     the probe's (this machine's, whatever the device's factor: a link's figure is not per device);
     ``memory``: each device's memory as a fraction of the model's stored bytes (default 4 GiB each)."""
     from hetsplit.estimate.llm_shares import SYNC_PARAM
@@ -82,7 +83,8 @@ def unlike(speeds: list[float], latency: str, bandwidth: str, model: Path, token
                 "params": {"peak_macs": p.macs_per_s / s, "mem_bandwidth": p.bytes_per_s / s, "mem_efficiency": 1.0,
                            "efficiency": {"default": 1.0, "gemm": 1.0, "matmul": 1.0}, "overhead_s": p.call_s * s,
                            PROMPT_OVERHEAD: p.prompt_call_s * s,
-                           "power_active": "10W", **({SYNC_PARAM: msg.sync_cpu_s * s} if msg else {})}}
+                           "power_active": "10W", **({SYNC_PARAM: msg.sync_cpu_s * s + msg.sync_s - msg.sync_cpu_s}
+                                                     if msg else {})}}
                for i, s in enumerate(speeds)]
     link = {"name": "net", "bandwidth": bandwidth, "latency": latency}
     if msg:

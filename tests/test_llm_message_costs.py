@@ -11,12 +11,12 @@ from hetsplit.costs.llm_probe import TorchProbe
 from hetsplit.estimate.llm import DECODE, PREFILL, LlmCostOptions, Stage, StageShare, llm_costs, predict_pipeline
 from hetsplit.estimate.llm_shares import SYNC_PARAM, equal_shares
 from hetsplit.graph.llm.gguf_file import read_gguf
-from hetsplit.runtime.llm_message_probe import LlmMessageProbe
+from hetsplit.runtime.llm_message_probe import LlmMessageProbe, sync_beyond_ends
 from hetsplit.workflow.generate import costed_cluster
 
 PROBE = TorchProbe(call_s=1e-5, bytes_per_s=1e9, macs_per_s=1e10, prompt_call_s=1e-5)
 MESSAGES = LlmMessageProbe(end_s=3e-5, end_byte_s=2e-10, hop_s={}, end_cpu_s=2.5e-5, sync_cpu_s=1.2e-4,
-                           sync_wall_s=3e-4)
+                           sync_wall_s=4e-4, sync_s=2.8e-4)
 LATENCY, BANDWIDTH = 1.5e-4, 1e9
 
 
@@ -51,7 +51,13 @@ def test_the_probe_measures_a_positive_bounded_message_and_sync(tiny):
     assert 0 < p.end_s < 5e-3 and 0 <= p.end_byte_s < 1e-7           # a loopback message: microseconds, not more
     assert all(0 < h < 1e-2 for h in p.hop_s.values())
     assert 0 < p.end_cpu_s < 5e-3 and 0 <= p.sync_cpu_s < 1e-2
+    assert p.sync_s == sync_beyond_ends(p.sync_wall_s, p.sync_cpu_s, p.end(vector)) and p.sync_s < 1e-2
     assert p.end(1000) == pytest.approx(p.end_s + 1000 * p.end_byte_s)
+
+
+def test_a_sync_loses_its_wall_beyond_its_four_ends_and_never_less_than_its_cpu():
+    assert sync_beyond_ends(1e-3, 1e-4, 1e-4) == pytest.approx(6e-4)     # waits to be woken: wall, not CPU
+    assert sync_beyond_ends(3e-4, 1e-4, 1e-4) == 1e-4                    # the wall within the ends: its CPU
 
 
 def test_ends_between_local_devices_are_the_probes_and_the_others_keep_the_links():
@@ -63,7 +69,7 @@ def test_ends_between_local_devices_are_the_probes_and_the_others_keep_the_links
     assert c.message_cpu_s[0, 1] == pytest.approx(125e-6)
     assert costed.message_cpu_s[0, 2] == costed.message_cpu_s[2, 1] == 0.0      # not both local: as the link says
     assert np.all(np.diag(costed.message_cpu_s) == 0)
-    assert [d.params.get(SYNC_PARAM) for d in costed.devices] == [MESSAGES.sync_cpu_s] * 2 + [None]
+    assert [d.params.get(SYNC_PARAM) for d in costed.devices] == [MESSAGES.sync_s] * 2 + [None]
     assert costed.latency_s[0, 1] == pytest.approx(LATENCY)                   # the link's latency stays on top
     plain, _ = costed_cluster(c, PROBE)                                         # no message probe: the links' figures
     assert plain.message_cpu_s[0, 1] == pytest.approx(125e-6) and SYNC_PARAM not in plain.devices[0].params
@@ -77,7 +83,7 @@ def test_the_estimate_charges_the_probes_ends_and_each_members_sync_by_hand(tiny
     opts = LlmCostOptions(8, 8, weights)
     costs = llm_costs(cfg, tiny.tensors, costed, opts)
     bare = llm_costs(cfg, tiny.tensors, costed_cluster(mixed(), PROBE)[0], opts)     # the same, no sync_s
-    s = MESSAGES.sync_cpu_s
+    s = MESSAGES.sync_s
     assert np.allclose(costs.shares.attn_s[:, :2], bare.shares.attn_s[:, :2] + s)  # each half, any share size
     assert np.allclose(costs.shares.ffn_s[:, :2], bare.shares.ffn_s[:, :2] + s)
     assert np.allclose(costs.shares.attn_s[:, 2], bare.shares.attn_s[:, 2])      # not a local device: none

@@ -204,7 +204,10 @@ def test_an_interrupted_search_leaves_nothing_behind(sig, code, tmp_path):
     cmd = [sys.executable, "-X", "faulthandler", "-m", "hetsplit.cli.main", "explore", "resnet8", "-c", "jetson-xavier-nx-4",
            "--hierarchical", "--stages", "1", "--measured-only", "--measured-pop", "2", "--budget", "120s",
            "--inputs", "5000"] + ([] if emulate else ["--no-emulate"])
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # Ctrl-C's default, as from a terminal: a test run started in the background (a non-interactive shell's
+    # ``&``) ignores SIGINT, and so would the command, which then searched on after it (seen in CI runs)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         started = _wait_for(lambda: _workers(proc.pid) and (not emulate or _cgroups_of(proc.pid)), 90)
         assert started, "the search never started its workers"

@@ -11,10 +11,10 @@ the head's vocabulary rows), then the leader picks the greedy token from each me
 Each figure is the member's own step graph (``step_graph`` with its ``TensorShare``: one block, the
 member's matrices at their own shapes) costed by its device's model, not a fraction of the whole
 block's time: a small slice still pays each kernel's fixed cost. Each half also charges the member what
-its thread spends on the sync that ends it beyond the sync's message ends (the runtime's all-reduce:
-its receive posted, its partial handed over, the sum taken back), whatever its share: its device's
-``sync_s`` parameter (``SYNC_PARAM``; 0 where the device gives none; ``workflow.generate`` sets it on
-this machine's devices from ``runtime.llm_message_probe``).
+it loses to the sync that ends it beyond the sync's message ends (the runtime's all-reduce: its receive
+posted, its partial handed over, the sum taken back, its waits to be woken), whatever its share: its
+device's ``sync_s`` parameter (``SYNC_PARAM``; 0 where the device gives none; ``workflow.generate`` sets
+it on this machine's devices from ``runtime.llm_message_probe``).
 
 A sync is a star all-reduce over the cluster's links (``cluster.links``): every member sends its partial
 to the leader, which adds them up and sends the sum back to each, one message at a time (the runtime's
@@ -41,7 +41,7 @@ FFN_UNITS = 32          # the grain of FFN-column shares (at most the FFN's widt
 VOCAB_UNITS = 32        # the grain of head-row shares
 FIRST_HALF = ("attn_norm", "attn_q", "attn_k", "attn_v", "attention", "attn_output", "ffn_add")
 SECOND_HALF = ("attn_add", "ffn_norm", "ffn_gate", "ffn_up", "ffn_gate_mul", "ffn_down")
-SYNC_PARAM = "sync_s"   # a device's seconds per sync of a tensor-parallel member, beyond its message ends
+SYNC_PARAM = "sync_s"   # what a tensor-parallel member of a device loses per sync, beyond its message ends
 
 
 @dataclass

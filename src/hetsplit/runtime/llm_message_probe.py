@@ -20,8 +20,15 @@ the runtime's own ``graph.llm.decoder.Block``), in runs with the worker's ``all_
 and runs without it, alternating. The thread CPU per sync beyond the runs without, less the two ends'
 own thread CPU (from the ping-pong), is ``sync_cpu_s``: the receive posted, the partial handed over, the
 sum taken back into the block, and what the block's next work pays for the wait (measured ~0.1-0.3 ms
-per sync on a 2-core VM, where a quiet ping-pong's end took ~0.03 ms). ``estimate.llm_shares`` charges
-it to each half of a member's block on the device it was measured for (its ``sync_s``).
+per sync on a 2-core VM, where a quiet ping-pong's end took ~0.03 ms). The wall per sync beyond the runs
+without (``sync_wall_s``), less the four message ends a two-member sync's estimate charges (the partial up
+and the sum down, each a sender's and a receiver's end), at least ``sync_cpu_s``, is ``sync_s``: all a
+member loses per sync beyond those ends, its waits to be woken included, which its CPU does not show. On
+the 2-core VM, eight runs of SmolLM2 in equal slices over two cores, each with a fresh probe, ran
+1.05-1.47x their prediction when a sync charged its CPU alone (0.11-0.26 ms beyond its ends; median
+error 24%, worst 47%) and 0.78-1.27x with ``sync_s`` (0.42-0.94 ms; median 11%, worst 27%).
+``estimate.llm_shares`` charges ``sync_s`` to each half of a member's block on the device it was
+measured for (the device's ``sync_s`` parameter).
 
 Measured once per shape and process (``lru_cache``), a few seconds; the two processes are started as
 the runtime starts its workers (``python -m``, one torch thread each), so nothing of the caller is re-imported.
@@ -57,8 +64,9 @@ SYNC_RUNS = 4           # alternating runs of steps with the syncs and without t
 class LlmMessageProbe:
     """One message end's seconds, fixed (``end_s``) and per byte (``end_byte_s``); the median one-way
     message at each size probed (``hop_s``: bytes -> seconds); one end's thread CPU (``end_cpu_s``); the
-    thread CPU each member of a sync pays beyond its two message ends (``sync_cpu_s``), and what a round
-    with the sync took beyond one without it (``sync_wall_s``, wall)."""
+    thread CPU each member of a sync pays beyond its two message ends (``sync_cpu_s``), what a round
+    with the sync took beyond one without it (``sync_wall_s``, wall), and what a member loses per sync
+    beyond the sync's four message ends (``sync_s``: see the module doc)."""
 
     end_s: float
     end_byte_s: float
@@ -66,6 +74,7 @@ class LlmMessageProbe:
     end_cpu_s: float
     sync_cpu_s: float
     sync_wall_s: float
+    sync_s: float
 
     def end(self, nbytes: float) -> float:
         return self.end_s + self.end_byte_s * nbytes
@@ -251,7 +260,15 @@ def probe_llm_messages(config: LlmConfig, rows: int, context: int, rounds: int =
     per_byte = max(hops[large] - hops[small], 0.0) / (large - small) / 2 if large > small else 0.0
     end = max(hops[small] / 2 - per_byte * small, 0.0)
     sync_cpu = max(got["sync"]["cpu_s"] - 2 * got["end_cpu_s"][small], 0.0)
-    return LlmMessageProbe(end, per_byte, hops, got["end_cpu_s"][small], sync_cpu, got["sync"]["wall_s"])
+    wall = got["sync"]["wall_s"]
+    return LlmMessageProbe(end, per_byte, hops, got["end_cpu_s"][small], sync_cpu, wall,
+                           sync_beyond_ends(wall, sync_cpu, end + per_byte * small))
+
+
+def sync_beyond_ends(wall_s: float, cpu_s: float, end_s: float) -> float:
+    """What a member loses per sync beyond the sync's four message ends of ``end_s`` (a two-member star:
+    the partial up, the sum down), from the wall a sync added to the probe's rounds; at least its CPU."""
+    return max(cpu_s, wall_s - 4 * end_s)
 
 
 def main(argv: list[str]) -> int:
@@ -266,7 +283,8 @@ def main(argv: list[str]) -> int:
     p = probe_llm_messages(cfg, rows, context)
     print(f"end {p.end_s * 1e6:.1f} us + {p.end_byte_s * 1e9:.3f} ns/B (thread CPU {p.end_cpu_s * 1e6:.1f} us); "
           f"hops " + ", ".join(f"{n} B {s * 1e6:.1f} us" for n, s in p.hop_s.items()) +
-          f"; a sync: {p.sync_cpu_s * 1e6:.1f} us CPU beyond its ends, {p.sync_wall_s * 1e6:.1f} us wall")
+          f"; a sync: {p.sync_cpu_s * 1e6:.1f} us CPU beyond its ends, {p.sync_wall_s * 1e6:.1f} us wall, "
+          f"{p.sync_s * 1e6:.1f} us lost beyond its ends")
     return 0
 
 

@@ -196,11 +196,11 @@ def host_messages(config: LlmConfig, prompt_tokens: int, new_tokens: int) -> Llm
 
 def probed_device(device: Device, probe: TorchProbe, messages: LlmMessageProbe | None) -> Device:
     """``device`` as this machine's one-thread torch worker: the torch probe's roofline figures and, with
-    ``messages``, the CPU its thread spends per tensor-parallel sync beyond the sync's message ends."""
+    ``messages``, what it loses per tensor-parallel sync beyond the sync's message ends (``sync_s``)."""
     out = probe_device(device, probe)
     if messages is None:
         return out
-    return replace(out, params={**out.params, SYNC_PARAM: messages.sync_cpu_s})
+    return replace(out, params={**out.params, SYNC_PARAM: messages.sync_s})
 
 
 def costed_cluster(cluster: Cluster, probe: TorchProbe | None, messages: LlmMessageProbe | None = None,
@@ -210,7 +210,7 @@ def costed_cluster(cluster: Cluster, probe: TorchProbe | None, messages: LlmMess
     where a probe stands for the runtime's torch executor.
     With ``messages`` (the LLM program's message probe), every message end between two ``local-cpu``
     devices costs what the probe measured (in place of the link's ``message`` figures, the mapping
-    runtime's), and each such device's tensor-parallel syncs their probed CPU; the links' latency and
+    runtime's), and each such device's tensor-parallel syncs what the probe measured them to lose (``sync_s``); the links' latency and
     bandwidth stay on top."""
     gpus = set(cuda_devices) if cuda is not None else set()
     local_probed = probe is not None and any(d.type in LOCAL_TYPES for d in cluster.devices)
