@@ -210,8 +210,8 @@ def costed_cluster(cluster: Cluster, probe: TorchProbe | None, messages: LlmMess
     where a probe stands for the runtime's torch executor.
     With ``messages`` (the LLM program's message probe), every message end between two ``local-cpu``
     devices costs what the probe measured (in place of the link's ``message`` figures, the mapping
-    runtime's), and each such device's tensor-parallel syncs what the probe measured them to lose (``sync_s``); the links' latency and
-    bandwidth stay on top."""
+    runtime's), and each such device's tensor-parallel syncs what the probe measured them to lose
+    (``sync_s``); the links' latency and bandwidth stay on top."""
     gpus = set(cuda_devices) if cuda is not None else set()
     local_probed = probe is not None and any(d.type in LOCAL_TYPES for d in cluster.devices)
     if not local_probed and not gpus & set(cluster.names):
@@ -370,8 +370,8 @@ def crowded_notes(stages: list[Stage], cores: int) -> list[str]:
     """What ``--emulate-devices`` cannot rehearse on a machine of ``cores`` cores: a tensor-parallel stage of
     more members than that. Its members compute at once, between two syncs, so some wait for a core while
     the others compute; pacing spreads a process's work over time, not the members' work over cores, so
-    the stage runs slower than its devices would (SmolLM2 in equal slices over 3 paced members on 2 cores:
-    2.99x its predicted time per token, 1.05-1.84x over 2)."""
+    the stage runs slower than its devices would (SmolLM2 in equal slices over paced members on 2 cores:
+    1.25-1.61x its predicted time per token with 3 or 4 members, once 2.99x; 0.96-1.19x with 2)."""
     return [f"--emulate-devices: the tensor-parallel stage {'+'.join(s.devices)} has {len(s.devices)} members, "
             f"this machine {cores} cores: its members compute at once and wait for a core, so its measured "
             "figures are slower than its devices' would be" for s in stages if len(s.devices) > cores]
