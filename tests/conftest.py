@@ -20,6 +20,20 @@ def _no_measuring_this_machine() -> Iterator[None]:
         yield
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _temporary_files_in_the_sessions_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Temporary files and folders (this process's and its children's) go under the session's own folder,
+    which pytest removes with its older sessions': a failed run keeps its folder for its logs, and the
+    tests that make runs fail on purpose would otherwise leave them in the machine's temporary folder."""
+    import tempfile
+
+    tmp = tmp_path_factory.mktemp("tmp")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TMPDIR", str(tmp))
+        mp.setattr(tempfile, "tempdir", str(tmp))
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _a_steady_quiet_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     from hetsplit.costs import machine_load, machine_probe
