@@ -158,6 +158,10 @@ def test_an_emulation_this_machine_cannot_do_is_refused_with_its_reason_before_a
         generate(tiny_gguf, local_cluster(2), GenerateOptions("the cat", tokens=2, stages=2, emulate_links=True))
 
 
+# a local-cpu device's figures where measuring this machine is off (the suite's setting: no probe to cost it)
+FIGURES = "peak_macs: 2e10/s, mem_bandwidth: 10GB/s, power_active: 20W"
+
+
 def test_a_plan_written_by_plan_out_is_what_generate_plan_runs(tiny_gguf, tmp_path, capsys):
     """``hetsplit plan MODEL.gguf --out DIR`` writes the plan; ``generate --plan`` runs exactly its stages
     (here a hand-edited split over the two devices, which the planner would not choose)."""
@@ -167,8 +171,8 @@ def test_a_plan_written_by_plan_out_is_what_generate_plan_runs(tiny_gguf, tmp_pa
 
     cluster = tmp_path / "c.yaml"
     cluster.write_text("format: hetsplit.cluster/1\nname: two\ndevices:\n"
-                       "  - {name: cpu0, kind: cpu, type: local-cpu, memory: 1GiB}\n"
-                       "  - {name: cpu1, kind: cpu, type: local-cpu, memory: 1GiB}\n"
+                       "  - {name: cpu0, kind: cpu, type: local-cpu, memory: 1GiB, " + FIGURES + "}\n"
+                       "  - {name: cpu1, kind: cpu, type: local-cpu, memory: 1GiB, " + FIGURES + "}\n"
                        "links:\n  default: {name: net, bandwidth: 1GB/s, latency: 100us}\n")
     assert main(["plan", str(tiny_gguf), "--cluster", str(cluster), "--out", str(tmp_path / "p")]) == 0
     written = json.loads((tmp_path / "p" / "generation-plan.json").read_text())

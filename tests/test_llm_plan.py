@@ -130,12 +130,14 @@ def test_a_fast_device_alone_wins_over_a_slow_link_and_a_split_wins_when_memory_
 
 def test_local_devices_are_costed_by_the_probe_with_float32_weights(tiny):
     from hetsplit.cluster import load_cluster
+    from hetsplit.costs import local_calibration
     from hetsplit.costs.llm_probe import TorchProbe, layers_per_block
     from hetsplit.workflow.generate import PlanOptions, costed_cluster, plan_generation
 
     probe = TorchProbe(call_s=1e-5, bytes_per_s=1e9, macs_per_s=1e10, prompt_call_s=1e-5)
     local = load_cluster("local")
     with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(local_calibration.ENV, "on")          # the suite turns measuring this machine off
         mp.setattr("hetsplit.workflow.generate.host_probe", lambda *shape: probe)
         costed, weight_bytes = costed_cluster(local, probe)
         plan = plan_generation(tiny, local, PlanOptions(8, 8, stages=1))
@@ -156,6 +158,7 @@ CPU_GPU = {"format": "hetsplit.cluster/1", "name": "cpu-gpu", "devices": [
 
 
 def test_a_gpu_that_computes_here_is_costed_by_the_cuda_probe_and_only_then(tiny, monkeypatch):
+    from hetsplit.costs import local_calibration
     from hetsplit.costs.llm_probe import TorchProbe
     from hetsplit.runtime.hosts import HostMap
     from hetsplit.workflow import generate as gen
@@ -177,6 +180,7 @@ def test_a_gpu_that_computes_here_is_costed_by_the_cuda_probe_and_only_then(tiny
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
     assert gen.cuda_here(both) == ()
     # planning asks for the CUDA probe only for the devices it names
+    monkeypatch.setenv(local_calibration.ENV, "on")      # the suite turns measuring this machine off
     asked = []
     monkeypatch.setattr(gen, "host_probe", lambda *shape, cuda=False: asked.append(cuda) or (gpu if cuda else cpu))
     monkeypatch.setattr(gen, "host_messages", lambda *shape: None)
@@ -185,6 +189,11 @@ def test_a_gpu_that_computes_here_is_costed_by_the_cuda_probe_and_only_then(tiny
     asked.clear()
     gen.plan_generation(tiny, both, gen.PlanOptions(8, 8))
     assert asked == [False]
+    # measuring this machine turned off: no probe, every device keeps its own figures
+    monkeypatch.setenv(local_calibration.ENV, "off")
+    asked.clear()
+    plan = gen.plan_generation(tiny, both, gen.PlanOptions(8, 8, cuda_devices=("gpu0",)))
+    assert asked == [] and plan.costs.cluster == both
 
 
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
@@ -286,11 +295,13 @@ def test_the_probe_takes_the_median_of_its_repeats_not_the_luckiest(monkeypatch)
 
 
 def test_each_stage_is_throttled_to_its_devices_prefill_and_decode_time_at_one_dilation(tiny):
+    from hetsplit.costs import local_calibration
     from hetsplit.costs.llm_probe import TorchProbe
     from hetsplit.workflow.generate import PlanOptions, host_costs, plan_generation, stage_emulation
 
     probe = TorchProbe(call_s=1e-5, bytes_per_s=1e9, macs_per_s=1e10, prompt_call_s=1e-5)
     with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(local_calibration.ENV, "on")          # the suite turns measuring this machine off
         mp.setattr("hetsplit.workflow.generate.host_probe", lambda *shape: probe)
         for speeds, cores in (([0.05, 0.2], 4), ([50, 200], 4), ([1, 1], 1)):
             plan = plan_generation(tiny, cluster(speeds), PlanOptions(8, 8, stages=2))

@@ -15,6 +15,7 @@ import torch
 
 from hetsplit.cluster.examples import usable_cores
 from hetsplit.cluster.types import Cluster, Device
+from hetsplit.costs.local_calibration import calibration_off
 from hetsplit.costs.llm_probe import ProbeShape, TorchProbe, probe_device, probe_torch_cpu, probe_torch_cuda
 from hetsplit.errors import HetsplitError, PlanError, RuntimeFailure, UsageError
 from hetsplit.estimate.llm import (DECODE, PREFILL, LlmCostOptions, LlmCosts, PipelinePrediction, Stage, StageShare,
@@ -188,8 +189,6 @@ def host_messages(config: LlmConfig, prompt_tokens: int, new_tokens: int) -> Llm
     (``runtime.llm_message_probe``; measured once per shape and process); None where measuring this
     machine is turned off (``$HETSPLIT_LOCAL_CALIBRATION=off``, as for the mapping runtime's calibration):
     the links' own figures then."""
-    from hetsplit.costs.local_calibration import calibration_off
-
     _, decode = LlmCostOptions(prompt_tokens, new_tokens).phases()
     return None if calibration_off() else probe_llm_messages(config, prompt_tokens, decode.context)
 
@@ -237,11 +236,12 @@ def even_stages(names: list[str], blocks: int, k: int) -> list[Stage]:
 
 def plan_generation(model: LlmModel, cluster: Cluster, options: PlanOptions) -> GenerationPlan:
     """Cost both phases and plan (or cut evenly) a pipeline of whole blocks; predicted figures beside it."""
-    here = options.probe and any(d.type in LOCAL_TYPES for d in cluster.devices)
+    measuring = options.probe and not calibration_off()    # as the mapping runtime's calibration
+    here = measuring and any(d.type in LOCAL_TYPES for d in cluster.devices)
     probe = host_probe(model.config, options.prompt_tokens, options.new_tokens) if here else None
     messages = host_messages(model.config, options.prompt_tokens, options.new_tokens) if here else None
     cuda = (host_probe(model.config, options.prompt_tokens, options.new_tokens, cuda=True)
-            if options.probe and options.cuda_devices else None)
+            if measuring and options.cuda_devices else None)
     costed, weight_bytes = costed_cluster(cluster, probe, messages, cuda, options.cuda_devices)
     costs = llm_costs(model.config, model.tensors, costed,
                       LlmCostOptions(options.prompt_tokens, options.new_tokens, weight_bytes, options.streams))
