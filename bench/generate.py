@@ -149,17 +149,29 @@ def print_compare(speeds, link, memory, runs, unsplit: list[int] | None) -> None
               f"{p.s_per_token * 1e3:>7.2f} {m.s_per_token / d / p.s_per_token:>9.2f} {m.ttft_s / d * 1e3:>9.1f} "
               f"{p.ttft_s * 1e3:>7.1f} {d / m.s_per_token:>6.2f} {drift:>+6.0%}")
     for name, r, _ in runs:
+        if name == "best alone (= plan)":
+            continue
         dev, first = r.measured.device_emulation, r.measured.prefill_emulation
-        if dev is not None and name != "best alone (= plan)":
+        d = r.measured.dilation
+        if dev is not None:
             shares = lambda e: ", ".join(f"{n} {s:.3f}" for n, s in e.shares.items()) if e else "as decode"  # noqa: E731
-            print(f"  {name}: D = {dev.dilation:.3g}, CPU shares decode {shares(dev)}; prompt {shares(first)}")
-            d = dev.dilation      # per stage: compute / its CPU at its share / predicted, per hop: measured / predicted
-            print("    " + "; ".join(f"{s.device} {s.compute_s / d * 1e3:.1f}/{s.cpu_s / dev.shares.get(s.device, 1.0) / d * 1e3:.1f}"
-                                    f"/{r.plan.predicted.compute_s[s.device][1] * 1e3:.1f} ms" for s in r.measured.stages)
-                  + "".join(f"; {h} {t[1] / d * 1e3:.2f}/{r.plan.predicted.hops_s[h][1] * 1e3:.2f} ms"
-                            for h, t in r.measured.hops_s.items()))
-            for note in r.notes:
-                print(f"    note: {note}")
+            print(f"  {name}: D = {d:.3g}, CPU shares decode {shares(dev)}; prompt {shares(first)}")
+        else:
+            print(f"  {name}: every stage at a whole core")
+        share = dev.shares if dev is not None else {}
+        prompt_share = first.shares if first is not None else share
+
+        def stage(s, decode: bool) -> str:      # compute / its CPU at its share / predicted, in ms
+            compute, cpu, at = (s.compute_s, s.cpu_s, share) if decode else \
+                (s.prefill_compute_s, s.prefill_cpu_s, prompt_share)
+            want = r.plan.predicted.compute_s[s.device][1 if decode else 0]
+            return f"{compute / d * 1e3:.1f}/{cpu / at.get(s.device, 1.0) / d * 1e3:.1f}/{want * 1e3:.1f}"
+
+        print("    " + "; ".join(f"{s.device} {stage(s, True)} ms, prompt {stage(s, False)}" for s in r.measured.stages)
+              + "".join(f"; {h} {t[1] / d * 1e3:.2f}/{r.plan.predicted.hops_s[h][1] * 1e3:.2f} ms"
+                        for h, t in r.measured.hops_s.items()))
+        for note in r.notes:
+            print(f"    note: {note}")
     tps = {name: r.measured.dilation / r.measured.s_per_token for name, r, _ in runs}
     best = tps.get("best alone", tps.get("best alone (= plan)"))
     others = ", ".join(f"hetsplit / {rule} {tps['hetsplit'] / tps[rule]:.2f}x"

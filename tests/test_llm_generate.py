@@ -48,6 +48,8 @@ def test_three_stages_give_the_unsplit_models_tokens_and_logits(tmp_path):
     assert len(r.tokens) == 6 and "".join(streamed) == r.text
     assert r.measured.ttft_s > 0 and len(r.measured.steps_s) == 5
     assert r.measured.stages[0].sent_bytes == 64 * 4                       # one hidden vector per token
+    # the prompt's step's CPU: the stage's thread's, within its compute (its waits for the hidden state apart)
+    assert all(0 < s.prefill_cpu_s <= s.prefill_compute_s + 5e-3 for s in r.measured.stages)
     assert list(r.measured.hops_s) == list(r.plan.predicted.hops_s) == ["cpu0->cpu1", "cpu1->cpu2", "cpu2->cpu0"]
     assert all(t > 0 for ts in r.measured.hops_s.values() for t in ts)
 

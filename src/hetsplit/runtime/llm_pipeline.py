@@ -225,6 +225,7 @@ class StageReport:
     device: str
     blocks: list[int]
     prefill_compute_s: float
+    prefill_cpu_s: float            # the CPU time of the stage's thread in its prefill_compute_s
     compute_s: float
     cpu_s: float                    # the CPU time of the stage's thread in its compute_s (less: others had the core)
     wait_s: float
@@ -278,8 +279,8 @@ def _stage_report(doc: dict, bounds: list[int], job: PipelineJob) -> StageReport
     steps = doc["steps"]
     decode = steps[job.streams:]
     return StageReport(int(doc["rank"]), doc["device"], list(bounds), steps[job.longest]["compute_s"],
-                       _median([s["compute_s"] for s in decode]), _median([s["cpu_s"] for s in decode]),
-                       _median([s["wait_s"] for s in decode]),
+                       steps[job.longest]["cpu_s"], _median([s["compute_s"] for s in decode]),
+                       _median([s["cpu_s"] for s in decode]), _median([s["wait_s"] for s in decode]),
                        int(_median([s["sent_bytes"] for s in decode])), int(doc.get("peak_rss_bytes", 0)))
 
 
