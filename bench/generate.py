@@ -136,6 +136,22 @@ def compare(model: Path, speeds: list[float], link: tuple[str, str], tokens: int
     return runs
 
 
+def stage_figures(r, s) -> str:
+    """Stage ``s`` of run ``r``: its median decode step and its prompt's step, each compute measured / its CPU
+    time at the stage's share / predicted, in ms (measured / D under device emulation)."""
+    m, d = r.measured, r.measured.dilation
+    decode = m.device_emulation.shares if m.device_emulation is not None else {}
+    prompt = m.prefill_emulation.shares if m.prefill_emulation is not None else decode
+
+    def three(compute: float, cpu: float, share: float, want: float) -> str:
+        return f"{compute / d * 1e3:.1f}/{cpu / share / d * 1e3:.1f}/{want * 1e3:.1f}"
+
+    want = r.plan.predicted.compute_s[s.device]
+    return (f"{s.device} {s.blocks[0]}-{s.blocks[1] - 1}: "
+            f"{three(s.compute_s, s.cpu_s, decode.get(s.device, 1.0), want[1])} ms, "
+            f"prompt {three(s.prefill_compute_s, s.prefill_cpu_s, prompt.get(s.device, 1.0), want[0])}")
+
+
 def print_compare(speeds, link, memory, runs, unsplit: list[int] | None) -> None:
     held = f"; memory {', '.join(f'{f:g}' for f in memory)} x the model's bytes" if memory else ""
     print(f"\ndevices {' '.join(f'{s:g}x' for s in speeds)} slower than a worker here; links {link[0]}, {link[1]}{held}")
@@ -158,16 +174,7 @@ def print_compare(speeds, link, memory, runs, unsplit: list[int] | None) -> None
             print(f"  {name}: D = {d:.3g}, CPU shares decode {shares(dev)}; prompt {shares(first)}")
         else:
             print(f"  {name}: every stage at a whole core")
-        share = dev.shares if dev is not None else {}
-        prompt_share = first.shares if first is not None else share
-
-        def stage(s, decode: bool) -> str:      # compute / its CPU at its share / predicted, in ms
-            compute, cpu, at = (s.compute_s, s.cpu_s, share) if decode else \
-                (s.prefill_compute_s, s.prefill_cpu_s, prompt_share)
-            want = r.plan.predicted.compute_s[s.device][1 if decode else 0]
-            return f"{compute / d * 1e3:.1f}/{cpu / at.get(s.device, 1.0) / d * 1e3:.1f}/{want * 1e3:.1f}"
-
-        print("    " + "; ".join(f"{s.device} {stage(s, True)} ms, prompt {stage(s, False)}" for s in r.measured.stages)
+        print("    " + "; ".join(stage_figures(r, s) for s in r.measured.stages)
               + "".join(f"; {h} {t[1] / d * 1e3:.2f}/{r.plan.predicted.hops_s[h][1] * 1e3:.2f} ms"
                         for h, t in r.measured.hops_s.items()))
         for note in r.notes:
@@ -251,14 +258,11 @@ def main() -> None:
             got, want = r.measured.streams_tokens_per_s * r.measured.dilation, r.plan.predicted.streams_tokens_per_s
             print(f"  {k} worker(s): {got:.1f} / {want:.1f} = {got / want:.2f}; one stream alone predicted "
                   f"{r.plan.predicted.tokens_per_s:.1f}")
-    print("\nper stage (median decode step): compute measured / its CPU time at the stage's share / predicted ms"
-          "\n(the CPU figure is what the stage takes when it gets the core, or its quota, whenever it runs)")
+    print("\nper stage, its median decode step and its prompt's step: compute measured / its CPU time at the "
+          "stage's share / predicted ms\n(the CPU figure is what the stage takes when it gets the core, or its quota, "
+          "whenever it runs)")
     for k, r, _ in rows:
-        d, emu = r.measured.dilation, r.measured.device_emulation
-        parts = [f"{s.device} {s.blocks[0]}-{s.blocks[1] - 1}: {s.compute_s / d * 1e3:.2f}/"
-                 f"{s.cpu_s / (emu.shares.get(s.device, 1.0) if emu else 1.0) / d * 1e3:.2f}/"
-                 f"{r.plan.predicted.compute_s[s.device][1] * 1e3:.2f}" for s in r.measured.stages]
-        print(f"  {k}: " + "; ".join(parts))
+        print(f"  {k}: " + "; ".join(stage_figures(r, s) for s in r.measured.stages))
     print("\nper hop (median decode step): measured / predicted ms")
     for k, r, _ in rows:
         if r.measured.hops_s:
