@@ -98,3 +98,24 @@ def test_over_many_paces_the_sleeps_add_up_to_the_share():
     busy_s = 40 * 3 * 0.0004                 # the CPU paced (at least), of ``cpu`` in all (pauses' own work too)
     assert 3 * busy_s <= pacer.slept_s + pacer.owed_s <= 3 * cpu      # owed: 1/0.25 - 1 = 3 times the CPU
     assert pacer.owed_s < 0.0001 and wall >= pacer.slept_s + busy_s
+
+
+def test_a_rank_alone_in_its_stage_does_not_pause_at_its_reduces_but_once_at_its_steps_end():
+    """Its reduces tell nobody anything: paused at each (60 per SmolLM2 step), a stage at a small share
+    slept after almost every half block and woke slower each time; it owes them all at the step's end."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from hetsplit.runtime.llm_pipeline_worker import paced_all_reduce
+
+    pacer = Pacer(Pace(0.25, 0.25))
+    pacer.start(first_step=True)
+    alone = SimpleNamespace(ranks=[0])
+    partial = torch.ones(3)
+    for _ in range(4):
+        busy(0.002)                          # 6 ms owed each time: a pause would sleep
+        assert paced_all_reduce(pacer, None, alone, partial, torch.device("cpu")) is partial   # no copy either
+    assert pacer.slept_s == 0.0
+    pacer.pause(settle=True)
+    assert pacer.slept_s + pacer.owed_s >= 3 * 0.008
