@@ -52,7 +52,8 @@ def profiled(path: Path, runs: int, folder: Path) -> tuple[dict[str, float], flo
             for k, (a, b) in enumerate(spans):
                 if a <= e["ts"] <= b:
                     per_run[k][e["args"]["op_name"]] += e["dur"]
-    ops = {op: statistics.median(c.get(op, 0) for c in per_run) * 1e-6 for c in per_run for op in c}
+    names = {op for c in per_run for op in c}
+    ops = {op: statistics.median(c.get(op, 0) for c in per_run) * 1e-6 for op in names}
     whole = [b - a for a, b in spans]
     return ops, statistics.median(whole) * 1e-6
 
