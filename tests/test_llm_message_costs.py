@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 
 from hetsplit.cluster.loader import cluster_from_dict
-from hetsplit.costs.llm_probe import TorchProbe
+from hetsplit.costs.llm_probe import StepProbe
 from hetsplit.estimate.llm import DECODE, PREFILL, LlmCostOptions, Stage, StageShare, llm_costs, predict_pipeline
 from hetsplit.estimate.llm_shares import SYNC_PARAM, equal_shares
 from hetsplit.graph.llm.gguf_file import read_gguf
 from hetsplit.runtime.llm_message_probe import LlmMessageProbe, sync_beyond_ends
 from hetsplit.workflow.generate import costed_cluster
 
-PROBE = TorchProbe(call_s=1e-5, bytes_per_s=1e9, macs_per_s=1e10, prompt_call_s=1e-5)
+PROBE = StepProbe(call_s=1e-5, bytes_per_s=1e9, macs_per_s=1e10, prompt_call_s=1e-5)
 MESSAGES = LlmMessageProbe(end_s=3e-5, end_byte_s=2e-10, hop_s={}, end_cpu_s=2.5e-5, sync_cpu_s=1.2e-4,
                            sync_wall_s=4e-4, sync_s=2.8e-4)
 LATENCY, BANDWIDTH = 1.5e-4, 1e9

@@ -131,10 +131,10 @@ def test_a_fast_device_alone_wins_over_a_slow_link_and_a_split_wins_when_memory_
 def test_local_devices_are_costed_by_the_probe_with_float32_weights(tiny):
     from hetsplit.cluster import load_cluster
     from hetsplit.costs import local_calibration
-    from hetsplit.costs.llm_probe import TorchProbe, layers_per_block
+    from hetsplit.costs.llm_probe import StepProbe, layers_per_block
     from hetsplit.workflow.generate import PlanOptions, costed_cluster, plan_generation
 
-    probe = TorchProbe(call_s=1e-5, bytes_per_s=1e9, macs_per_s=1e10, prompt_call_s=1e-5)
+    probe = StepProbe(call_s=1e-5, bytes_per_s=1e9, macs_per_s=1e10, prompt_call_s=1e-5)
     local = load_cluster("local")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(local_calibration.ENV, "on")          # the suite turns measuring this machine off
@@ -159,11 +159,11 @@ CPU_GPU = {"format": "hetsplit.cluster/1", "name": "cpu-gpu", "devices": [
 
 def test_a_gpu_that_computes_here_is_costed_by_the_cuda_probe_and_only_then(tiny, monkeypatch):
     from hetsplit.costs import local_calibration
-    from hetsplit.costs.llm_probe import TorchProbe
+    from hetsplit.costs.llm_probe import StepProbe
     from hetsplit.runtime.hosts import HostMap
     from hetsplit.workflow import generate as gen
 
-    cpu, gpu = TorchProbe(1e-5, 1e9, 1e10, 1e-5), TorchProbe(4e-6, 5e11, 2e12, 6e-6)
+    cpu, gpu = StepProbe(1e-5, 1e9, 1e10, 1e-5), StepProbe(4e-6, 5e11, 2e12, 6e-6)
     both = cluster_from_dict(CPU_GPU)
     costed, weights = gen.costed_cluster(both, cpu, None, gpu, ("gpu0",))
     assert weights == "float32" and [d.params["mem_bandwidth"] for d in costed.devices] == [1e9, 5e11]
@@ -296,10 +296,10 @@ def test_the_probe_takes_the_median_of_its_repeats_not_the_luckiest(monkeypatch)
 
 def test_each_stage_is_throttled_to_its_devices_prefill_and_decode_time_at_one_dilation(tiny):
     from hetsplit.costs import local_calibration
-    from hetsplit.costs.llm_probe import TorchProbe
+    from hetsplit.costs.llm_probe import StepProbe
     from hetsplit.workflow.generate import PlanOptions, host_costs, plan_generation, stage_emulation
 
-    probe = TorchProbe(call_s=1e-5, bytes_per_s=1e9, macs_per_s=1e10, prompt_call_s=1e-5)
+    probe = StepProbe(call_s=1e-5, bytes_per_s=1e9, macs_per_s=1e10, prompt_call_s=1e-5)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(local_calibration.ENV, "on")          # the suite turns measuring this machine off
         mp.setattr("hetsplit.workflow.generate.host_probe", lambda *shape: probe)

@@ -65,6 +65,7 @@ def register(sub) -> None:
                         "the tokens so far, and go on (default: end naming the device)")
     p.add_argument("--cpu-only", action="store_true",
                    help="run every stage on the CPU (by default a gpu device's stage runs on its host's CUDA GPU)")
+    add_executor_option(p)
     p.add_argument("--hosts", default=None, metavar="DEV=HOST,...",
                    help="run these devices on other hosts: generate prints the `hetsplit worker` command for each "
                         "(the first stage's leader stays here, streaming the text)")
@@ -74,6 +75,14 @@ def register(sub) -> None:
     p.add_argument("--timeout", type=float, default=60.0, metavar="S", help="longest wait for a peer (default 60 s)")
     p.add_argument("--json", action="store_true", help="print one JSON object (the text is not streamed)")
     p.set_defaults(func=run)
+
+
+def add_executor_option(p) -> None:
+    from hetsplit.graph.llm import EXECUTORS
+
+    p.add_argument("--executor", choices=EXECUTORS, default="torch",
+                   help="an LLM: what computes the stages on CPUs, torch or onnxruntime (one thread each; costed "
+                        "by a probe of the same executor here); a GPU's stage runs on torch CUDA either way")
 
 
 def _ms(s: float) -> str:
@@ -96,7 +105,7 @@ def run(args) -> int:
                            args.emulate_links, args.emulate_devices, args.timeout, recover=args.recover,
                            plan=read_generation_plan(args.plan) if args.plan else None, rule=args.rule,
                            tensor_parallel=not args.no_tensor_parallel, streams=args.streams, cpu_only=args.cpu_only,
-                           hosts=args.hosts, port=args.port, ssh=args.ssh)
+                           hosts=args.hosts, port=args.port, ssh=args.ssh, executor=args.executor)
 
     prompt_shown = [args.json]
 
@@ -175,17 +184,18 @@ PLAN_PROMPT, PLAN_TOKENS = 32, 96        # what ``hetsplit plan MODEL.gguf`` pla
 
 
 @dataclass(frozen=True)
-class GgufLengths:
+class LlmPlanRequest:
     """What ``hetsplit plan MODEL.gguf`` plans for: ``streams`` generations at once, each of a prompt of
-    ``prompt_tokens`` and ``new_tokens`` new tokens."""
+    ``prompt_tokens`` and ``new_tokens`` new tokens, this machine's CPU stages computed by ``executor``."""
 
     streams: int = 1
     prompt_tokens: int = PLAN_PROMPT
     new_tokens: int = PLAN_TOKENS
+    executor: str = "torch"
 
 
 def plan_gguf(model: str, cluster_spec: str, objective: str, as_json: bool, out: str | None = None,
-              lengths: GgufLengths = GgufLengths()) -> int:
+              lengths: LlmPlanRequest = LlmPlanRequest()) -> int:
     """``hetsplit plan MODEL.gguf --cluster C``: the planned pipeline and every device alone, predicted;
     ``out``: the folder to write it in (``generation-plan.json``, what ``generate --plan`` reads)."""
     from hetsplit.graph.llm.load import read_model
@@ -203,7 +213,7 @@ def plan_gguf(model: str, cluster_spec: str, objective: str, as_json: bool, out:
         raise UsageError(f"--prompt-tokens {prompt} and --tokens {new}: {prompt + new} positions exceed the "
                          f"model's context of {m.config.context}")
     plan = plan_generation(m, cluster, PlanOptions(prompt, new, objective, streams=streams,
-                                                   cuda_devices=cuda_here(cluster)))
+                                                   cuda_devices=cuda_here(cluster), executor=lengths.executor))
     refs = references(plan)
     doc = {"model": m.config.name, "cluster": cluster.name, "prompt_tokens": prompt, "new_tokens": new,
            "objective": "streams" if streams > 1 else objective, "streams": streams, **plan.to_dict(),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
+from hetsplit.cli.cmd_generate import add_executor_option
 from hetsplit.cli.common import add_command, add_input_shape_option, input_shapes, int_range, progress
 from hetsplit.errors import UsageError
 from hetsplit.report.console import wide_console
@@ -69,6 +70,7 @@ def register(sub) -> None:
     p.add_argument("--tokens", type=int_range(1), default=None, metavar="N",
                    help="an LLM checkpoint: plan for N new tokens (default 96; every stage's KV cache holds S + N "
                         "positions)")
+    add_executor_option(p)
     p.add_argument("--out", "-o", default=None, metavar="DIR", help="write DIR/plans.json, DIR/pareto.png and DIR/report.html")
     p.add_argument("--json", action="store_true", help="print the plan set as JSON")
     add_input_shape_option(p)
@@ -79,11 +81,14 @@ def run(args) -> int:
     from hetsplit.graph.llm.load import is_checkpoint
 
     if is_checkpoint(args.model):       # an LLM checkpoint (GGUF, Hugging Face folder): cli.cmd_generate plans it
-        from hetsplit.cli.cmd_generate import PLAN_PROMPT, PLAN_TOKENS, GgufLengths, plan_gguf
+        from hetsplit.cli.cmd_generate import PLAN_PROMPT, PLAN_TOKENS, LlmPlanRequest, plan_gguf
 
         return plan_gguf(args.model, args.cluster, "ttft" if args.objective == "latency" else "decode", args.json,
-                         args.out, GgufLengths(args.streams, args.prompt_tokens or PLAN_PROMPT,
-                                               args.tokens or PLAN_TOKENS))
+                         args.out, LlmPlanRequest(args.streams, args.prompt_tokens or PLAN_PROMPT,
+                                                  args.tokens or PLAN_TOKENS, args.executor))
+    if args.executor != "torch":
+        raise UsageError("--executor: only for an LLM checkpoint (a model's sub-models run on onnxruntime, a GPU's "
+                         "on its CUDA provider or torch)")
     if args.streams != 1:
         raise UsageError("--streams: only for an LLM checkpoint, a .gguf file or a Hugging Face folder (the "
                          "generations of an LLM decoding at once)")

@@ -64,8 +64,9 @@ Clock = Callable[[Callable[[], object], int], float]    # (fn, repeat) -> second
 
 
 @dataclass(frozen=True)
-class TorchProbe:
-    """Fixed seconds per call, weight bytes per second, MAC/s (one torch thread, or one CUDA GPU)."""
+class StepProbe:
+    """Fixed seconds per call, weight bytes per second, MAC/s of an executor (one torch thread, one CUDA
+    GPU, one onnxruntime thread)."""
 
     call_s: float                   # fixed seconds per step-graph layer (a decode step)
     bytes_per_s: float
@@ -101,7 +102,7 @@ def cuda_time(fn: Callable[[], object], repeat: int) -> float:
 
 
 @lru_cache(maxsize=4)
-def probe_torch_cpu(shape: ProbeShape, repeat: int = 15) -> TorchProbe:
+def probe_torch_cpu(shape: ProbeShape, repeat: int = 15) -> StepProbe:
     """Time on one thread: 1536 x 576 GEMVs and GEMMs of ``shape.rows`` rows streamed over ``STREAM_BYTES``
     of matrices (bytes/s, MAC/s), then a decode step and the prompt's step through blocks of the model's
     shapes (their fixed costs); each the median of ``repeat`` timings (``typical_time``)."""
@@ -112,7 +113,7 @@ def probe_torch_cpu(shape: ProbeShape, repeat: int = 15) -> TorchProbe:
 
 
 @lru_cache(maxsize=4)
-def probe_torch_cuda(shape: ProbeShape, repeat: int = 15) -> TorchProbe:
+def probe_torch_cuda(shape: ProbeShape, repeat: int = 15) -> StepProbe:
     """``probe_torch_cpu``'s probe on this host's first CUDA GPU, as a ``gpu`` device's stage computes
     there (``runtime.llm_pipeline_worker.stage_device``), timed by ``cuda_time``."""
     import torch
@@ -121,21 +122,39 @@ def probe_torch_cuda(shape: ProbeShape, repeat: int = 15) -> TorchProbe:
         return _probe(shape, repeat, "cuda", cuda_time)
 
 
-def _probe(shape: ProbeShape, repeat: int, device: str, clock: Clock) -> TorchProbe:
-    """The probe's figures on ``device``, each timing by ``clock``."""
-    gemv, gemm, rows = _streamed_s(min(max(shape.rows, 1), MAX_ROWS), repeat, device, clock)
+@dataclass(frozen=True)
+class ProbeEngine:
+    """What an executor is timed on: ``streamed_s(rows, repeat)``, the seconds of one GEMV and of one
+    ``rows``-row GEMM of ``GEMV_SHAPE`` over distinct matrices of ``STREAM_BYTES`` in all (none cached);
+    ``block_step_s(shape, phase, repeat)``, the seconds per block of one step of ``phase`` through
+    ``probe_blocks`` blocks of the model's shapes with constant weights, as the executor runs a stage."""
+
+    streamed_s: Callable[[int, int], tuple[float, float]]
+    block_step_s: Callable[[ProbeShape, Phase, int], float]
+
+
+def probe_figures(shape: ProbeShape, repeat: int, engine: ProbeEngine) -> StepProbe:
+    """An executor's figures at ``shape``: bytes/s and MAC/s from its streamed products, its fixed cost per
+    layer in a decode step and in the prompt's from its block steps less the roofline's charge of them."""
+    rows = min(max(shape.rows, 1), MAX_ROWS)
+    gemv, gemm = engine.streamed_s(rows, repeat)
     n = GEMV_SHAPE[0] * GEMV_SHAPE[1]
     bytes_per_s, macs_per_s = n * 4 / gemv, rows * n / gemm
     fixed = []
     for phase in (Phase(1, max(1, shape.context)), Phase(rows, rows)):       # a decode step, the prompt's
-        block = _block_step_s(shape, phase, repeat, device, clock)
+        block = engine.block_step_s(shape, phase, repeat)
         fixed.append(max(block - _roofline_block_s(shape, bytes_per_s, macs_per_s, phase), 0.0) / layers_per_block())
-    return TorchProbe(fixed[0], bytes_per_s, macs_per_s, fixed[1])
+    return StepProbe(fixed[0], bytes_per_s, macs_per_s, fixed[1])
 
 
-def _streamed_s(rows: int, repeat: int, device: str, clock: Clock) -> tuple[float, float, int]:
-    """Seconds of one GEMV and of one ``rows``-row GEMM of ``GEMV_SHAPE``, over distinct matrices of
-    ``STREAM_BYTES`` in all (none cached)."""
+def _probe(shape: ProbeShape, repeat: int, device: str, clock: Clock) -> StepProbe:
+    """The torch executor's figures on ``device``, each timing by ``clock``."""
+    return probe_figures(shape, repeat, ProbeEngine(lambda rows, r: _streamed_s(rows, r, device, clock),
+                                                    lambda sh, ph, r: _block_step_s(sh, ph, r, device, clock)))
+
+
+def _streamed_s(rows: int, repeat: int, device: str, clock: Clock) -> tuple[float, float]:
+    """``ProbeEngine.streamed_s`` in torch on ``device``."""
     import torch
     from torch.nn import functional as F
 
@@ -146,7 +165,7 @@ def _streamed_s(rows: int, repeat: int, device: str, clock: Clock) -> tuple[floa
         F.linear(x, m), F.linear(xs, m)
     gemv = clock(lambda: [F.linear(x, m) for m in stream], repeat) / len(stream)
     gemm = clock(lambda: [F.linear(xs, m) for m in stream], repeat) / len(stream)
-    return gemv, gemm, rows
+    return gemv, gemm
 
 
 def probe_blocks(cfg: LlmConfig) -> int:
@@ -154,6 +173,14 @@ def probe_blocks(cfg: LlmConfig) -> int:
     stream from memory (``STREAM_BYTES``), at most ``MAX_BLOCKS``."""
     per_block = sum(4 * math.prod(s) for s in block_shapes(cfg).values())
     return max(1, min(MAX_BLOCKS, math.ceil(STREAM_BYTES / per_block)))
+
+
+def probe_block_weights(cfg: LlmConfig, blocks: int) -> dict[str, np.ndarray]:
+    """``blocks`` blocks of ``cfg``'s shapes with constant weights (about 0.02), by their checkpoint names;
+    each tensor's constant its own (onnxruntime shares equal weights between nodes: 75 equal matrices streamed
+    at 43 GB/s on one core, distinct ones at 15)."""
+    shapes = [(block_tensor(i, r), s) for i in range(blocks) for r, s in block_shapes(cfg).items()]
+    return {name: np.full(s, 0.02 + 1e-6 * k, np.float32) for k, (name, s) in enumerate(shapes)}
 
 
 def block_shapes(cfg: LlmConfig) -> dict[str, tuple[int, ...]]:
@@ -175,8 +202,8 @@ def _block_step_s(shape: ProbeShape, phase: Phase, repeat: int, device: str, clo
     ctx = max(phase.tokens, min(phase.context, cfg.context))
     n = probe_blocks(cfg)
     rope = RopeTables(cfg.head_dim, cfg.rope_base, ctx, where)
-    blocks = [Block(cfg, {block_tensor(i, r): torch.full(s, 0.02, device=where) for r, s in block_shapes(cfg).items()},
-                    i, ctx, rope, device=where) for i in range(n)]
+    w = {name: torch.from_numpy(a).to(where) for name, a in probe_block_weights(cfg, n).items()}
+    blocks = [Block(cfg, w, i, ctx, rope, device=where) for i in range(n)]
     x = torch.randn(phase.tokens, cfg.dim, device=where)
     pos = ctx - phase.tokens                 # the tokens fed come last: a decode step's at ctx - 1, a prompt's at 0
 
@@ -194,7 +221,7 @@ def _roofline_block_s(shape: ProbeShape, bytes_per_s: float, macs_per_s: float, 
 
     cfg, tensors = _one_block(shape.config)
     g = step_graph(cfg, tensors, phase, FLOAT32)
-    dev = probe_device(Device("probe", "cpu", "probe", 1 << 30), TorchProbe(0.0, bytes_per_s, macs_per_s, 0.0))
+    dev = probe_device(Device("probe", "cpu", "probe", 1 << 30), StepProbe(0.0, bytes_per_s, macs_per_s, 0.0))
     t = RooflineModel(dev).layer_costs(g).time_s
     return float(np.sum([s for s, name in zip(t, g.names) if block_of(name) == 0]))
 
@@ -214,7 +241,7 @@ def layers_per_block() -> int:
     return sum(1 for n in step_graph(cfg, tensors, ONE_TOKEN).names if block_of(n) == 0)
 
 
-def probe_device(device: Device, p: TorchProbe) -> Device:
+def probe_device(device: Device, p: StepProbe) -> Device:
     """``device`` costed by the roofline model at the probe's figures (efficiencies 1: the figures are
     what was reached)."""
     params = {**device.params, "peak_macs": p.macs_per_s, "mem_bandwidth": p.bytes_per_s, "mem_efficiency": 1.0,

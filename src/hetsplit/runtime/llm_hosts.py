@@ -28,6 +28,7 @@ from typing import Any, Callable
 import numpy as np
 
 from hetsplit.errors import PlanError, RuntimeFailure, UsageError
+from hetsplit.graph.llm import EXECUTORS
 from hetsplit.graph.llm.config import LlmConfig
 from hetsplit.graph.llm.shares import TensorShare, check_shares
 from hetsplit.limits import memory_budget
@@ -189,6 +190,8 @@ def peer_job(doc: Any, model_path: Path, who: str) -> PipelineJob:
                     TensorShare.from_dict(s, f"shares[{i}]")
                 except PlanError as exc:
                     raise c.refuse(str(exc)) from None
+    if doc["executor"] not in EXECUTORS:
+        raise c.fail("executor", f"is {doc['executor']!r:.40}, not one of {', '.join(EXECUTORS)}")
     try:
         return PipelineJob(**{**doc, "model": str(model_path)})
     except PlanError as exc:

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Callable
 import torch
 
 from hetsplit.errors import PlanError, RuntimeFailure, UsageError
+from hetsplit.graph.llm import EXECUTORS
 from hetsplit.graph.llm.shares import TensorShare
 from hetsplit.runtime.config import RunConfig
 from hetsplit.runtime.launch import Launcher, PeerSet, Peers
@@ -84,9 +85,12 @@ class PipelineJob:
     keep_logits: bool = True
     stage_of: list[int] | None = None          # per rank: its stage (None: one rank per stage)
     shares: list[dict | None] | None = None    # per rank: its ``TensorShare.to_dict`` (None: whole blocks)
+    executor: str = "torch"                    # one of ``EXECUTORS``
 
     def __post_init__(self) -> None:
         n = len(self.devices)
+        if self.executor not in EXECUTORS:
+            raise PlanError(f"executor {self.executor!r:.40}: one of {', '.join(EXECUTORS)}")
         if len(self.bounds) != n or not self.devices:
             raise PlanError(f"{n} devices for {len(self.bounds)} ranks' blocks")
         if len(set(self.devices)) != n:

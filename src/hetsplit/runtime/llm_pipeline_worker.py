@@ -3,7 +3,7 @@
 The rank reads its blocks from the GGUF file (``graph.llm``: only its tensors, dequantized; in a
 tensor-parallel stage only its share's slices), joins the run's gloo group (``wire.connect``) and runs
 the job's steps: it receives the hidden state from the stage before's leader (stage 0: the tokens), runs
-its blocks with their KV cache and, if it leads its stage, sends the result to every rank of the next;
+its blocks with their KV cache (with the job's executor: torch, or on a CPU onnxruntime, ``runtime.llm_ort``) and, if it leads its stage, sends the result to every rank of the next;
 in a tensor-parallel stage every block's two partial sums go through the stage's leader, which adds them
 up and sends the sum back (``all_reduce``). The last stage applies the LM head (each member its rows),
 keeps the step's logits, and its leader picks the greedy token from each member's best logit and sends
@@ -29,6 +29,7 @@ from hetsplit.graph.llm.load import read_model
 from hetsplit.runtime.config import RunConfig
 from hetsplit.errors import RuntimeFailure
 from hetsplit.graph.llm.shares import check_shares
+from hetsplit.runtime.llm_ort import OrtDecoder
 from hetsplit.runtime.llm_pipeline import TOKENS_FILE, PipelineJob, logits_file
 from hetsplit.runtime.manifest import Edge
 from hetsplit.runtime.pacing import Pacer, read_pace
@@ -77,7 +78,7 @@ class Hops:
         self.sent_bytes += x.numel() * x.element_size()
 
 
-def warm_up(dec: Decoder, embeds: bool, dim: int, lengths: list[int]) -> None:
+def warm_up(dec: Decoder | OrtDecoder, embeds: bool, dim: int, lengths: list[int]) -> None:
     """Run each prompt length's shape and one decode step through the stage once, untimed and at full
     speed, as a warm process has: the first calls (allocations, kernels chosen per shape, the weights'
     pages) are not the device's per-step cost, and the prompt's step paid them all (TTFT 0.65-1.7x its
@@ -185,8 +186,12 @@ def run_stage(cfg: RunConfig, job: PipelineJob, rank: int, run_dir: Path) -> dic
         check_shares([m for m in members if m is not None], model.config, f"stage of blocks {first}..{stop - 1}")
     capacity = job.positions
     where = stage_device(cfg, job.devices[rank], rank)
-    dec = Decoder(model, StageSpec(first, stop, place.embeds, place.heads), capacity, share=share, streams=job.streams,
-                  device=where)
+    spec = StageSpec(first, stop, place.embeds, place.heads)
+    dec: Decoder | OrtDecoder
+    if job.executor == "onnxruntime" and where.type == "cpu":
+        dec = OrtDecoder(model, spec, capacity, share=share, streams=job.streams)
+    else:
+        dec = Decoder(model, spec, capacity, share=share, streams=job.streams, device=where)
     dim = model.config.dim
     warm_up(dec, place.embeds, dim, [len(p) for p in job.prompts])
     wire = connect(cfg, job.world_size, job.devices[rank], rank, run_dir)

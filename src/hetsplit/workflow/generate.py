@@ -16,11 +16,12 @@ import torch
 from hetsplit.cluster.examples import usable_cores
 from hetsplit.cluster.types import Cluster, Device
 from hetsplit.costs.local_calibration import calibration_off
-from hetsplit.costs.llm_probe import ProbeShape, TorchProbe, probe_device, probe_torch_cpu, probe_torch_cuda
+from hetsplit.costs.llm_probe import ProbeShape, StepProbe, probe_device, probe_torch_cpu, probe_torch_cuda
 from hetsplit.errors import HetsplitError, PlanError, RuntimeFailure, UsageError
 from hetsplit.estimate.llm import (DECODE, PREFILL, LlmCostOptions, LlmCosts, PipelinePrediction, Stage, StageShare,
                                    llm_costs, predict_pipeline)
 from hetsplit.estimate.llm_shares import SYNC_PARAM
+from hetsplit.graph.llm import EXECUTORS
 from hetsplit.graph.llm.config import LlmConfig
 from hetsplit.graph.llm.decoder import Decoder, StageSpec
 from hetsplit.graph.llm.load import LlmModel, model_tokenizer, read_model
@@ -122,6 +123,7 @@ class PlanOptions:
     leaders: tuple[str, ...] | None = None   # the devices that may lead the first stage (default: any)
     cuda_devices: tuple[str, ...] = ()       # gpu devices whose stages run on this host's CUDA (``cuda_here``):
                                              # with ``probe``, costed by a CUDA probe of this host
+    executor: str = "torch"   # what computes the CPU stages (``runtime.llm_pipeline.EXECUTORS``): what the probe times
 
 
 @dataclass
@@ -134,11 +136,12 @@ class GenerationPlan:
     single_predicted: PipelinePrediction | None
     costs: LlmCosts
     how: str
+    executor: str = "torch"        # what the CPU stages compute with, as the probe costed them
 
     def to_dict(self) -> dict[str, Any]:
         """``hetsplit.generation-plan/1``: what ``generate --plan`` reads back (its stages), with the figures."""
         return {"format": PLAN_FORMAT, "stages": [stage_dict(s) for s in self.stages],
-                "how": self.how, "predicted": self.predicted.to_dict(),
+                "how": self.how, "executor": self.executor, "predicted": self.predicted.to_dict(),
                 "best_single": None if self.single is None or self.single_predicted is None else
                 {"device": self.single.stages[0].device, "predicted": self.single_predicted.to_dict()}}
 
@@ -152,24 +155,32 @@ def stage_dict(stage: Stage) -> dict[str, Any]:
 
 
 def pipeline_job(model_path: str | Path, stages: list[Stage], blocks: int, prompts: list[list[int]],
-                 new_tokens: int, keep_logits: bool) -> PipelineJob:
+                 new_tokens: int, keep_logits: bool, executor: str = "torch") -> PipelineJob:
     """The runtime's job for ``stages`` and a stream per prompt: one rank per device, the ranks of a stage
-    next to each other, its leader first."""
+    next to each other, its leader first; its CPU stages computed by ``executor``."""
     ranks: list[tuple[int, str, dict | None]] = []
     for k, s in enumerate(stages):
         ranks += [(k, m.device, m.share.to_dict()) for m in s.shares] if s.shares else [(k, s.device, None)]
     return PipelineJob(str(model_path), [d for _, d, _ in ranks],
                        [[stages[k].first, stages[k].stop] for k, _, _ in ranks], blocks, prompts, new_tokens,
-                       keep_logits=keep_logits, stage_of=[k for k, _, _ in ranks], shares=[sh for _, _, sh in ranks])
+                       keep_logits=keep_logits, stage_of=[k for k, _, _ in ranks], shares=[sh for _, _, sh in ranks],
+                       executor=executor)
 
 
-def host_probe(config: LlmConfig, prompt_tokens: int, new_tokens: int, cuda: bool = False) -> TorchProbe:
-    """This machine's one-thread torch worker (``cuda``: its CUDA GPU) probed at the generation's shapes: the
-    model's blocks, the prompt's rows, the decode's mean context (``costs.llm_probe``; measured once per
-    shape and process)."""
+def host_probe(config: LlmConfig, prompt_tokens: int, new_tokens: int, cuda: bool = False,
+               executor: str = "torch") -> StepProbe:
+    """This machine's one-thread worker with ``executor`` (``cuda``: its CUDA GPU, in torch) probed at the
+    generation's shapes: the model's blocks, the prompt's rows, the decode's mean context
+    (``costs.llm_probe``, ``runtime.llm_ort_probe``; measured once per shape and process)."""
     _, decode = LlmCostOptions(prompt_tokens, new_tokens).phases()
     shape = ProbeShape(config, prompt_tokens, decode.context)
-    return probe_torch_cuda(shape) if cuda else probe_torch_cpu(shape)
+    if cuda:
+        return probe_torch_cuda(shape)
+    if executor == "onnxruntime":
+        from hetsplit.runtime.llm_ort_probe import probe_ort_cpu
+
+        return probe_ort_cpu(shape)
+    return probe_torch_cpu(shape)
 
 
 def cuda_here(cluster: Cluster, hosts: HostMap | None = None, cpu_only: bool = False) -> tuple[str, ...]:
@@ -193,7 +204,7 @@ def host_messages(config: LlmConfig, prompt_tokens: int, new_tokens: int) -> Llm
     return None if calibration_off() else probe_llm_messages(config, prompt_tokens, decode.context)
 
 
-def probed_device(device: Device, probe: TorchProbe, messages: LlmMessageProbe | None) -> Device:
+def probed_device(device: Device, probe: StepProbe, messages: LlmMessageProbe | None) -> Device:
     """``device`` as this machine's one-thread torch worker: the torch probe's roofline figures and, with
     ``messages``, what it loses per tensor-parallel sync beyond the sync's message ends (``sync_s``)."""
     out = probe_device(device, probe)
@@ -202,8 +213,8 @@ def probed_device(device: Device, probe: TorchProbe, messages: LlmMessageProbe |
     return replace(out, params={**out.params, SYNC_PARAM: messages.sync_s})
 
 
-def costed_cluster(cluster: Cluster, probe: TorchProbe | None, messages: LlmMessageProbe | None = None,
-                   cuda: TorchProbe | None = None, cuda_devices: tuple[str, ...] = ()) -> tuple[Cluster, str]:
+def costed_cluster(cluster: Cluster, probe: StepProbe | None, messages: LlmMessageProbe | None = None,
+                   cuda: StepProbe | None = None, cuda_devices: tuple[str, ...] = ()) -> tuple[Cluster, str]:
     """The cluster with this machine's ``local-cpu`` devices costed by the torch probe (when given), its
     ``cuda_devices`` by the ``cuda`` probe (when given), and the weight bytes the costs count: float32
     where a probe stands for the runtime's torch executor.
@@ -238,7 +249,10 @@ def plan_generation(model: LlmModel, cluster: Cluster, options: PlanOptions) -> 
     """Cost both phases and plan (or cut evenly) a pipeline of whole blocks; predicted figures beside it."""
     measuring = options.probe and not calibration_off()    # as the mapping runtime's calibration
     here = measuring and any(d.type in LOCAL_TYPES for d in cluster.devices)
-    probe = host_probe(model.config, options.prompt_tokens, options.new_tokens) if here else None
+    if options.executor not in EXECUTORS:
+        raise UsageError(f"--executor {options.executor}: one of {', '.join(EXECUTORS)}")
+    probe = host_probe(model.config, options.prompt_tokens, options.new_tokens, executor=options.executor) \
+        if here else None
     messages = host_messages(model.config, options.prompt_tokens, options.new_tokens) if here else None
     cuda = (host_probe(model.config, options.prompt_tokens, options.new_tokens, cuda=True)
             if measuring and options.cuda_devices else None)
@@ -270,8 +284,8 @@ def plan_generation(model: LlmModel, cluster: Cluster, options: PlanOptions) -> 
         over = [f"{d} needs {b / 2**20:.1f} MiB" for d, b in predicted.memory_bytes.items()]
         raise UsageError(f"the given plan does not fit its devices' memory ({', '.join(over)}, KV cache at "
                          f"{costs.options.context} positions included)")
-    return GenerationPlan(stages, predicted, single,
-                          None if single is None else predict_pipeline(costs, single.stages), costs, how + narrowed)
+    return GenerationPlan(stages, predicted, single, None if single is None else predict_pipeline(costs, single.stages),
+                          costs, how + narrowed, options.executor)
 
 
 def alike_devices(cluster: Cluster) -> tuple[list[str], str]:
@@ -323,10 +337,11 @@ def references(plan: GenerationPlan) -> list[Reference]:
     return out
 
 
-def host_costs(model: LlmModel, costs: LlmCosts) -> LlmCosts:
-    """``costs``' generation with every device of its cluster made this machine's one-thread torch worker
-    (the probe; weights float32, as the worker holds them): what each stage costs the process running it."""
-    probe = host_probe(model.config, costs.options.prompt_tokens, costs.options.new_tokens)
+def host_costs(model: LlmModel, costs: LlmCosts, executor: str = "torch") -> LlmCosts:
+    """``costs``' generation with every device of its cluster made this machine's one-thread worker with
+    ``executor`` (the probe; weights float32, as the worker holds them): what each stage costs the process
+    running it."""
+    probe = host_probe(model.config, costs.options.prompt_tokens, costs.options.new_tokens, executor=executor)
     messages = host_messages(model.config, costs.options.prompt_tokens, costs.options.new_tokens)
     here = replace(costs.cluster, devices=[probed_device(d, probe, messages) for d in costs.cluster.devices])
     return llm_costs(model.config, model.tensors, here, replace(costs.options, weight_bytes=FLOAT32))
@@ -350,8 +365,8 @@ def stage_emulation(model: LlmModel, plan: GenerationPlan, cores: int | None = N
     device that holds them quantized)."""
     from hetsplit.runtime.device_emulation import DeviceEmulation, emulation_of
 
-    host = host_costs(model, plan.costs)
-    how = "this machine's one-thread torch worker (hetsplit.costs.llm_probe), {} steps"
+    host = host_costs(model, plan.costs, plan.executor)
+    how = f"this machine's one-thread {plan.executor} worker (hetsplit.costs.llm_probe), {{}} steps"
     phases = []
     times: dict[int, dict[str, tuple[float, float]]] = {}     # phase -> device -> (on the device, on the host)
     for phase, name in ((PREFILL, "prefill"), (DECODE, "decode")):
@@ -415,6 +430,7 @@ class GenerateOptions:
     hosts: str | None = None   # DEV=HOST,...: these devices' workers join from other hosts (``hetsplit worker``)
     port: int = 0              # with ``hosts``: the rendezvous port (0: a free one)
     ssh: bool = False          # with ``hosts``: start each host's worker command over ssh
+    executor: str = "torch"    # what computes the CPU stages (``runtime.llm_pipeline.EXECUTORS``)
 
     def check_hosts(self) -> "HostMap | None":
         """The devices on other hosts (None: all here); UsageError for what does not combine with them
@@ -571,7 +587,8 @@ def generate(model_path: str | Path, cluster: Cluster, options: GenerateOptions,
                                                        options.stages, options.probe, given=options.plan,
                                                        rule=options.rule, tensor_parallel=options.tensor_parallel,
                                                        streams=len(prompts), leaders=here_leaders(cluster, hosts),
-                                                       cuda_devices=cuda_here(cluster, hosts, options.cpu_only)))
+                                                       cuda_devices=cuda_here(cluster, hosts, options.cpu_only),
+                                                       executor=options.executor))
     got: list[int] = []
     shown = [""]
     notes: list[str] = []
@@ -592,7 +609,7 @@ def generate(model_path: str | Path, cluster: Cluster, options: GenerateOptions,
 
     def run(plan: GenerationPlan, before: list[int], faults: dict[str, dict], hosts: HostMap | None) -> PipelineReport:
         job = pipeline_job(model_path, plan.stages, model.config.blocks, [p + before for p in prompts],
-                           options.tokens - len(before), options.verify)     # ``before``: one stream's (--recover)
+                           options.tokens - len(before), options.verify, options.executor)   # ``before``: --recover's
         links = None
         if options.emulate_links:
             from hetsplit.runtime.netem import LinkMatrix
@@ -671,7 +688,8 @@ def replan_without(model: LlmModel, cluster: Cluster, options: GenerateOptions, 
                                                            options.tokens - recovery.tokens_before,
                                                            options.objective, 0, options.probe, left,
                                                            tensor_parallel=options.tensor_parallel, leaders=leaders,
-                                                           cuda_devices=cuda_here(cluster, hosts, options.cpu_only)))
+                                                           cuda_devices=cuda_here(cluster, hosts, options.cpu_only),
+                                                           executor=options.executor))
     except HetsplitError as exc:
         raise RuntimeFailure(f"{recovery.error}; --recover: no plan without {recovery.device}: {exc}",
                              recovery.device) from None

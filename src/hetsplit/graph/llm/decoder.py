@@ -91,6 +91,26 @@ def take(w: torch.Tensor, axis: int, part: slice) -> torch.Tensor:
     return (w[part] if axis == 0 else w[:, part]).contiguous().clone()
 
 
+HEAD = "head"      # ``stage_weights``' name for the LM head's rows the stage holds
+
+
+def stage_weights(model: LlmModel, spec: StageSpec, share: TensorShare | None = None,
+                  weights: dict[str, np.ndarray] | None = None, device: torch.device = CPU) -> dict[str, torch.Tensor]:
+    """A stage's float32 tensors on ``device`` by their checkpoint names (from ``weights`` where given, else
+    read from the file one at a time), a member's slices only under ``share``; the LM head's rows (all, or
+    the member's vocabulary rows) as ``HEAD`` on the head stage."""
+    cfg = model.config
+    slices = share_slices(cfg, share) if share is not None else {}
+    w: dict[str, torch.Tensor] = {}
+    for name in stage_tensor_names(model, spec):   # one at a time: a member keeps its slices, not every whole
+        whole = torch.from_numpy(weights[name] if weights is not None else model.load([name])[name])
+        role = name.split(".")[2] if name.startswith("blk.") else ""
+        w[name] = (take(whole, *slices[role]) if role in slices else whole).to(device)
+    if spec.head:
+        w[HEAD] = take(w[model.head_name()], 0, slice(*share.vocab)) if share is not None else w[model.head_name()]
+    return w
+
+
 class Block:
     """One block's weights and KV cache (one per stream: ``use_stream`` picks the one ``k``/``v`` name);
     under ``share``, ``w`` holds a member's slices of the weights (``share_slices``) and the caches its
@@ -152,21 +172,13 @@ class Decoder:
         cfg = model.config
         if capacity > cfg.context:
             raise ModelError(f"{capacity} positions exceed the model's context of {cfg.context}")
-        slices = share_slices(cfg, share) if share is not None else {}
-        w: dict[str, torch.Tensor] = {}
-        for name in stage_tensor_names(model, spec):   # one at a time: a member keeps its slices, not every whole
-            whole = torch.from_numpy(weights[name] if weights is not None else model.load([name])[name])
-            role = name.split(".")[2] if name.startswith("blk.") else ""
-            w[name] = (take(whole, *slices[role]) if role in slices else whole).to(device)
+        w = stage_weights(model, spec, share, weights, device)
         self.cfg, self.spec, self.share, self.device = cfg, spec, share, device
         rope = RopeTables(cfg.head_dim, cfg.rope_base, capacity, device)
         self.blocks = [Block(cfg, w, i, capacity, rope, share, streams, device) for i in range(spec.first, spec.stop)]
         self.embedding = w["token_embd.weight"] if spec.embed else None
         self.norm = w["output_norm.weight"] if spec.head else None
-        self.output = w[model.head_name()] if spec.head else None
-        if self.output is not None and share is not None:
-            a, b = share.vocab
-            self.output = take(self.output, 0, slice(a, b))   # on ``device`` already, as ``w``
+        self.output = w[HEAD] if spec.head else None
 
     def forward(self, x: torch.Tensor, pos: int, every_position: bool = False, reduce: Reduce = _alone,
                 stream: int = 0) -> torch.Tensor:
