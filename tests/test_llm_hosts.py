@@ -308,6 +308,8 @@ def driver(tmp_path_factory):
     ("devices", ["a", 7], "'devices'"),
     ("shares", [None, {"kv_heads": "all"}], "share"),
     ("streams", 2, "does not take"),                         # the streams are the prompts
+    ("executor", "tensorrt", "'executor'"),
+    ("executor", ["torch"], "'executor'"),
     ("blocks", 3, "blocks"),
 ])
 def test_a_job_field_out_of_bounds_or_of_the_wrong_type_is_refused_naming_it(driver, tmp_path, capsys, field, value,

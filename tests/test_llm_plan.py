@@ -138,7 +138,7 @@ def test_local_devices_are_costed_by_the_probe_with_float32_weights(tiny):
     local = load_cluster("local")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(local_calibration.ENV, "on")          # the suite turns measuring this machine off
-        mp.setattr("hetsplit.workflow.generate.host_probe", lambda *shape: probe)
+        mp.setattr("hetsplit.workflow.generate.host_probe", lambda *shape, **how: probe)
         costed, weight_bytes = costed_cluster(local, probe)
         plan = plan_generation(tiny, local, PlanOptions(8, 8, stages=1))
     assert weight_bytes == "float32" and costed.devices[0].params["mem_bandwidth"] == 1e9
@@ -182,7 +182,7 @@ def test_a_gpu_that_computes_here_is_costed_by_the_cuda_probe_and_only_then(tiny
     # planning asks for the CUDA probe only for the devices it names
     monkeypatch.setenv(local_calibration.ENV, "on")      # the suite turns measuring this machine off
     asked = []
-    monkeypatch.setattr(gen, "host_probe", lambda *shape, cuda=False: asked.append(cuda) or (gpu if cuda else cpu))
+    monkeypatch.setattr(gen, "host_probe", lambda *shape, cuda=False, executor="torch": asked.append(cuda) or (gpu if cuda else cpu))
     monkeypatch.setattr(gen, "host_messages", lambda *shape: None)
     plan = gen.plan_generation(tiny, both, gen.PlanOptions(8, 8, cuda_devices=("gpu0",)))
     assert sorted(asked) == [False, True] and plan.costs.devices == ["cpu0", "gpu0"]
@@ -216,9 +216,9 @@ def test_the_probe_charges_each_phase_block_what_a_block_of_the_models_shapes_to
     block = {1: 3e-3, 6: 8e-3}                 # a decode step's block, the prompt's (its 6 rows)
     seen = {}
 
-    def streamed(rows: int, repeat: int, device: str, clock) -> tuple[float, float, int]:
+    def streamed(rows: int, repeat: int, device: str, clock) -> tuple[float, float]:
         seen["rows"] = rows
-        return gemv, gemm, rows
+        return gemv, gemm
 
     def block_step(shape, phase, repeat, device, clock) -> float:
         seen.setdefault("phases", []).append(phase)
@@ -302,7 +302,7 @@ def test_each_stage_is_throttled_to_its_devices_prefill_and_decode_time_at_one_d
     probe = StepProbe(call_s=1e-5, bytes_per_s=1e9, macs_per_s=1e10, prompt_call_s=1e-5)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(local_calibration.ENV, "on")          # the suite turns measuring this machine off
-        mp.setattr("hetsplit.workflow.generate.host_probe", lambda *shape: probe)
+        mp.setattr("hetsplit.workflow.generate.host_probe", lambda *shape, **how: probe)
         for speeds, cores in (([0.05, 0.2], 4), ([50, 200], 4), ([1, 1], 1)):
             plan = plan_generation(tiny, cluster(speeds), PlanOptions(8, 8, stages=2))
             emu = stage_emulation(tiny, plan, cores=cores)

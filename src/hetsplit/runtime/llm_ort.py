@@ -76,7 +76,7 @@ class Call:
         return dict(zip(self.names, self.session.run(self.names, feeds)))
 
 
-def session_groups(blocks: range, block_bytes: int, budget: int = SESSION_BYTES) -> list[range]:
+def session_groups(blocks: range, block_bytes: int, budget: int) -> list[range]:
     """``blocks`` cut into runs of consecutive blocks of at most ``budget`` bytes each (one block at least)."""
     groups, start = [], blocks.start
     per = max(1, budget // max(1, block_bytes))
@@ -110,7 +110,7 @@ class OrtDecoder:
         self.embedding: np.ndarray | None = None
         if share is None:
             block_bytes = sum(a.nbytes for n, a in w.items() if n.startswith(f"blk.{spec.first}."))
-            groups = session_groups(blocks, block_bytes)
+            groups = session_groups(blocks, block_bytes, SESSION_BYTES)
             for k, group in enumerate(groups):
                 first, last = k == 0, k == len(groups) - 1
                 self.calls.append(Call(run_graph(cfg, {n: a for i in group for n, a in _named(w, i)}, group,
