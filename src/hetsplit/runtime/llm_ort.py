@@ -11,24 +11,18 @@ KV cache lives here, (capacity, kv_heads, head_dim) per stream: a call reads its
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 
 from hetsplit.errors import ModelError, RuntimeFailure
-from hetsplit.graph.llm.decoder import HEAD, RopeTables, StageSpec, stage_weights
+from hetsplit.graph.llm.decoder import HEAD, Reduce, RopeTables, StageSpec, no_reduce, stage_weights
 from hetsplit.graph.llm.load import LlmModel
 from hetsplit.graph.llm.onnx_blocks import attention_graph, block_weights, ffn_graph, head_graph, run_graph
 from hetsplit.graph.llm.shares import TensorShare
 
 SESSION_BYTES = 1 << 30
-Reduce = Callable[[torch.Tensor], torch.Tensor]
-
-
-def _alone(partial: torch.Tensor) -> torch.Tensor:
-    return partial
 
 
 def ort_session(model: Any) -> Any:
@@ -112,10 +106,9 @@ class OrtDecoder:
             block_bytes = sum(a.nbytes for n, a in w.items() if n.startswith(f"blk.{spec.first}."))
             groups = session_groups(blocks, block_bytes, SESSION_BYTES)
             for k, group in enumerate(groups):
-                first, last = k == 0, k == len(groups) - 1
-                self.calls.append(Call(run_graph(cfg, {n: a for i in group for n, a in _named(w, i)}, group,
-                                                 embedding if first else None, norm if last else None,
-                                                 output if last and spec.head else None), group))
+                head = k == len(groups) - 1 and spec.head
+                self.calls.append(Call(run_graph(cfg, w, group, embedding if k == 0 else None, norm if head else None,
+                                                 output if head else None), group))
         else:
             self.embedding = embedding
             for i in blocks:
@@ -136,7 +129,7 @@ class OrtDecoder:
         return {"cos": self.cos[pos:pos + t].reshape(angles), "sin": self.sin[pos:pos + t].reshape(angles),
                 "mask": mask}
 
-    def forward(self, x: torch.Tensor, pos: int, every_position: bool = False, reduce: Reduce = _alone,
+    def forward(self, x: torch.Tensor, pos: int, every_position: bool = False, reduce: Reduce = no_reduce,
                 stream: int = 0) -> torch.Tensor:
         """``Decoder.forward``: token ids (T,) on an embedding stage, else the hidden state (T, dim); the hidden
         state out, or on the head stage the logits of the last position (every position's with
@@ -171,8 +164,4 @@ class OrtDecoder:
             self.caches.keep(stream, i, pos, out[f"new_k.{i}"], out[f"new_v.{i}"])
         return out["y"]
 
-
-def _named(w: dict[str, np.ndarray], block: int) -> list[tuple[str, np.ndarray]]:
-    prefix = f"blk.{block}."
-    return [(n, a) for n, a in w.items() if n.startswith(prefix)]
 

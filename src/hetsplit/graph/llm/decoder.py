@@ -28,7 +28,8 @@ Reduce = Callable[[torch.Tensor], torch.Tensor]
 CPU = torch.device("cpu")
 
 
-def _alone(partial: torch.Tensor) -> torch.Tensor:
+def no_reduce(partial: torch.Tensor) -> torch.Tensor:
+    """A stage of one device's 'all-reduce': its partial is the sum."""
     return partial
 
 
@@ -129,7 +130,7 @@ class Block:
     def use_stream(self, stream: int) -> None:
         self.k, self.v = self.caches[stream]
 
-    def __call__(self, x: torch.Tensor, pos: int, reduce: Reduce = _alone) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, pos: int, reduce: Reduce = no_reduce) -> torch.Tensor:
         """``x``: (T, dim) at positions pos .. pos + T - 1; the block's output, K/V cached; ``reduce`` sums
         the attention's and the FFN's partial outputs over a tensor-parallel stage's members."""
         c, w, t = self.cfg, self.w, x.shape[0]
@@ -180,7 +181,7 @@ class Decoder:
         self.norm = w["output_norm.weight"] if spec.head else None
         self.output = w[HEAD] if spec.head else None
 
-    def forward(self, x: torch.Tensor, pos: int, every_position: bool = False, reduce: Reduce = _alone,
+    def forward(self, x: torch.Tensor, pos: int, every_position: bool = False, reduce: Reduce = no_reduce,
                 stream: int = 0) -> torch.Tensor:
         """Token ids (T,) on an embedding stage, else the hidden state (T, dim); the hidden state out,
         or on the head stage the logits of the last position (1, vocab: the next token's, all a step
