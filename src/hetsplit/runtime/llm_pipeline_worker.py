@@ -3,7 +3,8 @@
 The rank reads its blocks from the GGUF file (``graph.llm``: only its tensors, dequantized; in a
 tensor-parallel stage only its share's slices), joins the run's gloo group (``wire.connect``) and runs
 the job's steps: it receives the hidden state from the stage before's leader (stage 0: the tokens), runs
-its blocks with their KV cache (with the job's executor: torch, or on a CPU onnxruntime, ``runtime.llm_ort``) and, if it leads its stage, sends the result to every rank of the next;
+its blocks with their KV cache (with the job's executor: torch, or onnxruntime on a CPU,
+``runtime.llm_ort``) and, if it leads its stage, sends the result to every rank of the next;
 in a tensor-parallel stage every block's two partial sums go through the stage's leader, which adds them
 up and sends the sum back (``all_reduce``). The last stage applies the LM head (each member its rows),
 keeps the step's logits, and its leader picks the greedy token from each member's best logit and sends

@@ -123,7 +123,7 @@ class PlanOptions:
     leaders: tuple[str, ...] | None = None   # the devices that may lead the first stage (default: any)
     cuda_devices: tuple[str, ...] = ()       # gpu devices whose stages run on this host's CUDA (``cuda_here``):
                                              # with ``probe``, costed by a CUDA probe of this host
-    executor: str = "torch"   # what computes the CPU stages (``runtime.llm_pipeline.EXECUTORS``): what the probe times
+    executor: str = "torch"   # what computes the CPU stages (``graph.llm.EXECUTORS``): what the probe times
 
 
 @dataclass
@@ -205,7 +205,7 @@ def host_messages(config: LlmConfig, prompt_tokens: int, new_tokens: int) -> Llm
 
 
 def probed_device(device: Device, probe: StepProbe, messages: LlmMessageProbe | None) -> Device:
-    """``device`` as this machine's one-thread torch worker: the torch probe's roofline figures and, with
+    """``device`` as this machine's one-thread worker: its executor's probe's roofline figures and, with
     ``messages``, what it loses per tensor-parallel sync beyond the sync's message ends (``sync_s``)."""
     out = probe_device(device, probe)
     if messages is None:
@@ -215,9 +215,9 @@ def probed_device(device: Device, probe: StepProbe, messages: LlmMessageProbe | 
 
 def costed_cluster(cluster: Cluster, probe: StepProbe | None, messages: LlmMessageProbe | None = None,
                    cuda: StepProbe | None = None, cuda_devices: tuple[str, ...] = ()) -> tuple[Cluster, str]:
-    """The cluster with this machine's ``local-cpu`` devices costed by the torch probe (when given), its
-    ``cuda_devices`` by the ``cuda`` probe (when given), and the weight bytes the costs count: float32
-    where a probe stands for the runtime's torch executor.
+    """The cluster with this machine's ``local-cpu`` devices costed by the probe of the run's executor (when
+    given), its ``cuda_devices`` by the ``cuda`` probe (when given), and the weight bytes the costs count:
+    float32 where a probe stands for the runtime's executor (either holds its weights as float32).
     With ``messages`` (the LLM program's message probe), every message end between two ``local-cpu``
     devices costs what the probe measured (in place of the link's ``message`` figures, the mapping
     runtime's), and each such device's tensor-parallel syncs what the probe measured them to lose
@@ -430,7 +430,7 @@ class GenerateOptions:
     hosts: str | None = None   # DEV=HOST,...: these devices' workers join from other hosts (``hetsplit worker``)
     port: int = 0              # with ``hosts``: the rendezvous port (0: a free one)
     ssh: bool = False          # with ``hosts``: start each host's worker command over ssh
-    executor: str = "torch"    # what computes the CPU stages (``runtime.llm_pipeline.EXECUTORS``)
+    executor: str = "torch"    # what computes the CPU stages (``graph.llm.EXECUTORS``)
 
     def check_hosts(self) -> "HostMap | None":
         """The devices on other hosts (None: all here); UsageError for what does not combine with them
