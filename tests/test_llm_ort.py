@@ -126,3 +126,27 @@ def test_the_onnxruntime_probe_times_its_own_executor(monkeypatch, tmp_path):
     p = llm_ort_probe.probe_ort_cpu.__wrapped__(ProbeShape(m.config, 4, 8), repeat=3)
     assert all(np.isfinite(x) and x >= 0 for x in (p.call_s, p.prompt_call_s))
     assert p.bytes_per_s > 1e8 and p.macs_per_s > 1e7
+
+
+def test_a_plan_for_onnxruntime_is_costed_by_the_onnxruntime_probe(monkeypatch, tmp_path):
+    from hetsplit.costs import llm_probe, local_calibration
+    from hetsplit.costs.llm_probe import StepProbe
+    from hetsplit.errors import UsageError
+    from hetsplit.runtime import llm_ort_probe
+    from hetsplit.workflow.generate import PlanOptions, plan_generation
+
+    m = read_gguf(write_tiny_gguf(tmp_path / "m.gguf"))
+    asked: list[str] = []
+    fast, slow = StepProbe(1e-6, 4e10, 8e10, 1e-6), StepProbe(1e-5, 1e9, 1e10, 1e-5)
+    monkeypatch.setattr(llm_ort_probe, "probe_ort_cpu", lambda shape: asked.append("onnxruntime") or fast)
+    monkeypatch.setattr(llm_probe, "probe_torch_cpu", lambda shape: asked.append("torch") or slow)
+    monkeypatch.setattr("hetsplit.workflow.generate.probe_torch_cpu", llm_probe.probe_torch_cpu)
+    monkeypatch.setattr("hetsplit.workflow.generate.host_messages", lambda *shape: None)
+    monkeypatch.setenv(local_calibration.ENV, "on")          # the suite turns measuring this machine off
+    cluster = local_cluster(2)
+    on_ort = plan_generation(m, cluster, PlanOptions(8, 8, executor="onnxruntime"))
+    on_torch = plan_generation(m, cluster, PlanOptions(8, 8))
+    assert asked == ["onnxruntime", "torch"] and on_ort.executor == "onnxruntime" and on_torch.executor == "torch"
+    assert on_ort.predicted.s_per_token < on_torch.predicted.s_per_token
+    with pytest.raises(UsageError, match="--executor tvm"):
+        plan_generation(m, cluster, PlanOptions(8, 8, executor="tvm"))
