@@ -5,7 +5,7 @@ model's (``--verify``), and the measured TTFT and ms per token beside the predic
 the LLM message probe, ``runtime.llm_message_probe``; nothing fitted on these runs).
 
 ``--speeds 1 2`` rehearses a cluster of unlike devices instead: worker i stands for a device ``speeds[i]``
-times slower than this machine's one-thread torch worker as the probe costs it (its roofline figures
+times slower than this machine's one-thread worker (torch, or ``--executor``'s) as the probe costs it (its roofline figures
 divided by the factor; weights at their stored bytes, as such a device would hold them), run with
 ``--emulate-devices`` (each stage's process paced to its device's speed, figures measured / D). In
 ``--compare`` and ``--sweep`` this machine is probed again right before each run (its speed drifts within
