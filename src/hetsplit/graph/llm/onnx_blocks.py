@@ -35,7 +35,8 @@ FLOAT, INT64 = TensorProto.FLOAT, TensorProto.INT64
 
 
 class GraphBuilder:
-    """Nodes, weights, inputs and outputs of one ONNX graph, each value named once."""
+    """Nodes, weights, inputs and outputs of one ONNX graph, each value named once (each small constant
+    once, however many nodes read it)."""
 
     def __init__(self, name: str):
         self.name = name
@@ -44,6 +45,7 @@ class GraphBuilder:
         self.inputs: list[onnx.ValueInfoProto] = []
         self.outputs: list[onnx.ValueInfoProto] = []
         self._count = 0
+        self._constants: dict[tuple[str, tuple[int, ...], bytes], str] = {}
 
     def op(self, kind: str, *inputs: str, **attrs: Any) -> str:
         self._count += 1
@@ -56,10 +58,16 @@ class GraphBuilder:
         return name
 
     def ints(self, values: list[int]) -> str:
-        return self.weight(f"ints_{len(self.weights)}", np.array(values, dtype=np.int64))
+        return self._constant("ints", np.array(values, dtype=np.int64))
 
     def scalar(self, value: float) -> str:
-        return self.weight(f"scalar_{len(self.weights)}", np.array(value, dtype=np.float32))
+        return self._constant("scalar", np.array(value, dtype=np.float32))
+
+    def _constant(self, kind: str, array: np.ndarray) -> str:
+        key = (kind, array.shape, array.tobytes())
+        if key not in self._constants:
+            self._constants[key] = self.weight(f"{kind}_{len(self.weights)}", array)
+        return self._constants[key]
 
     def input(self, name: str, elem: int, shape: list[int | str]) -> str:
         self.inputs.append(helper.make_tensor_value_info(name, elem, shape))
